@@ -1,0 +1,147 @@
+// Package sandbox defines how fledge runs untrusted code: the Spec of what a process may
+// touch, the Sandbox that enforces it, and the Result of a run. The enforcement is chosen per
+// OS in sandbox/platform (Landlock + cgroups on Linux, Seatbelt on macOS, a restricted
+// fallback elsewhere); this package imports no OS-specific code.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"time"
+)
+
+// Kind says what is being run; profiles and audit records differ between them.
+type Kind string
+
+const (
+	KindExec   Kind = "exec"   // a shell command a plugin asked for
+	KindPlugin Kind = "plugin" // the plugin process itself
+	KindLegacy Kind = "legacy" // a legacy (non-protocol) plugin run as a whole program
+)
+
+// Access is the filesystem allow-list. Paths are absolute; directories cover their subtree.
+type Access struct {
+	ReadWrite []string // read, write, create, remove
+	ReadOnly  []string // read files and list directories
+	ReadExec  []string // read and execute
+	// Deny lists paths that must stay unreachable even if an allow entry covers them (the
+	// fledge config and state dirs). Landlock cannot subtract, so the Linux sandbox refuses a
+	// Spec whose allow entries contain a Deny path; Seatbelt emits explicit deny rules.
+	Deny []string
+}
+
+// Limits bound a run. Zero means "no limit" for each field, except KillGrace (default 2 s).
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	CPU         float64 // cores (e.g. 0.5); 0 = unlimited
+	NoFile      uint64  // RLIMIT_NOFILE
+	Timeout     time.Duration
+	KillGrace   time.Duration
+}
+
+// Spec is one process to run under confinement.
+type Spec struct {
+	Kind Kind
+	// Name labels the run (plugin name); used in cgroup names and messages. Sanitised by the
+	// sandbox, never trusted as a path.
+	Name string
+	// Path and Args are the program to run once confinement is in place (Args[0] included).
+	// For an exec: Path "/bin/sh", Args ["sh", "-c", command].
+	Path string
+	Args []string
+	// Dir is an open handle to the working directory, already proven by pathguard. The child
+	// changes into it with fchdir; the path string is never re-resolved. DirPath is for
+	// display and for profiles only.
+	Dir     *os.File
+	DirPath string
+	// Env is the complete environment (already filtered by policy). The sandbox adds TMPDIR
+	// when PrivateTmp is set.
+	Env []string
+	// Stdin nil means /dev/null. Stdout/Stderr nil means discard. When they are *os.File they
+	// are passed straight to the child; otherwise the sandbox copies through pipes and stops
+	// copying as soon as the process tree is gone.
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Access Access
+	// Network false blocks TCP connect/bind (and, where possible, all networking).
+	Network bool
+	Limits  Limits
+	// PrivateTmp makes a fresh private temp dir, read-write, exported as TMPDIR, removed after.
+	PrivateTmp bool
+	// Strict refuses to run (ErrUnavailable) instead of degrading when a promised restriction
+	// cannot be enforced.
+	Strict bool
+}
+
+// Process is a started, confined process tree.
+type Process interface {
+	// Pid of the main process (0 if unknown).
+	Pid() int
+	// Wait returns once the main process has exited and every other process of its tree is
+	// gone. It returns promptly even if a descendant still held the output pipes.
+	Wait() (*Result, error)
+	// Signal sends sig to the main process only (used for the plugin's graceful SIGTERM).
+	Signal(sig os.Signal) error
+	// Kill ends the whole tree now (SIGKILL to every member).
+	Kill() error
+}
+
+// Result says how a run ended and what the sandbox saw.
+type Result struct {
+	ExitCode   int    // the main process's exit code; 128+n when killed by signal n
+	Signal     string // e.g. "SIGKILL" when killed by a signal
+	TimedOut   bool
+	Cancelled  bool // the context was cancelled
+	OOMKilled  bool
+	Killed     int   // processes the sandbox had to kill (survivors, timeout, cancel)
+	PeakMemory int64 // bytes; 0 when unknown
+	Duration   time.Duration
+	Mode       Mode
+}
+
+// Mode describes the confinement actually applied to one run (for results and audit).
+type Mode struct {
+	Confinement string   `json:"confinement"` // landlock | seatbelt | none
+	LandlockABI int      `json:"landlock_abi,omitempty"`
+	Cgroup      string   `json:"cgroup"` // v2 | hybrid | v1 | none
+	TreeKill    string   `json:"tree_kill"` // cgroup.kill | freezer | pgroup+subreaper | pgroup
+	NetNS       bool     `json:"netns,omitempty"`
+	Degraded    []string `json:"degraded,omitempty"` // promised restrictions not enforced
+}
+
+// Report is what this machine can enforce (for `fledge doctor`).
+type Report struct {
+	OS             string   `json:"os"`
+	Kernel         string   `json:"kernel,omitempty"`
+	Confinement    string   `json:"confinement"`
+	LandlockABI    int      `json:"landlock_abi"`
+	CgroupMode     string   `json:"cgroup_mode"` // v2 | hybrid | v1 | none
+	CgroupWritable bool     `json:"cgroup_writable"`
+	CgroupPath     string   `json:"cgroup_path,omitempty"`
+	UserNamespaces bool     `json:"user_namespaces"`
+	NetworkDeny    string   `json:"network_deny"` // how network=deny is enforced
+	TreeKill       string   `json:"tree_kill"`
+	Warnings       []string `json:"warnings,omitempty"`
+}
+
+// Sandbox starts confined processes.
+type Sandbox interface {
+	// Start runs spec. Cancelling ctx kills the whole tree (SIGTERM, KillGrace, SIGKILL) and
+	// Wait reports Cancelled. Limits.Timeout does the same and reports TimedOut.
+	Start(ctx context.Context, spec *Spec) (Process, error)
+	// Report describes what this sandbox can enforce on this machine.
+	Report() Report
+}
+
+var (
+	// ErrUnavailable: a promised restriction cannot be enforced and the spec is strict.
+	ErrUnavailable = errors.New("sandbox unavailable")
+	// ErrInvalidSpec: the spec is inconsistent (e.g. an allowed path covers a denied one).
+	ErrInvalidSpec = errors.New("invalid sandbox spec")
+	// ErrLaunch: the process could not be started.
+	ErrLaunch = errors.New("launch failed")
+)
