@@ -1,0 +1,122 @@
+package project
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// GitTimeout bounds every git call.
+const GitTimeout = 5 * time.Second
+
+// maxGitOutput bounds what one git call may return.
+const maxGitOutput = 1 << 20
+
+// ErrGitOutputTooLarge: git printed more than maxGitOutput.
+var ErrGitOutputTooLarge = errors.New("git output exceeds limit")
+
+// hardening overrides repository config that would make git run repository-chosen programs
+// (fsmonitor, hooks, signature verification, external diff, pagers) — a hostile repo must not
+// get code execution in the host just because a plugin asked for git_status.
+var hardening = []string{
+	"-c", "core.fsmonitor=false",
+	"-c", "core.hooksPath=/dev/null",
+	"-c", "core.pager=cat",
+	"-c", "log.showSignature=false",
+	"-c", "diff.external=",
+	"-c", "core.untrackedCache=false",
+	"-c", "protocol.allow=never",
+	"--no-pager",
+}
+
+// Git runs git in root with a timeout and bounded output.
+func Git(ctx context.Context, root string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, GitTimeout)
+	defer cancel()
+	full := append(append([]string{}, hardening...), args...)
+	cmd := exec.CommandContext(ctx, "git", full...)
+	cmd.Dir = root
+	cmd.Env = []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_OPTIONAL_LOCKS=0",
+		"GIT_CONFIG_NOSYSTEM=1",
+		"HOME=/nonexistent",
+		"LC_ALL=C",
+	}
+	var out limitedBuffer
+	out.max = maxGitOutput
+	cmd.Stdout = &out
+	cmd.Stderr = nil
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if out.over {
+		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), ErrGitOutputTooLarge)
+	}
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
+	}
+	return out.String(), nil
+}
+
+type limitedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		b.over = true
+		return 0, ErrGitOutputTooLarge
+	}
+	return b.Buffer.Write(p)
+}
+
+// GitInfo is the git state sent in init.
+type GitInfo struct {
+	Branch    string
+	Dirty     bool
+	Remote    string
+	RemoteURL string // raw; callers strip credentials before sending it anywhere
+}
+
+// ReadGitInfo returns nil when root is not a git work tree.
+func ReadGitInfo(ctx context.Context, root string) *GitInfo {
+	inside, err := Git(ctx, root, "rev-parse", "--is-inside-work-tree")
+	if err != nil || strings.TrimSpace(inside) != "true" {
+		return nil
+	}
+	gi := &GitInfo{}
+	if b, err := Git(ctx, root, "symbolic-ref", "--quiet", "--short", "HEAD"); err == nil {
+		gi.Branch = strings.TrimSpace(b)
+	} else if b, err := Git(ctx, root, "rev-parse", "--short", "HEAD"); err == nil {
+		gi.Branch = strings.TrimSpace(b) // detached HEAD
+	}
+	if st, err := Git(ctx, root, "status", "--porcelain"); err == nil {
+		gi.Dirty = strings.TrimSpace(st) != ""
+	}
+	if rs, err := Git(ctx, root, "remote"); err == nil {
+		remotes := trimLines(rs)
+		pick := ""
+		for _, r := range remotes {
+			if r == "origin" {
+				pick = r
+			}
+		}
+		if pick == "" && len(remotes) > 0 {
+			pick = remotes[0]
+		}
+		if pick != "" {
+			gi.Remote = pick
+			if u, err := Git(ctx, root, "remote", "get-url", pick); err == nil {
+				gi.RemoteURL = strings.TrimSpace(u)
+			}
+		}
+	}
+	return gi
+}
