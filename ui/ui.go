@@ -13,6 +13,9 @@ var (
 	// ErrInvalidRequest: the request cannot be shown (e.g. select with no options, default
 	// index out of range, unknown validator).
 	ErrInvalidRequest = errors.New("invalid prompt request")
+	// ErrAborted: the user gave up on the question (Ctrl+C in the form, or end of input)
+	// instead of answering it; the host reports it as a user interrupt.
+	ErrAborted = errors.New("prompt aborted by the user")
 )
 
 // PromptRequest asks for one line of text.
