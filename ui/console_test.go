@@ -232,12 +232,12 @@ func TestProgressLinesGolden(t *testing.T) {
 	u.Progress("deploy", "Uploading", f(0), f(10), false)
 	u.Progress("deploy", "Uploading", f(0.01), f(10), false) // still 0%
 	u.Progress("deploy", "Uploading", f(3), f(10), false)
-	u.Progress("deploy", "Uploading", f(3), f(10), false)    // no change
+	u.Progress("deploy", "Uploading", f(3), f(10), false)     // no change
 	u.Progress("deploy", "Uploading", f(3.001), f(10), false) // still 30%
 	for i := 0; i <= 1000; i++ {
 		u.Progress("deploy", "Uploading", f(3+float64(i)/1000), f(10), false) // 30% -> 40%
 	}
-	u.Progress("deploy", "Verifying", f(4), f(10), false) // message change
+	u.Progress("deploy", "Verifying", f(4), f(10), false)  // message change
 	u.Progress("deploy", "Verifying", f(12), f(10), false) // clamped to 100%
 	u.Log("deploy", "info", "log between progress lines")
 	u.Progress("deploy", "Verifying", f(10), f(10), false) // same as before the log

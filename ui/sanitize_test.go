@@ -1,11 +1,11 @@
 package ui
 
 import (
-	"fmt"
-	"strconv"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
