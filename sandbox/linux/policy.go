@@ -1,0 +1,104 @@
+package linux
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// SystemReadExec are the system paths a command needs read+execute on. Callers add them
+// (with the user's PATH entries) to Access.ReadExec; missing ones are skipped.
+var SystemReadExec = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
+
+// Paths every confined command gets besides the Spec's own:
+//   - /etc read-only (resolver, passwd lookups, locale, ssl certs);
+//   - /proc read-only: ps and /dev/fd need it; other processes' environ, mem and fds stay
+//     out of reach because Landlock also denies ptrace-mode access outside the domain;
+//   - the harmless character devices read-only, and /dev/null read-write.
+//
+// Not granted: /dev/tty (no terminal, see stub), /dev/shm, /sys, /run, $HOME.
+var (
+	implicitReadOnly  = []string{"/etc", "/proc", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"}
+	implicitReadWrite = []string{"/dev/null"}
+)
+
+// within reports whether p equals root or lies beneath it (both clean and absolute).
+func within(p, root string) bool {
+	if p == root || root == "/" {
+		return true
+	}
+	return strings.HasPrefix(p, root+"/")
+}
+
+// forms returns the lexical form of p and, when it differs, its symlink-resolved form:
+// Landlock resolves rules when they are added, so both must be checked.
+func forms(p string) []string {
+	c := filepath.Clean(p)
+	out := []string{c}
+	if r, err := filepath.EvalSymlinks(c); err == nil && r != c {
+		out = append(out, r)
+	}
+	return out
+}
+
+// checkAccess refuses a spec whose allow-list is not absolute or covers a Deny path:
+// Landlock can only add access, never subtract it beneath an allowed directory. An allow
+// entry inside a denied tree (a plugin's own dir under the config dir) is an explicit carve
+// out and fine.
+func checkAccess(a *sandbox.Access, extra ...string) error {
+	allow := make([]string, 0, len(a.ReadWrite)+len(a.ReadOnly)+len(a.ReadExec)+len(extra))
+	allow = append(allow, a.ReadWrite...)
+	allow = append(allow, a.ReadOnly...)
+	allow = append(allow, a.ReadExec...)
+	allow = append(allow, extra...)
+	for _, p := range append(append([]string{}, allow...), a.Deny...) {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("%w: path %q is not absolute", sandbox.ErrInvalidSpec, p)
+		}
+	}
+	for _, d := range a.Deny {
+		for _, df := range forms(d) {
+			for _, p := range allow {
+				for _, pf := range forms(p) {
+					if within(df, pf) {
+						return fmt.Errorf("%w: allowed path %q covers denied path %q", sandbox.ErrInvalidSpec, p, d)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sanitizeName keeps a cgroup/tmp name component safe: [A-Za-z0-9_-], at most 32 bytes.
+func sanitizeName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= 32 {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return "run"
+	}
+	return b.String()
+}
+
+// withEnv returns env with key=value set (replacing earlier values of key).
+func withEnv(env []string, key, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+value)
+}

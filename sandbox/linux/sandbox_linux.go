@@ -1,0 +1,468 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/stub"
+)
+
+// Options configure the Linux sandbox.
+type Options struct {
+	// StubPath is the executable that calls stub.MaybeRun first (default os.Executable()).
+	StubPath string
+	// CgroupParent is the parent of run cgroups, relative to each hierarchy's root
+	// (default: fledge's own cgroup in each hierarchy).
+	CgroupParent string
+	// Disable* pretend a kernel feature is missing: for tests of strict/degraded handling
+	// and for `doctor` what-ifs. They never add confinement.
+	DisableLandlock bool
+	DisableCgroups  bool
+	DisableNetNS    bool
+}
+
+// Sandbox implements sandbox.Sandbox with Landlock, cgroups and a re-exec stub.
+type Sandbox struct {
+	stubPath string
+	abi      int
+	cg       *cgEnv
+	netns    bool
+	userns   bool
+	kernel   string
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// New probes the kernel once (Landlock ABI, cgroup mode and write access, network
+// namespaces) and returns a sandbox that uses what it found.
+func New(opts Options) (*Sandbox, error) {
+	sb := &Sandbox{stubPath: opts.StubPath}
+	if sb.stubPath == "" {
+		p, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("%w: locate stub executable: %w", sandbox.ErrUnavailable, err)
+		}
+		sb.stubPath = p
+	}
+	if !opts.DisableLandlock {
+		sb.abi = stub.LandlockABI()
+	}
+	if opts.DisableCgroups {
+		sb.cg = &cgEnv{mode: CgroupNone, v1: map[string]string{}, v2Ctl: map[string]bool{}}
+	} else {
+		sb.cg = probeCgroups(opts.CgroupParent)
+	}
+	if !opts.DisableNetNS {
+		sb.netns = canUnshareNet()
+	}
+	sb.userns = userNamespaces()
+	var uts unix.Utsname
+	if unix.Uname(&uts) == nil {
+		sb.kernel = unix.ByteSliceToString(uts.Release[:])
+	}
+	return sb, nil
+}
+
+// LandlockABI is the ABI this sandbox applies (0 = none).
+func (s *Sandbox) LandlockABI() int { return s.abi }
+
+// canUnshareNet tries unshare(CLONE_NEWNET) on a throwaway thread: the goroutine exits
+// still locked, so the runtime discards the thread and its namespace with it.
+func canUnshareNet() bool {
+	res := make(chan bool, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		res <- unix.Unshare(unix.CLONE_NEWNET) == nil
+	}()
+	return <-res
+}
+
+func userNamespaces() bool {
+	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if err != nil || strings.TrimSpace(string(b)) == "0" {
+		return false
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return os.Geteuid() == 0
+	}
+	return true
+}
+
+// networkDeny says how Network=false is enforced.
+func (s *Sandbox) networkDeny() string {
+	var parts []string
+	if s.netns {
+		parts = append(parts, "netns")
+	}
+	if s.abi >= 4 {
+		parts = append(parts, "landlock-tcp")
+		if s.abi >= 10 {
+			parts[len(parts)-1] = "landlock-tcp-udp"
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "+")
+}
+
+// Report describes what this sandbox enforces here.
+func (s *Sandbox) Report() sandbox.Report {
+	r := sandbox.Report{
+		OS:             "linux",
+		Kernel:         s.kernel,
+		Confinement:    "none",
+		LandlockABI:    s.abi,
+		CgroupMode:     s.cg.mode,
+		CgroupWritable: s.cg.writable(),
+		CgroupPath:     s.cg.unified,
+		UserNamespaces: s.userns,
+		NetworkDeny:    s.networkDeny(),
+		TreeKill:       s.cg.killMethod(),
+		Warnings:       append([]string{}, s.cg.warnings...),
+	}
+	if r.CgroupPath == "" {
+		r.CgroupPath = s.cg.v1["memory"]
+	}
+	if s.abi > 0 {
+		r.Confinement = "landlock"
+	} else {
+		r.Warnings = append(r.Warnings, "Landlock unavailable: no filesystem confinement")
+	}
+	if s.abi > 0 && s.abi < 6 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("Landlock ABI %d: signals and abstract sockets not scoped (needs 6)", s.abi))
+	}
+	if !r.CgroupWritable {
+		r.Warnings = append(r.Warnings, "no writable cgroup: no memory/pids/cpu limits; setsid or daemonized children can escape the process-group kill")
+	}
+	if r.NetworkDeny == "none" {
+		r.Warnings = append(r.Warnings, "network deny cannot be enforced")
+	}
+	return r
+}
+
+// plan works out the Mode of one run and refuses it under Strict when a promise fails.
+func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
+	m := sandbox.Mode{Confinement: "none", Cgroup: CgroupNone, TreeKill: KillPgroup}
+	if s.abi > 0 {
+		m.Confinement, m.LandlockABI = "landlock", s.abi
+	} else {
+		m.Degraded = append(m.Degraded, "filesystem confinement (Landlock unavailable)")
+	}
+	if s.abi > 0 && s.abi < 6 {
+		m.Degraded = append(m.Degraded, "signal and abstract-socket scoping (Landlock ABI < 6)")
+	}
+	if s.cg.writable() {
+		m.Cgroup, m.TreeKill = s.cg.mode, s.cg.killMethod()
+	} else {
+		m.Degraded = append(m.Degraded, "cgroup (no limits; process-group kill only)")
+	}
+	if !spec.Network {
+		m.NetNS = s.netns
+		if !s.netns && s.abi < 4 {
+			m.Degraded = append(m.Degraded, "network deny")
+		}
+	}
+	if spec.Strict && len(m.Degraded) > 0 {
+		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
+	}
+	return m, nil
+}
+
+// Start runs spec under confinement.
+func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if spec.Path == "" || len(spec.Args) == 0 {
+		return nil, fmt.Errorf("%w: empty program", sandbox.ErrInvalidSpec)
+	}
+	if err := checkAccess(&spec.Access, append(implicitReadOnly, implicitReadWrite...)...); err != nil {
+		return nil, err
+	}
+	mode, err := s.plan(spec)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{
+		spec:  spec,
+		mode:  mode,
+		start: time.Now(),
+		done:  make(chan struct{}),
+		main:  make(chan struct{}),
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			p.cleanup()
+		}
+	}()
+
+	env := append([]string{}, spec.Env...)
+	rw := append([]string{}, spec.Access.ReadWrite...)
+	if spec.PrivateTmp {
+		if p.tmp, err = os.MkdirTemp("", "fledge-tmp-"+sanitizeName(spec.Name)+"-"); err != nil {
+			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, err)
+		}
+		rw = append(rw, p.tmp)
+		env = withEnv(env, "TMPDIR", p.tmp)
+	}
+
+	pol := &stub.Policy{Path: spec.Path, Args: spec.Args, Env: env, NoFile: spec.Limits.NoFile}
+	if s.abi > 0 {
+		pol.Landlock = &stub.Landlock{
+			ABI:       s.abi,
+			ReadWrite: append(rw, implicitReadWrite...),
+			ReadOnly:  append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...),
+			ReadExec:  spec.Access.ReadExec,
+			DenyNet:   !spec.Network,
+			Scope:     true,
+			LogExec:   true,
+		}
+	}
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if s.cg.writable() {
+		rc, degraded, err := newRunCgroup(s.cg, spec.Name, &spec.Limits)
+		if err != nil {
+			if spec.Strict {
+				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+			}
+			p.mode.Degraded = append(p.mode.Degraded, "cgroup ("+err.Error()+")")
+			p.mode.Cgroup, p.mode.TreeKill = CgroupNone, KillPgroup
+		} else {
+			p.cg = rc
+			if len(degraded) > 0 {
+				if spec.Strict {
+					return nil, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(degraded, "; "))
+				}
+				p.mode.Degraded = append(p.mode.Degraded, degraded...)
+			}
+			pol.CgroupProcs = rc.joinFiles()
+			if rc.fd != nil {
+				// CLONE_INTO_CGROUP: the child is born inside its group, no window.
+				sys.UseCgroupFD, sys.CgroupFD = true, int(rc.fd.Fd())
+			}
+		}
+	}
+	if !spec.Network && s.netns {
+		sys.Cloneflags |= unix.CLONE_NEWNET
+	}
+
+	if p.stdio, err = stub.OpenStdio(spec.Stdin, spec.Stdout, spec.Stderr); err != nil {
+		return nil, fmt.Errorf("%w: stdio: %w", sandbox.ErrLaunch, err)
+	}
+	l := &stub.Launch{
+		StubPath: s.stubPath,
+		Policy:   pol,
+		Dir:      spec.Dir,
+		Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
+		Sys: sys,
+	}
+	p.proc, err = l.Start()
+	p.stdio.Started()
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	go p.wait()
+	go p.watch(ctx)
+	return p, nil
+}
+
+// process is one running tree.
+type process struct {
+	spec  *sandbox.Spec
+	mode  sandbox.Mode
+	start time.Time
+	proc  *os.Process
+	cg    *runCgroup
+	stdio *stub.Stdio
+	tmp   string
+
+	main chan struct{} // closed when the main process has exited
+	done chan struct{} // closed when the tree is gone and res is set
+
+	mu        sync.Mutex
+	killed    map[int]bool
+	timedOut  bool
+	cancelled bool
+	res       *sandbox.Result
+	err       error
+}
+
+func (p *process) Pid() int { return p.proc.Pid }
+
+func (p *process) Signal(sig os.Signal) error {
+	select {
+	case <-p.main:
+		return os.ErrProcessDone
+	default:
+	}
+	return p.proc.Signal(sig)
+}
+
+func (p *process) Kill() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	return p.killTree()
+}
+
+func (p *process) Wait() (*sandbox.Result, error) {
+	<-p.done
+	return p.res, p.err
+}
+
+func (p *process) note(pids []int, main bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.killed == nil {
+		p.killed = map[int]bool{}
+	}
+	for _, pid := range pids {
+		if pid == p.proc.Pid && !main {
+			continue // the main process exited on its own
+		}
+		p.killed[pid] = true
+	}
+}
+
+// signalTree sends sig to every process of the tree.
+func (p *process) signalTree(sig syscall.Signal) {
+	if p.cg != nil {
+		p.note(p.cg.signal(sig), true)
+		return
+	}
+	if syscall.Kill(-p.proc.Pid, sig) == nil {
+		p.note([]int{p.proc.Pid}, true)
+	}
+}
+
+// killTree SIGKILLs every process of the tree.
+func (p *process) killTree() error {
+	mainAlive := true
+	select {
+	case <-p.main:
+		mainAlive = false
+	default:
+	}
+	if p.cg != nil {
+		pids, err := p.cg.kill()
+		p.note(pids, mainAlive)
+		return err
+	}
+	// No cgroup: the process group is all we can reach (setsid escapes, see Mode).
+	members := pgroupMembers(p.proc.Pid)
+	if err := syscall.Kill(-p.proc.Pid, syscall.SIGKILL); err == nil {
+		p.note(members, mainAlive)
+	}
+	return nil
+}
+
+// watch enforces the timeout and context cancellation: SIGTERM to all, KillGrace, SIGKILL.
+func (p *process) watch(ctx context.Context) {
+	var timeout <-chan time.Time
+	if d := p.spec.Limits.Timeout; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-p.main:
+		return
+	case <-timeout:
+		p.mu.Lock()
+		p.timedOut = true
+		p.mu.Unlock()
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.cancelled = true
+		p.mu.Unlock()
+	}
+	p.signalTree(syscall.SIGTERM)
+	grace := p.spec.Limits.KillGrace
+	if grace <= 0 {
+		grace = 2 * time.Second
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.main:
+	case <-t.C:
+		_ = p.killTree()
+	}
+}
+
+// copyGrace bounds how long Wait waits for output copies after the tree is gone.
+const copyGrace = 2 * time.Second
+
+// wait reaps the main process, kills every survivor, collects the result and cleans up.
+func (p *process) wait() {
+	st, werr := p.proc.Wait()
+	close(p.main)
+	res := &sandbox.Result{Mode: p.mode}
+	var errs []error
+	if werr != nil {
+		errs = append(errs, werr)
+	} else if ws, ok := st.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Signaled():
+			res.ExitCode = 128 + int(ws.Signal())
+			res.Signal = unix.SignalName(ws.Signal())
+		default:
+			res.ExitCode = ws.ExitStatus()
+		}
+	}
+	// Nothing of the command outlives its main process.
+	if err := p.killTree(); err != nil {
+		errs = append(errs, err)
+	}
+	if p.cg != nil {
+		if err := p.cg.waitEmpty(); err != nil {
+			errs = append(errs, err)
+		}
+		res.OOMKilled, res.PeakMemory = p.cg.stats()
+	}
+	if !p.stdio.Finish(copyGrace) {
+		res.Mode.Degraded = append(res.Mode.Degraded, "output copy did not finish")
+	}
+	res.Duration = time.Since(p.start)
+	p.mu.Lock()
+	res.TimedOut, res.Cancelled, res.Killed = p.timedOut, p.cancelled, len(p.killed)
+	p.mu.Unlock()
+	if err := p.cleanup(); err != nil {
+		errs = append(errs, err)
+	}
+	p.res = res
+	if len(errs) > 0 {
+		p.err = fmt.Errorf("sandbox cleanup: %w", joinErrs(errs))
+	}
+	close(p.done)
+}
+
+// cleanup removes the run's cgroups and private tmp.
+func (p *process) cleanup() error {
+	var errs []error
+	if p.cg != nil {
+		if err := p.cg.remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.tmp != "" {
+		if err := os.RemoveAll(p.tmp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinErrs(errs)
+}

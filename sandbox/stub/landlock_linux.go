@@ -1,0 +1,156 @@
+package stub
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Landlock is applied with raw syscalls on the one thread that execs next. go-landlock's
+// Restrict enforces on every thread (through libpsx below ABI 8, which wraps pthread_create
+// in the whole binary); a stub that execs immediately needs none of that, and the exec'd
+// program inherits the calling thread's domain.
+
+// Access rights per ABI (kernel Documentation/userspace-api/landlock.rst).
+const (
+	fsV1 = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR |
+		unix.LANDLOCK_ACCESS_FS_REMOVE_DIR | unix.LANDLOCK_ACCESS_FS_REMOVE_FILE |
+		unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
+		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_SYM
+
+	fileRights = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE |
+		unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	readRights = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
+	execRights = readRights | unix.LANDLOCK_ACCESS_FS_EXECUTE
+)
+
+// MaxLandlockABI is the newest ABI whose rights this code knows. A newer kernel is used at
+// this level: everything newer stays unhandled (allowed), which is the kernel's own
+// compatibility rule.
+const MaxLandlockABI = 10
+
+// LandlockABI returns the kernel's Landlock ABI (0 = unavailable, disabled or not built).
+func LandlockABI() int {
+	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// handledFS is every filesystem right the ABI can restrict.
+func handledFS(abi int) uint64 {
+	h := uint64(fsV1)
+	if abi >= 2 {
+		h |= unix.LANDLOCK_ACCESS_FS_REFER
+	}
+	if abi >= 3 {
+		h |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	}
+	if abi >= 5 {
+		h |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	}
+	if abi >= 9 {
+		h |= unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
+	}
+	return h
+}
+
+func handledNet(abi int) uint64 {
+	var h uint64
+	if abi >= 4 {
+		h |= unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+	}
+	if abi >= 10 {
+		h |= unix.LANDLOCK_ACCESS_NET_BIND_UDP | unix.LANDLOCK_ACCESS_NET_CONNECT_SEND_UDP
+	}
+	return h
+}
+
+func applyLandlock(ll *Landlock) error {
+	abi := min(ll.ABI, MaxLandlockABI)
+	if abi < 1 {
+		return errors.New("no Landlock ABI")
+	}
+	fs := handledFS(abi)
+	attr := unix.LandlockRulesetAttr{Handled_access_fs: fs}
+	size := unsafe.Sizeof(attr.Handled_access_fs)
+	if ll.DenyNet && abi >= 4 {
+		attr.Handled_access_net = handledNet(abi)
+	}
+	if abi >= 4 {
+		size += unsafe.Sizeof(attr.Handled_access_net)
+	}
+	if ll.Scope && abi >= 6 {
+		attr.Scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
+	}
+	if abi >= 6 {
+		size += unsafe.Sizeof(attr.Scoped)
+	}
+	rfd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
+	if errno != 0 {
+		return fmt.Errorf("create_ruleset (abi %d): %w", abi, errno)
+	}
+	defer unix.Close(int(rfd))
+
+	// Read-write also gets REFER: renames inside a writable tree must keep working.
+	rw := fs
+	for _, set := range []struct {
+		paths  []string
+		rights uint64
+	}{
+		{ll.ReadExec, execRights},
+		{ll.ReadOnly, readRights},
+		{ll.ReadWrite, rw},
+	} {
+		for _, p := range set.paths {
+			if err := addPathRule(int(rfd), p, set.rights&fs); err != nil {
+				return err
+			}
+		}
+	}
+	var flags uintptr
+	if ll.LogExec && abi >= 7 {
+		flags |= unix.LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, rfd, flags, 0); errno != 0 {
+		return fmt.Errorf("restrict_self: %w", errno)
+	}
+	return nil
+}
+
+// addPathRule allows rights beneath path. Missing paths are skipped (PATH entries and
+// optional system dirs come and go); a file gets only the rights that apply to files.
+func addPathRule(rfd int, path string, rights uint64) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return nil
+		}
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		rights &= fileRights
+	}
+	if rights == 0 {
+		return nil
+	}
+	attr := unix.LandlockPathBeneathAttr{Allowed_access: rights, Parent_fd: int32(fd)}
+	if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rfd),
+		unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&attr)), 0, 0, 0); errno != 0 {
+		return fmt.Errorf("add rule %s: %w", path, errno)
+	}
+	return nil
+}
+

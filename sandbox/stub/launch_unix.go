@@ -1,0 +1,132 @@
+//go:build unix
+
+package stub
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// DefaultConfirmTimeout bounds how long Launch waits for the stub to exec or fail.
+const DefaultConfirmTimeout = 30 * time.Second
+
+// Launch describes one stub start on the host side.
+type Launch struct {
+	StubPath string   // absolute path of the executable holding MaybeRun
+	Wrapper  []string // programs run before the stub (e.g. sandbox-exec -p PROFILE); Wrapper[0] absolute
+	Policy   *Policy
+	Dir      *os.File // guarded working directory; nil = inherit
+	// Stdio for the child; all three must be set (use /dev/null, never a terminal).
+	Stdin, Stdout, Stderr *os.File
+	Sys                   *syscall.SysProcAttr
+	ConfirmTimeout        time.Duration // 0 = DefaultConfirmTimeout
+}
+
+// Start starts the stub and returns once it has exec'd the target program (the returned
+// process is then that program: exec keeps the pid) or failed. A failure before exec comes
+// back as sandbox.ErrLaunch wrapping ErrStubFailed and the stub's *StepError, and the stub
+// has been reaped.
+func (l *Launch) Start() (*os.Process, error) {
+	if l.Policy == nil || l.StubPath == "" {
+		return nil, fmt.Errorf("%w: no policy or stub path", sandbox.ErrLaunch)
+	}
+	if l.Stdin == nil || l.Stdout == nil || l.Stderr == nil {
+		return nil, fmt.Errorf("%w: stdio not set", sandbox.ErrLaunch)
+	}
+	if l.Dir != nil {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(l.Dir.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("%w: stat working directory: %w", sandbox.ErrLaunch, err)
+		}
+		l.Policy.HasDir = true
+		// A caller that proved the directory's identity (pathguard) sets it; the stub then
+		// checks the fd it got is that directory. Otherwise the handle's own identity.
+		if l.Policy.DirDev == 0 && l.Policy.DirIno == 0 {
+			l.Policy.DirDev, l.Policy.DirIno = uint64(st.Dev), uint64(st.Ino)
+		}
+	}
+	data, err := json.Marshal(l.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode policy: %w", sandbox.ErrLaunch, err)
+	}
+	if len(data) > MaxPolicyBytes {
+		return nil, fmt.Errorf("%w: policy is %d bytes, limit %d", sandbox.ErrLaunch, len(data), MaxPolicyBytes)
+	}
+	polR, polW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	defer polW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		polR.Close()
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	defer errR.Close()
+
+	files := []*os.File{l.Stdin, l.Stdout, l.Stderr, polR, errW}
+	if l.Dir != nil {
+		files = append(files, l.Dir)
+	}
+	argv := append(append([]string{}, l.Wrapper...), l.StubPath, Marker)
+	proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
+		Files: files,
+		Sys:   l.Sys,
+		// The stub needs no environment of its own; the program gets Policy.Env at exec.
+		Env: []string{},
+	})
+	polR.Close()
+	errW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%w: start stub %s: %w", sandbox.ErrLaunch, argv[0], err)
+	}
+
+	// A policy that fits the pipe buffer is written at once; a larger one (huge env) must
+	// not block Start while the stub is still starting, so it goes through a goroutine.
+	if len(data) <= 32<<10 {
+		_, err = polW.Write(data)
+		polW.Close()
+	} else {
+		go func(w *os.File) { _, _ = w.Write(data); w.Close() }(polW)
+		polW = nil
+	}
+	if err != nil && !errors.Is(err, syscall.EPIPE) {
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+		return nil, fmt.Errorf("%w: send policy: %w", sandbox.ErrLaunch, err)
+	}
+
+	timeout := l.ConfirmTimeout
+	if timeout <= 0 {
+		timeout = DefaultConfirmTimeout
+	}
+	_ = errR.SetReadDeadline(time.Now().Add(timeout))
+	msg, rerr := io.ReadAll(io.LimitReader(errR, maxErrBytes+1))
+	if len(msg) == 0 && rerr == nil {
+		return proc, nil // EOF with no message: the error pipe closed at exec
+	}
+	// Failure (or a stub that hangs): make sure it is gone and reaped.
+	_ = proc.Kill()
+	st, _ := proc.Wait()
+	if len(msg) == 0 {
+		return nil, fmt.Errorf("%w: %w: no exec confirmation: %v (stub %v)", sandbox.ErrLaunch, ErrStubFailed, rerr, st)
+	}
+	return nil, fmt.Errorf("%w: %w: %w", sandbox.ErrLaunch, ErrStubFailed, parseStepError(msg))
+}
+
+func parseStepError(msg []byte) *StepError {
+	step, text, ok := bytes.Cut(msg, []byte{0})
+	if !ok {
+		return &StepError{Step: "stub", Msg: strings.TrimSpace(string(msg))}
+	}
+	return &StepError{Step: string(step), Msg: string(text)}
+}

@@ -1,0 +1,178 @@
+// Package stub is fledge's re-exec entry point: the first program of every sandboxed child.
+//
+// The host starts its own executable with Marker as argv[1]. MaybeRun, called as the very
+// first statement of main (and of TestMain in test binaries that start sandboxed processes),
+// notices the marker and turns the process into the stub: it reads its Policy from an
+// inherited fd, applies the confinement steps in a fixed order and execs the real program.
+// Every failure before exec is written to a dedicated CLOEXEC error pipe, so the host can
+// report launch_failed with a precise cause instead of a bare exit code.
+//
+// The host half (Launch) lives here too, so every sandbox (linux, darwin, fallback) starts
+// the stub the same way.
+package stub
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+)
+
+// Marker is argv[1] of a stub invocation. It is deliberately unlikely as a user argument.
+const Marker = "__fledge_sandbox_stub__"
+
+// Fixed fd numbers in the stub (after stdio). The host passes them through ExtraFiles.
+const (
+	fdPolicy = 3 // read end of a pipe carrying the JSON Policy
+	fdErr    = 4 // write end of the error pipe (made CLOEXEC by the stub)
+	fdDir    = 5 // the guarded working directory (optional)
+)
+
+// Bounds on what crosses the pipes.
+const (
+	MaxPolicyBytes = 1 << 20 // a policy larger than this is refused
+	maxErrBytes    = 4096    // one error message from the stub
+)
+
+// exitStubFailed is the exit status of a stub that failed before exec (the host normally
+// reports the error pipe's message instead).
+const exitStubFailed = 126
+
+// Policy is everything the stub does before exec. It is JSON on the wire.
+type Policy struct {
+	Path string   `json:"path"`
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+
+	// HasDir says fd 5 is the working directory; DirDev/DirIno are its identity as the host
+	// saw it (0 = do not check).
+	HasDir bool   `json:"has_dir,omitempty"`
+	DirDev uint64 `json:"dir_dev,omitempty"`
+	DirIno uint64 `json:"dir_ino,omitempty"`
+
+	// NoFile bounds RLIMIT_NOFILE (soft and hard). 0 = DefaultNoFile. RLIMIT_CORE is always 0.
+	NoFile uint64 `json:"nofile,omitempty"`
+
+	// CgroupProcs are cgroup.procs files the stub writes its pid into before anything else
+	// (cgroup v1 controllers on hybrid/legacy systems; v2 uses CLONE_INTO_CGROUP instead).
+	CgroupProcs []string `json:"cgroup_procs,omitempty"`
+
+	// Landlock is the Linux filesystem/network/IPC policy; nil = none.
+	Landlock *Landlock `json:"landlock,omitempty"`
+}
+
+// Landlock is the Landlock part of a Policy. ABI is the ruleset ABI to build (the host
+// probes the kernel once); the stub never asks for more than the kernel has.
+type Landlock struct {
+	ABI       int      `json:"abi"`
+	ReadWrite []string `json:"rw,omitempty"`
+	ReadOnly  []string `json:"ro,omitempty"`
+	ReadExec  []string `json:"rx,omitempty"`
+	// DenyNet handles TCP (and UDP on ABI >= 10) bind/connect with no port allowed.
+	DenyNet bool `json:"deny_net,omitempty"`
+	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
+	Scope bool `json:"scope,omitempty"`
+	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).
+	LogExec bool `json:"log_exec,omitempty"`
+}
+
+// DefaultNoFile is RLIMIT_NOFILE when the policy does not say.
+const DefaultNoFile = 1024
+
+// StepError is a failure inside the stub, as reported through the error pipe.
+type StepError struct {
+	Step string // e.g. "landlock", "fchdir", "exec"
+	Msg  string
+}
+
+func (e *StepError) Error() string { return "stub: " + e.Step + ": " + e.Msg }
+
+// ErrStubFailed wraps every StepError the host receives.
+var ErrStubFailed = errors.New("sandbox stub failed before exec")
+
+// IsStub reports whether args (os.Args) is a stub invocation.
+func IsStub(args []string) bool { return len(args) > 1 && args[1] == Marker }
+
+// MaybeRun turns this process into the stub when os.Args[1] is Marker and never returns in
+// that case; otherwise it returns at once. Call it first in main and in TestMain.
+func MaybeRun() {
+	if !IsStub(os.Args) {
+		return
+	}
+	// Every step that is per-thread (no_new_privs, Landlock) must happen on the thread that
+	// finally calls execve, so pin the main goroutine to its thread for good.
+	runtime.LockOSThread()
+	errPipe := os.NewFile(fdErr, "stub-err")
+	if err := run(); err != nil {
+		var se *StepError
+		if !errors.As(err, &se) {
+			se = &StepError{Step: "stub", Msg: err.Error()}
+		}
+		msg := se.Step + "\x00" + se.Msg
+		if len(msg) > maxErrBytes {
+			msg = msg[:maxErrBytes]
+		}
+		// Nobody to tell if this fails; the exit code still says "could not run".
+		_, _ = errPipe.Write([]byte(msg))
+		os.Exit(exitStubFailed)
+	}
+	// run only returns nil after a successful exec, which never returns.
+	os.Exit(exitStubFailed)
+}
+
+func run() error {
+	pol, err := readPolicy(os.NewFile(fdPolicy, "stub-policy"))
+	if err != nil {
+		return &StepError{Step: "policy", Msg: err.Error()}
+	}
+	if err := markCloexec(fdErr); err != nil {
+		return &StepError{Step: "errpipe", Msg: err.Error()}
+	}
+	return apply(pol)
+}
+
+func readPolicy(f *os.File) (*Policy, error) {
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxPolicyBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxPolicyBytes {
+		return nil, fmt.Errorf("policy exceeds %d bytes", MaxPolicyBytes)
+	}
+	var p Policy
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if p.Path == "" || len(p.Args) == 0 {
+		return nil, errors.New("empty program")
+	}
+	return &p, nil
+}
+
+// lookPath resolves a bare program name against PATH from the child's own environment
+// (never the host's), as a shell would.
+func lookPath(pol *Policy) (string, error) {
+	if strings.Contains(pol.Path, "/") {
+		return pol.Path, nil
+	}
+	path := ""
+	for _, kv := range pol.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range strings.Split(path, ":") {
+		if dir == "" || !strings.HasPrefix(dir, "/") {
+			continue // relative PATH entries would depend on the guarded cwd; skip them
+		}
+		cand := dir + "/" + pol.Path
+		if st, err := os.Stat(cand); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return cand, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH", pol.Path)
+}

@@ -1,0 +1,27 @@
+//go:build unix && !linux
+
+package stub
+
+import (
+	"errors"
+
+	"golang.org/x/sys/unix"
+)
+
+func joinCgroups(procs []string) error {
+	if len(procs) > 0 {
+		return errors.New("cgroups exist only on Linux")
+	}
+	return nil
+}
+
+// setNoNewPrivs: there is no equivalent outside Linux; the sandbox reports it as degraded.
+func setNoNewPrivs() error { return nil }
+
+func getsid() (int, error) { return unix.Getsid(0) }
+
+func fcntl(fd, cmd, arg int) (int, error) { return unix.FcntlInt(uintptr(fd), cmd, arg) }
+
+func cloexecFrom(first int) error { return cloexecFromDir("/dev/fd", first) }
+
+func applyLandlock(*Landlock) error { return errors.New("landlock exists only on Linux") }
