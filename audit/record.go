@@ -34,7 +34,18 @@ const (
 	EventMalformed        = "malformed_lines"
 	EventSandboxDegraded  = "sandbox_degraded"
 	EventLegacyUnconfined = "legacy_unconfined"
+	// EventLogRecovered is written by the log itself when it finds a torn tail (a write cut
+	// short by a crash): it names the skipped bytes so verify can tell a crash from an edit.
+	EventLogRecovered = "log_recovered"
 )
+
+// Events lists every event name, in the order docs/audit.md describes them.
+var Events = []string{
+	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRemove,
+	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
+	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
+	EventLegacyUnconfined, EventLogRecovered,
+}
 
 // PluginRef identifies the plugin a record is about.
 type PluginRef struct {

@@ -1,0 +1,656 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fledgehq/fledge/reason"
+)
+
+// FsyncPolicy says when Append waits for the record to reach the disk.
+type FsyncPolicy string
+
+const (
+	FsyncAlways  FsyncPolicy = "always"  // every record
+	FsyncDurable FsyncPolicy = "durable" // only Append(r, true), e.g. the exec decision (default)
+	FsyncNever   FsyncPolicy = "never"   // never, not even durable records (tmpfs CI, benchmarks)
+)
+
+const (
+	// DefaultRotateBytes is the live file size that triggers rotation.
+	DefaultRotateBytes int64 = 16 << 20
+	// DefaultMaxRecordBytes bounds one stored line; larger details are truncated with a marker.
+	DefaultMaxRecordBytes = 256 << 10
+	// MinRecordBytes is the smallest MaxRecordBytes accepted: room for every fixed field at
+	// its truncated size plus the truncation marker.
+	MinRecordBytes = 16 << 10
+	// MaxLineBytes bounds a line for every reader; a longer line is an error naming file and line.
+	MaxLineBytes = 2 * DefaultMaxRecordBytes
+	// maxRegionBytes bounds the torn bytes a writer will skip over when it recovers a crash.
+	maxRegionBytes = MaxLineBytes
+	// DefaultLockTimeout bounds the wait for another fledge process holding the log lock.
+	DefaultLockTimeout = 10 * time.Second
+	// capString is the length caller-provided strings are cut to when a record is oversized.
+	capString = 128
+)
+
+var (
+	ErrSymlink        = errors.New("audit: log path is a symlink")
+	ErrNotRegular     = errors.New("audit: log path is not a regular file")
+	ErrInsecurePerms  = errors.New("audit: insecure ownership or permissions")
+	ErrLockTimeout    = errors.New("audit: timed out waiting for the log lock")
+	ErrCorruptTail    = errors.New("audit: the log ends with data that is not a torn write; run `fledge audit verify`")
+	ErrClosed         = errors.New("audit: log is closed")
+	ErrInvalidOptions = errors.New("audit: invalid options")
+	ErrRecordTooLarge = errors.New("audit: record too large even after truncation")
+	ErrLineTooLong    = errors.New("audit: line too long")
+	ErrBadRecord      = errors.New("audit: unreadable record")
+	ErrNoLog          = errors.New("audit: no audit log")
+	ErrUnsupported    = errors.New("audit: not supported")
+)
+
+// Options tune a Log. The zero value is the default.
+type Options struct {
+	Fsync FsyncPolicy
+	// RotateBytes: rotate once the live file reaches this size; 0 = DefaultRotateBytes, -1 = never.
+	RotateBytes int64
+	// MaxRecordBytes bounds one stored line (newline included); 0 = DefaultMaxRecordBytes.
+	// Accepted range: MinRecordBytes..DefaultMaxRecordBytes, so every reader can read it back.
+	MaxRecordBytes int
+	// LockTimeout bounds the wait for the cross-process lock; 0 = DefaultLockTimeout.
+	LockTimeout time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	switch o.Fsync {
+	case "":
+		o.Fsync = FsyncDurable
+	case FsyncAlways, FsyncDurable, FsyncNever:
+	default:
+		return o, fmt.Errorf("%w: fsync policy %q (want always, durable or never)", ErrInvalidOptions, o.Fsync)
+	}
+	switch {
+	case o.RotateBytes == 0:
+		o.RotateBytes = DefaultRotateBytes
+	case o.RotateBytes < -1:
+		return o, fmt.Errorf("%w: RotateBytes %d", ErrInvalidOptions, o.RotateBytes)
+	}
+	switch {
+	case o.MaxRecordBytes == 0:
+		o.MaxRecordBytes = DefaultMaxRecordBytes
+	case o.MaxRecordBytes < MinRecordBytes || o.MaxRecordBytes > DefaultMaxRecordBytes:
+		return o, fmt.Errorf("%w: MaxRecordBytes %d outside %d..%d", ErrInvalidOptions, o.MaxRecordBytes, MinRecordBytes, DefaultMaxRecordBytes)
+	}
+	switch {
+	case o.LockTimeout == 0:
+		o.LockTimeout = DefaultLockTimeout
+	case o.LockTimeout < 0:
+		return o, fmt.Errorf("%w: LockTimeout %s", ErrInvalidOptions, o.LockTimeout)
+	}
+	return o, nil
+}
+
+// DefaultPath is FLEDGE_AUDIT_LOG, else $XDG_STATE_HOME/fledge/audit.jsonl, else
+// ~/.local/state/fledge/audit.jsonl. A relative XDG_STATE_HOME is ignored, as the XDG spec says.
+func DefaultPath() (string, error) {
+	if p := os.Getenv("FLEDGE_AUDIT_LOG"); p != "" {
+		return p, nil
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "fledge", "audit.jsonl"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("audit: no default log path: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "fledge", "audit.jsonl"), nil
+}
+
+// Log is an open, hash-chained audit log. It is safe for concurrent use, and several
+// processes may hold the same log open: appends are serialised by a flock on <path>.lock and
+// each append re-reads the chain's tail from disk. A Log holds no per-record state.
+type Log struct {
+	mu     sync.Mutex
+	path   string
+	dir    string
+	opts   Options
+	lock   *os.File
+	f      *os.File // live file; reopened when another process rotated it
+	host   string
+	uid    int
+	pid    int
+	closed bool
+}
+
+// Open opens (creating) the log at path. The directory is created 0700; an existing one
+// writable by group/others or owned by another user is refused, group/other read bits are
+// dropped. The file is opened O_APPEND|O_NOFOLLOW, 0600: a symlink, a non-regular file or a
+// file owned by another user is refused, wider permissions are tightened to 0600. A torn
+// tail left by a crash is recovered now (see docs/audit.md), and a tail that was tampered
+// with makes Open fail with ErrCorruptTail so no plugin runs on a broken log.
+func Open(path string, opts Options) (*Log, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty log path", ErrInvalidOptions)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(abs)
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	lock, err := openPrivate(abs+".lock", os.O_RDWR)
+	if err != nil {
+		return nil, err
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	l := &Log{path: abs, dir: dir, opts: o, lock: lock, host: host, uid: os.Getuid(), pid: os.Getpid()}
+	err = l.locked(func() error {
+		f, err := l.liveFile()
+		if err != nil {
+			return err
+		}
+		_, err = l.prepare(f)
+		return err
+	})
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Path is the absolute path of the live file.
+func (l *Log) Path() string { return l.path }
+
+// Append implements Recorder. It fills r's Schema, Seq, Time (UTC, ns), Host, UID, PID,
+// PrevHash and Hash (and replaces Details with a marker if the record was oversized), writes
+// the record with one write(2), and fsyncs per the policy. r is untouched on error.
+func (l *Log) Append(r *Record, durable bool) error {
+	if r == nil {
+		return errors.New("audit: nil record")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	return l.locked(func() error {
+		f, err := l.liveFile()
+		if err != nil {
+			return err
+		}
+		prev, err := l.prepare(f)
+		if err != nil {
+			return err
+		}
+		s, err := l.seal(r, prev)
+		if err != nil {
+			return err
+		}
+		sync := l.opts.Fsync == FsyncAlways || (durable && l.opts.Fsync == FsyncDurable)
+		if err := l.write(f, append(s.line, '\n'), sync); err != nil {
+			return err
+		}
+		s.commit(r)
+		// The record is safely in the live file; a failed rename is retried by the next
+		// append, so it must not read as a failed append.
+		_ = l.maybeRotate(f)
+		return nil
+	})
+}
+
+// Close releases the files. It does not sync: records needing durability were synced by Append.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	var errs []error
+	if l.f != nil {
+		errs = append(errs, l.f.Close())
+		l.f = nil
+	}
+	errs = append(errs, l.lock.Close())
+	return errors.Join(errs...)
+}
+
+func (l *Log) locked(fn func() error) error {
+	if err := flockWait(l.lock, lockEx, l.opts.LockTimeout); err != nil {
+		return err
+	}
+	defer funlock(l.lock)
+	return fn()
+}
+
+// liveFile returns the live file, reopening it when another process rotated (renamed) the
+// one we hold or it vanished.
+func (l *Log) liveFile() (*os.File, error) {
+	fi, err := os.Lstat(l.path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if l.f != nil {
+		if err == nil {
+			if cur, e := l.f.Stat(); e == nil && os.SameFile(fi, cur) {
+				return l.f, nil
+			}
+		}
+		l.f.Close()
+		l.f = nil
+	}
+	f, oerr := openPrivate(l.path, os.O_RDWR|os.O_APPEND)
+	if oerr != nil {
+		return nil, oerr
+	}
+	if errors.Is(err, fs.ErrNotExist) && l.opts.Fsync != FsyncNever {
+		if err := syncDir(l.dir); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	l.f = f
+	return f, nil
+}
+
+func (l *Log) write(f *os.File, b []byte, sync bool) error {
+	// os.File.Write is one write(2) unless the kernel writes short; under the lock and with
+	// O_APPEND a retry of the rest still lands contiguously.
+	if _, err := f.Write(b); err != nil {
+		return fmt.Errorf("audit: append to %s: %w", l.path, err)
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("audit: fsync %s: %w", l.path, err)
+		}
+	}
+	return nil
+}
+
+// chainPos is where the chain stands: the last record's seq and hash.
+type chainPos struct {
+	seq  uint64
+	hash string
+}
+
+var genesis = chainPos{0, ZeroHash}
+
+// prepare reads the chain's tail from disk (never from memory: another process may have
+// appended) and repairs a torn tail: it terminates the torn bytes and appends a
+// log_recovered record naming them, chained to the last complete record.
+func (l *Log) prepare(f *os.File) (chainPos, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return chainPos{}, err
+	}
+	ti := &tailInfo{}
+	if fi.Size() > 0 {
+		if ti, err = readTail(f, fi.Size()); err != nil {
+			return chainPos{}, err
+		}
+	}
+	if !ti.found {
+		if ti.prev, err = rotatedTail(l.path); err != nil {
+			return chainPos{}, err
+		}
+	}
+	if ti.needNL {
+		// A complete, valid record lost only its newline: terminate it, nothing was lost.
+		return ti.prev, l.write(f, []byte{'\n'}, l.opts.Fsync != FsyncNever)
+	}
+	if len(ti.region) == 0 {
+		return ti.prev, nil
+	}
+	if len(ti.region) > maxRegionBytes {
+		return chainPos{}, fmt.Errorf("%w: %d unreadable bytes at the end of %s", ErrCorruptTail, len(ti.region), l.path)
+	}
+	var buf []byte
+	skipped := ti.region
+	if skipped[len(skipped)-1] != '\n' {
+		buf = append(buf, '\n')
+		skipped = append(skipped[:len(skipped):len(skipped)], '\n')
+	}
+	sum := sha256.Sum256(skipped)
+	rec := &Record{
+		Event:    EventLogRecovered,
+		Decision: Error,
+		Reason:   string(reason.Crashed),
+		Details: map[string]any{
+			DetailSkippedOffset: ti.regionStart,
+			DetailSkippedBytes:  len(skipped),
+			DetailSkippedSHA256: hex.EncodeToString(sum[:]),
+			DetailMessage:       "a write was cut short (crash?); the torn bytes are kept and skipped",
+		},
+	}
+	s, err := l.seal(rec, ti.prev)
+	if err != nil {
+		return chainPos{}, err
+	}
+	buf = append(append(buf, s.line...), '\n')
+	if err := l.write(f, buf, l.opts.Fsync != FsyncNever); err != nil {
+		return chainPos{}, err
+	}
+	return chainPos{s.seq, s.hash}, nil
+}
+
+// sealed is a record ready to write: its line and the fields Append gives back to the caller.
+type sealed struct {
+	line    []byte
+	seq     uint64
+	hash    string
+	time    time.Time
+	prev    string
+	host    string
+	uid     int
+	pid     int
+	details map[string]any
+	replace bool // details were replaced (truncated or unencodable)
+}
+
+func (s *sealed) commit(r *Record) {
+	r.Schema, r.Seq, r.Time, r.PrevHash, r.Hash = SchemaVersion, s.seq, s.time, s.prev, s.hash
+	r.Host, r.UID, r.PID = s.host, s.uid, s.pid
+	if s.replace {
+		r.Details = s.details
+	}
+}
+
+// seal fills the writer-owned fields on a copy of r, chains it to prev and encodes it within
+// MaxRecordBytes.
+func (l *Log) seal(r *Record, prev chainPos) (*sealed, error) {
+	c := *r
+	c.Schema = SchemaVersion
+	c.Seq = prev.seq + 1
+	c.Time = time.Now().UTC()
+	c.Host, c.UID, c.PID = l.host, l.uid, l.pid
+	c.PrevHash = prev.hash
+	c.Hash = ""
+	s := &sealed{seq: c.Seq, time: c.Time, prev: c.PrevHash, host: c.Host, uid: c.UID, pid: c.PID}
+
+	n, err := normalize(&c)
+	if err != nil {
+		// Unencodable details (NaN, a channel...) must not cost the record: say why instead.
+		c.Details = map[string]any{DetailEncodeError: err.Error()}
+		s.details, s.replace = c.Details, true
+		if n, err = normalize(&c); err != nil {
+			return nil, fmt.Errorf("audit: encode record: %w", err)
+		}
+	}
+	b, err := body(n)
+	if err != nil {
+		return nil, err
+	}
+	if size := lineLen(b); size > l.opts.MaxRecordBytes {
+		if b, err = l.shrink(&c, n, size); err != nil {
+			return nil, err
+		}
+		s.details, s.replace = c.Details, true
+	}
+	s.hash = hashOf(b)
+	s.line = withHash(b, s.hash)
+	return s, nil
+}
+
+func lineLen(body []byte) int { return len(body) - 1 + hashTailLen + 1 }
+
+// shrink replaces oversized details with a marker (original size, SHA-256 of the original
+// details JSON, and as long a preview as fits), cutting long caller strings if still needed.
+func (l *Log) shrink(c, n *Record, size int) ([]byte, error) {
+	var orig []byte
+	if n.Details != nil {
+		orig, _ = marshalCompact(n.Details)
+	}
+	marker := func(preview string) map[string]any {
+		return map[string]any{
+			DetailTruncated:  true,
+			DetailOrigBytes:  size,
+			DetailOrigSHA256: hashOf(orig),
+			DetailPreview:    preview,
+		}
+	}
+	try := func(preview string) ([]byte, int, error) {
+		c.Details = marker(preview)
+		nn, err := normalize(c)
+		if err != nil {
+			return nil, 0, err
+		}
+		b, err := body(nn)
+		if err != nil {
+			return nil, 0, err
+		}
+		return b, lineLen(b) - l.opts.MaxRecordBytes, nil
+	}
+	_, over, err := try("")
+	if err != nil {
+		return nil, err
+	}
+	if over > 0 {
+		capStrings(c)
+		if _, over, err = try(""); err != nil {
+			return nil, err
+		}
+		if over > 0 {
+			return nil, fmt.Errorf("%w: %d bytes over %d", ErrRecordTooLarge, over, l.opts.MaxRecordBytes)
+		}
+	}
+	// Each round removes at least `over` encoded bytes, so this ends.
+	preview := truncateUTF8(string(orig), -over)
+	for {
+		pb, pover, err := try(preview)
+		if err != nil {
+			return nil, err
+		}
+		if pover <= 0 {
+			return pb, nil
+		}
+		preview = truncateUTF8(preview, len(preview)-pover)
+	}
+}
+
+func capStrings(c *Record) {
+	cut := func(s *string) {
+		if len(*s) > capString {
+			*s = truncateUTF8(*s, capString) + "…"
+		}
+	}
+	cut(&c.Session)
+	cut(&c.Event)
+	cut(&c.Reason)
+	cut((*string)(&c.Decision))
+	cut(&c.Host)
+	if c.Plugin != nil {
+		p := *c.Plugin
+		cut(&p.Name)
+		cut(&p.Version)
+		cut(&p.Source)
+		cut(&p.ManifestDigest)
+		c.Plugin = &p
+	}
+	if c.Sandbox != nil {
+		s := *c.Sandbox
+		cut(&s.Mode)
+		cut(&s.CgroupMode)
+		c.Sandbox = &s
+	}
+}
+
+// tailInfo is what readTail found at the end of a file.
+type tailInfo struct {
+	found       bool     // a valid record was found
+	prev        chainPos // ... and this is where it leaves the chain
+	needNL      bool     // it is the final bytes of the file, without its newline
+	regionStart int64    // offset of the bytes after it (or 0 when !found)
+	region      []byte   // unparseable bytes after it: a torn write
+}
+
+// readTail finds the last valid record of f and what follows it, reading backwards from the
+// end in a window that grows to at most MaxLineBytes+maxRegionBytes.
+func readTail(f *os.File, size int64) (*tailInfo, error) {
+	const maxWin = int64(MaxLineBytes + maxRegionBytes)
+	win := int64(4096)
+	for {
+		if win > size {
+			win = size
+		}
+		base := size - win
+		buf := make([]byte, win)
+		if _, err := f.ReadAt(buf, base); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("audit: read tail of %s: %w", f.Name(), err)
+		}
+		ti, err := scanTail(buf, base)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorruptTail, f.Name(), err)
+		}
+		if ti != nil {
+			return ti, nil
+		}
+		if win >= maxWin {
+			return nil, fmt.Errorf("%w: no complete record in the last %d bytes of %s", ErrCorruptTail, win, f.Name())
+		}
+		win = min(win*8, maxWin)
+	}
+}
+
+// scanTail walks buf (the bytes [base, base+len(buf)) of a file that ends there) backwards
+// line by line. Lines that are not JSON at all are torn bytes; a line that is JSON must be a
+// valid record, or the tail was tampered with. nil, nil means the window is too small.
+func scanTail(buf []byte, base int64) (*tailInfo, error) {
+	pos := len(buf)
+	final := true
+	for {
+		j := bytes.LastIndexByte(buf[:pos], '\n')
+		if j < 0 && base > 0 {
+			return nil, nil
+		}
+		seg := buf[j+1 : pos]
+		if !(final && len(seg) == 0) && json.Valid(seg) {
+			r, lerr := parseLine(seg)
+			if lerr != nil {
+				return nil, fmt.Errorf("record at offset %d: %v", base+int64(j+1), lerr)
+			}
+			ti := &tailInfo{found: true, prev: chainPos{r.Seq, r.Hash}}
+			if final {
+				ti.needNL, ti.regionStart = true, base+int64(len(buf))
+			} else {
+				ti.regionStart, ti.region = base+int64(pos)+1, buf[pos+1:]
+			}
+			return ti, nil
+		}
+		final = false
+		if j < 0 {
+			return &tailInfo{region: buf}, nil
+		}
+		pos = j
+	}
+}
+
+// rotatedFile is one rotated file: <live>.<n>, a larger n is newer.
+type rotatedFile struct {
+	n    uint64
+	path string
+}
+
+func rotatedName(live string, n uint64) string { return fmt.Sprintf("%s.%06d", live, n) }
+
+// listRotated returns the rotated files of live, oldest first.
+func listRotated(live string) ([]rotatedFile, error) {
+	dir, base := filepath.Split(live)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []rotatedFile
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), base+".")
+		if !ok || rest == "" || len(rest) > 18 || strings.Trim(rest, "0123456789") != "" {
+			continue
+		}
+		n, err := strconv.ParseUint(rest, 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, rotatedFile{n, filepath.Join(dir, e.Name())})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].n < out[j].n })
+	return out, nil
+}
+
+// rotatedTail is where the newest rotated file leaves the chain (genesis if none). A rotated
+// file is only ever renamed after a complete write, so anything else there is tampering.
+func rotatedTail(live string) (chainPos, error) {
+	rs, err := listRotated(live)
+	if err != nil || len(rs) == 0 {
+		return genesis, err
+	}
+	last := rs[len(rs)-1].path
+	f, err := openReadOnly(last)
+	if err != nil {
+		return chainPos{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return chainPos{}, err
+	}
+	if fi.Size() == 0 {
+		return chainPos{}, fmt.Errorf("%w: rotated file %s is empty", ErrCorruptTail, last)
+	}
+	ti, err := readTail(f, fi.Size())
+	if err != nil {
+		return chainPos{}, err
+	}
+	if !ti.found || ti.needNL || len(ti.region) > 0 {
+		return chainPos{}, fmt.Errorf("%w: rotated file %s does not end with a complete record", ErrCorruptTail, last)
+	}
+	return ti.prev, nil
+}
+
+func (l *Log) maybeRotate(f *os.File) error {
+	if l.opts.RotateBytes < 0 {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Size() < l.opts.RotateBytes {
+		return err
+	}
+	rs, err := listRotated(l.path)
+	if err != nil {
+		return err
+	}
+	next := uint64(1)
+	if len(rs) > 0 {
+		next = rs[len(rs)-1].n + 1
+	}
+	if err := os.Rename(l.path, rotatedName(l.path, next)); err != nil {
+		return err
+	}
+	l.f.Close()
+	l.f = nil
+	if l.opts.Fsync != FsyncNever {
+		return syncDir(l.dir)
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package audit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// maxRecoveredListed bounds VerifyReport.Recovered; RecoveredCount has the full count.
+const maxRecoveredListed = 100
+
+// Break is the first place a log stops verifying.
+type Break struct {
+	File string
+	Line int
+	// Seq is the broken record's seq when it could be read, else the seq expected there.
+	Seq    uint64
+	Kind   BreakKind
+	Detail string
+}
+
+func (b *Break) String() string {
+	return fmt.Sprintf("%s:%d: seq %d: %s: %s", b.File, b.Line, b.Seq, b.Kind, b.Detail)
+}
+
+// VerifyReport is the result of Verify.
+type VerifyReport struct {
+	Records int      // records verified, in order, before the first break (all of them when OK)
+	Files   []string // files walked, oldest first
+	OK      bool
+	Break   *Break // the first break; nil when OK
+	// LastSeq/LastHash are the last verified record: deleting records from the end of a
+	// hash chain is only detectable against such an anchor kept elsewhere.
+	LastSeq  uint64
+	LastHash string
+	// Recovered lists crashes the writer recovered from (kind torn_tail, at most
+	// maxRecoveredListed); they do not make the log fail, the log_recovered records say so.
+	Recovered      []Break
+	RecoveredCount int
+}
+
+// Verify walks the whole chain, rotated files first, and reports the first break: an edited
+// record (its hash does not match its content), deleted records (a seq gap whose prev_hash
+// does not chain), reordered records (seq going backwards, or a missing seq found later),
+// a record whose prev_hash does not match (chain_mismatch: the previous record was edited
+// and re-hashed), a line that is not a record (bad_json), or a torn tail: a partial last line
+// left by a crash, which the next append recovers. Any break means OK=false. The error is
+// for I/O problems only (and ErrNoLog when there is no log at all).
+func Verify(path string) (*VerifyReport, error) {
+	snap, err := takeSnapshot(path)
+	if err != nil {
+		return nil, err
+	}
+	defer snap.close()
+	v := &verifier{snap: snap, rep: &VerifyReport{Files: snap.names(), LastHash: ZeroHash}}
+	err = snap.walk(0, 0, 1, v.line)
+	var le *LineError
+	switch {
+	case errors.Is(err, errStop):
+	case errors.As(err, &le) && errors.Is(err, ErrLineTooLong):
+		v.brk(le.File, le.Line, v.rep.LastSeq+1, BreakBadJSON, le.Err.Error())
+	case err != nil:
+		return nil, err
+	case v.g != nil:
+		// Torn bytes run to the end of the log: a crash, not yet recovered by a writer.
+		v.brk(v.g.file, v.g.line, v.rep.LastSeq+1, BreakTornTail,
+			fmt.Sprintf("%d bytes of partial record(s) at the end of the log: a write was cut short (crash?); the next append recovers them", v.g.n))
+	}
+	v.rep.OK = v.rep.Break == nil
+	return v.rep, nil
+}
+
+var errStop = errors.New("stop")
+
+type verifier struct {
+	snap *snapshot
+	rep  *VerifyReport
+	g    *region // pending torn lines
+}
+
+func (v *verifier) brk(file string, line int, seq uint64, kind BreakKind, detail string) error {
+	v.rep.Break = &Break{File: file, Line: line, Seq: seq, Kind: kind, Detail: detail}
+	return errStop
+}
+
+func (v *verifier) line(ln *line) error {
+	next := v.rep.LastSeq + 1
+	if v.g != nil && v.g.fileIdx != ln.fileIdx {
+		// Writers never rotate a file with a torn tail, so this is not a crash.
+		return v.brk(v.g.file, v.g.line, next, BreakBadJSON, "unreadable bytes at the end of a rotated file")
+	}
+	if !ln.terminated {
+		if v.g != nil {
+			v.g.add(ln)
+			return nil // reported at the end of the walk
+		}
+		detail := fmt.Sprintf("partial final line (%d bytes) without newline: a write was cut short (crash?); the next append recovers it", len(ln.data))
+		if r, lerr := parseLine(ln.data); lerr == nil {
+			next = r.Seq
+			detail = "complete record without its final newline: a write was cut short (crash?); the next append terminates it"
+		}
+		if ln.fileIdx != len(v.snap.files)-1 {
+			return v.brk(ln.file, ln.no, next, BreakBadJSON, "a rotated file ends without a newline")
+		}
+		return v.brk(ln.file, ln.no, next, BreakTornTail, detail)
+	}
+	if !json.Valid(ln.data) {
+		if v.g == nil {
+			v.g = newRegion(ln)
+		}
+		if v.g.add(ln) > maxRegionBytes {
+			return v.brk(v.g.file, v.g.line, next, BreakBadJSON, fmt.Sprintf("more than %d bytes of lines that are not JSON", maxRegionBytes))
+		}
+		return nil
+	}
+	r, lerr := parseLine(ln.data)
+	if v.g != nil {
+		if lerr != nil || !v.g.matches(r) {
+			return v.brk(v.g.file, v.g.line, next, BreakBadJSON, "line is not JSON, and no log_recovered record accounts for it")
+		}
+		if len(v.rep.Recovered) < maxRecoveredListed {
+			v.rep.Recovered = append(v.rep.Recovered, Break{File: v.g.file, Line: v.g.line, Seq: r.Seq, Kind: BreakTornTail,
+				Detail: fmt.Sprintf("%d torn bytes at offset %d, recovered by log_recovered seq %d", v.g.n, v.g.start, r.Seq)})
+		}
+		v.rep.RecoveredCount++
+		v.g = nil
+	}
+	if lerr != nil {
+		return v.brk(ln.file, ln.no, next, lerr.kind, lerr.detail)
+	}
+	prev := v.rep.LastHash
+	switch {
+	case r.Seq == next && r.PrevHash == prev:
+		v.rep.Records++
+		v.rep.LastSeq, v.rep.LastHash = r.Seq, r.Hash
+		return nil
+	case r.Seq == next:
+		return v.brk(ln.file, ln.no, r.Seq, BreakChainMismatch, fmt.Sprintf(
+			"prev_hash %.12s… does not match hash %.12s… of seq %d: that record was edited and re-hashed, or this one replaced",
+			r.PrevHash, prev, next-1))
+	case r.Seq < next:
+		return v.brk(ln.file, ln.no, r.Seq, BreakReordered, fmt.Sprintf("seq %d comes after seq %d: records moved or duplicated", r.Seq, next-1))
+	case r.PrevHash == prev:
+		return v.brk(ln.file, ln.no, r.Seq, BreakChainMismatch, fmt.Sprintf("seq jumps from %d to %d though prev_hash chains: seq was rewritten", next-1, r.Seq))
+	}
+	// A gap: the missing record is either later in the log (moved) or gone.
+	if where, ok := v.findLater(ln, next, r.PrevHash); ok {
+		return v.brk(ln.file, ln.no, r.Seq, BreakReordered, fmt.Sprintf("expected seq %d, found seq %d; seq %d appears later at %s", next, r.Seq, next, where))
+	}
+	detail := fmt.Sprintf("records seq %d..%d are missing", next, r.Seq-1)
+	if next == r.Seq-1 {
+		detail = fmt.Sprintf("record seq %d is missing", next)
+	}
+	return v.brk(ln.file, ln.no, r.Seq, BreakDeleted, detail)
+}
+
+// findLater scans the rest of the log for the record with seq want, or the one whose hash
+// is the prev_hash the current record points at.
+func (v *verifier) findLater(ln *line, want uint64, prevHash string) (string, bool) {
+	var found string
+	err := v.snap.walk(ln.fileIdx, ln.off+int64(len(ln.data))+1, ln.no+1, func(l2 *line) error {
+		var probe struct {
+			Seq  uint64 `json:"seq"`
+			Hash string `json:"hash"`
+		}
+		if json.Unmarshal(l2.data, &probe) != nil {
+			return nil
+		}
+		if probe.Seq == want || probe.Hash == prevHash {
+			found = fmt.Sprintf("%s:%d", l2.file, l2.no)
+			return errStop
+		}
+		return nil
+	})
+	return found, errors.Is(err, errStop)
+}
