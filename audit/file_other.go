@@ -12,7 +12,6 @@ import (
 // hosts, so elsewhere every operation fails with ErrUnsupported instead of writing an
 // unprotected log.
 
-
 const (
 	lockEx = 2
 	lockSh = 1

@@ -148,4 +148,3 @@ func syncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
-
