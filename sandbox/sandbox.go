@@ -107,7 +107,7 @@ type Result struct {
 type Mode struct {
 	Confinement string   `json:"confinement"` // landlock | seatbelt | none
 	LandlockABI int      `json:"landlock_abi,omitempty"`
-	Cgroup      string   `json:"cgroup"` // v2 | hybrid | v1 | none
+	Cgroup      string   `json:"cgroup"`    // v2 | hybrid | v1 | none
 	TreeKill    string   `json:"tree_kill"` // cgroup.kill | freezer | pgroup+subreaper | pgroup
 	NetNS       bool     `json:"netns,omitempty"`
 	Degraded    []string `json:"degraded,omitempty"` // promised restrictions not enforced

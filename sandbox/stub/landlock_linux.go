@@ -153,4 +153,3 @@ func addPathRule(rfd int, path string, rights uint64) error {
 	}
 	return nil
 }
-
