@@ -27,7 +27,7 @@ const (
 	dataDir  = "/Users/ann/.config/fledge/plugins/hello/data"
 	stateJS  = "/Users/ann/.config/fledge/plugins/hello/state.json"
 	otherJS  = "/Users/ann/.config/fledge/plugins/other/state.json"
-	stub     = "/Users/ann/go/bin/fledge"
+	stubBin  = "/Users/ann/go/bin/fledge"
 	tempDir  = "/tmp/fledge-exec-1234"
 	tempReal = "/private/tmp/fledge-exec-1234"
 )
@@ -79,7 +79,7 @@ func denyInsideRW() *sandbox.Spec {
 }
 
 func goldenOpts() ProfileOptions {
-	return ProfileOptions{Stub: stub, TempDir: tempDir, Resolve: PrivateAliases}
+	return ProfileOptions{Stub: stubBin, TempDir: tempDir, Resolve: PrivateAliases}
 }
 
 func checkGolden(t *testing.T, name, got string) {
@@ -295,7 +295,7 @@ func TestProfileSemantics(t *testing.T) {
 			{"file-read-data", "/usr/lib/libSystem.B.dylib", "allow"},
 			{"process-exec", "/bin/sh", "allow"},
 			{"process-exec", "/opt/homebrew/bin/jq", "allow"},
-			{"process-exec", stub, "allow"},
+			{"process-exec", stubBin, "allow"},
 			{"process-exec", project + "/evil", "deny"},
 			{"process-exec", tempReal + "/dropped", "deny"},
 			{"file-read-data", home + "/.ssh/id_rsa", "deny"},
