@@ -1,0 +1,685 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// ConfigFile is the policy file's name inside the config dir.
+const ConfigFile = "config.toml"
+
+// MaxConfigBytes bounds config.toml; policy files are tiny and a huge one is a mistake.
+const MaxConfigBytes = 1 << 20
+
+// Size units.
+const (
+	KiB int64 = 1 << 10
+	MiB int64 = 1 << 20
+	GiB int64 = 1 << 30
+)
+
+// Allowed values of the enum-like settings.
+const (
+	NetworkAllow = "allow"
+	NetworkDeny  = "deny"
+
+	LegacyConfined   = "confined"
+	LegacyUnconfined = "unconfined"
+
+	FsyncDurable = "durable"
+	FsyncAlways  = "always"
+	FsyncNever   = "never"
+)
+
+// ErrConfig is matched by every *ConfigError (errors.Is).
+var ErrConfig = errors.New("invalid config")
+
+// ConfigError is a bad config.toml: a syntax error, a wrong type, an invalid value or an
+// unknown key. Unknown keys are errors here (unlike plugin.toml): this file is security policy,
+// and a misspelt "stirct = true" must not silently leave the sandbox lax.
+type ConfigError struct {
+	File      string
+	Line, Col int    // 1-based; 0 when unknown
+	Key       string // dotted key, e.g. "sandbox.memory"; "" for syntax errors
+	Msg       string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		b.WriteString(displayKey(e.Key))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrConfig) true for every ConfigError.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// displayKey renders "sandbox.memory" as "[sandbox] memory", the way the file spells it.
+func displayKey(k string) string {
+	table, key, ok := strings.Cut(k, ".")
+	if !ok {
+		return k
+	}
+	return "[" + table + "] " + key
+}
+
+// Config is the user's policy, from <config>/config.toml.
+type Config struct {
+	File    string // the file it was loaded from; "" for defaults
+	Sandbox SandboxConfig
+	Limits  LimitsConfig
+	Audit   AuditConfig
+}
+
+// SandboxConfig is the [sandbox] table.
+type SandboxConfig struct {
+	Memory         int64 // bytes per run; 0 = no limit
+	Pids           int64 // 0 = no limit
+	CPU            float64
+	TimeoutDefault time.Duration
+	TimeoutMax     time.Duration
+	OutputCap      int64 // bytes per stream
+	Network        string
+	ReadOnly       []string // absolute, cleaned
+	ReadWrite      []string // absolute, cleaned
+	EnvAllow       []string // exact names or PREFIX_* patterns
+	Strict         bool
+	Legacy         string
+}
+
+// LimitsConfig is the [limits] table.
+type LimitsConfig struct {
+	LineMax         int64
+	ConcurrentExecs int
+	ExecQueue       int
+	PendingRequests int
+	PromptTimeout   time.Duration
+}
+
+// AuditConfig is the [audit] table.
+type AuditConfig struct {
+	Fsync       string
+	RotateBytes int64 // 0 = never rotate
+}
+
+// Default returns the policy used when config.toml is absent.
+func Default() *Config {
+	return &Config{
+		Sandbox: SandboxConfig{
+			Memory:         1 * GiB,
+			Pids:           256,
+			TimeoutDefault: 30 * time.Second,
+			TimeoutMax:     300 * time.Second,
+			OutputCap:      10 * MiB,
+			Network:        NetworkAllow,
+			Legacy:         LegacyConfined,
+		},
+		Limits: LimitsConfig{
+			LineMax:         1 * MiB,
+			ConcurrentExecs: 4,
+			ExecQueue:       64,
+			PendingRequests: 256,
+			PromptTimeout:   5 * time.Minute,
+		},
+		Audit: AuditConfig{Fsync: FsyncDurable},
+	}
+}
+
+// NetworkAllowed reports whether policy lets confined processes use the network at all.
+func (c *Config) NetworkAllowed() bool { return c.Sandbox.Network != NetworkDeny }
+
+// ExecTimeout turns a requested exec timeout (seconds as sent by the plugin; nil = default)
+// into a duration, failing for values that are not positive or exceed timeout_max.
+func (c *Config) ExecTimeout(seconds *float64) (time.Duration, error) {
+	if seconds == nil {
+		return c.Sandbox.TimeoutDefault, nil
+	}
+	s := *seconds
+	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 {
+		return 0, fmt.Errorf("timeout must be a positive number of seconds, got %v", s)
+	}
+	if s > c.Sandbox.TimeoutMax.Seconds() {
+		return 0, fmt.Errorf("timeout %vs exceeds the maximum of %s", s, c.Sandbox.TimeoutMax)
+	}
+	return time.Duration(s * float64(time.Second)), nil
+}
+
+// Load reads <configDir>/config.toml. A missing file gives Default(); anything wrong with
+// the file is a *ConfigError naming the file, line and key.
+func Load(configDir string) (*Config, error) {
+	path := filepath.Join(configDir, ConfigFile)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Default(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, &ConfigError{File: path, Msg: fmt.Sprintf("file is larger than %d bytes", MaxConfigBytes)}
+	}
+	home, _ := os.UserHomeDir()
+	return Parse(path, data, configDir, home)
+}
+
+// Parse parses config.toml content. file is used in errors; configDir (if not "") is checked
+// against read_only/read_write so policy cannot expose fledge's own config; home expands a
+// leading "~/" in paths.
+func Parse(file string, data []byte, configDir, home string) (*Config, error) {
+	src := string(data)
+	var raw map[string]any
+	if _, err := toml.Decode(src, &raw); err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, &ConfigError{File: file, Line: pe.Position.Line, Col: pe.Position.Col,
+				Msg: "syntax error: " + pe.Message}
+		}
+		return nil, &ConfigError{File: file, Msg: err.Error()}
+	}
+	p := &cfgParser{file: file, src: src, home: home}
+	c := Default()
+	c.File = file
+
+	for _, table := range sortedKeys(raw) {
+		fields, ok := p.tableFields(table, c)
+		if !ok {
+			return nil, p.errAt(table, "", "unknown section (known: [sandbox], [limits], [audit])")
+		}
+		m, ok := raw[table].(map[string]any)
+		if !ok {
+			return nil, p.errAt(table, "", fmt.Sprintf("expected a table, got %s", tomlType(raw[table])))
+		}
+		for _, key := range sortedKeys(m) {
+			set, ok := fields[key]
+			if !ok {
+				return nil, p.errAt(table, key, "unknown key (known: "+strings.Join(sortedKeys(fields), ", ")+")")
+			}
+			if msg := set(m[key]); msg != "" {
+				return nil, p.errAt(table, key, msg)
+			}
+		}
+	}
+
+	s := &c.Sandbox
+	if s.TimeoutDefault > s.TimeoutMax {
+		key := "timeout_default"
+		if _, ok := lookup(raw, "sandbox", key); !ok {
+			key = "timeout_max"
+		}
+		return nil, p.errAt("sandbox", key, fmt.Sprintf("timeout_default (%s) is larger than timeout_max (%s)", s.TimeoutDefault, s.TimeoutMax))
+	}
+	if configDir != "" {
+		cd := filepath.Clean(configDir)
+		for _, list := range []struct {
+			key   string
+			paths []string
+		}{{"read_only", s.ReadOnly}, {"read_write", s.ReadWrite}} {
+			for _, path := range list.paths {
+				if Within(cd, path) || Within(path, cd) {
+					return nil, p.errAt("sandbox", list.key, fmt.Sprintf("%q overlaps the fledge config dir %s, which plugins must never reach", path, cd))
+				}
+			}
+		}
+	}
+	return c, nil
+}
+
+type setter func(v any) (msg string)
+
+type cfgParser struct {
+	file, src, home string
+}
+
+func (p *cfgParser) errAt(table, key string, msg string) *ConfigError {
+	k := table
+	if key != "" {
+		k = table + "." + key
+	}
+	line, col := locateKey(p.src, table, key)
+	return &ConfigError{File: p.file, Line: line, Col: col, Key: k, Msg: msg}
+}
+
+func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, bool) {
+	s, l, a := &c.Sandbox, &c.Limits, &c.Audit
+	switch table {
+	case "sandbox":
+		return map[string]setter{
+			"memory":          sizeField(&s.Memory, 0, 1<<50, MiB),
+			"pids":            intField(&s.Pids, 0, 1<<22),
+			"cpu":             floatField(&s.CPU, 0, 4096),
+			"timeout_default": durationField(&s.TimeoutDefault, 24*time.Hour),
+			"timeout_max":     durationField(&s.TimeoutMax, 24*time.Hour),
+			"output_cap":      sizeField(&s.OutputCap, 1, 1*GiB, 0),
+			"network":         enumField(&s.Network, NetworkAllow, NetworkDeny),
+			"read_only":       p.pathsField(&s.ReadOnly),
+			"read_write":      p.pathsField(&s.ReadWrite),
+			"env_allow":       envAllowField(&s.EnvAllow),
+			"strict":          boolField(&s.Strict),
+			"legacy":          enumField(&s.Legacy, LegacyConfined, LegacyUnconfined),
+		}, true
+	case "limits":
+		var n64 [3]int64
+		return map[string]setter{
+			"line_max":         sizeField(&l.LineMax, 1*KiB, 64*MiB, 0),
+			"concurrent_execs": intInto(&l.ConcurrentExecs, &n64[0], 1, 64),
+			"exec_queue":       intInto(&l.ExecQueue, &n64[1], 0, 4096),
+			"pending_requests": intInto(&l.PendingRequests, &n64[2], 1, 65536),
+			"prompt_timeout":   durationField(&l.PromptTimeout, 24*time.Hour),
+		}, true
+	case "audit":
+		return map[string]setter{
+			"fsync":        enumField(&a.Fsync, FsyncDurable, FsyncAlways, FsyncNever),
+			"rotate_bytes": sizeField(&a.RotateBytes, 0, 1<<50, 0),
+		}, true
+	}
+	return nil, false
+}
+
+func tomlType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case time.Time:
+		return "a datetime"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func showValue(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%v", v)
+}
+
+func boolField(dst *bool) setter {
+	return func(v any) string {
+		b, ok := v.(bool)
+		if !ok {
+			return "expected true or false, got " + tomlType(v)
+		}
+		*dst = b
+		return ""
+	}
+}
+
+func intField(dst *int64, lo, hi int64) setter {
+	return func(v any) string {
+		n, ok := v.(int64)
+		if !ok {
+			return "expected an integer, got " + tomlType(v) + " " + showValue(v)
+		}
+		if n < lo || n > hi {
+			return fmt.Sprintf("must be between %d and %d, got %d", lo, hi, n)
+		}
+		*dst = n
+		return ""
+	}
+}
+
+func intInto(dst *int, tmp *int64, lo, hi int64) setter {
+	inner := intField(tmp, lo, hi)
+	return func(v any) string {
+		if msg := inner(v); msg != "" {
+			return msg
+		}
+		*dst = int(*tmp)
+		return ""
+	}
+}
+
+func floatField(dst *float64, lo, hi float64) setter {
+	return func(v any) string {
+		var f float64
+		switch n := v.(type) {
+		case int64:
+			f = float64(n)
+		case float64:
+			f = n
+		default:
+			return "expected a number of cores like 1.5, got " + tomlType(v) + " " + showValue(v)
+		}
+		if math.IsNaN(f) || f < lo || f > hi {
+			return fmt.Sprintf("must be between %v and %v, got %v", lo, hi, f)
+		}
+		*dst = f
+		return ""
+	}
+}
+
+func enumField(dst *string, allowed ...string) setter {
+	return func(v any) string {
+		s, ok := v.(string)
+		if ok {
+			for _, a := range allowed {
+				if s == a {
+					*dst = s
+					return ""
+				}
+			}
+		}
+		return fmt.Sprintf("expected one of %q, got %s", allowed, showValue(v))
+	}
+}
+
+// sizeField accepts an integer byte count or a string like "512MiB". A nonzero value below
+// minNonZero is refused (e.g. a memory limit of 1 byte is a typo, not a policy).
+func sizeField(dst *int64, lo, hi, minNonZero int64) setter {
+	return func(v any) string {
+		var n int64
+		switch x := v.(type) {
+		case int64:
+			n = x
+		case string:
+			var err error
+			if n, err = ParseSize(x); err != nil {
+				return fmt.Sprintf("expected a size like \"512MiB\", got %q", x)
+			}
+		default:
+			return fmt.Sprintf("expected a size like \"512MiB\" or a byte count, got %s %s", tomlType(v), showValue(v))
+		}
+		if n < lo || n > hi || (n != 0 && n < minNonZero) {
+			low := lo
+			if minNonZero > low {
+				low = minNonZero
+			}
+			return fmt.Sprintf("must be between %s and %s, got %s", FormatSize(low), FormatSize(hi), FormatSize(n))
+		}
+		*dst = n
+		return ""
+	}
+}
+
+// durationField accepts an integer number of seconds or a Go duration string ("90s", "5m").
+func durationField(dst *time.Duration, hi time.Duration) setter {
+	return func(v any) string {
+		var d time.Duration
+		switch x := v.(type) {
+		case int64:
+			if x <= 0 || x > int64(hi/time.Second) {
+				return fmt.Sprintf("must be between 1 and %d seconds, got %d", int64(hi/time.Second), x)
+			}
+			d = time.Duration(x) * time.Second
+		case float64:
+			if math.IsNaN(x) || x <= 0 || x > hi.Seconds() {
+				return fmt.Sprintf("must be a positive number of seconds up to %d, got %v", int64(hi/time.Second), x)
+			}
+			d = time.Duration(x * float64(time.Second))
+		case string:
+			var err error
+			d, err = time.ParseDuration(x)
+			if err != nil {
+				return fmt.Sprintf("expected seconds or a duration like \"30s\", got %q", x)
+			}
+			if d <= 0 || d > hi {
+				return fmt.Sprintf("must be positive and at most %s, got %s", hi, d)
+			}
+		default:
+			return "expected seconds or a duration like \"30s\", got " + tomlType(v)
+		}
+		*dst = d
+		return ""
+	}
+}
+
+func stringList(v any) ([]string, string) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, "expected an array of strings, got " + tomlType(v)
+	}
+	if len(arr) > 256 {
+		return nil, fmt.Sprintf("at most 256 entries, got %d", len(arr))
+	}
+	out := make([]string, 0, len(arr))
+	for i, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			return nil, fmt.Sprintf("entry %d: expected a string, got %s", i+1, tomlType(e))
+		}
+		out = append(out, s)
+	}
+	return out, ""
+}
+
+func (p *cfgParser) pathsField(dst *[]string) setter {
+	return func(v any) string {
+		list, msg := stringList(v)
+		if msg != "" {
+			return msg
+		}
+		out := make([]string, 0, len(list))
+		for _, s := range list {
+			path := s
+			if strings.HasPrefix(path, "~/") {
+				if p.home == "" {
+					return fmt.Sprintf("%q: cannot expand ~ (no home directory)", s)
+				}
+				path = filepath.Join(p.home, path[2:])
+			}
+			if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
+				return fmt.Sprintf("%q: expected an absolute path (or ~/...)", s)
+			}
+			path = filepath.Clean(path)
+			if path == "/" {
+				return fmt.Sprintf("%q: the whole filesystem cannot be granted", s)
+			}
+			if p.home != "" && Within(filepath.Clean(p.home), path) {
+				return fmt.Sprintf("%q: covers the whole home directory", s)
+			}
+			out = append(out, path)
+		}
+		*dst = out
+		return ""
+	}
+}
+
+var envPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$`)
+
+func envAllowField(dst *[]string) setter {
+	return func(v any) string {
+		list, msg := stringList(v)
+		if msg != "" {
+			return msg
+		}
+		for _, s := range list {
+			if !envPattern.MatchString(s) {
+				return fmt.Sprintf("%q: expected a variable name or a PREFIX_* pattern", s)
+			}
+			if CredentialName(strings.TrimSuffix(s, "*")) {
+				return fmt.Sprintf("%q looks like a credential; fledge never passes credentials to plugins", s)
+			}
+		}
+		*dst = list
+		return ""
+	}
+}
+
+// ParseSize parses "1048576", "512MiB", "1GiB", "1.5G", "64k". Binary units (KiB, MiB,
+// GiB, TiB, and the short K/M/G/T as docker and ulimit read them) and decimal ones (KB, MB,
+// GB, TB). Case-insensitive; the result must fit in int64 and not be negative.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	if num == "" {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	mult := map[string]float64{
+		"": 1, "b": 1,
+		"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+		"g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+	}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("invalid size unit in %q", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	v := f * mult
+	if v < 0 || v >= math.MaxInt64 || math.IsNaN(v) {
+		return 0, fmt.Errorf("size %q out of range", s)
+	}
+	return int64(v), nil
+}
+
+// FormatSize renders bytes with the largest exact binary unit ("1GiB", "1536KiB", "10B").
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func lookup(raw map[string]any, table, key string) (any, bool) {
+	m, ok := raw[table].(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	v, ok := m[key]
+	return v, ok
+}
+
+// locateKey finds where table.key (or the table itself when key is "") is written in src, so
+// errors can name a line: BurntSushi/toml reports positions for syntax errors only. It
+// understands [table] headers, dotted keys and quoted keys, and skips multi-line strings. It
+// returns 0, 0 when it cannot tell (e.g. a key inside an inline table).
+func locateKey(src, table, key string) (line, col int) {
+	want := []string{table}
+	if key != "" {
+		want = append(want, key)
+	}
+	var current []string
+	inMulti := ""
+	for i, l := range strings.Split(src, "\n") {
+		if inMulti != "" {
+			if strings.Count(l, inMulti)%2 == 1 {
+				inMulti = ""
+			}
+			continue
+		}
+		trimmed := strings.TrimLeft(l, " \t")
+		indent := len(l) - len(trimmed)
+		switch {
+		case strings.HasPrefix(trimmed, "#") || trimmed == "":
+		case strings.HasPrefix(trimmed, "["):
+			h := strings.Trim(trimmed, "[] \t\r")
+			if j := strings.Index(h, "]"); j >= 0 {
+				h = h[:j]
+			}
+			current = splitKey(h)
+			if key == "" && equalKey(current, want) {
+				return i + 1, indent + 1
+			}
+		default:
+			k, _, ok := strings.Cut(trimmed, "=")
+			if !ok {
+				continue
+			}
+			full := append(append([]string{}, current...), splitKey(k)...)
+			if equalKey(full, want) || (key == "" && len(full) > 1 && equalKey(full[:1], want)) {
+				return i + 1, indent + 1
+			}
+			for _, q := range []string{`"""`, `'''`} {
+				if strings.Count(l, q)%2 == 1 {
+					inMulti = q
+				}
+			}
+		}
+	}
+	return 0, 0
+}
+
+func splitKey(k string) []string {
+	parts := strings.Split(k, ".")
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		if len(p) >= 2 && (p[0] == '"' || p[0] == '\'') && p[len(p)-1] == p[0] {
+			if uq, err := strconv.Unquote(`"` + p[1:len(p)-1] + `"`); err == nil {
+				p = uq
+			} else {
+				p = p[1 : len(p)-1]
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func equalKey(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Within reports whether path is root or inside it (both absolute; compared lexically after
+// Clean). Callers that need symlink-safety resolve first.
+func Within(path, root string) bool {
+	path, root = filepath.Clean(path), filepath.Clean(root)
+	if path == root {
+		return true
+	}
+	if root == "/" {
+		return strings.HasPrefix(path, "/")
+	}
+	return strings.HasPrefix(path, root+string(filepath.Separator))
+}

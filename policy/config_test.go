@@ -1,0 +1,304 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoadMissingFileGivesDefaults(t *testing.T) {
+	c, err := Load(t.TempDir())
+	require.NoError(t, err)
+	assert.Equal(t, Default(), c)
+	assert.Equal(t, 1*GiB, c.Sandbox.Memory)
+	assert.Equal(t, int64(256), c.Sandbox.Pids)
+	assert.Equal(t, 30*time.Second, c.Sandbox.TimeoutDefault)
+	assert.Equal(t, 300*time.Second, c.Sandbox.TimeoutMax)
+	assert.Equal(t, 10*MiB, c.Sandbox.OutputCap)
+	assert.True(t, c.NetworkAllowed())
+	assert.Equal(t, LegacyConfined, c.Sandbox.Legacy)
+	assert.Equal(t, 1*MiB, c.Limits.LineMax)
+	assert.Equal(t, 4, c.Limits.ConcurrentExecs)
+	assert.Equal(t, 64, c.Limits.ExecQueue)
+	assert.Equal(t, 256, c.Limits.PendingRequests)
+	assert.Equal(t, 5*time.Minute, c.Limits.PromptTimeout)
+	assert.Equal(t, FsyncDurable, c.Audit.Fsync)
+}
+
+func TestLoadFullConfig(t *testing.T) {
+	dir := t.TempDir()
+	src := `# policy
+[sandbox]
+memory = "512MiB"
+pids = 64
+cpu = 1.5
+timeout_default = 10
+timeout_max = "2m"
+output_cap = 1048576
+network = "deny"
+read_only = ["/srv/data", "~/datasets"]
+read_write = ["/var/tmp/work/"]
+env_allow = ["GOPATH", "MYAPP_*"]
+strict = true
+legacy = "unconfined"
+
+[limits]
+line_max = "64KiB"
+concurrent_execs = 2
+exec_queue = 8
+pending_requests = 32
+prompt_timeout = "90s"
+
+[audit]
+fsync = "always"
+rotate_bytes = "100MiB"
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), []byte(src), 0o600))
+	home, err := os.UserHomeDir()
+	require.NoError(t, err)
+	c, err := Load(dir)
+	require.NoError(t, err)
+	s := c.Sandbox
+	assert.Equal(t, filepath.Join(dir, ConfigFile), c.File)
+	assert.Equal(t, 512*MiB, s.Memory)
+	assert.Equal(t, int64(64), s.Pids)
+	assert.InDelta(t, 1.5, s.CPU, 1e-9)
+	assert.Equal(t, 10*time.Second, s.TimeoutDefault)
+	assert.Equal(t, 2*time.Minute, s.TimeoutMax)
+	assert.Equal(t, MiB, s.OutputCap)
+	assert.False(t, c.NetworkAllowed())
+	assert.Equal(t, []string{"/srv/data", filepath.Join(home, "datasets")}, s.ReadOnly)
+	assert.Equal(t, []string{"/var/tmp/work"}, s.ReadWrite)
+	assert.Equal(t, []string{"GOPATH", "MYAPP_*"}, s.EnvAllow)
+	assert.True(t, s.Strict)
+	assert.Equal(t, LegacyUnconfined, s.Legacy)
+	assert.Equal(t, 64*KiB, c.Limits.LineMax)
+	assert.Equal(t, 2, c.Limits.ConcurrentExecs)
+	assert.Equal(t, 8, c.Limits.ExecQueue)
+	assert.Equal(t, 32, c.Limits.PendingRequests)
+	assert.Equal(t, 90*time.Second, c.Limits.PromptTimeout)
+	assert.Equal(t, FsyncAlways, c.Audit.Fsync)
+	assert.Equal(t, 100*MiB, c.Audit.RotateBytes)
+
+	el := c.ExecLimits()
+	assert.Equal(t, 512*MiB, el.MemoryBytes)
+	assert.Equal(t, int64(64), el.Pids)
+	assert.Equal(t, 10*time.Second, el.Timeout)
+	assert.Equal(t, DefaultKillGrace, el.KillGrace)
+	assert.Equal(t, uint64(DefaultNoFile), el.NoFile)
+	pl := c.PluginLimits()
+	assert.Zero(t, pl.Timeout)
+	assert.Equal(t, el.MemoryBytes, pl.MemoryBytes)
+}
+
+func TestConfigErrors(t *testing.T) {
+	const file = "/cfg/config.toml"
+	cases := []struct {
+		name, src string
+		want      string // full Error() text
+		line      int
+		key       string
+	}{
+		{
+			name: "bad size",
+			src:  "[sandbox]\n# comment\n\npids = 10\n\n\nmemory = \"lots\"\n",
+			want: `/cfg/config.toml:7: [sandbox] memory: expected a size like "512MiB", got "lots"`,
+			line: 7, key: "sandbox.memory",
+		},
+		{
+			name: "unknown key is an error",
+			src:  "[sandbox]\nstirct = true\n",
+			want: `/cfg/config.toml:2: [sandbox] stirct: unknown key (known: cpu, env_allow, legacy, memory, network, output_cap, pids, read_only, read_write, strict, timeout_default, timeout_max)`,
+			line: 2, key: "sandbox.stirct",
+		},
+		{
+			name: "unknown section",
+			src:  "[sandbox]\npids = 1\n[sandbx]\nx = 1\n",
+			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit])`,
+			line: 3, key: "sandbx",
+		},
+		{
+			name: "wrong type",
+			src:  "[sandbox]\nstrict = \"yes\"\n",
+			want: `/cfg/config.toml:2: [sandbox] strict: expected true or false, got a string`,
+			line: 2, key: "sandbox.strict",
+		},
+		{
+			name: "bad enum",
+			src:  "[sandbox]\nnetwork = \"maybe\"\n",
+			want: `/cfg/config.toml:2: [sandbox] network: expected one of ["allow" "deny"], got "maybe"`,
+			line: 2, key: "sandbox.network",
+		},
+		{
+			name: "dotted key form",
+			src:  "sandbox.pids = -1\n",
+			want: `/cfg/config.toml:1: [sandbox] pids: must be between 0 and 4194304, got -1`,
+			line: 1, key: "sandbox.pids",
+		},
+		{
+			name: "quoted key",
+			src:  "[limits]\n\"concurrent_execs\" = 0\n",
+			want: `/cfg/config.toml:2: [limits] concurrent_execs: must be between 1 and 64, got 0`,
+			line: 2, key: "limits.concurrent_execs",
+		},
+		{
+			name: "relative path",
+			src:  "[sandbox]\nread_only = [\"/ok\", \"rel/path\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] read_only: "rel/path": expected an absolute path (or ~/...)`,
+			line: 2, key: "sandbox.read_only",
+		},
+		{
+			name: "path exposing config dir",
+			src:  "[sandbox]\nread_write = [\"/cfg\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] read_write: "/cfg" overlaps the fledge config dir /cfg, which plugins must never reach`,
+			line: 2, key: "sandbox.read_write",
+		},
+		{
+			name: "parent of config dir",
+			src:  "[sandbox]\nread_only = [\"/\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] read_only: "/": the whole filesystem cannot be granted`,
+			line: 2, key: "sandbox.read_only",
+		},
+		{
+			name: "home dir",
+			src:  "[sandbox]\nread_only = [\"~/\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] read_only: "~/": covers the whole home directory`,
+			line: 2, key: "sandbox.read_only",
+		},
+		{
+			name: "credential in env_allow",
+			src:  "[sandbox]\nenv_allow = [\"GITHUB_TOKEN\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] env_allow: "GITHUB_TOKEN" looks like a credential; fledge never passes credentials to plugins`,
+			line: 2, key: "sandbox.env_allow",
+		},
+		{
+			name: "bad env pattern",
+			src:  "[sandbox]\nenv_allow = [\"*\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] env_allow: "*": expected a variable name or a PREFIX_* pattern`,
+			line: 2, key: "sandbox.env_allow",
+		},
+		{
+			name: "timeouts inconsistent",
+			src:  "[sandbox]\ntimeout_max = 20\ntimeout_default = 60\n",
+			want: `/cfg/config.toml:3: [sandbox] timeout_default: timeout_default (1m0s) is larger than timeout_max (20s)`,
+			line: 3, key: "sandbox.timeout_default",
+		},
+		{
+			name: "timeout_max below default default",
+			src:  "[sandbox]\ntimeout_max = 5\n",
+			want: `/cfg/config.toml:2: [sandbox] timeout_max: timeout_default (30s) is larger than timeout_max (5s)`,
+			line: 2, key: "sandbox.timeout_max",
+		},
+		{
+			name: "bad duration",
+			src:  "[limits]\nprompt_timeout = \"soon\"\n",
+			want: `/cfg/config.toml:2: [limits] prompt_timeout: expected seconds or a duration like "30s", got "soon"`,
+			line: 2, key: "limits.prompt_timeout",
+		},
+		{
+			name: "tiny memory",
+			src:  "[sandbox]\nmemory = 12\n",
+			want: `/cfg/config.toml:2: [sandbox] memory: must be between 1MiB and 1024TiB, got 12B`,
+			line: 2, key: "sandbox.memory",
+		},
+		{
+			name: "section not a table",
+			src:  "audit = 3\n",
+			want: `/cfg/config.toml:1: audit: expected a table, got an integer`,
+			line: 1, key: "audit",
+		},
+		{
+			name: "key after multi-line string is located",
+			src:  "[audit]\nfsync = \"\"\"\nnever\n\"\"\"\n",
+			want: "/cfg/config.toml:2: [audit] fsync: expected one of [\"durable\" \"always\" \"never\"], got \"never\\n\"",
+			line: 2, key: "audit.fsync",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(file, []byte(tc.src), "/cfg", "/home/u")
+			require.Error(t, err)
+			var ce *ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.True(t, errors.Is(err, ErrConfig))
+			assert.Equal(t, tc.want, err.Error())
+			assert.Equal(t, tc.line, ce.Line)
+			assert.Equal(t, tc.key, ce.Key)
+		})
+	}
+}
+
+func TestConfigSyntaxError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, ConfigFile)
+	require.NoError(t, os.WriteFile(path, []byte("[sandbox]\nmemory = \n"), 0o600))
+	_, err := Load(dir)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, path, ce.File)
+	assert.Equal(t, 2, ce.Line)
+	assert.Positive(t, ce.Col)
+	assert.Contains(t, err.Error(), path+":2: syntax error: ")
+}
+
+func TestConfigTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	big := make([]byte, MaxConfigBytes+10)
+	for i := range big {
+		big[i] = '\n'
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), big, 0o600))
+	_, err := Load(dir)
+	require.ErrorIs(t, err, ErrConfig)
+	assert.Contains(t, err.Error(), "larger than")
+}
+
+func TestParseSize(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"1048576", MiB, true}, {"512MiB", 512 * MiB, true}, {"1GiB", GiB, true},
+		{"1.5G", GiB + GiB/2, true}, {"64k", 64 * KiB, true}, {"2 MB", 2_000_000, true},
+		{"10b", 10, true}, {"1tib", 1 << 40, true},
+		{"", 0, false}, {"lots", 0, false}, {"5 parsecs", 0, false}, {"-1", 0, false},
+		{"1e3", 0, false}, {"99999999999TiB", 0, false}, {"1..2M", 0, false},
+	}
+	for _, tc := range cases {
+		got, err := ParseSize(tc.in)
+		if !tc.ok {
+			assert.Error(t, err, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+	assert.Equal(t, "1GiB", FormatSize(GiB))
+	assert.Equal(t, "1536KiB", FormatSize(1536*KiB))
+	assert.Equal(t, "10B", FormatSize(10))
+	assert.Equal(t, "0B", FormatSize(0))
+}
+
+func TestExecTimeout(t *testing.T) {
+	c := Default()
+	f := func(v float64) *float64 { return &v }
+	d, err := c.ExecTimeout(nil)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, d)
+	d, err = c.ExecTimeout(f(2.5))
+	require.NoError(t, err)
+	assert.Equal(t, 2500*time.Millisecond, d)
+	d, err = c.ExecTimeout(f(300))
+	require.NoError(t, err)
+	assert.Equal(t, 300*time.Second, d)
+	for _, bad := range []float64{0, -1, 301} {
+		_, err = c.ExecTimeout(f(bad))
+		assert.Error(t, err, bad)
+	}
+}

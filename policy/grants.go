@@ -1,0 +1,200 @@
+// Package policy holds fledge's pure decisions: which capabilities a plugin holds, what a
+// confined process may touch, which environment it sees, and the limits from config.toml.
+// Apart from reading config.toml it makes no OS calls, so every decision is table-testable.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Filesystem grant levels, weakest first.
+const (
+	FilesystemNone    = "none"    // no project access at all
+	FilesystemPlugin  = "plugin"  // only the plugin's private data dir (which it always has)
+	FilesystemProject = "project" // read-only access to the project
+)
+
+// FilesystemDeclared is what a bare "filesystem" item in a grant list parses to: "whatever
+// level the manifest declares". Grants.Resolve replaces it with the declared level.
+const FilesystemDeclared = "declared"
+
+var (
+	// ErrUnknownCapability: a grant list names something that is not a capability.
+	ErrUnknownCapability = errors.New("unknown capability")
+	// ErrNotDeclared: a grant asks for more than the manifest declares.
+	ErrNotDeclared = errors.New("capability not declared by the plugin")
+)
+
+// Grants is a set of capabilities: what a manifest declares, or what the user granted.
+type Grants struct {
+	Exec       bool   `toml:"exec" json:"exec"`
+	Store      bool   `toml:"store" json:"store"`
+	Metadata   bool   `toml:"metadata" json:"metadata"`
+	Network    bool   `toml:"network" json:"network"`
+	Filesystem string `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
+}
+
+// fsRank orders filesystem levels; -1 for an unknown level.
+func fsRank(level string) int {
+	switch level {
+	case "", FilesystemNone:
+		return 0
+	case FilesystemPlugin:
+		return 1
+	case FilesystemProject:
+		return 2
+	}
+	return -1
+}
+
+// ValidFilesystem reports whether level is a known filesystem grant ("" counts as none).
+func ValidFilesystem(level string) bool { return fsRank(level) >= 0 }
+
+// FS returns the filesystem level with "" normalised to "none".
+func (g Grants) FS() string {
+	if g.Filesystem == "" {
+		return FilesystemNone
+	}
+	return g.Filesystem
+}
+
+// Empty reports whether g grants nothing.
+func (g Grants) Empty() bool { return len(g.Names()) == 0 }
+
+// Names lists the granted items in a fixed order, in the same spelling ParseGrantList reads:
+// exec, store, metadata, network, filesystem=<level>. The filesystem item appears only when
+// the level is above none.
+func (g Grants) Names() []string {
+	var out []string
+	if g.Exec {
+		out = append(out, "exec")
+	}
+	if g.Store {
+		out = append(out, "store")
+	}
+	if g.Metadata {
+		out = append(out, "metadata")
+	}
+	if g.Network {
+		out = append(out, "network")
+	}
+	if fs := g.FS(); fs != FilesystemNone {
+		out = append(out, "filesystem="+fs)
+	}
+	return out
+}
+
+// String is the comma-separated Names, or "none".
+func (g Grants) String() string {
+	n := g.Names()
+	if len(n) == 0 {
+		return "none"
+	}
+	return strings.Join(n, ",")
+}
+
+// Subset reports whether every capability in g is also in of. Filesystem levels are ordered
+// none < plugin < project; an unknown level is never a subset.
+func (g Grants) Subset(of Grants) bool {
+	if (g.Exec && !of.Exec) || (g.Store && !of.Store) || (g.Metadata && !of.Metadata) ||
+		(g.Network && !of.Network) {
+		return false
+	}
+	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
+	return r >= 0 && ro >= 0 && r <= ro
+}
+
+// Missing lists the items of g that of does not contain (for error messages).
+func (g Grants) Missing(of Grants) []string {
+	var out []string
+	add := func(have, ok bool, name string) {
+		if have && !ok {
+			out = append(out, name)
+		}
+	}
+	add(g.Exec, of.Exec, "exec")
+	add(g.Store, of.Store, "store")
+	add(g.Metadata, of.Metadata, "metadata")
+	add(g.Network, of.Network, "network")
+	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
+	if r < 0 || ro < 0 || r > ro {
+		out = append(out, "filesystem="+g.FS())
+	}
+	return out
+}
+
+// Resolve turns a grant list parsed from the command line into concrete grants against what
+// the manifest declares: a bare "filesystem" becomes the declared level. It fails with
+// ErrNotDeclared, naming the items, when the result is not a subset of declared.
+func (g Grants) Resolve(declared Grants) (Grants, error) {
+	if g.Filesystem == FilesystemDeclared {
+		g.Filesystem = declared.FS()
+		if g.Filesystem == FilesystemNone {
+			return g, fmt.Errorf("%w: filesystem (the plugin declares filesystem = \"none\")", ErrNotDeclared)
+		}
+	}
+	g.Filesystem = g.FS()
+	if !g.Subset(declared) {
+		return g, fmt.Errorf("%w: %s (declared: %s)", ErrNotDeclared,
+			strings.Join(g.Missing(declared), ", "), declared.String())
+	}
+	return g, nil
+}
+
+// ParseGrantList parses a --grant value such as "exec,store" or "metadata,filesystem=project".
+// "" and "none" mean no capabilities. A bare "filesystem" means the declared level (see
+// Resolve). Unknown items fail with ErrUnknownCapability naming the item.
+func ParseGrantList(s string) (Grants, error) {
+	g := Grants{Filesystem: FilesystemNone}
+	s = strings.TrimSpace(s)
+	if s == "" || s == "none" {
+		return g, nil
+	}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.ToLower(strings.TrimSpace(item))
+		switch {
+		case item == "":
+			continue
+		case item == "exec":
+			g.Exec = true
+		case item == "store":
+			g.Store = true
+		case item == "metadata":
+			g.Metadata = true
+		case item == "network":
+			g.Network = true
+		case item == "filesystem":
+			g.Filesystem = FilesystemDeclared
+		case strings.HasPrefix(item, "filesystem="):
+			level := strings.TrimPrefix(item, "filesystem=")
+			if fsRank(level) < 0 || level == "" {
+				return Grants{}, fmt.Errorf("%w: %q (filesystem is one of none, plugin, project)", ErrUnknownCapability, item)
+			}
+			g.Filesystem = level
+		default:
+			return Grants{}, fmt.Errorf("%w: %q (known: exec, store, metadata, network, filesystem)", ErrUnknownCapability, item)
+		}
+	}
+	return g, nil
+}
+
+// Describe says in a few words what each capability lets a plugin do (install prompts).
+func Describe(item string) string {
+	switch {
+	case item == "exec":
+		return "run shell commands (confined to the project and its own dir)"
+	case item == "store":
+		return "keep key/value data between runs"
+	case item == "metadata":
+		return "read project metadata: fledge.toml, git tags/status/log, filtered environment"
+	case item == "network":
+		return "open network connections from the plugin process"
+	case item == "filesystem=project":
+		return "read the project's files"
+	case item == "filesystem=plugin":
+		return "use its private data dir only"
+	}
+	return item
+}

@@ -1,0 +1,103 @@
+package policy
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseGrantList(t *testing.T) {
+	cases := []struct {
+		in      string
+		want    Grants
+		wantErr string
+	}{
+		{"", Grants{Filesystem: "none"}, ""},
+		{"none", Grants{Filesystem: "none"}, ""},
+		{"exec,store", Grants{Exec: true, Store: true, Filesystem: "none"}, ""},
+		{" Exec , METADATA ,network,", Grants{Exec: true, Metadata: true, Network: true, Filesystem: "none"}, ""},
+		{"filesystem", Grants{Filesystem: FilesystemDeclared}, ""},
+		{"filesystem=project", Grants{Filesystem: "project"}, ""},
+		{"filesystem=plugin,exec", Grants{Exec: true, Filesystem: "plugin"}, ""},
+		{"exec,sudo", Grants{}, `unknown capability: "sudo" (known: exec, store, metadata, network, filesystem)`},
+		{"filesystem=everything", Grants{}, `unknown capability: "filesystem=everything" (filesystem is one of none, plugin, project)`},
+		{"filesystem=", Grants{}, `unknown capability: "filesystem="`},
+	}
+	for _, tc := range cases {
+		got, err := ParseGrantList(tc.in)
+		if tc.wantErr != "" {
+			require.ErrorIs(t, err, ErrUnknownCapability, tc.in)
+			assert.Contains(t, err.Error(), tc.wantErr)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestGrantsStringRoundTrip(t *testing.T) {
+	for _, g := range []Grants{
+		{},
+		{Exec: true},
+		{Exec: true, Store: true, Metadata: true, Network: true, Filesystem: "project"},
+		{Store: true, Filesystem: "plugin"},
+	} {
+		back, err := ParseGrantList(g.String())
+		require.NoError(t, err, g.String())
+		assert.Equal(t, g.Names(), back.Names())
+		assert.Equal(t, g.FS(), back.FS())
+	}
+	assert.Equal(t, "none", Grants{}.String())
+	assert.True(t, Grants{Filesystem: "none"}.Empty())
+	assert.Equal(t, "exec,network,filesystem=project", Grants{Exec: true, Network: true, Filesystem: "project"}.String())
+	assert.Equal(t, []string{"store", "filesystem=plugin"}, Grants{Store: true, Filesystem: "plugin"}.Names())
+}
+
+func TestGrantsSubset(t *testing.T) {
+	all := Grants{Exec: true, Store: true, Metadata: true, Network: true, Filesystem: "project"}
+	cases := []struct {
+		g, of Grants
+		want  bool
+	}{
+		{Grants{}, Grants{}, true},
+		{Grants{}, all, true},
+		{all, all, true},
+		{Grants{Exec: true}, Grants{Store: true}, false},
+		{Grants{Network: true}, Grants{Exec: true, Store: true}, false},
+		{Grants{Filesystem: "plugin"}, Grants{Filesystem: "project"}, true},
+		{Grants{Filesystem: "project"}, Grants{Filesystem: "plugin"}, false},
+		{Grants{Filesystem: "plugin"}, Grants{}, false},
+		{Grants{Filesystem: "none"}, Grants{}, true},
+		{Grants{Filesystem: "bogus"}, all, false},
+		{Grants{}, Grants{Filesystem: "bogus"}, false},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.want, tc.g.Subset(tc.of), "%v ⊆ %v", tc.g, tc.of)
+	}
+}
+
+func TestGrantsResolve(t *testing.T) {
+	declared := Grants{Exec: true, Store: true, Filesystem: "project"}
+	g, err := Grants{Exec: true, Filesystem: FilesystemDeclared}.Resolve(declared)
+	require.NoError(t, err)
+	assert.Equal(t, Grants{Exec: true, Filesystem: "project"}, g)
+
+	g, err = Grants{Store: true}.Resolve(declared)
+	require.NoError(t, err)
+	assert.Equal(t, Grants{Store: true, Filesystem: "none"}, g)
+
+	_, err = Grants{Exec: true, Network: true, Metadata: true}.Resolve(declared)
+	require.ErrorIs(t, err, ErrNotDeclared)
+	assert.Equal(t, "capability not declared by the plugin: metadata, network (declared: exec,store,filesystem=project)", err.Error())
+
+	_, err = Grants{Filesystem: FilesystemDeclared}.Resolve(Grants{Exec: true})
+	require.ErrorIs(t, err, ErrNotDeclared)
+	assert.Contains(t, err.Error(), "filesystem")
+}
+
+func TestDescribe(t *testing.T) {
+	for _, n := range (Grants{Exec: true, Store: true, Metadata: true, Network: true, Filesystem: "project"}).Names() {
+		assert.NotEqual(t, n, Describe(n), n)
+	}
+}

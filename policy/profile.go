@@ -1,0 +1,243 @@
+package policy
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// SystemPaths are granted read+execute to every confined process. Some do not exist on a
+// given machine (/lib32, /nix/store): the sandbox skips missing paths instead of failing.
+var SystemPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/nix/store"}
+
+// DeviceReadWrite and ProcReadOnly are the bits of /dev and /proc ordinary commands need
+// (redirects to /dev/null, random numbers, /proc/self). Access to other processes' /proc
+// entries is still bounded by Landlock's ptrace scoping.
+var (
+	DeviceReadWrite = []string{"/dev/null", "/dev/zero", "/dev/full"}
+	DeviceReadOnly  = []string{"/dev/urandom", "/dev/random"}
+	ProcReadOnly    = []string{"/proc"}
+)
+
+// sensitiveHome are subtrees of $HOME that never become PATH grants, even if the user put
+// a bin dir there: they hold keys and tokens.
+var sensitiveHome = []string{
+	".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gcloud", ".config/gh",
+	".password-store", ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".local/share/keyrings",
+	".vault-token", ".terraform.d",
+}
+
+// Paths locates what a profile is computed from. All absolute; ProjectRoot "" means no
+// project. Callers pass paths with symlinks already resolved (the sandbox opens each path
+// once, so a symlinked PATH entry would otherwise grant its target).
+type Paths struct {
+	ProjectRoot   string
+	PluginDir     string // <config>/plugins/<name>
+	PluginDataDir string // <config>/plugins/<name>/data
+	ConfigDir     string
+	StateDir      string
+	AuditLog      string // optional; denied when it lives outside StateDir
+	UserPATH      []string
+	Home          string
+}
+
+// Deny rule (how every profile encodes "never the fledge config or state dirs"):
+//
+// Deny holds ConfigDir, StateDir and the audit log. No allow entry may be equal to or an
+// ancestor of a Deny path (the Linux sandbox refuses such a Spec, since Landlock cannot
+// subtract). An allow entry strictly INSIDE a Deny path is an explicit carve-out and is
+// permitted: the plugin's own dir and data dir live in <config>/plugins/<name>, and granting
+// them does not reach plugins.toml, config.toml or any other plugin's dir, because nothing
+// grants their common parent. CheckAccess verifies exactly this rule; Seatbelt profiles
+// express it as deny rules followed by the carve-out allows.
+func denyList(p Paths) []string {
+	var d []string
+	for _, x := range []string{p.ConfigDir, p.StateDir, p.AuditLog} {
+		if x == "" {
+			continue
+		}
+		x = filepath.Clean(x)
+		dup := false
+		for _, y := range d {
+			if Within(x, y) {
+				dup = true
+			}
+		}
+		if !dup {
+			d = append(d, x)
+		}
+	}
+	return d
+}
+
+// CheckAccess enforces the Deny rule: an error names the first allow entry that equals or
+// contains a Deny path.
+func CheckAccess(a sandbox.Access) error {
+	for _, group := range []struct {
+		kind  string
+		paths []string
+	}{{"read-write", a.ReadWrite}, {"read-only", a.ReadOnly}, {"read-exec", a.ReadExec}} {
+		for _, allow := range group.paths {
+			for _, deny := range a.Deny {
+				if Within(deny, allow) {
+					return fmt.Errorf("%w: %s entry %s covers denied path %s", sandbox.ErrInvalidSpec, group.kind, allow, deny)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// usablePATH filters the user's PATH entries down to those safe to grant read+execute:
+// absolute, not "/", not $HOME or an ancestor of it, not inside a sensitive part of $HOME,
+// not overlapping a Deny path, and not already covered by a system path.
+func usablePATH(p Paths, deny []string) []string {
+	var out []string
+	home := ""
+	if p.Home != "" {
+		home = filepath.Clean(p.Home)
+	}
+next:
+	for _, e := range p.UserPATH {
+		if e == "" || !filepath.IsAbs(e) || strings.ContainsRune(e, 0) {
+			continue
+		}
+		e = filepath.Clean(e)
+		if e == "/" {
+			continue
+		}
+		if home != "" {
+			if Within(home, e) {
+				continue // $HOME itself, /home, ...
+			}
+			for _, s := range sensitiveHome {
+				sp := filepath.Join(home, s)
+				if Within(e, sp) || Within(sp, e) {
+					continue next
+				}
+			}
+		}
+		for _, d := range deny {
+			if Within(e, d) || Within(d, e) {
+				continue next
+			}
+		}
+		for _, covered := range [][]string{SystemPaths, out} {
+			for _, s := range covered {
+				if Within(e, s) {
+					continue next
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// safeExtra drops policy paths that would break the Deny rule; config loading already
+// refuses ones overlapping the config dir, this also covers the state dir and audit log.
+func safeExtra(paths, deny []string) []string {
+	var out []string
+next:
+	for _, x := range paths {
+		for _, d := range deny {
+			if Within(d, x) {
+				continue next
+			}
+		}
+		out = append(out, filepath.Clean(x))
+	}
+	return out
+}
+
+func baseAccess(p Paths) (sandbox.Access, []string) {
+	deny := denyList(p)
+	a := sandbox.Access{
+		ReadExec: append(append([]string{}, SystemPaths...), usablePATH(p, deny)...),
+		ReadOnly: append(append([]string{"/etc"}, DeviceReadOnly...), ProcReadOnly...),
+		// ReadWrite starts with the devices commands write to.
+		ReadWrite: append([]string{}, DeviceReadWrite...),
+		Deny:      deny,
+	}
+	return a, deny
+}
+
+func addIf(list []string, path string) []string {
+	if path == "" {
+		return list
+	}
+	return append(list, filepath.Clean(path))
+}
+
+// ExecAccess is the profile of a command a plugin asked fledge to run: read-write on the
+// project root, the plugin's data dir and policy read_write; read+execute on system paths,
+// safe PATH entries and the plugin dir (read-only: it holds state.json, which only the host
+// writes; execute so commands can run the plugin's helper scripts); read-only on /etc and
+// policy read_only; never the config or state dirs (see the Deny rule above).
+func ExecAccess(p Paths, c *Config) sandbox.Access {
+	a, deny := baseAccess(p)
+	a.ReadWrite = addIf(a.ReadWrite, p.ProjectRoot)
+	a.ReadWrite = addIf(a.ReadWrite, p.PluginDataDir)
+	a.ReadExec = addIf(a.ReadExec, p.PluginDir)
+	if c != nil {
+		a.ReadWrite = append(a.ReadWrite, safeExtra(c.Sandbox.ReadWrite, deny)...)
+		a.ReadOnly = append(a.ReadOnly, safeExtra(c.Sandbox.ReadOnly, deny)...)
+	}
+	return a
+}
+
+// PluginAccess is the profile of the plugin process itself: read+execute on system paths,
+// safe PATH entries and its own dir (it cannot rewrite its code or plant files there);
+// read-write on its private data dir; the project only per the filesystem grant (none: no
+// access; project: read-only; plugin: nothing beyond the data dir). Policy read_only and
+// read_write do not apply: a plugin gets what its grants say, nothing more.
+func PluginAccess(p Paths, g Grants, c *Config) sandbox.Access {
+	a, _ := baseAccess(p)
+	a.ReadExec = addIf(a.ReadExec, p.PluginDir)
+	a.ReadWrite = addIf(a.ReadWrite, p.PluginDataDir)
+	if g.FS() == FilesystemProject {
+		a.ReadOnly = addIf(a.ReadOnly, p.ProjectRoot)
+	}
+	return a
+}
+
+// LegacyAccess is the profile of a legacy (non-protocol) plugin run as a whole program under
+// legacy = "confined": read-write on the project and its data dir, read+execute on system
+// paths, PATH entries and its own dir, policy extras as for exec.
+func LegacyAccess(p Paths, c *Config) sandbox.Access {
+	return ExecAccess(p, c)
+}
+
+// DefaultNoFile is RLIMIT_NOFILE for confined processes.
+const DefaultNoFile = 1024
+
+// DefaultKillGrace is the time between SIGTERM and SIGKILL.
+const DefaultKillGrace = 2 * time.Second
+
+// ExecLimits are the limits of one exec; Timeout is timeout_default (use ExecTimeout for a
+// plugin-requested value).
+func (c *Config) ExecLimits() sandbox.Limits {
+	return sandbox.Limits{
+		MemoryBytes: c.Sandbox.Memory,
+		Pids:        c.Sandbox.Pids,
+		CPU:         c.Sandbox.CPU,
+		NoFile:      DefaultNoFile,
+		Timeout:     c.Sandbox.TimeoutDefault,
+		KillGrace:   DefaultKillGrace,
+	}
+}
+
+// PluginLimits are the limits of a plugin process: the same resource bounds as an exec, but
+// no timeout (a plugin may legitimately wait minutes for a prompt; cancel ends it).
+func (c *Config) PluginLimits() sandbox.Limits {
+	l := c.ExecLimits()
+	l.Timeout = 0
+	return l
+}
+
+// PluginNetwork reports whether the plugin process may use the network: only with the
+// network grant, and only if policy does not deny networking altogether.
+func (c *Config) PluginNetwork(g Grants) bool { return g.Network && c.NetworkAllowed() }
