@@ -90,3 +90,12 @@ func TestDisplayPathFollowsTheKernel(t *testing.T) {
 		})
 	}
 }
+
+// availableModes is testModes minus openat2 where the kernel lacks it (the fuzz loop cannot
+// skip per input).
+func availableModes() []string {
+	if openat2Supported() {
+		return testModes
+	}
+	return []string{"osroot"}
+}
