@@ -67,12 +67,15 @@ func setRlimits(pol *Policy) error {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &cur); err != nil {
 		return fmt.Errorf("nofile: %w", err)
 	}
-	if cur.Max < n { // never try to raise the hard limit
-		n = cur.Max
+	if uint64(cur.Max) < n { // never try to raise the hard limit
+		n = uint64(cur.Max)
 	}
+	lim := cur
+	setLim(&lim.Cur, n)
+	setLim(&lim.Max, n)
 	// syscall.Setrlimit (not x/sys) so the Go runtime forgets the soft limit it saved at
 	// start and exec passes ours on.
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return fmt.Errorf("nofile: %w", err)
 	}
 	return nil
@@ -111,3 +114,6 @@ func markCloexec(fd int) error {
 	_, err := fcntl(fd, syscall.F_SETFD, syscall.FD_CLOEXEC)
 	return err
 }
+
+// setLim stores v in an rlimit field, which is uint64 on Linux/darwin and int64 on FreeBSD.
+func setLim[T ~int64 | ~uint64](dst *T, v uint64) { *dst = T(v) }
