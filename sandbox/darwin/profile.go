@@ -116,6 +116,7 @@ var (
 		"/private/etc",
 		"/private/var/db/timezone",
 		"/private/var/db/dyld", // dyld shared cache on older releases (newer: under /System)
+		"/private/var/select",  // /bin/sh execs the shell this dir's "sh" link names
 		"/Library/Preferences/Logging",
 	}
 	// systemReadFiles are single files (literal, not subpath).
