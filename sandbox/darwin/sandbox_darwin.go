@@ -100,6 +100,9 @@ func (s *Sandbox) Report() sandbox.Report {
 
 // Start runs spec through sandbox-exec and the stub.
 func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if spec == nil || spec.Path == "" || len(spec.Args) == 0 {
 		return nil, fmt.Errorf("%w: no program", sandbox.ErrInvalidSpec)
 	}
