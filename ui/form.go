@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"charm.land/huh/v2"
 	"github.com/muesli/cancelreader"
+	"golang.org/x/term"
 )
 
 // accessibleStopWait bounds how long a cancelled accessible prompt may take to notice that
@@ -33,12 +36,7 @@ func (c *console) runForm(ctx context.Context, field huh.Field) error {
 	if c.accessible {
 		err = c.runAccessible(ctx, form)
 	} else {
-		// WithProgramOptions replaces huh's defaults, so it comes before WithInput/WithOutput.
-		// Signals stay with the host: it turns SIGINT into a cancel and ends ctx.
-		form = form.WithProgramOptions(tea.WithoutSignalHandler()).
-			WithInput(c.in).
-			WithOutput(c.formOutput())
-		err = form.RunWithContext(ctx)
+		err = c.runFullScreen(ctx, form)
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -61,16 +59,39 @@ func (c *console) formOutput() io.Writer {
 	return c.err
 }
 
+// runFullScreen runs the arrow-key form. The form library would read the terminal
+// itself, but after it returns its reader can stay blocked in the terminal and later steal
+// a keystroke meant for the next question; so it reads through questionInput, which is
+// stopped for good before the question returns, and fledge sets raw mode itself.
+func (c *console) runFullScreen(ctx context.Context, form *huh.Form) error {
+	fd := int(c.in.Fd())
+	old, err := term.MakeRaw(fd)
+	if err != nil {
+		return fmt.Errorf("ui: terminal raw mode: %w", err)
+	}
+	defer func() { _ = term.Restore(fd, old) }()
+	in, err := newQuestionInput(c.in)
+	if err != nil {
+		return err
+	}
+	defer in.stop()
+	// WithProgramOptions replaces huh's defaults, so it comes before WithInput/WithOutput.
+	// Signals stay with the host: it turns SIGINT into a cancel and ends ctx.
+	form = form.WithProgramOptions(tea.WithoutSignalHandler()).
+		WithInput(in).
+		WithOutput(c.formOutput())
+	return form.RunWithContext(ctx)
+}
+
 // runAccessible runs the line-based form. huh cannot cancel it, so it reads through a
-// cancelable reader: when ctx ends the read fails, the form returns, and nothing is left
+// questionInput: when ctx ends the read fails, the form returns, and nothing is left
 // reading stdin behind the host's back.
 func (c *console) runAccessible(ctx context.Context, form *huh.Form) error {
-	cr, err := cancelreader.NewReader(c.in)
+	in, err := newQuestionInput(c.in)
 	if err != nil {
-		return fmt.Errorf("ui: prompt input: %w", err)
+		return err
 	}
-	defer func() { _ = cr.Close() }()
-	in := &endReader{r: cr}
+	defer in.stop()
 	form = form.WithAccessible(true).WithInput(in).WithOutput(c.formOutput())
 
 	done := make(chan error, 1)
@@ -91,7 +112,7 @@ func (c *console) runAccessible(ctx context.Context, form *huh.Form) error {
 		}
 		return err
 	case <-ctx.Done():
-		cr.Cancel()
+		in.cancel()
 		select {
 		case <-done:
 		case <-time.After(accessibleStopWait):
@@ -100,16 +121,44 @@ func (c *console) runAccessible(ctx context.Context, form *huh.Form) error {
 	}
 }
 
-// endReader notes whether its reader ever failed (EOF, cancel).
-type endReader struct {
-	r     io.Reader
-	ended atomic.Bool
+// questionInput is the terminal as one question reads it: cancelable, and once stopped,
+// guaranteed to have no read in flight and to read nothing more.
+type questionInput struct {
+	cr     cancelreader.CancelReader
+	mu     sync.RWMutex // read-held during a read; stop takes it to wait reads out
+	closed bool
+	ended  atomic.Bool // a read failed: end of input or cancelled
 }
 
-func (e *endReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
+func newQuestionInput(f *os.File) (*questionInput, error) {
+	cr, err := cancelreader.NewReader(f)
 	if err != nil {
-		e.ended.Store(true)
+		return nil, fmt.Errorf("ui: prompt input: %w", err)
+	}
+	return &questionInput{cr: cr}, nil
+}
+
+func (q *questionInput) Read(p []byte) (int, error) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed {
+		return 0, io.EOF
+	}
+	n, err := q.cr.Read(p)
+	if err != nil {
+		q.ended.Store(true)
 	}
 	return n, err
+}
+
+// cancel makes a pending and every later read fail.
+func (q *questionInput) cancel() { q.cr.Cancel() }
+
+// stop cancels, waits for any read in flight to return, and releases the reader.
+func (q *questionInput) stop() {
+	q.cr.Cancel()
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	_ = q.cr.Close()
 }

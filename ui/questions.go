@@ -120,7 +120,8 @@ func (c *console) MultiSelect(ctx context.Context, plugin, message string, optio
 	if !c.interactive {
 		return sel, nil
 	}
-	field := huh.NewMultiSelect[int]().Title(questionTitle(plugin, message)).Options(optionList(options)...).Value(&sel)
+	// Value before Options: the cursor then starts on the first pre-selected option
+	field := huh.NewMultiSelect[int]().Title(questionTitle(plugin, message)).Value(&sel).Options(optionList(options)...)
 	if len(options) > visibleOptions {
 		field.Height(visibleOptions + 2)
 	}
