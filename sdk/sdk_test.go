@@ -392,7 +392,7 @@ func TestUnknownInboundIgnored(t *testing.T) {
 		m := h.recv()
 		_, _ = io.WriteString(h.toPlugin, `{"type":"telemetry","id":"1","value":"x"}`+"\n")
 		_, _ = io.WriteString(h.toPlugin, "not json at all\n")
-		h.send(testInit())                                             // a second init is ignored
+		h.send(testInit())                                               // a second init is ignored
 		h.send(protocol.NewResponse(protocol.StringID("999"), "orphan")) // nobody asked
 		h.send(protocol.NewResponse(m.RequestID(), "real"))
 	}()
