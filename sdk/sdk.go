@@ -76,8 +76,9 @@ type config struct {
 // WithMaxPending bounds the requests in flight (default DefaultMaxPending).
 func WithMaxPending(n int) Option { return func(c *config) { c.maxPending = n } }
 
-// WithMaxLine bounds one line received from fledge (default protocol.DefaultMaxLine, enough
-// for any exec result fledge sends: raise it if you expect more).
+// WithMaxLine bounds one line received from fledge. The default, protocol.DefaultMaxWriteLine,
+// is fledge's own bound on what it writes: an exec result may carry 2 x 10 MiB of output, and
+// a reply skipped as too long would leave its caller waiting forever.
 func WithMaxLine(n int) Option { return func(c *config) { c.maxLine = n } }
 
 // WithWarnings sets where the SDK reports lines it skipped (New: stderr; NewIO: nowhere).
@@ -119,7 +120,7 @@ func NewIO(r io.Reader, w io.Writer, opts ...Option) (*Plugin, error) {
 // Connect is NewIO with a context bounding the wait for init. If ctx ends first, Connect
 // returns its error and leaves a goroutine blocked on r until r yields or is closed.
 func Connect(ctx context.Context, r io.Reader, w io.Writer, opts ...Option) (*Plugin, error) {
-	cfg := config{maxPending: DefaultMaxPending, warn: io.Discard}
+	cfg := config{maxPending: DefaultMaxPending, maxLine: protocol.DefaultMaxWriteLine, warn: io.Discard}
 	for _, o := range opts {
 		o(&cfg)
 	}

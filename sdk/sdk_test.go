@@ -454,3 +454,17 @@ func TestResponseValueKeptRaw(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"a":[1,{"b":null}]}`, string(md["fledge_config"]))
 }
+
+func TestLargeExecResultReachesCaller(t *testing.T) {
+	// fledge may send up to 2 x 10 MiB of output in one line: the SDK's default bound must
+	// take it, or the caller would wait forever for a reply it skipped.
+	h, p := session(t)
+	big := strings.Repeat("0123456789abcdef", (3<<20)/16)
+	h.serve(func(m *protocol.Message) any {
+		return protocol.NewResponse(m.RequestID(), protocol.ExecResult{Stdout: big, Stderr: big})
+	})
+	res, err := p.Exec(ctxT(t), "cat big")
+	require.NoError(t, err)
+	assert.Equal(t, len(big), len(res.Stdout))
+	assert.Equal(t, len(big), len(res.Stderr))
+}
