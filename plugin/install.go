@@ -1,0 +1,540 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/fledgehq/fledge/policy"
+)
+
+var (
+	// ErrNeedsGrant: a non-interactive install of a plugin that declares capabilities, with
+	// neither --yes nor --grant. Install never grants silently.
+	ErrNeedsGrant = errors.New("capabilities need an explicit grant")
+	// ErrAlreadyInstalled: a plugin by that name is installed from a different source.
+	ErrAlreadyInstalled = errors.New("plugin already installed")
+	// ErrCommandTaken: another installed plugin owns one of the commands.
+	ErrCommandTaken = errors.New("command already provided by another plugin")
+	// ErrBadSource: the source is neither a directory nor a git URL.
+	ErrBadSource = errors.New("invalid plugin source")
+	// ErrClone: git could not fetch the source.
+	ErrClone = errors.New("git clone failed")
+	// ErrHooks: hooks were requested but could not run, or one failed.
+	ErrHooks = errors.New("install hook failed")
+)
+
+// DefaultCloneTimeout bounds a git clone.
+const DefaultCloneTimeout = 2 * time.Minute
+
+// Asker asks the user a yes/no question (a TTY prompt in the CLI).
+type Asker interface {
+	Confirm(question string, def bool) (bool, error)
+}
+
+// HookRunner runs one install hook with dir (the staged plugin copy) as its working dir. The
+// CLI supplies one that goes through the sandbox with the exec profile; hooks are plugin code.
+type HookRunner func(ctx context.Context, dir string, h Hook) error
+
+// InstallOptions configure Install.
+type InstallOptions struct {
+	ConfigDir string
+	Source    string // a directory, or a git URL (https, ssh, git, file, scp-like)
+	// Yes grants everything the manifest declares.
+	Yes bool
+	// Grant (--grant) grants a subset of what the manifest declares; it wins over Yes.
+	Grant *policy.Grants
+	// NonInteractive: never ask; without Yes or Grant a plugin declaring capabilities is
+	// refused with ErrNeedsGrant.
+	NonInteractive bool
+	// RunHooks runs [hooks] (sorted by name) through RunHook after they were shown.
+	RunHooks bool
+	RunHook  HookRunner
+	Asker    Asker
+	Out      io.Writer // human-readable progress; nil discards
+	// CloneTimeout bounds a git clone (default DefaultCloneTimeout).
+	CloneTimeout time.Duration
+	// Now stamps the entry (default time.Now).
+	Now func() time.Time
+}
+
+// Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
+// in plugins.toml. Re-installing a name from the same source replaces the code, asks for
+// grants again (the new manifest may declare different ones) and keeps state.json and data/;
+// the same name from another source is ErrAlreadyInstalled (remove it first).
+func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
+	out := o.Out
+	if out == nil {
+		out = io.Discard
+	}
+	if o.ConfigDir == "" {
+		return nil, errors.New("install: no config dir")
+	}
+	srcDir, source, cleanup, err := fetchSource(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+
+	m, warnings, err := readManifest(srcDir)
+	for _, w := range warnings {
+		fmt.Fprintf(out, "warning: %s\n", w)
+	}
+	if err != nil {
+		return nil, err
+	}
+	name := m.Plugin.Name
+
+	reg, err := LoadRegistry(o.ConfigDir)
+	if err != nil {
+		return nil, err
+	}
+	existing := reg.Find(name)
+	if existing != nil && existing.Source != source {
+		return nil, fmt.Errorf("%w: %q is installed from %s; run `fledge plugins remove %s` first", ErrAlreadyInstalled, name, existing.Source, name)
+	}
+	for _, c := range m.Commands {
+		if owner, err := reg.FindCommand(c.Name); err == nil && owner.Name != name {
+			return nil, fmt.Errorf("%w: command %q belongs to plugin %q", ErrCommandTaken, c.Name, owner.Name)
+		}
+	}
+
+	granted, err := decideGrants(o, m, out)
+	if err != nil {
+		return nil, err
+	}
+
+	hooks := m.HookList()
+	if len(hooks) > 0 {
+		state := "will NOT run (install with hooks enabled to run them)"
+		if o.RunHooks {
+			state = "will run now, confined"
+		}
+		fmt.Fprintf(out, "Plugin %s declares install hooks; they %s:\n", name, state)
+		for _, h := range hooks {
+			fmt.Fprintf(out, "  %s: %s\n", h.Name, h.Command)
+		}
+	}
+
+	pluginsDir := filepath.Join(o.ConfigDir, "plugins")
+	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
+		return nil, err
+	}
+	stage, err := os.MkdirTemp(pluginsDir, ".install-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	staged := false
+	defer func() {
+		if !staged {
+			os.RemoveAll(stage)
+		}
+	}()
+	if err := os.Chmod(stage, 0o755); err != nil {
+		return nil, err
+	}
+	skipped, err := copyTree(srcDir, stage)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range skipped {
+		if s != ".git" {
+			fmt.Fprintf(out, "warning: %s in the source is host-owned; not copied\n", s)
+		}
+	}
+	if o.RunHooks && len(hooks) > 0 {
+		if o.RunHook == nil {
+			return nil, fmt.Errorf("%w: no hook runner configured", ErrHooks)
+		}
+		for _, h := range hooks {
+			if err := o.RunHook(ctx, stage, h); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrHooks, h.Name, err)
+			}
+		}
+	}
+	// Full validation on the copy: binaries exist inside it (after hooks built them), and the
+	// manifest is byte-for-byte the one the user approved.
+	m2, _, err := LoadManifest(stage)
+	if err != nil {
+		if len(hooks) > 0 && !o.RunHooks {
+			err = fmt.Errorf("%w (the plugin has install hooks that may build it; they were not run)", err)
+		}
+		return nil, err
+	}
+	if m2.SHA256() != m.SHA256() {
+		return nil, fmt.Errorf("%w: plugin.toml changed during install", ErrInvalidManifest)
+	}
+	if err := os.Mkdir(filepath.Join(stage, "data"), 0o700); err != nil {
+		return nil, err
+	}
+
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	entry := Entry{
+		Name: name, Source: source, Version: m.Plugin.Version, Installed: now().UTC().Truncate(time.Second),
+		Commands: m.CommandNames(), Granted: granted, ManifestSHA256: m.SHA256(), Protocol: m.Plugin.Protocol,
+	}
+	final := Dir(o.ConfigDir, name)
+	commit, undo, err := swapIn(stage, final, existing != nil)
+	if err != nil {
+		return nil, err
+	}
+	staged = true
+	reg.Put(entry)
+	if err := reg.Save(); err != nil {
+		undo()
+		return nil, fmt.Errorf("save registry: %w", err)
+	}
+	commit()
+	fmt.Fprintf(out, "Installed %s %s (commands: %s; granted: %s)\n", name, m.Plugin.Version,
+		strings.Join(entry.Commands, ", "), granted.String())
+	return &entry, nil
+}
+
+// swapIn moves stage to final. An existing final dir is moved aside first; with keepState its
+// state.json and data/ move into the new copy. commit deletes the replaced copy; undo restores
+// the previous state as far as possible (used when the registry cannot be saved).
+func swapIn(stage, final string, keepState bool) (commit, undo func(), err error) {
+	st, err := os.Lstat(final)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
+	if err == nil && !st.IsDir() {
+		return nil, nil, fmt.Errorf("%s: %w", final, ErrUnsafeFile)
+	}
+	if err != nil { // fresh install
+		if err := os.Rename(stage, final); err != nil {
+			return nil, nil, err
+		}
+		return func() { _ = syncDir(filepath.Dir(final)) }, func() { os.RemoveAll(final) }, nil
+	}
+	old := filepath.Join(filepath.Dir(final), ".old-"+filepath.Base(final)+"-"+randHex())
+	if err := os.Rename(final, old); err != nil {
+		return nil, nil, err
+	}
+	moved := []string{}
+	restore := func(from string) {
+		for _, n := range moved {
+			os.RemoveAll(filepath.Join(old, n))
+			os.Rename(filepath.Join(from, n), filepath.Join(old, n))
+		}
+		os.Rename(old, final)
+	}
+	if keepState {
+		for _, n := range []string{StateFile, "data"} {
+			if _, err := os.Lstat(filepath.Join(old, n)); err != nil {
+				continue
+			}
+			os.RemoveAll(filepath.Join(stage, n))
+			if err := os.Rename(filepath.Join(old, n), filepath.Join(stage, n)); err != nil {
+				restore(stage)
+				return nil, nil, err
+			}
+			moved = append(moved, n)
+		}
+	}
+	if err := os.Rename(stage, final); err != nil {
+		restore(stage)
+		return nil, nil, err
+	}
+	_ = syncDir(filepath.Dir(final))
+	commit = func() { os.RemoveAll(old) } // failing to delete the old copy is not an install failure
+	undo = func() {
+		back := filepath.Join(filepath.Dir(final), ".undo-"+randHex())
+		if os.Rename(final, back) == nil {
+			restore(back)
+			os.RemoveAll(back)
+		}
+	}
+	return commit, undo, nil
+}
+
+func randHex() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// decideGrants applies --grant / --yes / interactive questions / refusal, in that order.
+func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, error) {
+	declared := m.Declared()
+	none := policy.Grants{Filesystem: policy.FilesystemNone}
+	if declared.Empty() {
+		if o.Grant != nil && !o.Grant.Empty() {
+			if _, err := o.Grant.Resolve(declared); err != nil {
+				return none, err
+			}
+		}
+		fmt.Fprintf(out, "Plugin %s declares no capabilities.\n", m.Plugin.Name)
+		return none, nil
+	}
+	fmt.Fprintf(out, "Plugin %s declares these capabilities:\n", m.Plugin.Name)
+	for _, n := range declared.Names() {
+		fmt.Fprintf(out, "  %-20s %s\n", n, policy.Describe(n))
+	}
+	switch {
+	case o.Grant != nil:
+		g, err := o.Grant.Resolve(declared)
+		if err != nil {
+			return none, err
+		}
+		fmt.Fprintf(out, "Granting: %s\n", g.String())
+		return g, nil
+	case o.Yes:
+		fmt.Fprintf(out, "Granting all declared: %s\n", declared.String())
+		return declared, nil
+	case o.NonInteractive || o.Asker == nil:
+		return none, fmt.Errorf("%w: plugin %q declares %s; in non-interactive mode pass --yes to grant them all or --grant %s (or a subset)",
+			ErrNeedsGrant, m.Plugin.Name, strings.Join(declared.Names(), ", "), strings.Join(declared.Names(), ","))
+	}
+	g := none
+	for _, n := range declared.Names() {
+		ok, err := o.Asker.Confirm(fmt.Sprintf("Grant %s to %s (%s)?", n, m.Plugin.Name, policy.Describe(n)), false)
+		if err != nil {
+			return none, fmt.Errorf("install cancelled: %w", err)
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case n == "exec":
+			g.Exec = true
+		case n == "store":
+			g.Store = true
+		case n == "metadata":
+			g.Metadata = true
+		case n == "network":
+			g.Network = true
+		case strings.HasPrefix(n, "filesystem="):
+			g.Filesystem = declared.Filesystem
+		}
+	}
+	fmt.Fprintf(out, "Granting: %s\n", g.String())
+	return g, nil
+}
+
+// readManifest parses <dir>/plugin.toml for shape only (binaries are checked on the copy).
+func readManifest(dir string) (*Manifest, []string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrBadSource, err)
+	}
+	defer root.Close()
+	f, err := root.Open(ManifestFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s has no readable %s: %v", ErrInvalidManifest, dir, ManifestFile, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
+	if err != nil {
+		return nil, nil, err
+	}
+	return ParseManifest(data)
+}
+
+var scpLike = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/]`)
+
+// IsGitURL reports whether a source names a git remote rather than a local directory.
+func IsGitURL(s string) bool {
+	if scheme, _, ok := strings.Cut(s, "://"); ok {
+		switch strings.ToLower(scheme) {
+		case "http", "https", "git", "ssh", "file", "git+ssh", "ssh+git":
+			return true
+		}
+		return false
+	}
+	return scpLike.MatchString(s)
+}
+
+// fetchSource returns a local dir holding the plugin, the source as recorded (credentials
+// stripped; an absolute path for dirs) and a cleanup func.
+func fetchSource(ctx context.Context, o InstallOptions) (dir, source string, cleanup func(), err error) {
+	nop := func() {}
+	s := o.Source
+	switch {
+	case s == "" || strings.HasPrefix(s, "-") || strings.ContainsRune(s, 0):
+		return "", "", nop, fmt.Errorf("%w: %q", ErrBadSource, clip(s))
+	case IsGitURL(s):
+		tmp, err := os.MkdirTemp("", "fledge-clone-")
+		if err != nil {
+			return "", "", nop, err
+		}
+		cleanup = func() { os.RemoveAll(tmp) }
+		repo := filepath.Join(tmp, "repo")
+		if err := gitClone(ctx, s, repo, o.CloneTimeout); err != nil {
+			cleanup()
+			return "", "", nop, err
+		}
+		return repo, policy.StripURLCredentials(s), cleanup, nil
+	}
+	abs, err := filepath.Abs(s)
+	if err != nil {
+		return "", "", nop, err
+	}
+	st, err := os.Stat(abs)
+	if err != nil || !st.IsDir() {
+		return "", "", nop, fmt.Errorf("%w: %s is neither a directory nor a git URL (https://, ssh://, git@host:path, file://)", ErrBadSource, clip(s))
+	}
+	return abs, abs, nop, nil
+}
+
+// gitClone makes a shallow clone with hooks, submodules, prompts and the ext:: transport
+// disabled, bounded by a timeout. git's output is kept (bounded) for the error message.
+func gitClone(ctx context.Context, url, dst string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultCloneTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git",
+		"-c", "core.hooksPath=/dev/null",
+		"-c", "protocol.ext.allow=never",
+		"-c", "core.fsmonitor=false",
+		"-c", "submodule.recurse=false",
+		"clone", "--depth", "1", "--no-recurse-submodules", "--quiet", "--", url, dst)
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never", "GIT_PROTOCOL_FROM_USER=0")
+	cmd.Stdin = nil
+	var buf limitedBuffer
+	buf.max = 16 << 10
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(buf.String())
+		if ctx.Err() == context.DeadlineExceeded {
+			msg = fmt.Sprintf("timed out after %s", timeout)
+		}
+		return fmt.Errorf("%w: %s: %v: %s", ErrClone, policy.StripURLCredentials(url), err, scrubOutput(msg))
+	}
+	return nil
+}
+
+// scrubOutput removes credentials git may echo back in its messages.
+func scrubOutput(s string) string {
+	fields := strings.Fields(s)
+	for i, f := range fields {
+		if strings.Contains(f, "://") || strings.Contains(f, "@") {
+			fields[i] = policy.StripURLCredentials(strings.Trim(f, "'\"`"))
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+// limitedBuffer keeps the first max bytes written and silently drops the rest.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		if len(p) > room {
+			b.Buffer.Write(p[:room])
+		} else {
+			b.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+// Remove uninstalls name: the registry entry first (so a crash never leaves an entry pointing
+// at nothing), then the plugin dir, state.json and data included.
+func Remove(configDir, name string) (*Entry, error) {
+	if !ValidName(name) {
+		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
+	}
+	reg, err := LoadRegistry(configDir)
+	if err != nil {
+		return nil, err
+	}
+	e := reg.Find(name)
+	if e == nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, name)
+	}
+	removed := *e
+	reg.Delete(name)
+	if err := reg.Save(); err != nil {
+		return nil, err
+	}
+	dir := Dir(configDir, name)
+	st, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return &removed, nil
+	case err != nil:
+		return &removed, err
+	case !st.IsDir(): // never follow a link planted here
+		return &removed, os.Remove(dir)
+	}
+	trash := filepath.Join(configDir, "plugins", ".remove-"+name+"-"+randHex())
+	if err := os.Rename(dir, trash); err != nil {
+		return &removed, err
+	}
+	return &removed, os.RemoveAll(trash)
+}
+
+// List returns the installed plugins, sorted by name.
+func List(configDir string) ([]Entry, error) {
+	reg, err := LoadRegistry(configDir)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]Entry(nil), reg.Plugins...)
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Name < out[j-1].Name; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out, nil
+}
+
+// Info is what `plugins info` shows about one plugin.
+type Info struct {
+	Entry    Entry     `json:"entry"`
+	Dir      string    `json:"dir"`
+	DataDir  string    `json:"data_dir"`
+	Manifest *Manifest `json:"-"`
+	// Declared is what the live manifest declares (informational; only Entry.Granted counts).
+	Declared *policy.Grants `json:"declared,omitempty"`
+	// ManifestChanged: the live plugin.toml differs from the approved one.
+	ManifestChanged bool     `json:"manifest_changed"`
+	Warnings        []string `json:"warnings,omitempty"`
+}
+
+// GetInfo loads the registry entry and the live manifest of name.
+func GetInfo(configDir, name string) (*Info, error) {
+	if !ValidName(name) {
+		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
+	}
+	reg, err := LoadRegistry(configDir)
+	if err != nil {
+		return nil, err
+	}
+	e := reg.Find(name)
+	if e == nil {
+		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, name)
+	}
+	info := &Info{Entry: *e, Dir: Dir(configDir, name), DataDir: DataDir(configDir, name)}
+	m, warnings, err := LoadManifest(info.Dir)
+	info.Warnings = warnings
+	if err != nil {
+		info.Warnings = append(info.Warnings, err.Error())
+		info.ManifestChanged = true
+		return info, nil
+	}
+	d := m.Declared()
+	info.Manifest, info.Declared = m, &d
+	info.ManifestChanged = m.SHA256() != e.ManifestSHA256
+	return info, nil
+}

@@ -1,0 +1,332 @@
+// Package plugin manages installed plugins: the plugin.toml manifest, the plugins.toml
+// registry of what was installed and granted, install/remove, and each plugin's state.json
+// key/value store. Everything a plugin author controls (manifest, files, names) is treated as
+// hostile input; everything the host owns is written atomically and never through a symlink.
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocol"
+)
+
+// ManifestFile is the manifest's name inside a plugin dir.
+const ManifestFile = "plugin.toml"
+
+// Manifest bounds: generous for real plugins, small enough that a hostile one is cheap.
+const (
+	MaxManifestBytes = 256 << 10
+	MaxNameLen       = 64
+	MaxCommands      = 256
+	MaxFieldLen      = 4096
+)
+
+var (
+	// ErrInvalidManifest: plugin.toml cannot be used (syntax, types, or a failed check).
+	ErrInvalidManifest = errors.New("invalid plugin.toml")
+	// ErrUnsupportedProtocol: plugin.toml asks for a protocol this fledge does not speak.
+	ErrUnsupportedProtocol = errors.New("unsupported plugin protocol")
+)
+
+// reservedCommands are fledge's own subcommands: a plugin command by these names could never
+// be run and would confuse the user.
+var reservedCommands = map[string]bool{
+	"run": true, "plugins": true, "audit": true, "doctor": true, "help": true,
+	"completion": true, "version": true,
+}
+
+var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// ValidName reports whether s is a valid plugin or command name: [a-z0-9][a-z0-9_-]*, at most
+// 64 bytes. Such a name is always safe as a single path component.
+func ValidName(s string) bool { return len(s) <= MaxNameLen && nameRe.MatchString(s) }
+
+// Manifest is a parsed plugin.toml.
+type Manifest struct {
+	Plugin       Meta           `toml:"plugin"`
+	Commands     []Command      `toml:"commands"`
+	Hooks        map[string]any `toml:"hooks"` // raw, shown at install, run only when asked
+	Capabilities Capabilities   `toml:"capabilities"`
+
+	raw []byte
+}
+
+// Meta is the [plugin] table.
+type Meta struct {
+	Name        string `toml:"name"`
+	Version     string `toml:"version"`
+	Description string `toml:"description"`
+	Author      string `toml:"author"`
+	Protocol    string `toml:"protocol"` // "" = legacy, or "fledge-v1"
+	Runtime     string `toml:"runtime"`
+}
+
+// Command is one [[commands]] entry.
+type Command struct {
+	Name        string `toml:"name" json:"name"`
+	Description string `toml:"description" json:"description,omitempty"`
+	Binary      string `toml:"binary" json:"binary"` // relative to the plugin dir
+}
+
+// Capabilities is the [capabilities] table: what the plugin declares it needs.
+type Capabilities struct {
+	Exec       bool   `toml:"exec"`
+	Store      bool   `toml:"store"`
+	Metadata   bool   `toml:"metadata"`
+	Network    bool   `toml:"network"`
+	Filesystem string `toml:"filesystem"`
+}
+
+// Hook is one [hooks] entry rendered for display.
+type Hook struct {
+	Name    string
+	Command string
+}
+
+// Declared returns the declared capabilities as grants.
+func (m *Manifest) Declared() policy.Grants {
+	c := m.Capabilities
+	g := policy.Grants{Exec: c.Exec, Store: c.Store, Metadata: c.Metadata, Network: c.Network, Filesystem: c.Filesystem}
+	g.Filesystem = g.FS()
+	return g
+}
+
+// IsProtocol reports whether the plugin speaks fledge-v1 (false: a legacy plugin).
+func (m *Manifest) IsProtocol() bool { return m.Plugin.Protocol == protocol.Version }
+
+// Raw returns the exact bytes the manifest was parsed from.
+func (m *Manifest) Raw() []byte { return m.raw }
+
+// SHA256 is the hex digest of the manifest bytes (recorded as the approved manifest).
+func (m *Manifest) SHA256() string {
+	sum := sha256.Sum256(m.raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// Command returns the named command, or nil.
+func (m *Manifest) Command(name string) *Command {
+	for i := range m.Commands {
+		if m.Commands[i].Name == name {
+			return &m.Commands[i]
+		}
+	}
+	return nil
+}
+
+// CommandNames lists the command names in manifest order.
+func (m *Manifest) CommandNames() []string {
+	out := make([]string, len(m.Commands))
+	for i, c := range m.Commands {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// HookList renders [hooks] for display, sorted by name. A string is the command; an array of
+// strings is several commands joined with " && "; anything else is shown as written.
+func (m *Manifest) HookList() []Hook {
+	names := make([]string, 0, len(m.Hooks))
+	for k := range m.Hooks {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]Hook, 0, len(names))
+	for _, n := range names {
+		out = append(out, Hook{Name: n, Command: hookCommand(m.Hooks[n])})
+	}
+	return out
+}
+
+func hookCommand(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, e := range x {
+			parts = append(parts, hookCommand(e))
+		}
+		return strings.Join(parts, " && ")
+	}
+	return fmt.Sprintf("%v", v)
+}
+
+// ParseManifest parses and validates plugin.toml content. Unknown keys become warnings, never
+// errors (plugins written for newer hosts must still install). Errors wrap ErrInvalidManifest
+// or ErrUnsupportedProtocol. Binary paths are checked for shape only; LoadManifest also checks
+// that they exist inside the plugin dir.
+func ParseManifest(data []byte) (*Manifest, []string, error) {
+	if len(data) > MaxManifestBytes {
+		return nil, nil, fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrInvalidManifest, len(data), MaxManifestBytes)
+	}
+	var m Manifest
+	md, err := toml.Decode(string(data), &m)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, nil, fmt.Errorf("%w: line %d: %s", ErrInvalidManifest, pe.Position.Line, pe.Message)
+		}
+		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidManifest, err)
+	}
+	m.raw = append([]byte(nil), data...)
+
+	var warnings []string
+	var reported []toml.Key
+undecoded:
+	for _, k := range md.Undecoded() {
+		for _, r := range reported {
+			if len(k) > len(r) && toml.Key(k[:len(r)]).String() == r.String() {
+				continue undecoded // a child of a table already reported
+			}
+		}
+		reported = append(reported, k)
+		if len(warnings) < 32 {
+			warnings = append(warnings, fmt.Sprintf("plugin.toml: unknown key %q ignored", k.String()))
+		}
+	}
+	if len(reported) > 32 {
+		warnings = append(warnings, fmt.Sprintf("plugin.toml: %d more unknown keys ignored", len(reported)-32))
+	}
+	if err := m.validate(); err != nil {
+		return nil, warnings, err
+	}
+	return &m, warnings, nil
+}
+
+func badText(s string) bool {
+	if len(s) > MaxFieldLen {
+		return true
+	}
+	for _, r := range s {
+		if r != '\t' && unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manifest) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidManifest}, args...)...)
+	}
+	p := m.Plugin
+	switch {
+	case p.Name == "":
+		return bad("[plugin] name is missing")
+	case !ValidName(p.Name):
+		return bad("[plugin] name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", clip(p.Name), MaxNameLen)
+	}
+	if p.Protocol != "" && p.Protocol != protocol.Version {
+		return fmt.Errorf("%w: plugin %q declares protocol %q, but this fledge only speaks %s; upgrade fledge to run it",
+			ErrUnsupportedProtocol, p.Name, clip(p.Protocol), protocol.Version)
+	}
+	for field, v := range map[string]string{"version": p.Version, "description": p.Description, "author": p.Author, "runtime": p.Runtime} {
+		if badText(v) {
+			return bad("[plugin] %s contains control characters or is longer than %d bytes", field, MaxFieldLen)
+		}
+	}
+	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
+		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip(m.Capabilities.Filesystem))
+	}
+	if len(m.Commands) == 0 {
+		return bad("no [[commands]] declared")
+	}
+	if len(m.Commands) > MaxCommands {
+		return bad("%d commands, more than the %d allowed", len(m.Commands), MaxCommands)
+	}
+	seen := map[string]bool{}
+	for i, c := range m.Commands {
+		switch {
+		case !ValidName(c.Name):
+			return bad("command %d: name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", i+1, clip(c.Name), MaxNameLen)
+		case reservedCommands[c.Name]:
+			return bad("command %q is one of fledge's own commands", c.Name)
+		case seen[c.Name]:
+			return bad("command %q is declared twice", c.Name)
+		case badText(c.Description):
+			return bad("command %q: description contains control characters or is too long", c.Name)
+		}
+		seen[c.Name] = true
+		if err := checkBinaryPath(c.Binary); err != nil {
+			return bad("command %q: %v", c.Name, err)
+		}
+	}
+	for name, v := range m.Hooks {
+		if badText(name) || badText(hookCommand(v)) {
+			return bad("[hooks] %q contains control characters or is too long", clip(name))
+		}
+	}
+	return nil
+}
+
+// checkBinaryPath checks a command binary's shape: relative, no "..", no NUL.
+func checkBinaryPath(b string) error {
+	switch {
+	case b == "":
+		return errors.New("binary is missing")
+	case strings.ContainsRune(b, 0) || badText(b):
+		return errors.New("binary contains control characters")
+	case filepath.IsAbs(b) || strings.HasPrefix(b, "/"):
+		return fmt.Errorf("binary %q must be relative to the plugin dir", b)
+	case !filepath.IsLocal(b):
+		return fmt.Errorf("binary %q escapes the plugin dir", b)
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// LoadManifest reads and validates <dir>/plugin.toml, and checks that every command binary
+// exists inside dir as a regular file after resolving symlinks (through os.Root, so a link
+// that leaves the dir fails). Warnings include non-executable binaries.
+func LoadManifest(dir string) (*Manifest, []string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open plugin dir: %w", err)
+	}
+	defer root.Close()
+	f, err := root.Open(ManifestFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidManifest, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", ManifestFile, err)
+	}
+	m, warnings, err := ParseManifest(data)
+	if err != nil {
+		return nil, warnings, err
+	}
+	for _, c := range m.Commands {
+		st, err := root.Stat(c.Binary)
+		if err != nil {
+			return nil, warnings, fmt.Errorf("%w: command %q: binary %q: %v", ErrInvalidManifest, c.Name, c.Binary, err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, warnings, fmt.Errorf("%w: command %q: binary %q is not a regular file", ErrInvalidManifest, c.Name, c.Binary)
+		}
+		if st.Mode().Perm()&0o111 == 0 && m.Plugin.Runtime == "" {
+			warnings = append(warnings, fmt.Sprintf("command %q: binary %q is not executable", c.Name, c.Binary))
+		}
+	}
+	return m, warnings, nil
+}
