@@ -363,6 +363,9 @@ func (p *process) killTree() error {
 		return err
 	}
 	// No cgroup: the process group is all we can reach (setsid escapes, see Mode).
+	if syscall.Kill(-p.proc.Pid, 0) != nil {
+		return nil // the group is empty: skip the /proc scan
+	}
 	members := pgroupMembers(p.proc.Pid)
 	if err := syscall.Kill(-p.proc.Pid, syscall.SIGKILL); err == nil {
 		p.note(members, mainAlive)

@@ -1,0 +1,65 @@
+package linux
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// BenchmarkBareExecTrue is the baseline: os/exec of sh -c true.
+func BenchmarkBareExecTrue(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("/bin/sh", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkExecTrue is Start+Wait of sh -c true, sandboxed with the defaults an exec gets
+// (Landlock, a cgroup with memory and pids limits, private tmp), and with parts switched
+// off to show what each costs.
+func BenchmarkExecTrue(b *testing.B) {
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	for _, bc := range []struct {
+		name string
+		opts Options
+		tmp  bool
+	}{
+		{"full", Options{}, true},
+		{"no-tmp", Options{}, false},
+		{"no-cgroup", Options{DisableCgroups: true}, false},
+		{"no-landlock", Options{DisableLandlock: true}, false},
+		{"stub-only", Options{DisableCgroups: true, DisableLandlock: true}, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			sb, err := New(bc.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			spec := &sandbox.Spec{
+				Name: "bench", Path: "/bin/sh", Args: []string{"sh", "-c", "true"},
+				Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Network: true,
+				Access:     sandbox.Access{ReadWrite: []string{dir.Name()}, ReadExec: SystemReadExec},
+				Limits:     sandbox.Limits{MemoryBytes: 1 << 30, Pids: 256},
+				PrivateTmp: bc.tmp,
+			}
+			for b.Loop() {
+				p, err := sb.Start(context.Background(), spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res, err := p.Wait()
+				if err != nil || res.ExitCode != 0 {
+					b.Fatal(err, res)
+				}
+			}
+		})
+	}
+}
