@@ -178,6 +178,7 @@ func (p *progress) newBar() {
 		max = -1
 	}
 	p.bar = progressbar.NewOptions64(max,
+		progressbar.OptionSetDescription(p.describe()), // no first frame without it
 		progressbar.OptionSetWriter(p.c.err),
 		progressbar.OptionSetWidth(barWidth),
 		progressbar.OptionSetPredictTime(false),
@@ -199,21 +200,24 @@ func (p *progress) dropBar() {
 	}
 }
 
-// draw writes the bar line for want. Caller holds c.mu.
-func (p *progress) draw() {
-	desc := p.want.text()
+// describe is want's text cut to fit the terminal beside the bar: a line that wraps
+// cannot be cleared with \r.
+func (p *progress) describe() string {
 	width := 80
 	if f := p.c.errFile; f != nil {
 		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
 			width = w
 		}
 	}
-	// keep the whole line inside the terminal: a wrapped bar cannot be cleared with \r
-	desc = runewidth.Truncate(desc, max(width-barReserve, 10), "…")
+	return runewidth.Truncate(p.want.text(), max(width-barReserve, 10), "…")
+}
+
+// draw writes the bar line for want. Caller holds c.mu.
+func (p *progress) draw() {
 	if !p.spinner {
 		_ = p.bar.Set64(int64(p.want.cur / p.want.tot * barScale))
 	}
-	p.bar.Describe(desc) // Describe redraws, also once the bar is full
+	p.bar.Describe(p.describe()) // Describe redraws, also once the bar is full
 	p.drawn, p.dirty, p.lastDraw = true, false, time.Now()
 }
 

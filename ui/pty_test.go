@@ -61,7 +61,7 @@ func newTermSession(t *testing.T, opts Options) *termSession {
 		_ = ptmx.Close()
 		<-copied
 	})
-	require.True(t, s.ui.Interactive(), "stdin is a terminal")
+	require.Equal(t, !opts.NonInteractive, s.ui.Interactive(), "stdin is a terminal")
 	return s
 }
 
