@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The fuzz tree lives under tmp: root (roots[0]), root2 reached through the symlinked root
-// r2link (roots[1]), and outside. Ops are byte pairs (kind, arg) over these tables.
+// The fuzz tree lives in box (a dir under the test's temp dir): root (roots[0]), root2 reached
+// through the symlinked root r2link (roots[1]), and outside. Ops are byte pairs (kind, arg)
+// over these tables. "$T" is box.
 var fuzzNames = [16]string{
 	"root/a", "root/b", "root/a/c", "root/b/d", "root/a/c/e", "root/l", "root/a/l", "root/a/c/l",
 	"root2/a", "root2/l", "outside/a", "outside/l", "root/a/c/e/f", "root/m", "root2/a/m", "root/b/m",
@@ -41,31 +42,65 @@ func expand(s, tmp string) string {
 	).Replace(s)
 }
 
-// applyOps builds the tree. Failures (a parent that is a file, a name that exists) are part
-// of the game and ignored.
-func applyOps(tmp string, ops []byte) {
+// applyOps builds the tree. Every operation goes through an os.Root on box: the tree is full
+// of links to "/", "/etc" and "..", and a plain os.MkdirAll("box/root/a/c") through a link
+// a -> "/" would write outside the test (as root). Failures (a parent that is a file, a path
+// through an absolute link, a name that exists) are part of the game and ignored.
+func applyOps(box *os.Root, ops []byte) {
 	for i := 0; i+1 < len(ops) && i/2 < maxFuzzOps; i += 2 {
 		k, v := ops[i], ops[i+1]
-		name := filepath.Join(tmp, fuzzNames[v&15])
+		name := fuzzNames[v&15]
 		hi := v >> 4
 		switch k % 6 {
 		case 0:
-			os.MkdirAll(name, 0o755)
+			box.MkdirAll(name, 0o755)
 		case 1:
-			os.MkdirAll(filepath.Dir(name), 0o755)
-			os.WriteFile(name, nil, 0o644)
+			box.MkdirAll(filepath.Dir(name), 0o755)
+			box.WriteFile(name, nil, 0o644)
 		case 2:
-			os.MkdirAll(filepath.Dir(name), 0o755)
-			os.Symlink(fuzzRelTargets[hi], name)
+			box.MkdirAll(filepath.Dir(name), 0o755)
+			box.Symlink(fuzzRelTargets[hi], name)
 		case 3:
-			os.MkdirAll(filepath.Dir(name), 0o755)
-			os.Symlink(expand(fuzzAbsTargets[hi], tmp), name)
+			box.MkdirAll(filepath.Dir(name), 0o755)
+			box.Symlink(expand(fuzzAbsTargets[hi], box.Name()), name)
 		case 4:
-			os.RemoveAll(name)
+			box.RemoveAll(name)
 		case 5:
-			os.Rename(name, filepath.Join(tmp, fuzzNames[hi]))
+			box.Rename(name, fuzzNames[hi])
 		}
 	}
+}
+
+// buildFuzzTree lays out box under a fresh temp dir, applies ops, and fails the test if
+// anything appeared beside box: the harness itself must never write outside it.
+func buildFuzzTree(t *testing.T, ops []byte) string {
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxPath := filepath.Join(tmp, "box")
+	for _, d := range []string{"", "root", "root2", "outside"} {
+		if err := os.Mkdir(filepath.Join(boxPath, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("root2", filepath.Join(boxPath, "r2link")); err != nil {
+		t.Fatal(err)
+	}
+	box, err := os.OpenRoot(boxPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	applyOps(box, ops)
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "box" {
+		t.Fatalf("harness wrote outside its box: %v", ents)
+	}
+	return boxPath
 }
 
 func FuzzResolve(f *testing.F) {
@@ -96,19 +131,7 @@ func FuzzResolve(f *testing.F) {
 	}
 	modes := availableModes()
 	f.Fuzz(func(t *testing.T, ops []byte, req string) {
-		tmp, err := filepath.EvalSymlinks(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range []string{"root", "root2", "outside"} {
-			if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.Symlink("root2", filepath.Join(tmp, "r2link")); err != nil {
-			t.Fatal(err)
-		}
-		applyOps(tmp, ops)
+		tmp := buildFuzzTree(t, ops)
 		req = expand(req, tmp)
 
 		g, err := New(filepath.Join(tmp, "root"), filepath.Join(tmp, "r2link"))
@@ -174,4 +197,28 @@ func checkResolve(t *testing.T, g *Guard, mode, req string, roots map[devIno]boo
 		t.Fatalf("%s: %q: display path %q is not under root %q", mode, req, d.Path, d.Root)
 	}
 	return devIno{uint64(st.Dev), uint64(st.Ino)}, true
+}
+
+// The tree builder must stay in its box even when ops write through links that leave it
+// (an earlier version, using plain os calls, created files in / as root).
+func TestFuzzHarnessStaysInBox(t *testing.T) {
+	ops := []byte{
+		2, 0x30, // root/a -> ../../.. (the temp dir above box)
+		0, 0x02, // mkdir root/a/c
+		1, 0x06, // write root/a/l
+		3, 0x41, // root/b -> /
+		0, 0x03, // mkdir root/b/d
+		1, 0x0f, // write root/b/m
+		2, 0x9d, // root/m -> ../root2, fine: inside
+		4, 0x02, // remove root/a/c
+		5, 0xa3, // rename root/b/d -> outside/a
+	}
+	box := buildFuzzTree(t, ops)
+	fi, err := os.Lstat(filepath.Join(box, "root", "a"))
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("root/a should be the symlink: %v %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(box, "root", "m")); err != nil {
+		t.Fatalf("an inside link should have been made: %v", err)
+	}
 }
