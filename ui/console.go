@@ -198,6 +198,11 @@ func (c *console) writeErr(s string, droppable bool) {
 		return
 	}
 	c.prog.hide()
+	if c.midLine && c.ttyOut && c.ttyErr {
+		// both on one screen: the log line starts on its own line, not after half an output line
+		_, _ = io.WriteString(c.err, "\n")
+		c.midLine = false
+	}
 	_, _ = io.WriteString(c.err, s)
 	c.prog.show()
 }

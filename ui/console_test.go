@@ -67,10 +67,6 @@ func TestNonInteractiveRules(t *testing.T) {
 	u, out, errb := newPiped(t, Options{NonInteractive: true})
 	opts := []string{"staging", "production", "dev"}
 
-	type result struct {
-		val any
-		err error
-	}
 	tests := []struct {
 		name    string
 		ask     func() (any, error)

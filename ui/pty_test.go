@@ -39,6 +39,12 @@ type termSession struct {
 
 func newTermSession(t *testing.T, opts Options) *termSession {
 	t.Helper()
+	return newTermSessionOut(t, opts, false)
+}
+
+// newTermSessionOut is newTermSession with stdout on the terminal too when sameScreen.
+func newTermSessionOut(t *testing.T, opts Options, sameScreen bool) *termSession {
+	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		testutil.SkipUnlessSupported(t, false, "no pseudo-terminal: "+err.Error())
@@ -51,6 +57,9 @@ func newTermSession(t *testing.T, opts Options) *termSession {
 		_, _ = io.Copy(s.screen, ptmx)
 	}()
 	opts.In, opts.Err, opts.Out = tty, tty, s.stdout
+	if sameScreen {
+		opts.Out = tty
+	}
 	if opts.Color == nil {
 		opts.Color = ptr(false)
 	}
@@ -297,4 +306,26 @@ func TestAccessiblePTY(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 2}, multi)
 	assertCooked(t, s.tty)
+}
+
+// TestOutputOnTerminal: plugin output on a terminal is sanitised, waits while a question
+// is on screen, and a log line never lands in the middle of an output line.
+func TestOutputOnTerminal(t *testing.T) {
+	s := newTermSessionOut(t, Options{}, true)
+	u := s.ui
+	u.Output("\x1b]0;title\x07partial")
+	u.Log("p", "info", "log line")
+	s.waitFor("log line")
+	assert.Contains(t, s.screen.String(), "partial\r\n[p] info: log line")
+	assert.NotContains(t, s.screen.String(), "title")
+
+	got, err := ask(s, "Wait for me", func(ctx context.Context) (string, error) {
+		return u.Prompt(ctx, PromptRequest{Plugin: "p", Message: "Wait for me", Default: ptr("d")})
+	}, func() { u.Output("held output\n") }, keyEnter)
+	require.NoError(t, err)
+	assert.Equal(t, "d", got)
+	s.waitFor("held output")
+	drawn := s.screen.String()[s.mark:]
+	assert.Greater(t, strings.Index(drawn, "held output"), strings.LastIndex(drawn, "Wait for me"),
+		"output written after the form's last frame")
 }
