@@ -390,8 +390,8 @@ func fetchSource(ctx context.Context, o InstallOptions) (dir, source string, cle
 	return abs, abs, nop, nil
 }
 
-// gitClone makes a shallow clone with hooks, submodules, prompts and the ext:: transport
-// disabled, bounded by a timeout. git's output is kept (bounded) for the error message.
+// gitClone makes a shallow clone with hooks, submodules, prompts and every transport but
+// https/http/ssh/git/file disabled, bounded by a timeout. git's output is kept (bounded) for the error message.
 func gitClone(ctx context.Context, url, dst string, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = DefaultCloneTimeout
@@ -400,11 +400,15 @@ func gitClone(ctx context.Context, url, dst string, timeout time.Duration) error
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "git",
 		"-c", "core.hooksPath=/dev/null",
-		"-c", "protocol.ext.allow=never",
+		// Only the transports IsGitURL accepts; ext:: and friends can run commands.
+		"-c", "protocol.allow=never",
+		"-c", "protocol.https.allow=always", "-c", "protocol.http.allow=always",
+		"-c", "protocol.ssh.allow=always", "-c", "protocol.git.allow=always",
+		"-c", "protocol.file.allow=always",
 		"-c", "core.fsmonitor=false",
 		"-c", "submodule.recurse=false",
 		"clone", "--depth", "1", "--no-recurse-submodules", "--quiet", "--", url, dst)
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never", "GIT_PROTOCOL_FROM_USER=0")
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never")
 	cmd.Stdin = nil
 	var buf limitedBuffer
 	buf.max = 16 << 10

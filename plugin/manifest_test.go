@@ -1,0 +1,189 @@
+package plugin
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/policy"
+)
+
+func TestLoadManifestFixture(t *testing.T) {
+	m, warnings, err := LoadManifest("testdata/hello")
+	require.NoError(t, err)
+	assert.Equal(t, "hello", m.Plugin.Name)
+	assert.Equal(t, "0.1.0", m.Plugin.Version)
+	assert.True(t, m.IsProtocol())
+	assert.Equal(t, []string{"hello", "hello-loud"}, m.CommandNames())
+	assert.Equal(t, "bin/hello", m.Command("hello-loud").Binary)
+	assert.Nil(t, m.Command("nope"))
+	assert.Equal(t, policy.Grants{Exec: true, Store: true, Filesystem: "project"}, m.Declared())
+	assert.Equal(t, []Hook{{"build", "make"}, {"post_install", "echo one && echo two"}}, m.HookList())
+	assert.Equal(t, []string{
+		`plugin.toml: unknown key "plugin.future_field" ignored`,
+		`plugin.toml: unknown key "extra" ignored`,
+	}, warnings)
+	raw, err := os.ReadFile("testdata/hello/plugin.toml")
+	require.NoError(t, err)
+	assert.Equal(t, raw, m.Raw())
+	assert.Len(t, m.SHA256(), 64)
+
+	legacy, warnings, err := LoadManifest("testdata/legacy")
+	require.NoError(t, err)
+	assert.Empty(t, warnings)
+	assert.False(t, legacy.IsProtocol())
+	assert.Equal(t, policy.Grants{Filesystem: "none"}, legacy.Declared())
+}
+
+const okHead = "[plugin]\nname = \"p\"\n"
+const okCmd = "[[commands]]\nname = \"c\"\nbinary = \"bin/c\"\n"
+
+func TestParseManifestErrors(t *testing.T) {
+	cases := []struct {
+		name, src string
+		is        error
+		msg       string
+	}{
+		{"syntax", "[plugin\nname=", ErrInvalidManifest, "line 2: expected"},
+		{"wrong type", okHead + okCmd + "[capabilities]\nexec = \"yes\"\n", ErrInvalidManifest, "capabilities.exec"},
+		{"missing name", "[plugin]\nversion = \"1\"\n" + okCmd, ErrInvalidManifest, "[plugin] name is missing"},
+		{"uppercase name", "[plugin]\nname = \"Hello\"\n" + okCmd, ErrInvalidManifest, `name "Hello" must match`},
+		{"path name", "[plugin]\nname = \"../../etc\"\n" + okCmd, ErrInvalidManifest, "must match"},
+		{"dot name", "[plugin]\nname = \".hidden\"\n" + okCmd, ErrInvalidManifest, "must match"},
+		{"leading dash", "[plugin]\nname = \"-rf\"\n" + okCmd, ErrInvalidManifest, "must match"},
+		{"long name", "[plugin]\nname = \"" + strings.Repeat("a", 65) + "\"\n" + okCmd, ErrInvalidManifest, "at most 64"},
+		{"nul in name", "[plugin]\nname = \"a\\u0000b\"\n" + okCmd, ErrInvalidManifest, "must match"},
+		{"protocol v2", "[plugin]\nname = \"p\"\nprotocol = \"fledge-v2\"\n" + okCmd, ErrUnsupportedProtocol, "upgrade fledge"},
+		{"no commands", okHead, ErrInvalidManifest, "no [[commands]]"},
+		{"bad command name", okHead + "[[commands]]\nname = \"a b\"\nbinary = \"x\"\n", ErrInvalidManifest, `command 1: name "a b"`},
+		{"reserved command", okHead + "[[commands]]\nname = \"plugins\"\nbinary = \"x\"\n", ErrInvalidManifest, "fledge's own commands"},
+		{"duplicate command", okHead + okCmd + okCmd, ErrInvalidManifest, "declared twice"},
+		{"absolute binary", okHead + "[[commands]]\nname = \"c\"\nbinary = \"/bin/sh\"\n", ErrInvalidManifest, "must be relative"},
+		{"escaping binary", okHead + "[[commands]]\nname = \"c\"\nbinary = \"bin/../../x\"\n", ErrInvalidManifest, "escapes the plugin dir"},
+		{"missing binary", okHead + "[[commands]]\nname = \"c\"\n", ErrInvalidManifest, "binary is missing"},
+		{"bad filesystem", okHead + okCmd + "[capabilities]\nfilesystem = \"home\"\n", ErrInvalidManifest, `filesystem = "home"`},
+		{"terminal escape in description", "[plugin]\nname = \"p\"\ndescription = \"\\u001b]0;pwned\\u0007\"\n" + okCmd, ErrInvalidManifest, "control characters"},
+		{"escape in hook", okHead + okCmd + "[hooks]\nbuild = \"make\\u001b[2J\"\n", ErrInvalidManifest, "control characters"},
+		{"too large", okHead + okCmd + "#" + strings.Repeat("x", MaxManifestBytes), ErrInvalidManifest, "more than"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := ParseManifest([]byte(tc.src))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tc.is)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+}
+
+func TestParseManifestUnknownKeysAreWarnings(t *testing.T) {
+	src := okHead + "shiny = true\n" + okCmd + "icon = \"x\"\n[capabilities]\nexec = true\nteleport = true\n[ui]\ntheme = \"dark\"\n[ui.colors]\nfg = 1\n"
+	m, warnings, err := ParseManifest([]byte(src))
+	require.NoError(t, err)
+	assert.True(t, m.Capabilities.Exec)
+	assert.Equal(t, []string{
+		`plugin.toml: unknown key "plugin.shiny" ignored`,
+		`plugin.toml: unknown key "commands.icon" ignored`,
+		`plugin.toml: unknown key "capabilities.teleport" ignored`,
+		`plugin.toml: unknown key "ui" ignored`,
+	}, warnings)
+}
+
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o755))
+	}
+	return dir
+}
+
+func TestLoadManifestBinaryChecks(t *testing.T) {
+	outside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "evil"), []byte("#!/bin/sh\n"), 0o755))
+
+	t.Run("binary symlink leaving the dir", func(t *testing.T) {
+		dir := writeTree(t, map[string]string{ManifestFile: okHead + okCmd})
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+		require.NoError(t, os.Symlink(filepath.Join(outside, "evil"), filepath.Join(dir, "bin/c")))
+		_, _, err := LoadManifest(dir)
+		require.ErrorIs(t, err, ErrInvalidManifest)
+		assert.Contains(t, err.Error(), `binary "bin/c"`)
+	})
+	t.Run("dir symlink leaving the dir", func(t *testing.T) {
+		dir := writeTree(t, map[string]string{ManifestFile: okHead + okCmd})
+		require.NoError(t, os.Symlink(outside, filepath.Join(dir, "bin")))
+		require.NoError(t, os.Rename(filepath.Join(outside, "evil"), filepath.Join(outside, "c")))
+		defer os.Rename(filepath.Join(outside, "c"), filepath.Join(outside, "evil"))
+		_, _, err := LoadManifest(dir)
+		require.ErrorIs(t, err, ErrInvalidManifest)
+	})
+	t.Run("symlink inside is fine", func(t *testing.T) {
+		dir := writeTree(t, map[string]string{ManifestFile: okHead + okCmd, "real/c": "#!/bin/sh\n"})
+		require.NoError(t, os.Symlink("../real/c", filepath.Join(dir, "bin")+"_"))
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+		require.NoError(t, os.Symlink("../real/c", filepath.Join(dir, "bin/c")))
+		_, _, err := LoadManifest(dir)
+		require.NoError(t, err)
+	})
+	t.Run("binary missing", func(t *testing.T) {
+		dir := writeTree(t, map[string]string{ManifestFile: okHead + okCmd})
+		_, _, err := LoadManifest(dir)
+		require.ErrorIs(t, err, ErrInvalidManifest)
+		assert.Contains(t, err.Error(), "bin/c")
+	})
+	t.Run("binary is a directory", func(t *testing.T) {
+		dir := writeTree(t, map[string]string{ManifestFile: okHead + okCmd, "bin/c/x": ""})
+		_, _, err := LoadManifest(dir)
+		require.ErrorIs(t, err, ErrInvalidManifest)
+		assert.Contains(t, err.Error(), "not a regular file")
+	})
+	t.Run("not executable warns", func(t *testing.T) {
+		dir := writeTree(t, map[string]string{ManifestFile: okHead + okCmd, "bin/c": ""})
+		require.NoError(t, os.Chmod(filepath.Join(dir, "bin/c"), 0o644))
+		_, warnings, err := LoadManifest(dir)
+		require.NoError(t, err)
+		assert.Contains(t, warnings, `command "c": binary "bin/c" is not executable`)
+	})
+	t.Run("no plugin.toml", func(t *testing.T) {
+		_, _, err := LoadManifest(t.TempDir())
+		require.ErrorIs(t, err, ErrInvalidManifest)
+	})
+}
+
+func FuzzParseManifest(f *testing.F) {
+	for _, p := range []string{"testdata/hello/plugin.toml", "testdata/legacy/plugin.toml"} {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(okHead + okCmd))
+	f.Add([]byte("[plugin]\nname = \"x\"\nprotocol = \"fledge-v9\"\n"))
+	f.Add([]byte("[[commands]]\nname=1\n[hooks]\nx=[1,{a=2}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, warnings, err := ParseManifest(data)
+		assert.LessOrEqual(t, len(warnings), 33)
+		if err != nil {
+			require.Nil(t, m)
+			require.True(t, errors.Is(err, ErrInvalidManifest) || errors.Is(err, ErrUnsupportedProtocol), "unclassified error: %v", err)
+			require.Less(t, len(err.Error()), 2048, "error messages stay short")
+			return
+		}
+		// Whatever parses is safe to use as path components and to print.
+		require.True(t, ValidName(m.Plugin.Name))
+		for _, c := range m.Commands {
+			require.True(t, ValidName(c.Name))
+			require.True(t, filepath.IsLocal(c.Binary), c.Binary)
+		}
+		require.True(t, policy.ValidFilesystem(m.Capabilities.Filesystem))
+		require.LessOrEqual(t, len(data), MaxManifestBytes)
+		_ = m.HookList()
+	})
+}
