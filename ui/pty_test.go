@@ -45,6 +45,10 @@ func newTermSession(t *testing.T, opts Options) *termSession {
 // newTermSessionOut is newTermSession with stdout on the terminal too when sameScreen.
 func newTermSessionOut(t *testing.T, opts Options, sameScreen bool) *termSession {
 	t.Helper()
+	// the environment must not pick the mode behind the test's back (TERM=dumb and
+	// ACCESSIBLE switch to accessible prompts)
+	t.Setenv("TERM", "xterm-256color")
+	t.Setenv("ACCESSIBLE", "")
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		testutil.SkipUnlessSupported(t, false, "no pseudo-terminal: "+err.Error())
