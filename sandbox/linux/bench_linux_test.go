@@ -33,12 +33,16 @@ func BenchmarkExecTrue(b *testing.B) {
 		tmp  bool
 	}{
 		{"full", Options{}, true},
+		{"full-stub", Options{Launch: LaunchStub}, true},
 		{"no-tmp", Options{}, false},
 		{"no-cgroup", Options{DisableCgroups: true}, false},
 		{"no-landlock", Options{DisableLandlock: true}, false},
 		{"stub-only", Options{DisableCgroups: true, DisableLandlock: true}, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			if bc.opts.Launch == "" {
+				bc.opts.Launch = LaunchThread
+			}
 			sb, err := New(bc.opts)
 			if err != nil {
 				b.Fatal(err)

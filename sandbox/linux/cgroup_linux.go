@@ -55,6 +55,7 @@ type cgEnv struct {
 	unified  string            // parent dir for run cgroups in the unified tree; "" = unusable
 	v2Ctl    map[string]bool   // controllers enabled for children of unified (pure v2)
 	v1       map[string]string // controller -> parent dir (hybrid/legacy), writable ones only
+	ownV1    map[string]string // controller -> the host's own v1 group (to leave a run group)
 	warnings []string
 }
 
@@ -72,7 +73,7 @@ func (e *cgEnv) killMethod() string {
 }
 
 func probeCgroups(parent string) *cgEnv {
-	e := &cgEnv{mode: CgroupNone, v1: map[string]string{}, v2Ctl: map[string]bool{}}
+	e := &cgEnv{mode: CgroupNone, v1: map[string]string{}, v2Ctl: map[string]bool{}, ownV1: map[string]string{}}
 	var unifiedMount string
 	switch cgroups.Mode() {
 	case cgroups.Unified:
@@ -112,6 +113,7 @@ func probeCgroups(parent string) *cgEnv {
 			if !ok {
 				continue
 			}
+			e.ownV1[ctl] = filepath.Join(cgroupRoot, ctl, p)
 			dir := filepath.Join(cgroupRoot, ctl, pick(p))
 			if canCreate(dir) {
 				e.v1[ctl] = dir
@@ -271,6 +273,17 @@ func (rc *runCgroup) joinFiles() []string {
 		out = append(out, filepath.Join(d, "cgroup.procs"))
 	}
 	return out
+}
+
+// v1Dirs are the run's v1 groups (the thread launcher joins them with one tid) and, for
+// each, the host's own group in the same controller (where the thread goes back after
+// the fork, so the run group can be removed without waiting for the thread to exit).
+func (rc *runCgroup) v1Dirs() (run, back []string) {
+	for ctl, d := range rc.v1 {
+		run = append(run, d)
+		back = append(back, rc.env.ownV1[ctl])
+	}
+	return run, back
 }
 
 // membersDir is a group that holds every process of the tree.
@@ -450,7 +463,8 @@ func (rc *runCgroup) remove() error {
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
-		errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
+		tasks, _ := os.ReadFile(filepath.Join(dir, "tasks"))
+		errs = append(errs, fmt.Errorf("remove %s (tasks %q): %w", dir, strings.Fields(string(tasks)), err))
 	}
 	for _, d := range rc.v1 {
 		if fz := rc.v1["freezer"]; fz == d {

@@ -28,10 +28,23 @@ type Options struct {
 	DisableLandlock bool
 	DisableCgroups  bool
 	DisableNetNS    bool
+	// Launch picks how the child is confined before exec: LaunchThread (default) or
+	// LaunchStub (re-exec StubPath through stub.MaybeRun).
+	Launch string
 }
+
+// Launch methods.
+const (
+	// LaunchThread confines a throwaway OS thread of the host and forks from it: no
+	// re-exec, the fastest start (see thread_linux.go).
+	LaunchThread = "thread"
+	// LaunchStub re-executes the stub, which confines itself and execs the program.
+	LaunchStub = "stub"
+)
 
 // Sandbox implements sandbox.Sandbox with Landlock, cgroups and a re-exec stub.
 type Sandbox struct {
+	launch   string
 	stubPath string
 	abi      int
 	cg       *cgEnv
@@ -45,8 +58,15 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // New probes the kernel once (Landlock ABI, cgroup mode and write access, network
 // namespaces) and returns a sandbox that uses what it found.
 func New(opts Options) (*Sandbox, error) {
-	sb := &Sandbox{stubPath: opts.StubPath}
-	if sb.stubPath == "" {
+	sb := &Sandbox{stubPath: opts.StubPath, launch: opts.Launch}
+	switch sb.launch {
+	case "":
+		sb.launch = LaunchThread
+	case LaunchThread, LaunchStub:
+	default:
+		return nil, fmt.Errorf("%w: unknown launch method %q", sandbox.ErrInvalidSpec, opts.Launch)
+	}
+	if sb.stubPath == "" && sb.launch == LaunchStub {
 		p, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("%w: locate stub executable: %w", sandbox.ErrUnavailable, err)
@@ -260,14 +280,22 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if p.stdio, err = stub.OpenStdio(spec.Stdin, spec.Stdout, spec.Stderr); err != nil {
 		return nil, fmt.Errorf("%w: stdio: %w", sandbox.ErrLaunch, err)
 	}
-	l := &stub.Launch{
-		StubPath: s.stubPath,
-		Policy:   pol,
-		Dir:      spec.Dir,
-		Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
-		Sys: sys,
+	if s.launch == LaunchStub {
+		l := &stub.Launch{
+			StubPath: s.stubPath,
+			Policy:   pol,
+			Dir:      spec.Dir,
+			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
+			Sys: sys,
+		}
+		p.proc, err = l.Start()
+	} else {
+		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys}
+		if p.cg != nil {
+			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
+		}
+		p.proc, err = tl.start()
 	}
-	p.proc, err = l.Start()
 	p.stdio.Started()
 	if err != nil {
 		return nil, err

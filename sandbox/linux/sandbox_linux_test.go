@@ -27,8 +27,15 @@ import (
 // waitBound is a correctness bound (the process tree must end), not a speed assertion.
 const waitBound = 60 * time.Second
 
+// testLaunch is the launch method the suite runs with (TestStubLaunch re-runs it with
+// the stub).
+var testLaunch = LaunchThread
+
 func newSandbox(t *testing.T, opts Options) *Sandbox {
 	t.Helper()
+	if opts.Launch == "" {
+		opts.Launch = testLaunch
+	}
 	sb, err := New(opts)
 	require.NoError(t, err)
 	return sb
@@ -268,7 +275,9 @@ func TestLaunchFailure(t *testing.T) {
 	spec.Path = "/nonexistent/prog"
 	_, err := sb.Start(context.Background(), spec)
 	require.ErrorIs(t, err, sandbox.ErrLaunch)
-	require.ErrorIs(t, err, stub.ErrStubFailed)
+	if sb.launch == LaunchStub {
+		require.ErrorIs(t, err, stub.ErrStubFailed)
+	}
 	var se *stub.StepError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "exec", se.Step)
@@ -443,4 +452,26 @@ func TestStubDirIdentityChecked(t *testing.T) {
 	var se *stub.StepError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "fchdir", se.Step)
+}
+
+// TestStubLaunch runs the behavioural tests again through the re-exec stub, the launch
+// path darwin and the fallback share and the one with no rlimit window.
+func TestStubLaunch(t *testing.T) {
+	testLaunch = LaunchStub
+	defer func() { testLaunch = LaunchThread }()
+	for name, f := range map[string]func(*testing.T){
+		"ExitCodesAndSignals":   TestExitCodesAndSignals,
+		"StdioAndEnv":           TestStdioAndEnv,
+		"NoTerminalAndFds":      TestNoTerminalAndFds,
+		"FilesystemConfinement": TestFilesystemConfinement,
+		"LaunchFailure":         TestLaunchFailure,
+		"TimeoutKillsSetsid":    TestTimeoutKillsSetsidChild,
+		"DaemonKilled":          TestDaemonKilledAfterNormalExit,
+		"NetworkDenied":         TestNetworkDenied,
+		"ForkBomb":              TestForkBomb,
+		"MemoryBomb":            TestMemoryBomb,
+		"KillHostFromInside":    TestKillHostFromInside,
+	} {
+		t.Run(name, f)
+	}
 }

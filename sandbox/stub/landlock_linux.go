@@ -153,3 +153,8 @@ func addPathRule(rfd int, path string, rights uint64) error {
 	}
 	return nil
 }
+
+// ApplyLandlock enforces ll on the calling OS thread only. The caller must hold
+// runtime.LockOSThread, have set no_new_privs on the same thread, and must let that thread
+// die (exit the goroutine still locked) once it has started the confined child.
+func ApplyLandlock(ll *Landlock) error { return applyLandlock(ll) }

@@ -153,6 +153,9 @@ func readPolicy(f *os.File) (*Policy, error) {
 	return &p, nil
 }
 
+// LookPath resolves Policy.Path like the stub does (for launchers that skip the stub).
+func LookPath(pol *Policy) (string, error) { return lookPath(pol) }
+
 // lookPath resolves a bare program name against PATH from the child's own environment
 // (never the host's), as a shell would.
 func lookPath(pol *Policy) (string, error) {

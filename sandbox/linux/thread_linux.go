@@ -1,0 +1,167 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/stub"
+)
+
+// The thread launcher confines a child without re-executing fledge. Linux keeps most of a
+// task's security state per thread (Landlock domain, no_new_privs, cwd after
+// unshare(CLONE_FS), v1 cgroup membership of a single tid), and a forked child inherits
+// the state of the thread that forked it. So a fresh OS thread, locked to one goroutine,
+// takes on the child's confinement, forks+execs the program, and is then discarded (the
+// goroutine exits still locked, which makes the runtime terminate the thread). The host's
+// other threads are never touched. This saves the stub's Go runtime start (most of the
+// sandbox overhead of a short command).
+//
+// What the thread cannot do per thread: rlimits are per process, so RLIMIT_CORE and
+// RLIMIT_NOFILE are set on the child with prlimit right after it starts (a window of a few
+// microseconds in which the program runs with the host's limits); the stub path has no
+// such window.
+
+// errThreadStep wraps a failure on the launch thread like a stub step failure.
+func threadStep(step string, err error) error {
+	return fmt.Errorf("%w: %w", sandbox.ErrLaunch, &stub.StepError{Step: step, Msg: err.Error()})
+}
+
+type threadLaunch struct {
+	pol     *stub.Policy
+	dir     *os.File
+	v1Tasks []string // v1 cgroup dirs the launch thread joins (children inherit them)
+	v1Back  []string // where the thread returns to after the fork (same order)
+	files   []*os.File
+	sys     *syscall.SysProcAttr
+}
+
+func (tl *threadLaunch) start() (*os.Process, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	ch := make(chan result, 1)
+	var launch func()
+	launch = func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread is never terminated when its locked goroutine exits (it
+			// is wedged instead), so it must not take on a child's confinement. Keep it
+			// locked here, which forces the retry onto another thread.
+			defer runtime.UnlockOSThread()
+			done := make(chan struct{})
+			go func() { launch(); close(done) }()
+			<-done
+			return
+		}
+		// Never unlocked: this thread carries the child's confinement and dies with the
+		// goroutine.
+		pid, err := tl.onThread()
+		ch <- result{pid, err}
+	}
+	go launch()
+	r := <-ch
+	if r.err != nil {
+		return nil, r.err
+	}
+	// The child is ours and unreaped, so its pid cannot be reused before this handle exists.
+	return os.FindProcess(r.pid)
+}
+
+func (tl *threadLaunch) onThread() (int, error) {
+	// A private fs_struct (cwd) and fd table for this thread: the fchdir and the
+	// close-on-exec sweep below change nothing for the host's other threads.
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_FILES); err != nil {
+		return 0, threadStep("unshare", err)
+	}
+	if tl.dir != nil {
+		if err := fchdirVerified(tl.dir, tl.pol); err != nil {
+			return 0, threadStep("fchdir", err)
+		}
+	}
+	// Fds the host inherited without CLOEXEC (a parent's jobserver pipe, ...) must not
+	// reach the child: in this private table every fd >= 3 is now close-on-exec, and the
+	// child's stdio is dup'ed onto 0-2 by ForkExec.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 0, threadStep("close_fds", err)
+	}
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	for _, d := range tl.v1Tasks {
+		if err := os.WriteFile(d+"/tasks", tid, 0); err != nil {
+			return 0, threadStep("cgroup", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return 0, threadStep("no_new_privs", err)
+	}
+	path, err := stub.LookPath(tl.pol)
+	if err != nil {
+		return 0, threadStep("exec", err)
+	}
+	if tl.pol.Landlock != nil {
+		if err := stub.ApplyLandlock(tl.pol.Landlock); err != nil {
+			return 0, threadStep("landlock", err)
+		}
+	}
+	// syscall.ForkExec, not os.StartProcess: the latter keeps a pidfd, which would live in
+	// this thread's private fd table; the caller opens its own handle with FindProcess.
+	fds := make([]uintptr, len(tl.files))
+	for i, f := range tl.files {
+		fds[i] = f.Fd()
+	}
+	pid, err := syscall.ForkExec(path, tl.pol.Args, &syscall.ProcAttr{Env: tl.pol.Env, Files: fds, Sys: tl.sys})
+	for _, d := range tl.v1Back {
+		// Best effort: the thread also leaves every group when it exits, just later.
+		_ = os.WriteFile(d+"/tasks", tid, 0)
+	}
+	if err != nil {
+		return 0, threadStep("exec", fmt.Errorf("%s: %w", path, err))
+	}
+	if err := setChildRlimits(pid, tl.pol.NoFile); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, 0, nil)
+		return 0, threadStep("rlimit", err)
+	}
+	return pid, nil
+}
+
+func fchdirVerified(dir *os.File, pol *stub.Policy) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return errors.New("working directory handle is not a directory")
+	}
+	if (pol.DirDev != 0 || pol.DirIno != 0) && (st.Dev != pol.DirDev || st.Ino != pol.DirIno) {
+		return fmt.Errorf("working directory handle changed identity (dev %d ino %d, want %d/%d)",
+			st.Dev, st.Ino, pol.DirDev, pol.DirIno)
+	}
+	return unix.Fchdir(int(dir.Fd()))
+}
+
+func setChildRlimits(pid int, nofile uint64) error {
+	if err := unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil); err != nil {
+		return fmt.Errorf("core: %w", err)
+	}
+	if nofile == 0 {
+		nofile = stub.DefaultNoFile
+	}
+	var cur unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &cur); err != nil {
+		return fmt.Errorf("nofile: %w", err)
+	}
+	nofile = min(nofile, cur.Max)
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: nofile, Max: nofile}, nil); err != nil {
+		return fmt.Errorf("nofile: %w", err)
+	}
+	return nil
+}
