@@ -95,18 +95,9 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	}
 	name := m.Plugin.Name
 
-	reg, err := LoadRegistry(o.ConfigDir)
-	if err != nil {
+	// Checked now to fail before asking anything, and again under the lock before the swap.
+	if _, _, err := checkConflicts(o.ConfigDir, m, source); err != nil {
 		return nil, err
-	}
-	existing := reg.Find(name)
-	if existing != nil && existing.Source != source {
-		return nil, fmt.Errorf("%w: %q is installed from %s; run `fledge plugins remove %s` first", ErrAlreadyInstalled, name, existing.Source, name)
-	}
-	for _, c := range m.Commands {
-		if owner, err := reg.FindCommand(c.Name); err == nil && owner.Name != name {
-			return nil, fmt.Errorf("%w: command %q belongs to plugin %q", ErrCommandTaken, c.Name, owner.Name)
-		}
 	}
 
 	granted, err := decideGrants(o, m, out)
@@ -186,6 +177,15 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		Name: name, Source: source, Version: m.Plugin.Version, Installed: now().UTC().Truncate(time.Second),
 		Commands: m.CommandNames(), Granted: granted, ManifestSHA256: m.SHA256(), Protocol: m.Plugin.Protocol,
 	}
+	unlock, err := lockRegistry(o.ConfigDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	reg, existing, err := checkConflicts(o.ConfigDir, m, source)
+	if err != nil {
+		return nil, err
+	}
 	final := Dir(o.ConfigDir, name)
 	commit, undo, err := swapIn(stage, final, existing != nil)
 	if err != nil {
@@ -201,6 +201,26 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	fmt.Fprintf(out, "Installed %s %s (commands: %s; granted: %s)\n", name, m.Plugin.Version,
 		strings.Join(entry.Commands, ", "), granted.String())
 	return &entry, nil
+}
+
+// checkConflicts loads the registry and refuses a name installed from another source or a
+// command another plugin owns. It returns the registry and the entry being replaced, if any.
+func checkConflicts(configDir string, m *Manifest, source string) (*Registry, *Entry, error) {
+	reg, err := LoadRegistry(configDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := m.Plugin.Name
+	existing := reg.Find(name)
+	if existing != nil && existing.Source != source {
+		return nil, nil, fmt.Errorf("%w: %q is installed from %s; run `fledge plugins remove %s` first", ErrAlreadyInstalled, name, existing.Source, name)
+	}
+	for _, c := range m.Commands {
+		if owner, err := reg.FindCommand(c.Name); err == nil && owner.Name != name {
+			return nil, nil, fmt.Errorf("%w: command %q belongs to plugin %q", ErrCommandTaken, c.Name, owner.Name)
+		}
+	}
+	return reg, existing, nil
 }
 
 // swapIn moves stage to final. An existing final dir is moved aside first; with keepState its
@@ -458,6 +478,11 @@ func Remove(configDir, name string) (*Entry, error) {
 	if !ValidName(name) {
 		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
 	}
+	unlock, err := lockRegistry(configDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	reg, err := LoadRegistry(configDir)
 	if err != nil {
 		return nil, err

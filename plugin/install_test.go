@@ -508,3 +508,29 @@ func TestGetInfo(t *testing.T) {
 	_, err = GetInfo(cfg, "../x")
 	assert.ErrorIs(t, err, ErrNotInstalled)
 }
+
+func TestConcurrentInstallsKeepBothEntries(t *testing.T) {
+	cfg := t.TempDir()
+	var srcs []string
+	for i := 0; i < 4; i++ {
+		n := string(rune('a' + i))
+		srcs = append(srcs, writeTree(t, map[string]string{
+			ManifestFile: "[plugin]\nname = \"p" + n + "\"\n[[commands]]\nname = \"c" + n + "\"\nbinary = \"run\"\n",
+			"run":        "#!/bin/sh\n",
+		}))
+	}
+	errs := make(chan error, len(srcs))
+	for _, s := range srcs {
+		go func(s string) {
+			_, err := Install(context.Background(), InstallOptions{ConfigDir: cfg, Source: s, NonInteractive: true})
+			errs <- err
+		}(s)
+	}
+	for range srcs {
+		require.NoError(t, <-errs)
+	}
+	list, err := List(cfg)
+	require.NoError(t, err)
+	assert.Len(t, list, len(srcs), "no install lost another's registry update")
+	assertClean(t, cfg)
+}
