@@ -1,0 +1,93 @@
+package linux
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/sandbox/stub"
+)
+
+func TestReport(t *testing.T) {
+	wantMode := map[cgroups.CGMode]string{
+		cgroups.Unified: CgroupV2, cgroups.Hybrid: CgroupHybrid, cgroups.Legacy: CgroupV1, cgroups.Unavailable: CgroupNone,
+	}[cgroups.Mode()]
+	t.Run("this machine", func(t *testing.T) {
+		r := newSandbox(t, Options{}).Report()
+		assert.Equal(t, "linux", r.OS)
+		assert.NotEmpty(t, r.Kernel)
+		assert.Equal(t, stub.LandlockABI(), r.LandlockABI)
+		assert.Equal(t, wantMode, r.CgroupMode)
+		if r.LandlockABI > 0 {
+			assert.Equal(t, "landlock", r.Confinement)
+		}
+		if r.CgroupWritable {
+			assert.Contains(t, []string{KillCgroup, KillFreezer}, r.TreeKill)
+			assert.NotEmpty(t, r.CgroupPath)
+		}
+		_, err := json.Marshal(r)
+		require.NoError(t, err)
+	})
+	t.Run("everything disabled", func(t *testing.T) {
+		r := newSandbox(t, Options{DisableLandlock: true, DisableCgroups: true, DisableNetNS: true}).Report()
+		assert.Equal(t, "none", r.Confinement)
+		assert.Equal(t, 0, r.LandlockABI)
+		assert.False(t, r.CgroupWritable)
+		assert.Equal(t, KillPgroup, r.TreeKill)
+		assert.Equal(t, "none", r.NetworkDeny)
+		assert.Len(t, r.Warnings, 3)
+	})
+}
+
+// TestLegacyFreezerKill runs the tree-kill tests the way a cgroup v1-only machine does
+// them: no unified group, the v1 freezer freezes, kills and thaws.
+func TestLegacyFreezerKill(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	testutil.SkipUnlessSupported(t, sb.cg.v1["freezer"] != "", "no writable v1 freezer hierarchy")
+	env := *sb.cg
+	env.unified = ""
+	sb.cg = &env
+	require.Equal(t, KillFreezer, sb.Report().TreeKill)
+	e := newEnv(t)
+
+	m := marker(t)
+	spec := e.spec(`setsid sh -c 'trap "" TERM; sleep 1000' "$1" & (setsid sh -c 'sleep 1000' "$1" &) ; trap "" TERM; sleep 1000`, m)
+	spec.Limits.Timeout = 300 * time.Millisecond
+	res, _, _ := run(t, sb, spec)
+	assert.True(t, res.TimedOut)
+	assert.Equal(t, KillFreezer, res.Mode.TreeKill)
+	assert.GreaterOrEqual(t, res.Killed, 3)
+	assert.Empty(t, survivors(m))
+
+	m = marker(t)
+	res, _, _ = run(t, sb, e.spec(`(setsid sh -c 'sleep 1000' "$1" </dev/null >/dev/null 2>&1 &); exit 0`, m))
+	assert.Equal(t, 0, res.ExitCode)
+	assert.Empty(t, survivors(m))
+}
+
+// TestNoCgroupProcessGroupKill: without cgroups the process group still dies on timeout
+// and after the main process exits, and the result says the mode is degraded.
+func TestNoCgroupProcessGroupKill(t *testing.T) {
+	sb := newSandbox(t, Options{DisableCgroups: true})
+	e := newEnv(t)
+	m := marker(t)
+	spec := e.spec(`sh -c 'trap "" TERM; sleep 1000' "$1" & trap "" TERM; sleep 1000`, m)
+	spec.Limits.Timeout = 300 * time.Millisecond
+	res, _, _ := run(t, sb, spec)
+	assert.True(t, res.TimedOut)
+	assert.Equal(t, KillPgroup, res.Mode.TreeKill)
+	assert.Equal(t, CgroupNone, res.Mode.Cgroup)
+	assert.NotEmpty(t, res.Mode.Degraded)
+	assert.Empty(t, survivors(m))
+
+	m = marker(t)
+	res, _, _ = run(t, sb, e.spec(`sh -c 'sleep 1000' "$1" & exit 0`, m))
+	assert.Equal(t, 0, res.ExitCode)
+	assert.GreaterOrEqual(t, res.Killed, 1)
+	assert.Empty(t, survivors(m))
+}
