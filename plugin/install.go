@@ -32,6 +32,9 @@ var (
 	ErrClone = errors.New("git clone failed")
 	// ErrHooks: hooks were requested but could not run, or one failed.
 	ErrHooks = errors.New("install hook failed")
+	// ErrNotDeclared: --grant names a capability the manifest does not declare. The same
+	// sentinel as policy.ErrNotDeclared, re-exported so callers need only this package.
+	ErrNotDeclared = policy.ErrNotDeclared
 )
 
 // DefaultCloneTimeout bounds a git clone.

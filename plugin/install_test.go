@@ -153,7 +153,7 @@ func TestInstallGrantSubset(t *testing.T) {
 		{"store,filesystem", policy.Grants{Store: true, Filesystem: "project"}, nil, ""},
 		{"filesystem=plugin", policy.Grants{Filesystem: "plugin"}, nil, ""},
 		{"none", policy.Grants{Filesystem: "none"}, nil, ""},
-		{"exec,network", policy.Grants{}, policy.ErrNotDeclared, "network"},
+		{"exec,network", policy.Grants{}, ErrNotDeclared, "network"},
 		{"metadata", policy.Grants{}, policy.ErrNotDeclared, "metadata"},
 	}
 	for _, tc := range cases {
