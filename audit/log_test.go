@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"golang.org/x/sys/unix"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,7 +131,7 @@ func TestOpenRefusesUnsafePaths(t *testing.T) {
 			require.NoError(t, os.Symlink("/etc/passwd", path+".lock"))
 		}, ErrSymlink, nil},
 		{"fifo", func(t *testing.T, path string) {
-			require.NoError(t, syscall.Mkfifo(path, 0o600))
+			require.NoError(t, unix.Mkfifo(path, 0o600))
 		}, ErrNotRegular, nil},
 		{"directory", func(t *testing.T, path string) {
 			require.NoError(t, os.Mkdir(path, 0o700))
@@ -472,5 +473,6 @@ func TestReadLineTooLong(t *testing.T) {
 func TestNoLog(t *testing.T) {
 	_, err := Verify(testPath(t))
 	require.ErrorIs(t, err, ErrNoLog)
+	require.ErrorIs(t, err, fs.ErrNotExist)
 	require.ErrorIs(t, Read(testPath(t), func(*Record) error { return nil }), ErrNoLog)
 }

@@ -208,7 +208,7 @@ func takeSnapshot(path string) (*snapshot, error) {
 		return nil, err
 	}
 	if len(s.files) == 0 {
-		return nil, fmt.Errorf("%w at %s", ErrNoLog, abs)
+		return nil, fmt.Errorf("%w at %s: %w", ErrNoLog, abs, fs.ErrNotExist)
 	}
 	return s, nil
 }
