@@ -475,3 +475,41 @@ func TestStubLaunch(t *testing.T) {
 		t.Run(name, f)
 	}
 }
+
+func TestSignalAndKill(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	e := newEnv(t)
+	start := func(script string) (sandbox.Process, *os.File) {
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		spec := e.spec(script)
+		spec.Stdout = w
+		p, err := sb.Start(context.Background(), spec)
+		w.Close()
+		require.NoError(t, err)
+		buf := make([]byte, 3)
+		_, err = io.ReadFull(r, buf) // the script is running
+		require.NoError(t, err)
+		return p, r
+	}
+	t.Run("signal reaches the main process only", func(t *testing.T) {
+		p, r := start(`trap 'echo term; exit 7' TERM; echo up; while :; do sleep 0.05; done`)
+		defer r.Close()
+		require.NoError(t, p.Signal(syscall.SIGTERM))
+		res := waitFor(t, p)
+		assert.Equal(t, 7, res.ExitCode)
+		assert.False(t, res.TimedOut)
+	})
+	t.Run("kill ends the tree", func(t *testing.T) {
+		m := marker(t)
+		spec := "sh -c 'sleep 1000' " + m + " & echo up; sleep 1000"
+		p, r := start(spec)
+		defer r.Close()
+		require.NoError(t, p.Kill())
+		res := waitFor(t, p)
+		assert.Equal(t, "SIGKILL", res.Signal)
+		assert.GreaterOrEqual(t, res.Killed, 2)
+		assert.Empty(t, survivors(m))
+		assert.ErrorIs(t, p.Signal(syscall.SIGTERM), os.ErrProcessDone)
+	})
+}
