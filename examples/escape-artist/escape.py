@@ -117,6 +117,8 @@ def why(res):
     text = (res.get("stderr") or "").strip().splitlines()
     msg = text[-1] if text else "exit code %s" % res.get("code")
     msg = re.sub(r"^(/bin/)?sh: \d+: ", "", msg)
+    if "refused: " in msg:  # fledge's path guard: keep the why, drop the repeated request
+        msg = re.sub(r": allowed: .*", "", msg.rsplit("refused: ", 1)[-1])
     if res.get("reason") and res.get("reason") != "ok":
         msg += " (reason: %s)" % res["reason"]
     return msg

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/fledgehq/fledge/scaffold"
+	"github.com/spf13/cobra"
+)
+
+// NewOptions is `fledge plugins new`.
+type NewOptions struct {
+	g    *Globals
+	Name string
+	Lang string
+	Dir  string // the plugin dir to create; default ./<name>
+	SDK  string // go only: local fledge checkout for go.mod's replace directive
+}
+
+func newNewCmd(g *Globals) *cobra.Command {
+	o := &NewOptions{g: g}
+	c := &cobra.Command{
+		Use:   "new <name> [--lang bash|python|go] [--dir DIR]",
+		Short: "Create a working plugin from a template, ready to install",
+		Long: `Create a new fledge-v1 plugin in DIR (default ./<name>), which must not exist yet.
+The plugin declares only the store capability; it installs with
+'fledge plugins install DIR --yes' and runs under 'fledge --ni <name>'.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			return o.Run()
+		},
+	}
+	c.Flags().StringVar(&o.Lang, "lang", "bash", "language: "+strings.Join(scaffold.Languages, ", "))
+	c.Flags().StringVar(&o.Dir, "dir", "", "directory to create (default ./<name>)")
+	c.Flags().StringVar(&o.SDK, "sdk", "", "go only: a local fledge checkout to build the SDK from (go.mod replace)")
+	return c
+}
+
+func (o *NewOptions) Run() error {
+	dir := o.Dir
+	if dir == "" {
+		dir = o.Name
+	}
+	if o.SDK != "" && o.Lang != "go" {
+		return exitErr(ExitUsage, "--sdk only applies to --lang go")
+	}
+	files, err := scaffold.Create(scaffold.Options{Name: o.Name, Lang: o.Lang, Dir: dir, SDKDir: o.SDK})
+	switch {
+	case errors.Is(err, scaffold.ErrInvalidName), errors.Is(err, scaffold.ErrUnknownLang):
+		return exitErr(ExitUsage, "plugins new: %v", err)
+	case err != nil:
+		return exitErr(ExitFailure, "plugins new: %v", err)
+	}
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.Path
+	}
+	w := o.g.Streams.Out
+	show := dir
+	if !filepath.IsAbs(show) && !strings.HasPrefix(show, ".") {
+		show = "." + string(filepath.Separator) + show
+	}
+	show = shellWord(show)
+	fmt.Fprintf(w, "created %s plugin %q in %s: %s\n\nnext:\n", o.Lang, o.Name, show, strings.Join(names, ", "))
+	if o.Lang == "go" {
+		if o.SDK == "" {
+			fmt.Fprintf(w, "  # edit %s/go.mod: point the replace line at a fledge checkout (the SDK is not published yet)\n", show)
+		}
+		fmt.Fprintf(w, "  (cd %s && go mod tidy && go build -o bin/%s .)   # fledge installs a copy: build first\n", show, o.Name)
+	}
+	fmt.Fprintf(w, "  fledge plugins install %s --yes   # grants what plugin.toml declares: store\n", show)
+	fmt.Fprintf(w, "  fledge %s                        # run it (--ni takes every default)\n", o.Name)
+	return nil
+}
+
+// shellWord quotes s for the copy-and-paste commands printed as next steps.
+func shellWord(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+=:,@%", r)) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}
