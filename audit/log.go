@@ -181,6 +181,8 @@ func Open(path string, opts Options) (*Log, error) {
 	return l, nil
 }
 
+var _ Recorder = (*Log)(nil)
+
 // Path is the absolute path of the live file.
 func (l *Log) Path() string { return l.path }
 

@@ -197,7 +197,10 @@ func TestLockTimeout(t *testing.T) {
 	require.NoError(t, err)
 	defer holder.Close()
 	require.NoError(t, flockWait(holder, lockEx, time.Second))
-	require.ErrorIs(t, l.Append(testRecord(0), false), ErrLockTimeout)
+	r := testRecord(0)
+	require.ErrorIs(t, l.Append(r, false), ErrLockTimeout)
+	assert.Zero(t, r.Seq, "a failed append leaves the record untouched")
+	assert.Empty(t, r.Hash)
 	require.NoError(t, funlock(holder))
 	require.NoError(t, l.Append(testRecord(0), false))
 }
