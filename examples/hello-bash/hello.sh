@@ -170,6 +170,8 @@ if request multi_select '"message":"Also greet in:","options":["en","fr","de","e
 	mapfile -t langs < <(json_get_list "$REPLY_LINE" value)
 fi
 
+output "Answers: name=$name count=$count shout=$shout style=$style also=${langs[*]}"$'\n'
+
 case $style in
 formal) word="Good day" ;;
 pirate) word="Ahoy" ;;

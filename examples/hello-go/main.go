@@ -128,6 +128,8 @@ func run(ctx context.Context, p *sdk.Plugin) error {
 		}
 	}
 
+	_ = p.Output(fmt.Sprintf("Answers: name=%s count=%d shout=%v style=%s also=%s\n", name, count, shout, style, strings.Join(langs, " ")))
+
 	word := map[string]string{"formal": "Good day", "pirate": "Ahoy"}[style]
 	if word == "" {
 		word = "Hello"

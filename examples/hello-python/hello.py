@@ -136,6 +136,7 @@ shout = ask(io.confirm, False, "Shout it?", default=False)
 style = ask(io.select, "casual", "Greeting style:", ["formal", "casual", "pirate"], default=1)
 langs = ask(io.multi_select, ["en", "fr"], "Also greet in:", ["en", "fr", "de", "es"], defaults=[0, 1])
 
+io.output("Answers: name=%s count=%d shout=%s style=%s also=%s\n" % (name, count, str(shout).lower(), style, " ".join(langs)))
 greeting = "%s, %s!" % ({"formal": "Good day", "pirate": "Ahoy"}.get(style, "Hello"), name)
 if shout:
     greeting = greeting.upper()

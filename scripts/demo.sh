@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# make demo: fledge in half a minute. Everything happens in a throwaway HOME, config dir and
+# audit log under mktemp -d, removed at the end; your own ~/.config and ~/.local are never
+# read or written. Exits 0 unless fledge misbehaves (a plugin escaped, the log does not
+# verify, a daemon outlived its sandbox, ...).
+#
+#   FLEDGE_BIN=path/to/fledge bash scripts/demo.sh    # a binary other than bin/fledge
+#   KEEP=1 bash scripts/demo.sh                       # keep the throwaway dir to poke at
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+fledge=${FLEDGE_BIN:-$repo/bin/fledge}
+if [[ ! -x $fledge ]]; then
+	echo "demo: $fledge is missing: run 'make build' first (or 'make demo')" >&2
+	exit 1
+fi
+fledge=$(cd "$(dirname "$fledge")" && pwd)/$(basename "$fledge")
+
+if [[ -t 1 ]]; then
+	bold=$'\033[1m' dim=$'\033[2m' red=$'\033[31m' green=$'\033[32m' off=$'\033[0m'
+else
+	bold='' dim='' red='' green='' off=''
+fi
+section() { printf '\n%s== %s%s\n%s%s%s\n' "$bold" "$1" "$off" "$dim" "$2" "$off"; }
+problems=()
+problem() {
+	problems+=("$1")
+	printf '%sPROBLEM: %s%s\n' "$red" "$1" "$off"
+}
+
+# ---- a throwaway world -----------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/fledge-demo.XXXXXX")
+canary=""
+cleanup() {
+	[[ -z $canary ]] || kill "$canary" 2>/dev/null || true
+	if [[ ${KEEP:-} == 1 ]]; then
+		echo "kept $work"
+	else
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+
+export HOME=$work/home
+export FLEDGE_CONFIG_DIR=$HOME/.config/fledge
+export FLEDGE_AUDIT_LOG=$HOME/.local/state/fledge/audit.jsonl
+unset XDG_CONFIG_HOME XDG_STATE_HOME XDG_DATA_HOME FLEDGE_NON_INTERACTIVE
+# System interpreters first: a version manager's shims under your real $HOME (pyenv, asdf)
+# are not visible inside the sandbox.
+export PATH=/usr/local/bin:/usr/bin:/bin:$PATH
+export GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=demo GIT_AUTHOR_EMAIL=demo@example.com \
+	GIT_COMMITTER_NAME=demo GIT_COMMITTER_EMAIL=demo@example.com
+# Fake secrets for the escape artist to go after.
+export GITHUB_TOKEN=ghp_demo_not_a_real_token AWS_SECRET_ACCESS_KEY=demo-not-a-real-key
+mkdir -p "$HOME/.ssh" "$work/src"
+chmod 700 "$HOME/.ssh"
+printf -- '-----BEGIN DEMO KEY (not real)-----\n' >"$HOME/.ssh/id_rsa"
+chmod 600 "$HOME/.ssh/id_rsa"
+
+proj=$work/demo-app
+mkdir -p "$proj"
+git -C "$proj" init -q -b main
+printf '[project]\nname = "demo-app"\n' >"$proj/fledge.toml"
+printf '# demo-app\n' >"$proj/README.md"
+git -C "$proj" add -A
+git -C "$proj" commit -q -m "first commit"
+printf 'work in progress\n' >>"$proj/README.md"
+
+cp -R "$repo/examples/." "$work/src/"
+rm -rf "$work/src/hello-go/bin"
+have_go=0
+if command -v go >/dev/null; then
+	(cd "$repo" && go build -o "$work/src/hello-go/bin/hello-go" ./examples/hello-go) && have_go=1
+fi
+
+section "1. Setup" "A throwaway HOME ($work), a git project with local changes, a fake ~/.ssh/id_rsa and a fake GITHUB_TOKEN."
+echo "fledge: $fledge ($("$fledge" --version 2>/dev/null || echo unknown version))"
+
+# ---- install ---------------------------------------------------------------------------
+section "2. Install" "Install never grants silently: --yes grants exactly what each plugin.toml declares, and only that counts at run time."
+plugins=(hello-bash hello-python escape-artist)
+((have_go)) && plugins=(hello-bash hello-python hello-go escape-artist)
+for p in "${plugins[@]}"; do
+	"$fledge" --ni plugins install "$work/src/$p" --yes 2>/dev/null || problem "install $p failed"
+done
+((have_go)) || echo "(hello-go skipped: no go on PATH to build it)"
+
+cd "$proj"
+
+# ---- hello -----------------------------------------------------------------------------
+section "3. A friendly plugin" "hello (bash) under --ni: every question takes its default; logs and progress go to stderr, output to stdout; exec runs sandboxed in the project."
+"$fledge" --ni hello || problem "hello exited $?"
+
+section "4. Storage, and the same plugin in Python and Go" "A second run with an argument remembers the first (store/load in state.json); the Python and Go versions speak the same protocol."
+"$fledge" --ni hello Ada 2>/dev/null | grep -E '^(Answers|Run #)' || problem "hello (second run) failed"
+for p in hello-python hello-go; do
+	[[ $p != hello-go ]] || ((have_go)) || continue
+	printf '%s%s:%s ' "$bold" "$p" "$off"
+	"$fledge" --ni "$p" 2>/dev/null | grep -E '^Answers' || problem "$p failed"
+done
+
+# ---- the escape artist -----------------------------------------------------------------
+section "5. A hostile plugin" "escape-artist holds exec and store and tries a dozen ways out, from its own process and through exec; each line says what happened."
+sleep 300 &
+canary=$! # a process of yours outside every sandbox: kill -9 -1 must not reach it
+registry=$FLEDGE_CONFIG_DIR/plugins.toml
+before=$(cksum <"$registry")
+status=0
+"$fledge" --ni escape-artist hello-bash 2>"$work/escape.err" | tee "$work/escape.out" || status=$?
+confinement=$(sed -n 's/^escape-artist: granted .*; sandbox: \([a-z]*\).*/\1/p' "$work/escape.out")
+if ((status != 0)); then
+	if [[ $confinement == none ]]; then
+		echo "(this system has no filesystem confinement, so some attempts got through: see fledge doctor below)"
+	else
+		problem "escape-artist got out (exit $status) although confinement is '${confinement:-unknown}'"
+		cat "$work/escape.err" >&2
+	fi
+fi
+
+section "6. After fledge exited" "Nothing the plugin started may survive it, and nothing outside its sandbox may have changed."
+pids=$(sed -n 's/^\[PENDING\] setsid daemons \([0-9 ]*\) (.*/\1/p' "$work/escape.out")
+for pid in $pids; do
+	if [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q '^sleep 97 '; then
+		if [[ $confinement == none ]]; then
+			echo "[ESCAPED] setsid daemon $pid survived (no cgroup tree kill here); killing it"
+		else
+			problem "setsid daemon $pid survived fledge; killing it"
+		fi
+		kill "$pid" 2>/dev/null || true
+	else
+		echo "[BLOCKED] setsid daemon $pid: gone with its sandbox"
+	fi
+done
+[[ -n $pids ]] || echo "(no daemon pids reported)"
+if kill -0 "$canary" 2>/dev/null; then
+	echo "[BLOCKED] kill -9 -1: a process outside the sandbox (pid $canary) is alive"
+else
+	problem "the canary process outside the sandbox was killed"
+fi
+if [[ -e $HOME/pwned ]]; then
+	[[ $confinement == none ]] || problem "~/pwned was written"
+else
+	echo "[BLOCKED] ~/pwned does not exist"
+fi
+if [[ $(cksum <"$registry") == "$before" ]]; then
+	echo "[BLOCKED] plugins.toml is unchanged"
+else
+	problem "plugins.toml changed during the escape attempts"
+fi
+
+# ---- audit -----------------------------------------------------------------------------
+section "7. The audit log" "Every decision is recorded before it takes effect, outside every sandbox. The denials:"
+"$fledge" audit show --decision deny | head -n 16 || problem "audit show failed"
+echo "($("$fledge" audit show --json | wc -l) records in all: 'fledge audit show' lists them, '--plugin', '--event', '--since' filter)"
+
+section "8. Tamper evidence" "The log is hash-chained: audit verify passes, and fails once one record is edited."
+"$fledge" audit verify || problem "audit verify failed on an untouched log"
+tampered=$work/tampered.jsonl
+cp "$FLEDGE_AUDIT_LOG" "$tampered"
+# Flip the first denial into an allow, as an attacker covering their tracks would.
+line=$(grep -n '"decision":"deny"' "$tampered" | head -n 1 | cut -d: -f1)
+if [[ -n $line ]]; then
+	sed -i.bak "${line}s/\"decision\":\"deny\"/\"decision\":\"allow\"/" "$tampered"
+	if out=$(FLEDGE_AUDIT_LOG=$tampered "$fledge" audit verify 2>&1); then
+		problem "audit verify accepted an edited log"
+	else
+		echo "after editing record on line $line: ${out%%$'\n'*}"
+	fi
+fi
+
+# ---- doctor ----------------------------------------------------------------------------
+section "9. This machine" "fledge doctor: what the OS lets fledge enforce here, and what it cannot."
+"$fledge" doctor || problem "doctor failed"
+
+section "Done" "Removing $work; your own config and audit log were never touched."
+if ((${#problems[@]})); then
+	printf '%s%d problem(s):%s\n' "$red" "${#problems[@]}" "$off"
+	printf '  - %s\n' "${problems[@]}"
+	exit 1
+fi
+printf '%sAll good.%s Next: fledge plugins new my-plugin --lang bash|python|go, and docs/plugin-authors.md.\n' "$green" "$off"
