@@ -29,8 +29,9 @@ func TestForkBomb(t *testing.T) {
 	spec.Limits.Timeout = 2 * time.Second
 	spec.Limits.KillGrace = 200 * time.Millisecond
 	res, _, _ := run(t, sb, spec)
-	assert.True(t, res.TimedOut)
-	assert.Greater(t, res.Killed, 1)
+	// Either the timeout ended it or the main shell itself hit the pids limit and gave up;
+	// both are fine as long as the limit held and nothing survived.
+	assert.True(t, res.TimedOut || res.ExitCode != 0, "result %+v", res)
 	assert.LessOrEqual(t, res.Killed, 64+1, "pids.max held")
 	assert.Empty(t, survivors(m))
 	// The host still runs commands.

@@ -110,15 +110,23 @@ func (l *Launch) Start() (*os.Process, error) {
 		timeout = DefaultConfirmTimeout
 	}
 	_ = errR.SetReadDeadline(time.Now().Add(timeout))
-	msg, rerr := io.ReadAll(io.LimitReader(errR, maxErrBytes+1))
-	if len(msg) == 0 && rerr == nil {
-		return proc, nil // EOF with no message: the error pipe closed at exec
+	msg, rerr := io.ReadAll(io.LimitReader(errR, maxErrBytes+2))
+	reached := len(msg) > 0 && msg[0] == execMark
+	if reached {
+		msg = msg[1:]
+	}
+	if reached && len(msg) == 0 && rerr == nil {
+		return proc, nil // the mark, then EOF as the pipe closed at exec
 	}
 	// Failure (or a stub that hangs): make sure it is gone and reaped.
 	_ = proc.Kill()
 	st, _ := proc.Wait()
 	if len(msg) == 0 {
-		return nil, fmt.Errorf("%w: %w: no exec confirmation: %v (stub %v)", sandbox.ErrLaunch, ErrStubFailed, rerr, st)
+		why := "stub exited before exec"
+		if rerr != nil {
+			why = rerr.Error()
+		}
+		return nil, fmt.Errorf("%w: %w: %s (%v)", sandbox.ErrLaunch, ErrStubFailed, why, st)
 	}
 	return nil, fmt.Errorf("%w: %w: %w", sandbox.ErrLaunch, ErrStubFailed, parseStepError(msg))
 }

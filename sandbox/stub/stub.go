@@ -37,6 +37,9 @@ const (
 	maxErrBytes    = 4096    // one error message from the stub
 )
 
+// execMark is written to the error pipe right before execve.
+const execMark = 0x01
+
 // exitStubFailed is the exit status of a stub that failed before exec (the host normally
 // reports the error pipe's message instead).
 const exitStubFailed = 126

@@ -46,6 +46,11 @@ func apply(pol *Policy) error {
 			return &StepError{Step: "landlock", Msg: err.Error()}
 		}
 	}
+	// Tell the host we reached exec: a stub that dies before this point (a crash, the OOM
+	// killer) leaves the pipe empty and the host reports launch_failed, not a run.
+	if _, err := syscall.Write(fdErr, []byte{execMark}); err != nil {
+		return &StepError{Step: "errpipe", Msg: err.Error()}
+	}
 	err = syscall.Exec(path, pol.Args, pol.Env)
 	return &StepError{Step: "exec", Msg: fmt.Sprintf("%s: %v", path, err)}
 }
