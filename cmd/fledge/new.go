@@ -65,14 +65,23 @@ func (o *NewOptions) Run() error {
 	}
 	show = shellWord(show)
 	fmt.Fprintf(w, "created %s plugin %q in %s: %s\n\nnext:\n", o.Lang, o.Name, show, strings.Join(names, ", "))
+	var steps [][2]string
 	if o.Lang == "go" {
 		if o.SDK == "" {
-			fmt.Fprintf(w, "  # edit %s/go.mod: point the replace line at a fledge checkout (the SDK is not published yet)\n", show)
+			steps = append(steps, [2]string{"$EDITOR " + show + "/go.mod", "point the replace line at a fledge checkout (the SDK is not published yet)"})
 		}
-		fmt.Fprintf(w, "  (cd %s && go mod tidy && go build -o bin/%s .)   # fledge installs a copy: build first\n", show, o.Name)
+		steps = append(steps, [2]string{fmt.Sprintf("(cd %s && go mod tidy && go build -o bin/%s .)", show, o.Name), "fledge installs a copy: build first"})
 	}
-	fmt.Fprintf(w, "  fledge plugins install %s --yes   # grants what plugin.toml declares: store\n", show)
-	fmt.Fprintf(w, "  fledge %s                        # run it (--ni takes every default)\n", o.Name)
+	steps = append(steps,
+		[2]string{"fledge plugins install " + show + " --yes", "grants what plugin.toml declares: store"},
+		[2]string{"fledge " + o.Name, "run it (--ni takes every default)"})
+	width := 0
+	for _, s := range steps {
+		width = max(width, len(s[0]))
+	}
+	for _, s := range steps {
+		fmt.Fprintf(w, "  %-*s  # %s\n", width, s[0], s[1])
+	}
 	return nil
 }
 

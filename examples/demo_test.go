@@ -1,0 +1,88 @@
+// Package examples_test runs the example plugins end to end through a real fledge binary,
+// by way of scripts/demo.sh (what `make demo` runs): install with --yes, hello under --ni in
+// bash, Python and Go, the escape artist, audit show/verify and doctor.
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds fledge and runs every example")
+	}
+	if runtime.GOOS == "windows" {
+		t.Skip("the demo is a bash script")
+	}
+	for _, prog := range []string{"bash", "git", "python3", "go"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Skipf("%s not on PATH", prog)
+		}
+	}
+	repo, err := filepath.Abs("..")
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "fledge")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fledge")
+	build.Dir = repo
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "scripts", "demo.sh"))
+	cmd.Dir = t.TempDir()
+	// The demo makes its own throwaway HOME; pointing ours at a temp dir as well proves it
+	// never needs the real one.
+	cmd.Env = append(os.Environ(), "FLEDGE_BIN="+bin, "CI=true", "HOME="+t.TempDir(), "TMPDIR="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run() // stdin is /dev/null
+	text := stdout.String() + stderr.String()
+	require.NoError(t, err, "demo failed:\n%s", text)
+
+	// Every hello answered every question with its default, in every language.
+	for _, p := range []string{"hello-bash", "hello-python", "hello-go"} {
+		assert.Contains(t, text, "installed "+p+" 0.1.0")
+	}
+	assert.Equal(t, 3, strings.Count(text, "Answers: name=world count=3 shout=false style=casual also=en fr"), text)
+	assert.Contains(t, text, "Answers: name=Ada count=3")
+	assert.Contains(t, text, "Run #2 of this plugin here")
+	assert.Contains(t, text, "exec 'sleep 5' with a 1s timeout: code 124, timed_out=true")
+	assert.Contains(t, text, "metadata: 1 changed file(s), 1 commit(s), latest:")
+	for _, level := range []string{"debug", "info", "warn", "error"} {
+		assert.Contains(t, text, "[hello-bash] "+level+": ")
+	}
+	assert.Contains(t, text, "ok: ", "audit verify passes on the real log")
+	assert.Regexp(t, `after editing record on line \d+: `, text, "audit verify fails on the edited copy")
+	assert.Contains(t, text, "All good.")
+
+	m := regexp.MustCompile(`sandbox: ([a-z]+) \(landlock ABI (\d+), cgroup ([a-z0-9]+)\)`).FindStringSubmatch(text)
+	require.NotNil(t, m, "escape-artist header missing:\n%s", text)
+	testutil.SkipUnlessSupported(t, m[1] != "none", "no filesystem confinement: the escape artist is expected to get out")
+	assert.NotContains(t, text, "[ESCAPED]")
+	assert.Regexp(t, `escape-artist: \d+ blocked, 0 escaped`, text)
+	for _, attempt := range []string{
+		"exec with cwd ../..", "exec with cwd /etc", "exec with cwd through a symlink",
+		"read ~/.ssh/id_rsa, from the plugin process", "read ~/.ssh/id_rsa, from an exec",
+		"append to plugins.toml (grant itself more), from an exec", "rewrite its own code, from the plugin process",
+		"read hello-bash's state.json, from an exec", "find secrets in the environment, from an exec",
+		"setsid daemon outliving its exec",
+	} {
+		assert.Contains(t, text, "[BLOCKED] "+attempt, attempt)
+	}
+	assert.Regexp(t, `\[BLOCKED\] setsid daemon \d+: gone with its sandbox`, text)
+	assert.Contains(t, text, "[BLOCKED] plugins.toml is unchanged")
+}
