@@ -1,8 +1,34 @@
-// Package linux is fledge's Linux sandbox: a re-exec stub (package stub) applies
-// no_new_privs, rlimits, a new session, the guarded working directory and a Landlock
-// allow-list to each child; a cgroup per run bounds memory, pids and CPU and kills the whole
-// process tree (cgroup.kill on the unified hierarchy, freezer on legacy v1, process group
-// otherwise). The host process itself is never restricted.
+// Package linux is fledge's Linux sandbox. The host process itself is never restricted.
+//
+// Launch (Options.Launch): by default a throwaway OS thread of the host takes on the
+// child's confinement and forks it (thread_linux.go): unshare(CLONE_FS|CLONE_FILES),
+// fchdir into the guarded directory handle, every fd >= 3 close-on-exec, join the run's v1
+// cgroups with its tid, no_new_privs, Landlock, then fork+exec with setsid (no controlling
+// terminal) and CLONE_INTO_CGROUP; RLIMIT_CORE=0 and RLIMIT_NOFILE are set with prlimit
+// right after the fork. LaunchStub re-executes the stub (package stub) instead, which does
+// the same steps in itself (joining v1 groups through cgroup.procs) and has no rlimit
+// window, at the cost of a Go runtime start per run.
+//
+// Ordering, so that no process escapes its cgroup: the unified group is entered at clone
+// time (CLONE_INTO_CGROUP); v1 controller groups (hybrid/legacy: memory, pids, cpu,
+// freezer) are joined by the launching thread or the stub before exec, so every process
+// the command ever forks is born inside them.
+//
+// Landlock: the best ABI the kernel has (up to stub.MaxLandlockABI). Read-write:
+// Access.ReadWrite, the private tmp and /dev/null. Read-only: Access.ReadOnly, /etc,
+// /proc (ps, /dev/fd; other processes' environ/mem stay out of reach because Landlock also
+// scopes ptrace), /dev/{zero,full,random,urandom}. Read+exec: Access.ReadExec (callers
+// pass SystemReadExec plus PATH entries). Never /dev/tty, /sys, /run, /dev/shm, $HOME. With
+// ABI >= 6 signals and abstract unix sockets are scoped to the domain, with ABI >= 7
+// denials of exec'd programs are logged. Network=false: Landlock TCP bind/connect (ABI >=
+// 4, UDP too at >= 10) plus an empty network namespace when unshare(CLONE_NEWNET) works.
+//
+// TIOCSTI: the child has no controlling terminal (new session) and never a tty fd: a
+// terminal given as stdio is copied through a pipe (stub.OpenStdio), and /dev/tty is not
+// in the Landlock allow-list.
+//
+// Tree kill: cgroup.kill on the unified group (hybrid and v2), freeze + SIGKILL + thaw with
+// the v1 freezer (legacy), the process group otherwise (degraded: setsid escapes).
 //
 // The package builds only on Linux; this file keeps it a valid (empty) package elsewhere.
 package linux
