@@ -149,9 +149,11 @@ else
 fi
 
 # ---- audit -----------------------------------------------------------------------------
-section "7. The audit log" "Every decision is recorded before it takes effect, outside every sandbox. The denials:"
+section "7. The audit log" "Every decision is recorded before it takes effect, outside every sandbox. fledge's own refusals:"
 "$fledge" audit show --decision deny | head -n 16 || problem "audit show failed"
-echo "($("$fledge" audit show --json | wc -l) records in all: 'fledge audit show' lists them, '--plugin', '--event', '--since' filter)"
+echo "(the file and signal denials above happened in the kernel: the plugin got EACCES/EPERM, and"
+echo " each exec's decision and outcome is a record; $("$fledge" audit show --json | wc -l) records in all: try"
+echo " 'fledge audit show --plugin escape-artist --event exec_outcome')"
 
 section "8. Tamper evidence" "The log is hash-chained: audit verify passes, and fails once one record is edited."
 "$fledge" audit verify || problem "audit verify failed on an untouched log"
