@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// DoctorOptions is `fledge doctor`.
+type DoctorOptions struct {
+	g    *Globals
+	JSON bool
+}
+
+func newDoctorCmd(g *Globals) *cobra.Command {
+	o := &DoctorOptions{g: g}
+	c := &cobra.Command{
+		Use:   "doctor",
+		Short: "Show what confinement this machine can enforce",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.Run() },
+	}
+	c.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	return c
+}
+
+func (o *DoctorOptions) Run() error {
+	e, err := openEnv(o.g)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	rep := e.sb.Report()
+	strict := e.cfg.Sandbox.Strict
+	refuses := strict && (rep.Confinement == "none" || rep.CgroupMode == "none" || !rep.CgroupWritable)
+	if o.JSON {
+		return writeJSON(o.g.Streams.Out, map[string]any{
+			"fledge":        version,
+			"sandbox":       rep,
+			"strict":        strict,
+			"strict_refuse": refuses,
+			"config_dir":    e.configDir,
+			"config_file":   e.cfg.File,
+			"audit_log":     e.auditPath,
+			"exec": map[string]any{
+				"limits": e.cfg.ExecLimits(), "network": e.cfg.NetworkAllowed(),
+			},
+			"plugin": map[string]any{
+				"limits": e.cfg.PluginLimits(),
+			},
+		})
+	}
+	w := o.g.Streams.Out
+	fmt.Fprintf(w, "fledge %s\n", version)
+	fmt.Fprintf(w, "  os / kernel:      %s %s\n", rep.OS, rep.Kernel)
+	fmt.Fprintf(w, "  confinement:      %s\n", rep.Confinement)
+	fmt.Fprintf(w, "  landlock ABI:     %d\n", rep.LandlockABI)
+	fmt.Fprintf(w, "  cgroups:          %s (writable: %v) %s\n", rep.CgroupMode, rep.CgroupWritable, rep.CgroupPath)
+	fmt.Fprintf(w, "  user namespaces:  %v\n", rep.UserNamespaces)
+	fmt.Fprintf(w, "  network deny via: %s\n", rep.NetworkDeny)
+	fmt.Fprintf(w, "  tree kill:        %s\n", rep.TreeKill)
+	fmt.Fprintf(w, "  strict policy:    %v\n", strict)
+	lim := e.cfg.ExecLimits()
+	fmt.Fprintf(w, "  an exec gets:     rw project + plugin data + private tmp; memory %d MiB, pids %d, network %v\n",
+		lim.MemoryBytes>>20, lim.Pids, e.cfg.NetworkAllowed())
+	fmt.Fprintf(w, "  a plugin gets:    ro its own dir, rw its data dir; project and network per grant\n")
+	fmt.Fprintf(w, "  config:           %s\n  audit log:        %s\n", e.configDir, e.auditPath)
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
+	if refuses {
+		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
+	}
+	return nil
+}

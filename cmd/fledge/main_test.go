@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+func TestMain(m *testing.M) {
+	// Must come first: the sandbox re-executes this test binary as its stub.
+	stub.MaybeRun()
+	testscript.Main(m, map[string]func(){
+		"fledge": func() { os.Exit(Main(os.Args[1:], defaultStreams())) },
+	})
+}
+
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: filepath.Join("testdata", "script"),
+		Setup: func(e *testscript.Env) error {
+			home := filepath.Join(e.WorkDir, "home")
+			if err := os.MkdirAll(home, 0o700); err != nil {
+				return err
+			}
+			e.Setenv("HOME", home)
+			e.Setenv("FLEDGE_CONFIG_DIR", filepath.Join(home, ".config", "fledge"))
+			e.Setenv("FLEDGE_AUDIT_LOG", filepath.Join(home, ".local", "state", "fledge", "audit.jsonl"))
+			e.Setenv("XDG_CONFIG_HOME", "")
+			e.Setenv("XDG_STATE_HOME", "")
+			// System dirs first: a pyenv-style shim under $HOME is not executable in the sandbox.
+			e.Setenv("PATH", "/usr/local/bin:/usr/bin:/bin:"+e.Getenv("PATH"))
+			return nil
+		},
+		RequireExplicitExec: true,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"status": cmdStatus,
+		},
+	})
+}
+
+// cmdStatus runs a command and checks its exact exit status: status CODE cmd args...
+// (testscript's exec only knows success or failure; the CLI contract has typed exit codes).
+func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: status CODE command [args...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("status: bad code %q", args[0])
+	}
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		got = ee.ExitCode()
+	} else if err != nil {
+		ts.Fatalf("status: %v", err)
+	}
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+	}
+}

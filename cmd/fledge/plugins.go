@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
+	"github.com/spf13/cobra"
+)
+
+func newPluginsCmd(g *Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "plugins",
+		Short: "Install, list, inspect and remove plugins",
+	}
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newRemoveCmd(g), newNewCmd(g))
+	return c
+}
+
+// InstallOptions is `fledge plugins install`.
+type InstallOptions struct {
+	g        *Globals
+	Source   string
+	Yes      bool
+	Grant    string
+	GrantSet bool
+	RunHooks bool
+}
+
+// uiAsker asks install questions on the terminal.
+type uiAsker struct{ u ui.UI }
+
+func (a uiAsker) Confirm(question string, def bool) (bool, error) {
+	return a.u.Confirm(context.Background(), "install", question, &def)
+}
+
+func newInstallCmd(g *Globals) *cobra.Command {
+	o := &InstallOptions{g: g}
+	c := &cobra.Command{
+		Use:   "install <dir|git-url>",
+		Short: "Install a plugin, granting only the capabilities you approve",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Source = args[0]
+			o.GrantSet = cmd.Flags().Changed("grant")
+			return o.Run(cmd.Context())
+		},
+	}
+	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant every capability the manifest declares")
+	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|plugin]")
+	c.Flags().BoolVar(&o.RunHooks, "run-hooks", false, "run the plugin's build hooks (shown first)")
+	return c
+}
+
+func (o *InstallOptions) Run(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e, err := openEnv(o.g)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	u := ui.New(ui.Options{In: o.g.Streams.In, Out: o.g.Streams.Out, Err: o.g.Streams.Err, NonInteractive: o.g.nonInteractive()})
+	defer u.Close()
+	io := plugin.InstallOptions{
+		ConfigDir:      e.configDir,
+		Source:         o.Source,
+		Yes:            o.Yes,
+		NonInteractive: !u.Interactive(),
+		RunHooks:       o.RunHooks,
+		Asker:          uiAsker{u},
+		Out:            o.g.Streams.Err,
+	}
+	if o.GrantSet {
+		gr, err := policy.ParseGrantList(o.Grant)
+		if err != nil {
+			return exitErr(ExitUsage, "--grant: %v", err)
+		}
+		io.Grant = &gr
+	}
+	log, err := e.openAudit()
+	if err != nil {
+		return err
+	}
+	io.RunHook = hookRunner(e, log, o.g.Streams.Err)
+	entry, err := plugin.Install(ctx, io)
+	if err != nil {
+		_ = log.Append(&audit.Record{
+			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
+			Details: map[string]any{"source": o.Source, "error": err.Error()},
+		}, true)
+		code := ExitFailure
+		if errors.Is(err, plugin.ErrNeedsGrant) {
+			code = ExitCannotRun
+		}
+		return exitErr(code, "install %s: %v", o.Source, err)
+	}
+	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
+	_ = log.Append(&audit.Record{Plugin: ref, Event: audit.EventInstall, Decision: audit.Allow, Reason: string(reason.OK),
+		Details: map[string]any{"source": entry.Source, "commands": entry.Commands}}, true)
+	_ = log.Append(&audit.Record{Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
+		Details: map[string]any{"granted": entry.Granted.Names()}}, true)
+	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
+		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), grantText(entry.Granted))
+	return nil
+}
+
+func installReason(err error) string {
+	switch {
+	case errors.Is(err, plugin.ErrNeedsGrant):
+		return string(reason.NonInteractive)
+	case errors.Is(err, plugin.ErrUnsupportedProtocol):
+		return string(reason.ProtocolVersionMismatch)
+	case errors.Is(err, plugin.ErrNotDeclared):
+		return string(reason.CapabilityNotDeclared)
+	}
+	return string(reason.LaunchFailed)
+}
+
+func grantText(gr policy.Grants) string {
+	if gr.Empty() {
+		return "nothing"
+	}
+	return gr.String()
+}
+
+// ListOptions is `fledge plugins list`.
+type ListOptions struct {
+	g    *Globals
+	JSON bool
+}
+
+func newListCmd(g *Globals) *cobra.Command {
+	o := &ListOptions{g: g}
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List installed plugins and what they were granted",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.Run() },
+	}
+	c.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	return c
+}
+
+func (o *ListOptions) Run() error {
+	cd, err := o.g.configDir()
+	if err != nil {
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	reg, err := plugin.LoadRegistry(cd)
+	if err != nil {
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	entries := make([]*plugin.Entry, 0, len(reg.Plugins))
+	for i := range reg.Plugins {
+		entries = append(entries, &reg.Plugins[i])
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	if o.JSON {
+		out := make([]map[string]any, 0, len(entries))
+		for _, en := range entries {
+			out = append(out, entryJSON(en))
+		}
+		return writeJSON(o.g.Streams.Out, out)
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(o.g.Streams.Out, "no plugins installed")
+		return nil
+	}
+	tw := tabwriter.NewWriter(o.g.Streams.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tVERSION\tCOMMANDS\tGRANTED\tSOURCE")
+	for _, en := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.Name, en.Version, strings.Join(en.Commands, ","), grantText(en.Granted), en.Source)
+	}
+	return tw.Flush()
+}
+
+func entryJSON(en *plugin.Entry) map[string]any {
+	return map[string]any{
+		"name": en.Name, "version": en.Version, "source": en.Source,
+		"installed": en.Installed.UTC().Format(time.RFC3339), "commands": en.Commands,
+		"granted": en.Granted, "manifest_sha256": en.ManifestSHA256, "protocol": en.Protocol,
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// InfoOptions is `fledge plugins info`.
+type InfoOptions struct {
+	g    *Globals
+	Name string
+	JSON bool
+}
+
+func newInfoCmd(g *Globals) *cobra.Command {
+	o := &InfoOptions{g: g}
+	c := &cobra.Command{
+		Use:   "info <name>",
+		Short: "Show a plugin: its grants and what the sandbox actually gives it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			return o.Run()
+		},
+	}
+	c.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	return c
+}
+
+func (o *InfoOptions) Run() error {
+	e, err := openEnv(o.g)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	reg, err := plugin.LoadRegistry(e.configDir)
+	if err != nil {
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	en := reg.Find(o.Name)
+	if en == nil {
+		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
+	}
+	dir := plugin.Dir(e.configDir, en.Name)
+	paths := e.paths(dir, plugin.DataDir(e.configDir, en.Name), nil)
+	paths.ProjectRoot = "<project>"
+	rep := e.sb.Report()
+	pa := policy.PluginAccess(paths, en.Granted, e.cfg)
+	xa := policy.ExecAccess(paths, e.cfg)
+	info := entryJSON(en)
+	info["dir"] = dir
+	info["data_dir"] = plugin.DataDir(e.configDir, en.Name)
+	info["sandbox"] = map[string]any{
+		"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode,
+		"tree_kill": rep.TreeKill, "strict": e.cfg.Sandbox.Strict,
+	}
+	info["plugin_process"] = map[string]any{
+		"read_write": pa.ReadWrite, "read_only": pa.ReadOnly, "read_exec": pa.ReadExec,
+		"network": en.Granted.Network && e.cfg.NetworkAllowed(), "limits": e.cfg.PluginLimits(),
+	}
+	info["exec"] = map[string]any{
+		"allowed": en.Granted.Exec, "read_write": xa.ReadWrite, "read_only": xa.ReadOnly, "read_exec": xa.ReadExec,
+		"network": e.cfg.NetworkAllowed(), "limits": e.cfg.ExecLimits(),
+	}
+	if o.JSON {
+		return writeJSON(o.g.Streams.Out, info)
+	}
+	w := o.g.Streams.Out
+	fmt.Fprintf(w, "%s %s\n  source:    %s\n  installed: %s\n  commands:  %s\n  manifest:  sha256:%s\n  granted:   %s\n",
+		en.Name, en.Version, en.Source, en.Installed.UTC().Format(time.RFC3339), strings.Join(en.Commands, ", "),
+		en.ManifestSHA256, grantText(en.Granted))
+	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
+		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
+	fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
+	fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(pa.ReadOnly, ", "))
+	fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && e.cfg.NetworkAllowed())
+	if en.Granted.Exec {
+		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
+	} else {
+		fmt.Fprintln(w, "  exec: not granted (every exec request is refused with code 126)")
+	}
+	return nil
+}
+
+// RemoveOptions is `fledge plugins remove`.
+type RemoveOptions struct {
+	g    *Globals
+	Name string
+}
+
+func newRemoveCmd(g *Globals) *cobra.Command {
+	o := &RemoveOptions{g: g}
+	return &cobra.Command{
+		Use:   "remove <name>",
+		Short: "Remove an installed plugin and its data",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			return o.Run()
+		},
+	}
+}
+
+func (o *RemoveOptions) Run() error {
+	e, err := openEnv(o.g)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	log, err := e.openAudit()
+	if err != nil {
+		return err
+	}
+	en, err := plugin.Remove(e.configDir, o.Name)
+	if err != nil {
+		if errors.Is(err, plugin.ErrNotInstalled) {
+			return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
+		}
+		return exitErr(ExitFailure, "remove %s: %v", o.Name, err)
+	}
+	_ = log.Append(&audit.Record{
+		Plugin: &audit.PluginRef{Name: en.Name, Version: en.Version, Source: en.Source, ManifestDigest: en.ManifestSHA256},
+		Event:  audit.EventRemove, Decision: audit.Allow, Reason: string(reason.OK),
+	}, true)
+	fmt.Fprintf(o.g.Streams.Out, "removed %s\n", en.Name)
+	return nil
+}
+
+// hookRunner runs an install hook the user asked for (--run-hooks) as a confined exec whose
+// only writable place is the staged plugin dir; hooks are plugin code like any other.
+func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
+	return func(ctx context.Context, dir string, h plugin.Hook) error {
+		d, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		paths := e.paths(dir, dir, nil)
+		limits := e.cfg.ExecLimits()
+		limits.Timeout = e.cfg.Sandbox.TimeoutMax
+		spec := &sandbox.Spec{
+			Kind: sandbox.KindExec, Name: "install-hook", Path: "/bin/sh",
+			Args: []string{"sh", "-c", h.Command}, Dir: d, DirPath: dir,
+			Env:    policy.ChildEnv(os.Environ(), e.cfg.Sandbox.EnvAllow, nil),
+			Stdout: out, Stderr: out,
+			Access: policy.ExecAccess(paths, e.cfg), Network: e.cfg.NetworkAllowed(),
+			Limits: limits, PrivateTmp: true, Strict: e.cfg.Sandbox.Strict,
+		}
+		details := map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir}
+		if err := log.Append(&audit.Record{Event: audit.EventExecDecision, Decision: audit.Allow, Reason: string(reason.OK), Details: details}, true); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		proc, err := e.sb.Start(ctx, spec)
+		if err != nil {
+			return err
+		}
+		res, err := proc.Wait()
+		if err != nil {
+			return err
+		}
+		rc := reason.OK
+		if res.TimedOut {
+			rc = reason.Timeout
+		}
+		_ = log.Append(&audit.Record{Event: audit.EventExecOutcome, Decision: audit.Allow, Reason: string(rc),
+			Details: map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds()}}, false)
+		if res.ExitCode != 0 {
+			return fmt.Errorf("hook %s exited with status %d", h.Name, res.ExitCode)
+		}
+		return nil
+	}
+}

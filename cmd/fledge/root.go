@@ -1,0 +1,157 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// Streams are the command's I/O, injectable so commands are testable without a terminal.
+type Streams struct {
+	In  *os.File
+	Out io.Writer
+	Err io.Writer
+}
+
+func defaultStreams() Streams { return Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr} }
+
+// Globals are the global flags and the environment they default from.
+type Globals struct {
+	NonInteractive bool
+	Project        string
+	ConfigDir      string
+	Streams        Streams
+}
+
+// configDir resolves --config-dir, FLEDGE_CONFIG_DIR, $XDG_CONFIG_HOME/fledge, ~/.config/fledge.
+func (g *Globals) configDir() (string, error) {
+	dir := g.ConfigDir
+	if dir == "" {
+		dir = os.Getenv("FLEDGE_CONFIG_DIR")
+	}
+	if dir == "" {
+		if x := os.Getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
+			dir = filepath.Join(x, "fledge")
+		}
+	}
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("cannot find the config dir: set FLEDGE_CONFIG_DIR: %w", err)
+		}
+		dir = filepath.Join(home, ".config", "fledge")
+	}
+	return filepath.Abs(dir)
+}
+
+// stateDir is where fledge keeps state (the default audit log's dir); plugins never see it.
+func stateDir() string {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "fledge")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".local", "state", "fledge")
+}
+
+func (g *Globals) nonInteractive() bool {
+	if g.NonInteractive {
+		return true
+	}
+	v := strings.ToLower(os.Getenv("FLEDGE_NON_INTERACTIVE"))
+	return v == "1" || v == "true" || v == "yes"
+}
+
+// Main runs the CLI and returns the process exit status.
+func Main(args []string, streams Streams) int {
+	g := &Globals{Streams: streams}
+	root := newRootCmd(g)
+	root.SetArgs(args)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.Err)
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Msg != "" || (ee.Err != nil && ee.Code != ExitOK) {
+			fmt.Fprintf(streams.Err, "fledge: %s\n", ee.Error())
+		}
+		return ee.Code
+	}
+	fmt.Fprintf(streams.Err, "fledge: %v\n", err)
+	if errors.Is(err, ErrUsage) || isCobraUsage(err) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+// isCobraUsage recognises cobra's flag and argument errors, which are usage errors.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown flag", "unknown shorthand flag", "flag needs an argument", "invalid argument", "accepts ", "requires at least", "unknown command", "required flag"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func newRootCmd(g *Globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fledge [global flags] <plugin-command> [args...]",
+		Short: "A security-hardened host for untrusted fledge-v1 plugins",
+		Long: `fledge runs third-party plugins and treats each one as hostile: every exec and cwd
+passes a path guard and an OS sandbox, process trees die on timeout, and every decision
+lands in a tamper-evident audit log.`,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				_ = cmd.Help()
+				return &ExitError{Code: ExitUsage}
+			}
+			return runPlugin(cmd.Context(), g, args[0], args[1:])
+		},
+	}
+	// Flags after the plugin command belong to the plugin.
+	root.Flags().SetInterspersed(false)
+	pf := root.PersistentFlags()
+	pf.BoolVar(&g.NonInteractive, "ni", false, "non-interactive: never prompt (also FLEDGE_NON_INTERACTIVE=1)")
+	pf.BoolVar(&g.NonInteractive, "non-interactive", false, "same as --ni")
+	pf.StringVar(&g.Project, "project", "", "project root (default: nearest ancestor with fledge.toml or .git)")
+	pf.StringVar(&g.ConfigDir, "config-dir", "", "config dir (default: $FLEDGE_CONFIG_DIR, $XDG_CONFIG_HOME/fledge, ~/.config/fledge)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &ExitError{Code: ExitUsage, Msg: err.Error() + " (see 'fledge --help')"}
+	})
+
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(newRunCmd(g), newPluginsCmd(g), newAuditCmd(g), newDoctorCmd(g))
+	return root
+}
+
+func newRunCmd(g *Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "run <plugin-command> [args...]",
+		Short: "Run a plugin command (the same as 'fledge <plugin-command>')",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runPlugin(cmd.Context(), g, args[0], args[1:])
+		},
+	}
+	c.Flags().SetInterspersed(false)
+	return c
+}

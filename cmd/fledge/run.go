@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/protocol"
+	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/platform"
+	"github.com/fledgehq/fledge/ui"
+)
+
+// env is everything a run needs that comes from the machine rather than from flags.
+type env struct {
+	configDir string
+	stateDir  string
+	auditPath string
+	cfg       *policy.Config
+	sb        sandbox.Sandbox
+	log       *audit.Log
+}
+
+func newSessionID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// openEnv loads policy, the sandbox and the audit log. Commands that only read (list, info)
+// do not need it.
+func openEnv(g *Globals) (*env, error) {
+	cd, err := g.configDir()
+	if err != nil {
+		return nil, exitErr(ExitCannotRun, "%v", err)
+	}
+	cfg, err := policy.Load(cd)
+	if err != nil {
+		return nil, exitErr(ExitCannotRun, "%v", err)
+	}
+	ap, err := audit.DefaultPath()
+	if err != nil {
+		return nil, exitErr(ExitCannotRun, "audit log: %v", err)
+	}
+	sb, err := platform.New(platform.Options{})
+	if err != nil {
+		return nil, exitErr(ExitCannotRun, "sandbox: %v", err)
+	}
+	return &env{configDir: cd, stateDir: stateDir(), auditPath: ap, cfg: cfg, sb: sb}, nil
+}
+
+func (e *env) openAudit() (*audit.Log, error) {
+	if e.log != nil {
+		return e.log, nil
+	}
+	l, err := audit.Open(e.auditPath, audit.Options{
+		Fsync:       audit.FsyncPolicy(e.cfg.Audit.Fsync),
+		RotateBytes: e.cfg.Audit.RotateBytes,
+	})
+	if err != nil {
+		return nil, exitErr(ExitCannotRun, "audit log %s: %v", e.auditPath, err)
+	}
+	e.log = l
+	return l, nil
+}
+
+func (e *env) close() {
+	if e.log != nil {
+		_ = e.log.Close()
+	}
+}
+
+// paths is the policy view of where things are for one plugin.
+func (e *env) paths(entryDir, dataDir string, proj *project.Info) policy.Paths {
+	home, _ := os.UserHomeDir()
+	p := policy.Paths{
+		PluginDir:     entryDir,
+		PluginDataDir: dataDir,
+		ConfigDir:     e.configDir,
+		StateDir:      e.stateDir,
+		AuditLog:      e.auditPath,
+		UserPATH:      filepath.SplitList(os.Getenv("PATH")),
+		Home:          home,
+	}
+	if proj != nil {
+		p.ProjectRoot = proj.Root
+	}
+	return p
+}
+
+func runPlugin(ctx context.Context, g *Globals, command string, args []string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e, err := openEnv(g)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+
+	reg, err := plugin.LoadRegistry(e.configDir)
+	if err != nil {
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	entry, err := reg.FindCommand(command)
+	if err != nil {
+		if errors.Is(err, plugin.ErrUnknownCommand) {
+			return exitErr(ExitUnknownCmd, "unknown command %q: no installed plugin provides it (see 'fledge plugins list')", command)
+		}
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	pluginDir := plugin.Dir(e.configDir, entry.Name)
+	man, err := verifyInstalled(pluginDir, entry)
+	if err != nil {
+		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+	}
+	cmdSpec := man.Command(command)
+	if cmdSpec == nil {
+		return exitErr(ExitUnknownCmd, "plugin %s no longer declares command %q; reinstall it", entry.Name, command)
+	}
+	program, err := binaryPath(pluginDir, cmdSpec.Binary)
+	if err != nil {
+		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+	}
+
+	cwd, _ := os.Getwd()
+	proj, err := project.Detect(cwd, g.Project)
+	if err != nil {
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	log, err := e.openAudit()
+	if err != nil {
+		return err
+	}
+	u := ui.New(ui.Options{In: g.Streams.In, Out: g.Streams.Out, Err: g.Streams.Err, NonInteractive: g.nonInteractive()})
+	defer u.Close()
+
+	dataDir := plugin.DataDir(e.configDir, entry.Name)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return exitErr(ExitCannotRun, "plugin data dir: %v", err)
+	}
+	paths := e.paths(pluginDir, dataDir, proj)
+	sessionID := newSessionID()
+	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
+
+	switch man.Plugin.Protocol {
+	case "":
+		return runLegacy(ctx, g, e, u, log, sessionID, ref, program, args, proj, paths)
+	case protocol.Version:
+	default:
+		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, man.Plugin.Protocol, protocol.Version)
+	}
+
+	var store *plugin.Store
+	if entry.Granted.Store {
+		store, err = plugin.OpenStore(plugin.StatePath(e.configDir, entry.Name), plugin.DefaultStoreLimits)
+		if err != nil {
+			u.Warn(fmt.Sprintf("plugin storage unavailable: %v", err))
+		} else {
+			for _, w := range store.Warnings() {
+				u.Warn(w)
+			}
+		}
+	}
+
+	grants := entry.Granted
+	rep := e.sb.Report()
+	warnDegraded(u, e, rep)
+
+	execRoots := []string{}
+	if proj != nil {
+		execRoots = append(execRoots, proj.Root)
+	}
+	execRoots = append(execRoots, pluginDir)
+
+	environ := os.Environ()
+	pluginEnv := policy.ChildEnv(environ, e.cfg.Sandbox.EnvAllow, map[string]string{
+		"FLEDGE_PLUGIN":   entry.Name,
+		"FLEDGE_COMMAND":  command,
+		"FLEDGE_DATA_DIR": dataDir,
+		"FLEDGE_VERSION":  version,
+	})
+	execEnv := policy.ChildEnv(environ, e.cfg.Sandbox.EnvAllow, nil)
+
+	// The plugin starts in the project when it may read it, else in its data dir.
+	pluginCwd := dataDir
+	if proj != nil && grants.FS() == policy.FilesystemProject {
+		pluginCwd = proj.Root
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	var storeIface protocolhost.StateStore
+	if store != nil {
+		storeIface = store
+	}
+	opts := protocolhost.Options{
+		SessionID:     sessionID,
+		FledgeVersion: version,
+		Plugin: protocolhost.PluginMeta{
+			Name: entry.Name, Version: entry.Version, Dir: pluginDir, DataDir: dataDir,
+			Source: entry.Source, ManifestDigest: entry.ManifestSHA256,
+		},
+		Command:     command,
+		Program:     program,
+		Args:        args,
+		Grants:      toWire(grants),
+		Project:     proj,
+		InitProject: initProject(ctx, proj),
+		UI:          u,
+		Sandbox:     e.sb,
+		Audit:       log,
+		Store:       storeIface,
+		Stderr:      g.Streams.Err,
+		PluginSpec: sandbox.Spec{
+			Env:        pluginEnv,
+			Access:     policy.PluginAccess(paths, grants, e.cfg),
+			Network:    grants.Network && e.cfg.NetworkAllowed(),
+			Limits:     e.cfg.PluginLimits(),
+			PrivateTmp: true,
+			Strict:     e.cfg.Sandbox.Strict,
+		},
+		PluginCwd: pluginCwd,
+		ExecSpec: sandbox.Spec{
+			Env:     execEnv,
+			Access:  policy.ExecAccess(paths, e.cfg),
+			Network: e.cfg.NetworkAllowed(),
+			Limits:  e.cfg.ExecLimits(),
+			Strict:  e.cfg.Sandbox.Strict,
+		},
+		ExecRoots:   execRoots,
+		MetadataEnv: policy.MetadataEnv(environ, e.cfg.Sandbox.EnvAllow),
+		Limits: protocolhost.Limits{
+			LineMax:            int(e.cfg.Limits.LineMax),
+			ConcurrentExecs:    e.cfg.Limits.ConcurrentExecs,
+			ExecQueue:          e.cfg.Limits.ExecQueue,
+			PendingRequests:    e.cfg.Limits.PendingRequests,
+			PromptTimeout:      e.cfg.Limits.PromptTimeout,
+			ExecTimeoutDefault: e.cfg.Sandbox.TimeoutDefault,
+			ExecTimeoutMax:     e.cfg.Sandbox.TimeoutMax,
+			OutputCap:          int(e.cfg.Sandbox.OutputCap),
+		},
+		Signals: sigs,
+	}
+	out, err := protocolhost.Run(ctx, opts)
+	if err != nil && out == nil {
+		if errors.Is(err, protocolhost.ErrSandbox) {
+			return exitErr(ExitCannotRun, "%v (reason: %s; strict policy in %s)", err, reason.SandboxUnavailable, e.cfg.File)
+		}
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	if err != nil {
+		u.Warn(err.Error())
+	}
+	if out.Interrupted {
+		return &ExitError{Code: ExitInterrupted}
+	}
+	if out.ExitCode != 0 {
+		return &ExitError{Code: out.ExitCode}
+	}
+	return nil
+}
+
+func toWire(g policy.Grants) protocol.Capabilities {
+	return protocol.Capabilities{Exec: g.Exec, Store: g.Store, Metadata: g.Metadata, Network: g.Network, Filesystem: g.FS()}
+}
+
+func initProject(ctx context.Context, p *project.Info) *protocol.Project {
+	if p == nil {
+		return nil
+	}
+	out := &protocol.Project{Name: p.Name, Root: p.Root, Language: p.Language}
+	if gi := project.ReadGitInfo(ctx, p.Root); gi != nil {
+		out.Git = &protocol.GitInfo{
+			Branch: gi.Branch, Dirty: gi.Dirty, Remote: gi.Remote,
+			RemoteURL: policy.StripURLCredentials(gi.RemoteURL),
+		}
+	}
+	return out
+}
+
+// warnDegraded says once per session what the sandbox cannot enforce here.
+func warnDegraded(u ui.UI, e *env, rep sandbox.Report) {
+	if len(rep.Warnings) == 0 && rep.Confinement != "none" {
+		return
+	}
+	msg := "sandbox degraded: " + strings.Join(rep.Warnings, "; ")
+	if rep.Confinement == "none" {
+		msg = "no filesystem confinement on this system (confinement: none); " + strings.Join(rep.Warnings, "; ")
+	}
+	if e.cfg.Sandbox.Strict {
+		return // strict refuses at start instead; the error says why
+	}
+	u.Warn(msg)
+	if l, err := e.openAudit(); err == nil {
+		_ = l.Append(&audit.Record{
+			Event: audit.EventSandboxDegraded, Decision: audit.Allow, Reason: string(reason.SandboxUnavailable),
+			Details: map[string]any{"warnings": rep.Warnings, "confinement": rep.Confinement},
+			Sandbox: &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
+		}, false)
+	}
+}
+
+// verifyInstalled loads the installed manifest and checks it is the one the user approved:
+// a manifest edited after install (by anyone) must be re-approved, not silently trusted.
+func verifyInstalled(dir string, entry *plugin.Entry) (*plugin.Manifest, error) {
+	man, _, err := plugin.LoadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	if entry.ManifestSHA256 != "" && man.SHA256() != entry.ManifestSHA256 {
+		return nil, fmt.Errorf("plugin.toml changed since it was approved (sha256 %s, approved %s): reinstall it to review the change", man.SHA256()[:12], entry.ManifestSHA256[:min(12, len(entry.ManifestSHA256))])
+	}
+	return man, nil
+}
+
+// binaryPath resolves a command binary inside the installed plugin dir.
+func binaryPath(dir, rel string) (string, error) {
+	p := filepath.Join(dir, rel)
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("command binary %q: %w", rel, err)
+	}
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	if !policy.Within(real, realDir) {
+		return "", fmt.Errorf("command binary %q resolves outside the plugin dir", rel)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("command binary %q is not an executable file", rel)
+	}
+	return real, nil
+}

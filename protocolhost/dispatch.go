@@ -1,0 +1,470 @@
+package protocolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/internal/capbuf"
+	"github.com/fledgehq/fledge/pathguard"
+	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/protocol"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
+)
+
+func (s *session) readLoop(r io.Reader) {
+	rd := protocol.NewReader(r, protocol.ReaderOptions{MaxLine: s.lim.LineMax})
+	for {
+		msg, err := rd.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			if errors.Is(err, protocol.ErrSkipped) {
+				var le *protocol.LineError
+				if errors.As(err, &le) && le.Kind == protocol.UnknownType && le.Type != "" && le.Type != protocol.TypeResponse {
+					// Forward-compatible: unknown types are ignored, counted, not shouted.
+					s.malformed.Add(1)
+					s.skippedMu.Lock()
+					s.skipped["unknown_type"]++
+					s.skippedMu.Unlock()
+					continue
+				}
+				if errors.As(err, &le) && le.Kind == protocol.UnknownType && le.Type == protocol.TypeResponse {
+					s.warnSkipped(fmt.Errorf("line %d: skipped: orphaned response (id %s): it answers no pending request", le.Line, clip(string(le.ID))))
+					continue
+				}
+				if errors.As(err, &le) && le.ID != nil && le.Kind != protocol.UnknownType {
+					// A broken request that still carries a usable id gets its one reply, or
+					// the plugin would wait for it forever.
+					s.warnSkipped(err)
+					s.answerInvalid(le)
+					continue
+				}
+				if errors.As(err, &le) && le.Kind == protocol.TooLong {
+					s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
+						"limit": "line_max", "max": s.lim.LineMax, "line": le.Line,
+					}, false)
+				}
+				s.warnSkipped(err)
+				continue
+			}
+			if s.ctx.Err() == nil {
+				s.opts.UI.Warn(fmt.Sprintf("plugin %s: reading its output: %v", s.opts.Plugin.Name, err))
+			}
+			return
+		}
+		s.dispatch(msg)
+	}
+}
+
+func (s *session) dispatch(m *protocol.Message) {
+	name := s.opts.Plugin.Name
+	switch {
+	case m.Output != nil:
+		s.opts.UI.Output(m.Output.Text)
+	case m.Log != nil:
+		s.opts.UI.Log(name, m.Log.Level, m.Log.Message)
+	case m.Progress != nil:
+		p := m.Progress
+		s.opts.UI.Progress(name, p.Message, p.Current, p.Total, p.Done)
+	case m.Store != nil:
+		s.handleStore(m.Store)
+	case m.Load != nil:
+		s.withSlot(m.Load.ID, "load", func() { s.handleLoad(m.Load) })
+	case m.Metadata != nil:
+		s.withSlot(m.Metadata.ID, "metadata", func() { s.handleMetadata(m.Metadata) })
+	case m.Exec != nil:
+		s.startExec(m.Exec)
+	case m.Prompt != nil:
+		req := m.Prompt
+		s.queuePrompt(req.ID, "prompt", func(ctx context.Context) (any, error) {
+			return s.opts.UI.Prompt(ctx, ui.PromptRequest{Plugin: name, Message: req.Message, Default: req.Default, Validate: req.Validate})
+		})
+	case m.Confirm != nil:
+		req := m.Confirm
+		s.queuePrompt(req.ID, "confirm", func(ctx context.Context) (any, error) {
+			return s.opts.UI.Confirm(ctx, name, req.Message, req.Default)
+		})
+	case m.Select != nil:
+		req := m.Select
+		s.queuePrompt(req.ID, "select", func(ctx context.Context) (any, error) {
+			i, err := s.opts.UI.Select(ctx, name, req.Message, req.Options, req.Default)
+			if err != nil {
+				return nil, err
+			}
+			return req.Options[i], nil
+		})
+	case m.MultiSelect != nil:
+		req := m.MultiSelect
+		s.queuePrompt(req.ID, "multi_select", func(ctx context.Context) (any, error) {
+			idx, err := s.opts.UI.MultiSelect(ctx, name, req.Message, req.Options, req.Defaults)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]string, 0, len(idx))
+			for _, i := range idx {
+				out = append(out, req.Options[i])
+			}
+			return out, nil
+		})
+	default:
+		// A response or cancel from the plugin answers nothing we asked.
+		s.warnSkipped(fmt.Errorf("line %d: skipped: %q message answers no pending request", m.Line, m.Type))
+	}
+}
+
+func (s *session) respond(id protocol.ID, value any) {
+	defer s.pending.Add(-1)
+	if err := s.writer.Send(protocol.NewResponse(id, value)); err != nil && s.ctx.Err() == nil {
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: sending response: %v", s.opts.Plugin.Name, err))
+	}
+}
+
+func (s *session) cancelReq(id protocol.ID, why string) {
+	defer s.pending.Add(-1)
+	_ = s.writer.Send(protocol.NewCancel(id, why))
+}
+
+// admit counts an id-bearing request; false means the pending bound is hit and the caller
+// must refuse it (the refusal is still its one reply).
+func (s *session) admit(kind string) bool {
+	if n := s.pending.Add(1); n > int64(s.lim.PendingRequests) {
+		s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
+			"limit": "pending_requests", "max": s.lim.PendingRequests, "request": kind,
+		}, false)
+		return false
+	}
+	return true
+}
+
+// withSlot runs a quick request in its own goroutine, bounded by the pending limit.
+func (s *session) withSlot(id protocol.ID, kind string, fn func()) {
+	if !s.admit(kind) {
+		s.cancelReq(id, protocol.CancelLimit)
+		return
+	}
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		fn()
+	}()
+}
+
+// ---- prompts ----
+
+func (s *session) queuePrompt(id protocol.ID, kind string, ask func(ctx context.Context) (any, error)) {
+	if !s.admit(kind) {
+		s.cancelReq(id, protocol.CancelLimit)
+		return
+	}
+	s.workers.Add(1)
+	job := func() {
+		defer s.workers.Done()
+		if s.ctx.Err() != nil {
+			s.cancelReq(id, protocol.CancelUserInterrupt)
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.lim.PromptTimeout)
+		defer cancel()
+		v, err := ask(ctx)
+		switch {
+		case err == nil:
+			s.record(audit.EventPrompt, audit.Allow, reason.OK, map[string]any{"kind": kind, "answered": true}, false)
+			s.respond(id, v)
+		case errors.Is(err, ui.ErrAborted):
+			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, map[string]any{"kind": kind, "aborted": true}, false)
+			s.cancelReq(id, protocol.CancelUserInterrupt)
+		case errors.Is(err, ui.ErrNonInteractive):
+			s.record(audit.EventPrompt, audit.Deny, reason.NonInteractive, map[string]any{"kind": kind}, false)
+			s.cancelReq(id, protocol.CancelNonInteractive)
+		case errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil:
+			s.record(audit.EventPrompt, audit.Deny, reason.Timeout, map[string]any{"kind": kind, "after": s.lim.PromptTimeout.String()}, false)
+			s.cancelReq(id, protocol.CancelTimeout)
+		case s.ctx.Err() != nil:
+			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, map[string]any{"kind": kind}, false)
+			s.cancelReq(id, protocol.CancelUserInterrupt)
+		default:
+			s.record(audit.EventPrompt, audit.Error, reason.MalformedMessage, map[string]any{"kind": kind, "error": err.Error()}, false)
+			s.opts.UI.Warn(fmt.Sprintf("plugin %s: %s refused: %v", s.opts.Plugin.Name, kind, err))
+			s.cancelReq(id, string(reason.MalformedMessage))
+		}
+	}
+	select {
+	case s.prompts <- job:
+	default:
+		// Cannot happen while admit bounds pending to the channel size; refuse rather than block.
+		s.workers.Done()
+		s.cancelReq(id, protocol.CancelLimit)
+	}
+}
+
+func (s *session) promptLoop() {
+	for job := range s.prompts {
+		job()
+	}
+}
+
+// answerInvalid replies to a request that was skipped as invalid but carried an id.
+func (s *session) answerInvalid(le *protocol.LineError) {
+	if !s.admit(le.Type) {
+		s.cancelReq(le.ID, protocol.CancelLimit)
+		return
+	}
+	// Counted with the other skipped lines in the session's one malformed_lines record.
+	if le.Type == protocol.TypeExec {
+		s.execRefuse(le.ID, 126, reason.MalformedMessage, "exec refused: invalid request: "+clip(le.Detail))
+		return
+	}
+	s.cancelReq(le.ID, string(reason.MalformedMessage))
+}
+
+// ---- storage ----
+
+func (s *session) handleStore(m *protocol.Store) {
+	if !s.opts.Grants.Store {
+		s.record(audit.EventStore, audit.Deny, reason.CapabilityNotGranted, map[string]any{"key": clip(m.Key)}, false)
+		return // the spec: dropped silently
+	}
+	if s.opts.Store == nil {
+		s.record(audit.EventStore, audit.Error, reason.LaunchFailed, map[string]any{"key": clip(m.Key), "error": "storage unavailable"}, false)
+		return
+	}
+	if err := s.opts.Store.Set(m.Key, m.Value); err != nil {
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: store %q refused: %v", s.opts.Plugin.Name, clip(m.Key), err))
+		s.record(audit.EventStore, audit.Deny, reason.LimitExceeded, map[string]any{"key": clip(m.Key), "error": err.Error()}, false)
+		return
+	}
+	s.record(audit.EventStore, audit.Allow, reason.OK, map[string]any{"key": clip(m.Key), "bytes": len(m.Value)}, false)
+}
+
+func (s *session) handleLoad(m *protocol.Load) {
+	if !s.opts.Grants.Store || s.opts.Store == nil {
+		rc := reason.CapabilityNotGranted
+		if s.opts.Grants.Store {
+			rc = reason.LaunchFailed
+		}
+		s.record(audit.EventLoad, audit.Deny, rc, map[string]any{"key": clip(m.Key)}, false)
+		s.respond(m.ID, nil)
+		return
+	}
+	v, ok := s.opts.Store.Get(m.Key)
+	s.record(audit.EventLoad, audit.Allow, reason.OK, map[string]any{"key": clip(m.Key), "found": ok}, false)
+	if !ok {
+		s.respond(m.ID, nil)
+		return
+	}
+	s.respond(m.ID, v)
+}
+
+// ---- metadata ----
+
+func (s *session) handleMetadata(m *protocol.Metadata) {
+	if !s.opts.Grants.Metadata {
+		s.record(audit.EventMetadata, audit.Deny, reason.CapabilityNotGranted, map[string]any{"keys": m.Keys}, false)
+		s.respond(m.ID, map[string]any{})
+		return
+	}
+	out := make(map[string]any, len(m.Keys))
+	for _, k := range m.Keys {
+		if len(out) >= 64 {
+			break // a bounded answer; more keys than exist is not a real request
+		}
+		if k == "env" {
+			env := s.opts.MetadataEnv
+			if env == nil {
+				env = map[string]string{}
+			}
+			out[k] = env
+			continue
+		}
+		v, _ := project.Metadata(s.ctx, s.opts.Project, k)
+		out[k] = v // unknown keys -> null
+	}
+	s.record(audit.EventMetadata, audit.Allow, reason.OK, map[string]any{"keys": m.Keys}, false)
+	s.respond(m.ID, out)
+}
+
+// ---- exec ----
+
+func (s *session) execRefuse(id protocol.ID, code int, rc reason.Code, msg string) {
+	s.respond(id, protocol.ExecResult{Code: code, Stderr: "fledge: " + msg + "\n", Reason: string(rc)})
+}
+
+func (s *session) startExec(m *protocol.Exec) {
+	base := map[string]any{"command": clip(m.Command), "cwd_requested": m.Cwd}
+	if !s.admit("exec") {
+		s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: more than %d requests pending", s.lim.PendingRequests))
+		return
+	}
+	if !s.opts.Grants.Exec {
+		s.record(audit.EventExecDecision, audit.Deny, reason.CapabilityNotGranted, base, true)
+		s.execRefuse(m.ID, 126, reason.CapabilityNotGranted, fmt.Sprintf("exec denied: plugin %q was not granted the exec capability", s.opts.Plugin.Name))
+		return
+	}
+	timeout := s.lim.ExecTimeoutDefault
+	if m.Timeout != nil {
+		t := *m.Timeout
+		switch {
+		case math.IsNaN(t) || math.IsInf(t, 0) || t <= 0:
+			s.record(audit.EventExecDecision, audit.Deny, reason.MalformedMessage, base, true)
+			s.execRefuse(m.ID, 126, reason.MalformedMessage, fmt.Sprintf("exec refused: timeout must be a positive number of seconds, got %v", t))
+			return
+		case t > s.lim.ExecTimeoutMax.Seconds():
+			s.record(audit.EventExecDecision, audit.Deny, reason.LimitExceeded, base, true)
+			s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: timeout %vs exceeds the maximum of %vs", t, s.lim.ExecTimeoutMax.Seconds()))
+			return
+		}
+		timeout = time.Duration(t * float64(time.Second))
+	}
+	if waiting := s.execWaiting.Add(1); waiting > int64(s.lim.ConcurrentExecs+s.lim.ExecQueue) {
+		s.execWaiting.Add(-1)
+		s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
+			"limit": "exec_queue", "max": s.lim.ExecQueue, "command": clip(m.Command),
+		}, false)
+		s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: %d execs running and %d queued (the limit)", s.lim.ConcurrentExecs, s.lim.ExecQueue))
+		return
+	}
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		defer s.execWaiting.Add(-1)
+		select {
+		case s.execSlots <- struct{}{}:
+		case <-s.ctx.Done():
+			s.cancelReq(m.ID, protocol.CancelUserInterrupt)
+			return
+		}
+		defer func() { <-s.execSlots }()
+		s.runExec(m, timeout, base)
+	}()
+}
+
+func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[string]any) {
+	if s.guard == nil {
+		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
+		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: no directory is allowed as a working directory")
+		return
+	}
+	dir, err := s.guard.Resolve(m.Cwd)
+	if err != nil {
+		var pe *pathguard.Error
+		why := err.Error()
+		if errors.As(err, &pe) {
+			details["refusal"] = string(pe.Reason)
+		}
+		details["error"] = why
+		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
+		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: cwd "+quoteClip(m.Cwd)+": "+why)
+		return
+	}
+	defer dir.Close()
+	details["cwd"] = dir.Path
+	details["timeout_s"] = timeout.Seconds()
+
+	stdout := capbuf.New(s.lim.OutputCap)
+	stderr := capbuf.New(s.lim.OutputCap)
+	spec := s.opts.ExecSpec
+	spec.Kind = sandbox.KindExec
+	spec.Name = s.opts.Plugin.Name
+	spec.Path = "/bin/sh"
+	spec.Args = []string{"sh", "-c", m.Command}
+	spec.Dir = dir.File
+	spec.DirPath = dir.Path
+	spec.Stdin = nil
+	spec.Stdout = stdout
+	spec.Stderr = stderr
+	spec.Limits.Timeout = timeout
+	spec.PrivateTmp = true
+	rep := s.opts.Sandbox.Report()
+	details["sandbox"] = map[string]any{"confinement": rep.Confinement, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}
+
+	// Audit before act: the decision is on disk before the command starts.
+	s.record(audit.EventExecDecision, audit.Allow, reason.OK, details, true)
+	proc, err := s.opts.Sandbox.Start(s.ctx, &spec)
+	if err != nil {
+		rc := reason.LaunchFailed
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			rc = reason.SandboxUnavailable
+		}
+		s.record(audit.EventExecOutcome, audit.Error, rc, map[string]any{"command": clip(m.Command), "error": err.Error()}, false)
+		s.execRefuse(m.ID, 126, rc, "exec could not start: "+err.Error())
+		return
+	}
+	res, err := proc.Wait()
+	if err != nil || res == nil {
+		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{"command": clip(m.Command), "error": fmt.Sprint(err)}, false)
+		s.execRefuse(m.ID, 126, reason.Crashed, fmt.Sprintf("exec failed: %v", err))
+		return
+	}
+	out := protocol.ExecResult{
+		Code:            res.ExitCode,
+		Stdout:          string(stdout.Bytes()),
+		Stderr:          string(stderr.Bytes()),
+		StdoutTruncated: stdout.Truncated(),
+		StderrTruncated: stderr.Truncated(),
+	}
+	rc := reason.OK
+	decision := audit.Allow
+	switch {
+	case res.TimedOut:
+		out.Code = 124
+		out.TimedOut = true
+		rc = reason.Timeout
+		out.Stderr += fmt.Sprintf("\nfledge: command timed out after %s and was killed\n", timeout)
+	case res.Cancelled:
+		rc = reason.Cancelled
+	case res.OOMKilled:
+		rc = reason.OOMKilled
+		out.Stderr += "\nfledge: command was killed: out of memory (limit reached)\n"
+	}
+	if rc != reason.OK {
+		out.Reason = string(rc)
+		decision = audit.Error
+	}
+	s.record(audit.EventExecOutcome, decision, rc, map[string]any{
+		"command":          clip(m.Command),
+		"exit_code":        res.ExitCode,
+		"signal":           res.Signal,
+		"duration_ms":      res.Duration.Milliseconds(),
+		"timed_out":        res.TimedOut,
+		"oom_killed":       res.OOMKilled,
+		"killed":           res.Killed,
+		"peak_memory":      res.PeakMemory,
+		"stdout_bytes":     stdout.Total(),
+		"stderr_bytes":     stderr.Total(),
+		"stdout_truncated": stdout.Truncated(),
+		"stderr_truncated": stderr.Truncated(),
+		"mode":             res.Mode,
+	}, false)
+	if res.Cancelled {
+		s.cancelReq(m.ID, protocol.CancelUserInterrupt)
+		return
+	}
+	s.respond(m.ID, out)
+}
+
+// clip bounds plugin-chosen strings placed in audit records and messages.
+func clip(v string) string {
+	const max = 4096
+	if len(v) <= max {
+		return v
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + "…[truncated]"
+}
+
+func quoteClip(v string) string {
+	return fmt.Sprintf("%q", strings.ToValidUTF8(clip(v), "\uFFFD"))
+}

@@ -1,0 +1,361 @@
+package protocolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/pathguard"
+	"github.com/fledgehq/fledge/protocol"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+var (
+	// ErrLaunch: the plugin could not be started.
+	ErrLaunch = errors.New("plugin could not be started")
+	// ErrSandbox: a strict policy refused to run without full confinement.
+	ErrSandbox = errors.New("sandbox unavailable")
+)
+
+// maxWarnings is how many malformed-line warnings a session prints before it only counts.
+const maxWarnings = 5
+
+type session struct {
+	opts   Options
+	lim    Limits
+	writer *protocol.Writer
+	guard  *pathguard.Guard
+
+	ctx    context.Context // cancelled on interrupt or plugin exit
+	cancel context.CancelFunc
+
+	pending     atomic.Int64 // id-bearing requests without a reply yet
+	execSlots   chan struct{}
+	execWaiting atomic.Int64
+	prompts     chan func()
+	workers     sync.WaitGroup
+
+	interrupted atomic.Bool
+	malformed   atomic.Int64
+	warned      atomic.Int64
+	skipped     map[string]int
+	skippedMu   sync.Mutex
+	auditErrs   atomic.Int64
+}
+
+// Run runs one plugin session to its end and returns the plugin's exit code.
+func Run(ctx context.Context, opts Options) (*Outcome, error) {
+	s := &session{opts: opts, lim: opts.Limits.withDefaults(), skipped: map[string]int{}}
+	s.execSlots = make(chan struct{}, s.lim.ConcurrentExecs)
+	s.prompts = make(chan func(), s.lim.PendingRequests)
+	return s.run(ctx)
+}
+
+func (s *session) run(parent context.Context) (*Outcome, error) {
+	s.ctx, s.cancel = context.WithCancel(parent)
+	defer s.cancel()
+
+	if len(s.opts.ExecRoots) > 0 {
+		g, err := pathguard.New(s.opts.ExecRoots...)
+		if err != nil {
+			return nil, fmt.Errorf("open exec roots: %w", err)
+		}
+		s.guard = g
+		defer g.Close()
+	}
+
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		return nil, err
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		for _, f := range []*os.File{stdinR, stdinW, stdoutR, stdoutW} {
+			f.Close()
+		}
+		return nil, err
+	}
+	defer stdinW.Close()
+	defer stdoutR.Close()
+	defer stderrR.Close()
+
+	cwd, err := os.Open(s.opts.PluginCwd)
+	if err != nil {
+		stdinR.Close()
+		stdoutW.Close()
+		stderrW.Close()
+		return nil, fmt.Errorf("%w: working directory: %v", ErrLaunch, err)
+	}
+	spec := s.opts.PluginSpec
+	spec.Kind = sandbox.KindPlugin
+	spec.Name = s.opts.Plugin.Name
+	spec.Path = s.opts.Program
+	spec.Args = append([]string{s.opts.Program}, s.opts.Args...)
+	spec.Dir = cwd
+	spec.DirPath = s.opts.PluginCwd
+	spec.Stdin = stdinR
+	spec.Stdout = stdoutW
+	spec.Stderr = stderrW
+
+	start := time.Now()
+	// The plugin process is not tied to ctx: interrupts go through cancel + SIGTERM + SIGKILL
+	// so it gets its grace period.
+	proc, err := s.opts.Sandbox.Start(context.Background(), &spec)
+	cwd.Close()
+	stdinR.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		code := reason.LaunchFailed
+		wrapped := fmt.Errorf("%w: %v", ErrLaunch, err)
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			code = reason.SandboxUnavailable
+			wrapped = fmt.Errorf("%w: %v", ErrSandbox, err)
+		}
+		s.record(audit.EventPluginStart, audit.Error, code, map[string]any{
+			"command": s.opts.Command, "program": s.opts.Program, "error": err.Error(),
+		}, true)
+		return nil, wrapped
+	}
+	s.record(audit.EventPluginStart, audit.Allow, reason.OK, map[string]any{
+		"command": s.opts.Command, "program": s.opts.Program, "args": s.opts.Args,
+		"pid": proc.Pid(), "grants": s.opts.Grants,
+	}, false)
+
+	// Stderr: forwarded live, unchanged, through our pipe: the plugin never holds our tty.
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		dst := s.opts.Stderr
+		if dst == nil {
+			dst = io.Discard
+		}
+		buf := make([]byte, 32<<10)
+		_, _ = io.CopyBuffer(dst, stderrR, buf)
+	}()
+
+	s.writer = protocol.NewWriter(stdinW)
+	if err := s.writer.Send(s.initMessage()); err != nil {
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s did not accept init: %v", s.opts.Plugin.Name, err))
+	}
+
+	// Prompts are serialised on the one terminal.
+	go s.promptLoop()
+
+	waitDone := make(chan struct{})
+	var res *sandbox.Result
+	var waitErr error
+	go func() {
+		res, waitErr = proc.Wait()
+		close(waitDone)
+	}()
+
+	sigDone := make(chan struct{})
+	go s.watchSignals(proc, waitDone, sigDone)
+
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		s.readLoop(stdoutR)
+	}()
+
+	<-waitDone
+	// The plugin is gone: nothing it asked for may outlive it.
+	s.cancel()
+	close(sigDone)
+	select {
+	case <-readDone:
+	case <-time.After(s.lim.DrainTimeout):
+		stdoutR.Close()
+		<-readDone
+	}
+	s.waitWorkers()
+	close(s.prompts)
+	select {
+	case <-stderrDone:
+	case <-time.After(s.lim.DrainTimeout):
+		stderrR.Close()
+	}
+
+	out := &Outcome{Interrupted: s.interrupted.Load(), Result: res, Malformed: int(s.malformed.Load())}
+	details := map[string]any{"duration_ms": time.Since(start).Milliseconds()}
+	rc := reason.OK
+	decision := audit.Allow
+	if waitErr != nil || res == nil {
+		out.ExitCode = 126
+		rc = reason.Crashed
+		decision = audit.Error
+		if waitErr != nil {
+			details["error"] = waitErr.Error()
+		}
+	} else {
+		out.ExitCode = res.ExitCode
+		details["exit_code"] = res.ExitCode
+		if res.Signal != "" {
+			details["signal"] = res.Signal
+			rc = reason.Crashed
+		}
+		if res.OOMKilled {
+			rc = reason.OOMKilled
+		}
+		details["killed"] = res.Killed
+		if res.PeakMemory > 0 {
+			details["peak_memory"] = res.PeakMemory
+		}
+	}
+	if out.Interrupted {
+		out.ExitCode = 130
+		rc = reason.Cancelled
+	}
+	if n := s.malformed.Load(); n > 0 {
+		s.skippedMu.Lock()
+		counts := map[string]any{}
+		for k, v := range s.skipped {
+			counts[k] = v
+		}
+		s.skippedMu.Unlock()
+		s.record(audit.EventMalformed, audit.Deny, reason.MalformedMessage, map[string]any{
+			"count": n, "by_kind": counts,
+		}, false)
+		if n > maxWarnings {
+			s.opts.UI.Warn(fmt.Sprintf("plugin %s: %d malformed or unknown lines in total were skipped", s.opts.Plugin.Name, n))
+		}
+	}
+	s.record(audit.EventPluginExit, decision, rc, details, true)
+	if n := s.auditErrs.Load(); n > 0 {
+		return out, fmt.Errorf("audit log: %d records could not be written", n)
+	}
+	return out, nil
+}
+
+func (s *session) initMessage() protocol.Init {
+	args := s.opts.Args
+	if args == nil {
+		args = []string{}
+	}
+	in := protocol.Init{
+		Type:     protocol.TypeInit,
+		Protocol: protocol.Version,
+		Command:  s.opts.Command,
+		Args:     args,
+		Project:  s.opts.InitProject,
+		Plugin: protocol.PluginInfo{
+			Name: s.opts.Plugin.Name, Version: s.opts.Plugin.Version,
+			Dir: s.opts.Plugin.Dir, DataDir: s.opts.Plugin.DataDir,
+		},
+		Fledge:       protocol.FledgeInfo{Version: s.opts.FledgeVersion},
+		Capabilities: s.opts.Grants,
+	}
+	rep := s.opts.Sandbox.Report()
+	in.Sandbox = &protocol.SandboxInfo{
+		Confinement: rep.Confinement,
+		LandlockABI: rep.LandlockABI,
+		Cgroup:      rep.CgroupMode,
+		Network:     s.opts.PluginSpec.Network,
+		Filesystem:  s.opts.Grants.Filesystem,
+	}
+	return in
+}
+
+// watchSignals turns SIGINT/SIGTERM into cancel, then SIGTERM after CancelGrace, then
+// SIGKILL after KillAfter. A second signal kills at once.
+func (s *session) watchSignals(proc sandbox.Process, exited, done <-chan struct{}) {
+	if s.opts.Signals == nil {
+		return
+	}
+	var term, kill <-chan time.Time
+	for {
+		select {
+		case <-done:
+			return
+		case <-exited:
+			return
+		case sig := <-s.opts.Signals:
+			if s.interrupted.Swap(true) {
+				_ = proc.Kill()
+				continue
+			}
+			s.record(audit.EventPluginExit, audit.Allow, reason.Cancelled, map[string]any{
+				"signal": sig.String(), "stage": "cancel_sent",
+			}, false)
+			_ = s.writer.Send(protocol.NewCancel(nil, protocol.CancelUserInterrupt))
+			s.cancel()
+			term = time.After(s.lim.CancelGrace)
+			kill = time.After(s.lim.KillAfter)
+		case <-term:
+			_ = proc.Signal(syscall.SIGTERM)
+			term = nil
+		case <-kill:
+			_ = proc.Kill()
+			kill = nil
+		}
+	}
+}
+
+// waitWorkers waits for in-flight requests, bounded: they were all cancelled already.
+func (s *session) waitWorkers() {
+	done := make(chan struct{})
+	go func() { s.workers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.lim.DrainTimeout):
+		s.opts.UI.Warn("some plugin requests were still running at exit and were abandoned")
+	}
+}
+
+func (s *session) record(event string, d audit.Decision, rc reason.Code, details map[string]any, durable bool) {
+	if s.opts.Audit == nil {
+		return
+	}
+	rep := s.opts.Sandbox.Report()
+	r := &audit.Record{
+		Session:  s.opts.SessionID,
+		Event:    event,
+		Decision: d,
+		Reason:   string(rc),
+		Details:  details,
+		Plugin: &audit.PluginRef{
+			Name: s.opts.Plugin.Name, Version: s.opts.Plugin.Version,
+			Source: s.opts.Plugin.Source, ManifestDigest: s.opts.Plugin.ManifestDigest,
+		},
+		Sandbox: &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
+	}
+	if err := s.opts.Audit.Append(r, durable); err != nil {
+		if s.auditErrs.Add(1) == 1 {
+			s.opts.UI.Warn(fmt.Sprintf("audit log write failed: %v", err))
+		}
+	}
+}
+
+func (s *session) warnSkipped(err error) {
+	s.malformed.Add(1)
+	var le *protocol.LineError
+	kind := "read"
+	if errors.As(err, &le) {
+		kind = le.Kind.String()
+	}
+	s.skippedMu.Lock()
+	s.skipped[kind]++
+	s.skippedMu.Unlock()
+	if s.warned.Add(1) <= maxWarnings {
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: %v", s.opts.Plugin.Name, err))
+	}
+}
+
+// displayPath shortens p for messages.
+func displayPath(p string) string { return filepath.Clean(p) }
