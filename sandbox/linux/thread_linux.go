@@ -110,6 +110,9 @@ func (tl *threadLaunch) onThread() (int, error) {
 			return 0, threadStep("landlock", err)
 		}
 	}
+	if err := stub.DropExecCaps(); err != nil {
+		return 0, threadStep("capabilities", err)
+	}
 	// syscall.ForkExec, not os.StartProcess: the latter keeps a pidfd, which would live in
 	// this thread's private fd table; the caller opens its own handle with FindProcess.
 	fds := make([]uintptr, len(tl.files))

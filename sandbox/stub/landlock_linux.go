@@ -100,7 +100,9 @@ func applyLandlock(ll *Landlock) error {
 	defer unix.Close(int(rfd))
 
 	// Read-write also gets REFER: renames inside a writable tree must keep working.
-	rw := fs
+	// Device nodes are never needed in a project: creating one (with a capability a
+	// regression left behind) would hand out raw disk or memory access.
+	rw := fs &^ (unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK | unix.LANDLOCK_ACCESS_FS_MAKE_CHAR)
 	for _, set := range []struct {
 		paths  []string
 		rights uint64

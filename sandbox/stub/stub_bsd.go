@@ -25,3 +25,6 @@ func fcntl(fd, cmd, arg int) (int, error) { return unix.FcntlInt(uintptr(fd), cm
 func cloexecFrom(first int) error { return cloexecFromDir("/dev/fd", first) }
 
 func applyLandlock(*Landlock) error { return errors.New("landlock exists only on Linux") }
+
+// dropExecCaps: capability sets are Linux-only.
+func dropExecCaps() error { return nil }

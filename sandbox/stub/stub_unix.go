@@ -46,6 +46,9 @@ func apply(pol *Policy) error {
 			return &StepError{Step: "landlock", Msg: err.Error()}
 		}
 	}
+	if err := dropExecCaps(); err != nil {
+		return &StepError{Step: "capabilities", Msg: err.Error()}
+	}
 	// Tell the host we reached exec: a stub that dies before this point (a crash, the OOM
 	// killer) leaves the pipe empty and the host reports launch_failed, not a run.
 	if _, err := syscall.Write(fdErr, []byte{execMark}); err != nil {

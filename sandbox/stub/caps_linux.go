@@ -1,0 +1,64 @@
+package stub
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// dropExecCaps makes sure the program about to be exec'd gets no capabilities, even when
+// fledge runs as root (CI, containers). Landlock confines the filesystem, but a root command
+// keeping CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_NET_ADMIN, CAP_MKNOD or CAP_SYS_TIME could reboot
+// the machine, load a module, reconfigure the host network or mknod a raw disk in the
+// project. For uid 0, execve computes permitted = inheritable | bounding (| ambient), so
+// emptying the bounding set, the inheritable set and the ambient set on the exec'ing thread
+// leaves the exec'd program with nothing. The thread keeps its own effective set until
+// exec (fork still needs CAP_SYS_ADMIN for a new network namespace). All three are
+// per-thread: the host's other threads keep theirs.
+//
+// Without CAP_SETPCAP (an unprivileged fledge) the bounding set cannot be changed, but then
+// there is nothing to drop: an unprivileged exec gains no capabilities (no_new_privs also
+// disables file capabilities).
+func dropExecCaps() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear ambient: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
+		last := lastCap()
+		for c := 0; c <= last; c++ {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("drop bounding cap %d: %w", c, err)
+			}
+		}
+	}
+	if data[0].Inheritable != 0 || data[1].Inheritable != 0 {
+		data[0].Inheritable, data[1].Inheritable = 0, 0
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capset: %w", err)
+		}
+	}
+	return nil
+}
+
+// lastCap is the highest capability number the kernel knows.
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 && n < 64 {
+			return n
+		}
+	}
+	return 40 // CAP_CHECKPOINT_RESTORE as of Linux 5.9; unknown higher ones are EINVAL
+}
+
+// DropExecCaps is dropExecCaps for the Linux thread launcher (same per-thread rules).
+func DropExecCaps() error { return dropExecCaps() }
