@@ -13,6 +13,7 @@ import (
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/internal/capbuf"
 	"github.com/fledgehq/fledge/pathguard"
+	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/reason"
@@ -51,7 +52,7 @@ func (s *session) readLoop(r io.Reader) {
 				}
 				if errors.As(err, &le) && le.Kind == protocol.TooLong {
 					s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
-						"limit": "line_max", "max": s.lim.LineMax, "line": le.Line,
+						audit.DetailLimit: "line_max", audit.DetailLimitValue: s.lim.LineMax, "line": le.Line,
 					}, false)
 				}
 				s.warnSkipped(err)
@@ -139,7 +140,7 @@ func (s *session) cancelReq(id protocol.ID, why string) {
 func (s *session) admit(kind string) bool {
 	if n := s.pending.Add(1); n > int64(s.lim.PendingRequests) {
 		s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
-			"limit": "pending_requests", "max": s.lim.PendingRequests, "request": kind,
+			audit.DetailLimit: "pending_requests", audit.DetailLimitValue: s.lim.PendingRequests, "request": kind,
 		}, false)
 		return false
 	}
@@ -178,22 +179,22 @@ func (s *session) queuePrompt(id protocol.ID, kind string, ask func(ctx context.
 		v, err := ask(ctx)
 		switch {
 		case err == nil:
-			s.record(audit.EventPrompt, audit.Allow, reason.OK, map[string]any{"kind": kind, "answered": true}, false)
+			s.record(audit.EventPrompt, audit.Allow, reason.OK, promptDetails(kind, true, nil), false)
 			s.respond(id, v)
 		case errors.Is(err, ui.ErrAborted):
-			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, map[string]any{"kind": kind, "aborted": true}, false)
+			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, map[string]any{"aborted": true}), false)
 			s.cancelReq(id, protocol.CancelUserInterrupt)
 		case errors.Is(err, ui.ErrNonInteractive):
-			s.record(audit.EventPrompt, audit.Deny, reason.NonInteractive, map[string]any{"kind": kind}, false)
+			s.record(audit.EventPrompt, audit.Deny, reason.NonInteractive, promptDetails(kind, false, nil), false)
 			s.cancelReq(id, protocol.CancelNonInteractive)
 		case errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil:
-			s.record(audit.EventPrompt, audit.Deny, reason.Timeout, map[string]any{"kind": kind, "after": s.lim.PromptTimeout.String()}, false)
+			s.record(audit.EventPrompt, audit.Deny, reason.Timeout, promptDetails(kind, false, map[string]any{"after": s.lim.PromptTimeout.String()}), false)
 			s.cancelReq(id, protocol.CancelTimeout)
 		case s.ctx.Err() != nil:
-			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, map[string]any{"kind": kind}, false)
+			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, nil), false)
 			s.cancelReq(id, protocol.CancelUserInterrupt)
 		default:
-			s.record(audit.EventPrompt, audit.Error, reason.MalformedMessage, map[string]any{"kind": kind, "error": err.Error()}, false)
+			s.record(audit.EventPrompt, audit.Error, reason.MalformedMessage, promptDetails(kind, false, map[string]any{"error": err.Error()}), false)
 			s.opts.UI.Warn(fmt.Sprintf("plugin %s: %s refused: %v", s.opts.Plugin.Name, kind, err))
 			s.cancelReq(id, string(reason.MalformedMessage))
 		}
@@ -205,6 +206,16 @@ func (s *session) queuePrompt(id protocol.ID, kind string, ask func(ctx context.
 		s.workers.Done()
 		s.cancelReq(id, protocol.CancelLimit)
 	}
+}
+
+// promptDetails are a prompt record's details: which kind of question, and whether it was
+// answered (false: cancelled, for the reason in the record).
+func promptDetails(kind string, answered bool, extra map[string]any) map[string]any {
+	d := map[string]any{audit.DetailPromptKind: kind, audit.DetailAnswered: answered}
+	for k, v := range extra {
+		d[k] = v
+	}
+	return d
 }
 
 func (s *session) promptLoop() {
@@ -231,19 +242,28 @@ func (s *session) answerInvalid(le *protocol.LineError) {
 
 func (s *session) handleStore(m *protocol.Store) {
 	if !s.opts.Grants.Store {
-		s.record(audit.EventStore, audit.Deny, reason.CapabilityNotGranted, map[string]any{"key": clip(m.Key)}, false)
+		s.record(audit.EventStore, audit.Deny, reason.CapabilityNotGranted, map[string]any{audit.DetailKey: clip(m.Key), audit.DetailCapability: "store"}, false)
 		return // the spec: dropped silently
 	}
 	if s.opts.Store == nil {
-		s.record(audit.EventStore, audit.Error, reason.LaunchFailed, map[string]any{"key": clip(m.Key), "error": "storage unavailable"}, false)
+		s.record(audit.EventStore, audit.Error, reason.LaunchFailed, map[string]any{audit.DetailKey: clip(m.Key), "error": "storage unavailable"}, false)
 		return
 	}
 	if err := s.opts.Store.Set(m.Key, m.Value); err != nil {
 		s.opts.UI.Warn(fmt.Sprintf("plugin %s: store %q refused: %v", s.opts.Plugin.Name, clip(m.Key), err))
-		s.record(audit.EventStore, audit.Deny, reason.LimitExceeded, map[string]any{"key": clip(m.Key), "error": err.Error()}, false)
+		d := map[string]any{audit.DetailKey: clip(m.Key), audit.DetailBytes: len(m.Value), "error": err.Error()}
+		rc, decision := reason.LimitExceeded, audit.Deny
+		var le *plugin.LimitError
+		switch {
+		case errors.As(err, &le):
+			d[audit.DetailLimit], d[audit.DetailLimitValue] = "store_"+le.What, le.Limit
+		case !errors.Is(err, plugin.ErrLimit):
+			rc, decision = reason.LaunchFailed, audit.Error // an I/O failure, not a bound
+		}
+		s.record(audit.EventStore, decision, rc, d, false)
 		return
 	}
-	s.record(audit.EventStore, audit.Allow, reason.OK, map[string]any{"key": clip(m.Key), "bytes": len(m.Value)}, false)
+	s.record(audit.EventStore, audit.Allow, reason.OK, map[string]any{audit.DetailKey: clip(m.Key), audit.DetailBytes: len(m.Value)}, false)
 }
 
 func (s *session) handleLoad(m *protocol.Load) {
@@ -252,12 +272,12 @@ func (s *session) handleLoad(m *protocol.Load) {
 		if s.opts.Grants.Store {
 			rc = reason.LaunchFailed
 		}
-		s.record(audit.EventLoad, audit.Deny, rc, map[string]any{"key": clip(m.Key)}, false)
+		s.record(audit.EventLoad, audit.Deny, rc, map[string]any{audit.DetailKey: clip(m.Key), audit.DetailCapability: "store"}, false)
 		s.respond(m.ID, nil)
 		return
 	}
 	v, ok := s.opts.Store.Get(m.Key)
-	s.record(audit.EventLoad, audit.Allow, reason.OK, map[string]any{"key": clip(m.Key), "found": ok}, false)
+	s.record(audit.EventLoad, audit.Allow, reason.OK, map[string]any{audit.DetailKey: clip(m.Key), "found": ok, audit.DetailBytes: len(v)}, false)
 	if !ok {
 		s.respond(m.ID, nil)
 		return
@@ -269,7 +289,7 @@ func (s *session) handleLoad(m *protocol.Load) {
 
 func (s *session) handleMetadata(m *protocol.Metadata) {
 	if !s.opts.Grants.Metadata {
-		s.record(audit.EventMetadata, audit.Deny, reason.CapabilityNotGranted, map[string]any{"keys": m.Keys}, false)
+		s.record(audit.EventMetadata, audit.Deny, reason.CapabilityNotGranted, map[string]any{"keys": clipKeys(m.Keys), audit.DetailCapability: "metadata"}, false)
 		s.respond(m.ID, map[string]any{})
 		return
 	}
@@ -289,7 +309,7 @@ func (s *session) handleMetadata(m *protocol.Metadata) {
 		v, _ := project.Metadata(s.ctx, s.opts.Project, k)
 		out[k] = v // unknown keys -> null
 	}
-	s.record(audit.EventMetadata, audit.Allow, reason.OK, map[string]any{"keys": m.Keys}, false)
+	s.record(audit.EventMetadata, audit.Allow, reason.OK, map[string]any{"keys": clipKeys(m.Keys)}, false)
 	s.respond(m.ID, out)
 }
 
@@ -300,12 +320,16 @@ func (s *session) execRefuse(id protocol.ID, code int, rc reason.Code, msg strin
 }
 
 func (s *session) startExec(m *protocol.Exec) {
-	base := map[string]any{"command": clip(m.Command), "cwd_requested": m.Cwd}
+	base := map[string]any{
+		audit.DetailCommand: clip(m.Command), audit.DetailArgv: []string{"sh", "-c", clip(m.Command)},
+		audit.DetailCwdRequested: m.Cwd, // the audit log bounds the record
+	}
 	if !s.admit("exec") {
 		s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: more than %d requests pending", s.lim.PendingRequests))
 		return
 	}
 	if !s.opts.Grants.Exec {
+		base[audit.DetailCapability] = "exec"
 		s.record(audit.EventExecDecision, audit.Deny, reason.CapabilityNotGranted, base, true)
 		s.execRefuse(m.ID, 126, reason.CapabilityNotGranted, fmt.Sprintf("exec denied: plugin %q was not granted the exec capability", s.opts.Plugin.Name))
 		return
@@ -319,7 +343,13 @@ func (s *session) startExec(m *protocol.Exec) {
 			s.execRefuse(m.ID, 126, reason.MalformedMessage, fmt.Sprintf("exec refused: timeout must be a positive number of seconds, got %v", t))
 			return
 		case t > s.lim.ExecTimeoutMax.Seconds():
+			base[audit.DetailLimit], base[audit.DetailLimitValue] = "exec_timeout_max", s.lim.ExecTimeoutMax.Seconds()
+			base["timeout_s"] = t
 			s.record(audit.EventExecDecision, audit.Deny, reason.LimitExceeded, base, true)
+			s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
+				audit.DetailLimit: "exec_timeout_max", audit.DetailLimitValue: s.lim.ExecTimeoutMax.Seconds(),
+				"requested": t, audit.DetailCommand: clip(m.Command),
+			}, false)
 			s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: timeout %vs exceeds the maximum of %vs", t, s.lim.ExecTimeoutMax.Seconds()))
 			return
 		}
@@ -328,7 +358,7 @@ func (s *session) startExec(m *protocol.Exec) {
 	if waiting := s.execWaiting.Add(1); waiting > int64(s.lim.ConcurrentExecs+s.lim.ExecQueue) {
 		s.execWaiting.Add(-1)
 		s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
-			"limit": "exec_queue", "max": s.lim.ExecQueue, "command": clip(m.Command),
+			audit.DetailLimit: "exec_queue", audit.DetailLimitValue: s.lim.ExecQueue, audit.DetailCommand: clip(m.Command),
 		}, false)
 		s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: %d execs running and %d queued (the limit)", s.lim.ConcurrentExecs, s.lim.ExecQueue))
 		return
@@ -350,6 +380,7 @@ func (s *session) startExec(m *protocol.Exec) {
 
 func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[string]any) {
 	if s.guard == nil {
+		details[audit.DetailMessage] = "no directory is allowed as a working directory"
 		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
 		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: no directory is allowed as a working directory")
 		return
@@ -361,13 +392,13 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		if errors.As(err, &pe) {
 			details["refusal"] = string(pe.Reason)
 		}
-		details["error"] = why
+		details[audit.DetailMessage] = why
 		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
 		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: cwd "+quoteClip(m.Cwd)+": "+why)
 		return
 	}
 	defer dir.Close()
-	details["cwd"] = dir.Path
+	details[audit.DetailCwdResolved] = dir.Path
 	details["timeout_s"] = timeout.Seconds()
 
 	stdout := capbuf.New(s.lim.OutputCap)
@@ -385,7 +416,8 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	spec.Limits.Timeout = timeout
 	spec.PrivateTmp = true
 	rep := s.opts.Sandbox.Report()
-	details["sandbox"] = map[string]any{"confinement": rep.Confinement, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}
+	// The mode this command is about to get; the outcome record has the one it got.
+	details["sandbox_mode"] = map[string]any{"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}
 
 	// Audit before act: the decision is on disk before the command starts.
 	s.record(audit.EventExecDecision, audit.Allow, reason.OK, details, true)
@@ -395,13 +427,13 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		if errors.Is(err, sandbox.ErrUnavailable) {
 			rc = reason.SandboxUnavailable
 		}
-		s.record(audit.EventExecOutcome, audit.Error, rc, map[string]any{"command": clip(m.Command), "error": err.Error()}, false)
+		s.record(audit.EventExecOutcome, audit.Error, rc, map[string]any{audit.DetailCommand: clip(m.Command), "error": err.Error()}, false)
 		s.execRefuse(m.ID, 126, rc, "exec could not start: "+err.Error())
 		return
 	}
 	res, err := proc.Wait()
 	if err != nil || res == nil {
-		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{"command": clip(m.Command), "error": fmt.Sprint(err)}, false)
+		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{audit.DetailCommand: clip(m.Command), "error": fmt.Sprint(err)}, false)
 		s.execRefuse(m.ID, 126, reason.Crashed, fmt.Sprintf("exec failed: %v", err))
 		return
 	}
@@ -431,19 +463,21 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		decision = audit.Error
 	}
 	s.record(audit.EventExecOutcome, decision, rc, map[string]any{
-		"command":          clip(m.Command),
-		"exit_code":        res.ExitCode,
-		"signal":           res.Signal,
-		"duration_ms":      res.Duration.Milliseconds(),
-		"timed_out":        res.TimedOut,
-		"oom_killed":       res.OOMKilled,
-		"killed":           res.Killed,
-		"peak_memory":      res.PeakMemory,
-		"stdout_bytes":     stdout.Total(),
-		"stderr_bytes":     stderr.Total(),
-		"stdout_truncated": stdout.Truncated(),
-		"stderr_truncated": stderr.Truncated(),
-		"mode":             res.Mode,
+		audit.DetailCommand:        clip(m.Command),
+		audit.DetailExitCode:       res.ExitCode,
+		audit.DetailSignal:         res.Signal,
+		audit.DetailDurationMS:     res.Duration.Milliseconds(),
+		audit.DetailTimedOut:       res.TimedOut,
+		audit.DetailOOMKilled:      res.OOMKilled,
+		audit.DetailProcsKilled:    res.Killed,
+		audit.DetailPeakMemory:     res.PeakMemory,
+		audit.DetailStdoutBytes:    stdout.Total(),
+		audit.DetailStderrBytes:    stderr.Total(),
+		audit.DetailOutputTruncate: stdout.Truncated() || stderr.Truncated(),
+		"stdout_truncated":         stdout.Truncated(),
+		"stderr_truncated":         stderr.Truncated(),
+		"cancelled":                res.Cancelled,
+		"sandbox_mode":             res.Mode,
 	}, false)
 	if res.Cancelled {
 		s.cancelReq(m.ID, protocol.CancelUserInterrupt)
@@ -463,6 +497,19 @@ func clip(v string) string {
 		cut--
 	}
 	return v[:cut] + "…[truncated]"
+}
+
+// clipKeys bounds a plugin-chosen key list for an audit record.
+func clipKeys(keys []string) []string {
+	const maxKeys = 64
+	out := make([]string, 0, min(len(keys), maxKeys))
+	for _, k := range keys {
+		if len(out) == maxKeys {
+			break
+		}
+		out = append(out, clip(k))
+	}
+	return out
 }
 
 func quoteClip(v string) string {

@@ -48,6 +48,7 @@ type session struct {
 	malformed   atomic.Int64
 	warned      atomic.Int64
 	skipped     map[string]int
+	sample      string // the first skipped line's error, for the malformed_lines record
 	skippedMu   sync.Mutex
 	auditErrs   atomic.Int64
 }
@@ -112,6 +113,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	spec.Stdout = stdoutW
 	spec.Stderr = stderrW
 
+	s.recordDegraded(spec.Strict)
 	start := time.Now()
 	// The plugin process is not tied to ctx: interrupts go through cancel + SIGTERM + SIGKILL
 	// so it gets its grace period.
@@ -128,13 +130,14 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 			wrapped = fmt.Errorf("%w: %v", ErrSandbox, err)
 		}
 		s.record(audit.EventPluginStart, audit.Error, code, map[string]any{
-			"command": s.opts.Command, "program": s.opts.Program, "error": err.Error(),
+			audit.DetailCommand: s.opts.Command, "program": s.opts.Program, audit.DetailArgv: spec.Args,
+			audit.DetailCwdResolved: s.opts.PluginCwd, "error": err.Error(),
 		}, true)
 		return nil, wrapped
 	}
 	s.record(audit.EventPluginStart, audit.Allow, reason.OK, map[string]any{
-		"command": s.opts.Command, "program": s.opts.Program, "args": s.opts.Args,
-		"pid": proc.Pid(), "grants": s.opts.Grants,
+		audit.DetailCommand: s.opts.Command, "program": s.opts.Program, audit.DetailArgv: spec.Args,
+		audit.DetailCwdResolved: s.opts.PluginCwd, "pid": proc.Pid(), "grants": s.opts.Grants,
 	}, false)
 
 	// Stderr: forwarded live, unchanged, through our pipe: the plugin never holds our tty.
@@ -193,7 +196,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	}
 
 	out := &Outcome{Interrupted: s.interrupted.Load(), Result: res, Malformed: int(s.malformed.Load())}
-	details := map[string]any{"duration_ms": time.Since(start).Milliseconds()}
+	details := map[string]any{audit.DetailDurationMS: time.Since(start).Milliseconds()}
 	rc := reason.OK
 	decision := audit.Allow
 	if waitErr != nil || res == nil {
@@ -205,18 +208,17 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		}
 	} else {
 		out.ExitCode = res.ExitCode
-		details["exit_code"] = res.ExitCode
+		details[audit.DetailExitCode] = res.ExitCode
+		details[audit.DetailSignal] = res.Signal
 		if res.Signal != "" {
-			details["signal"] = res.Signal
 			rc = reason.Crashed
 		}
 		if res.OOMKilled {
 			rc = reason.OOMKilled
 		}
-		details["killed"] = res.Killed
-		if res.PeakMemory > 0 {
-			details["peak_memory"] = res.PeakMemory
-		}
+		details[audit.DetailOOMKilled] = res.OOMKilled
+		details[audit.DetailProcsKilled] = res.Killed
+		details[audit.DetailPeakMemory] = res.PeakMemory
 	}
 	if out.Interrupted {
 		out.ExitCode = 130
@@ -228,9 +230,10 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		for k, v := range s.skipped {
 			counts[k] = v
 		}
+		sample := s.sample
 		s.skippedMu.Unlock()
 		s.record(audit.EventMalformed, audit.Deny, reason.MalformedMessage, map[string]any{
-			"count": n, "by_kind": counts,
+			audit.DetailCount: n, "by_kind": counts, audit.DetailSample: sample,
 		}, false)
 		if n > maxWarnings {
 			s.opts.UI.Warn(fmt.Sprintf("plugin %s: %d malformed or unknown lines in total were skipped", s.opts.Plugin.Name, n))
@@ -351,10 +354,33 @@ func (s *session) warnSkipped(err error) {
 	}
 	s.skippedMu.Lock()
 	s.skipped[kind]++
+	if s.sample == "" {
+		s.sample = clip(err.Error())
+	}
 	s.skippedMu.Unlock()
 	if s.warned.Add(1) <= maxWarnings {
 		s.opts.UI.Warn(fmt.Sprintf("plugin %s: %v", s.opts.Plugin.Name, err))
 	}
+}
+
+// recordDegraded records, once per session, what the sandbox cannot enforce here: with a
+// strict policy the start is refused (deny), else the plugin runs with less (error).
+func (s *session) recordDegraded(strict bool) {
+	rep := s.opts.Sandbox.Report()
+	if len(rep.Warnings) == 0 && rep.Confinement != "none" {
+		return
+	}
+	d := audit.Error
+	if strict {
+		d = audit.Deny
+	}
+	missing := rep.Warnings
+	if missing == nil {
+		missing = []string{}
+	}
+	s.record(audit.EventSandboxDegraded, d, reason.SandboxUnavailable, map[string]any{
+		audit.DetailMissing: missing, "confinement": rep.Confinement, "strict": strict,
+	}, false)
 }
 
 // displayPath shortens p for messages.

@@ -98,8 +98,11 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 	}
 	io.RunHook = hookRunner(e, log, o.g.Streams.Err)
 	entry, err := plugin.Install(ctx, io)
+	// One install is one session: its records share an id and say what the sandbox enforces.
+	session, sb := newSessionID(), sandboxInfo(e.sb.Report())
 	if err != nil {
 		_ = log.Append(&audit.Record{
+			Session: session, Sandbox: sb,
 			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
 			Details: map[string]any{"source": o.Source, "error": err.Error()},
 		}, true)
@@ -110,13 +113,18 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		return exitErr(code, "install %s: %v", o.Source, err)
 	}
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
-	_ = log.Append(&audit.Record{Plugin: ref, Event: audit.EventInstall, Decision: audit.Allow, Reason: string(reason.OK),
+	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventInstall, Decision: audit.Allow, Reason: string(reason.OK),
 		Details: map[string]any{"source": entry.Source, "commands": entry.Commands}}, true)
-	_ = log.Append(&audit.Record{Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
-		Details: map[string]any{"granted": entry.Granted.Names()}}, true)
+	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
+		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
 		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), grantText(entry.Granted))
 	return nil
+}
+
+// sandboxInfo is the sandbox part of an audit record.
+func sandboxInfo(rep sandbox.Report) *audit.SandboxInfo {
+	return &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode}
 }
 
 func installReason(err error) string {
@@ -318,6 +326,7 @@ func (o *RemoveOptions) Run() error {
 		return exitErr(ExitFailure, "remove %s: %v", o.Name, err)
 	}
 	_ = log.Append(&audit.Record{
+		Session: newSessionID(), Sandbox: sandboxInfo(e.sb.Report()),
 		Plugin: &audit.PluginRef{Name: en.Name, Version: en.Version, Source: en.Source, ManifestDigest: en.ManifestSHA256},
 		Event:  audit.EventRemove, Decision: audit.Allow, Reason: string(reason.OK),
 	}, true)

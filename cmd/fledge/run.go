@@ -306,14 +306,8 @@ func warnDegraded(u ui.UI, e *env, rep sandbox.Report) {
 	if e.cfg.Sandbox.Strict {
 		return // strict refuses at start instead; the error says why
 	}
+	// The session records it (sandbox_degraded, with its session id and plugin).
 	u.Warn(msg)
-	if l, err := e.openAudit(); err == nil {
-		_ = l.Append(&audit.Record{
-			Event: audit.EventSandboxDegraded, Decision: audit.Allow, Reason: string(reason.SandboxUnavailable),
-			Details: map[string]any{"warnings": rep.Warnings, "confinement": rep.Confinement},
-			Sandbox: &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
-		}, false)
-	}
 }
 
 // verifyInstalled loads the installed manifest and checks it is the one the user approved:
