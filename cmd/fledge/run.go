@@ -205,6 +205,9 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	stderr, flushStderr := pluginStderr(g.Streams.Err)
+	defer flushStderr()
+
 	var storeIface protocolhost.StateStore
 	if store != nil {
 		storeIface = store
@@ -226,7 +229,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		Sandbox:     e.sb,
 		Audit:       log,
 		Store:       storeIface,
-		Stderr:      g.Streams.Err,
+		Stderr:      stderr,
 		PluginSpec: sandbox.Spec{
 			Env:        pluginEnv,
 			Access:     policy.PluginAccess(paths, grants, e.cfg),

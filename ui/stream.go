@@ -1,0 +1,136 @@
+package ui
+
+import (
+	"bytes"
+	"io"
+	"sync"
+	"unicode/utf8"
+)
+
+// maxHeld bounds what a SanitizingWriter keeps back waiting for the end of an escape
+// sequence or a character; past it the bytes are sanitised and written as they are.
+const maxHeld = 4 << 10
+
+// SanitizingWriter streams plugin bytes (its stderr) to a terminal through Sanitize, so a
+// plugin cannot drive the user's terminal (title, clipboard via OSC 52, cursor, queries
+// whose answers the terminal would type back in) while colours still work. It writes as
+// soon as it can: it holds back only an unfinished escape sequence or UTF-8 character at
+// the end of a write, so a split sequence is judged whole.
+type SanitizingWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	held []byte
+}
+
+// NewSanitizingWriter wraps w.
+func NewSanitizingWriter(w io.Writer) *SanitizingWriter { return &SanitizingWriter{w: w} }
+
+// Write sanitises and forwards p; it always reports len(p) unless w fails.
+func (s *SanitizingWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = append(s.held, p...)
+	cut := safeCut(s.held)
+	if cut == 0 && len(s.held) < maxHeld {
+		return len(p), nil
+	}
+	if len(s.held) >= maxHeld {
+		cut = len(s.held)
+	}
+	out := Sanitize(string(s.held[:cut]))
+	s.held = append(s.held[:0], s.held[cut:]...)
+	if _, err := io.WriteString(s.w, out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes whatever is held back (at the end of the stream).
+func (s *SanitizingWriter) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) == 0 {
+		return nil
+	}
+	out := Sanitize(string(s.held))
+	s.held = s.held[:0]
+	_, err := io.WriteString(s.w, out)
+	return err
+}
+
+// safeCut is how much of b can be sanitised now: everything before an escape sequence that
+// may still be unfinished, an incomplete UTF-8 character, or a trailing CR (whose meaning
+// depends on whether \n follows).
+func safeCut(b []byte) int {
+	cut := len(b)
+	// An ESC (or 8-bit C1 introducer) near the end that no terminator follows yet.
+	if i := bytes.LastIndexByte(b, 0x1b); i >= 0 && !sequenceEnded(b[i+1:]) {
+		cut = i
+	}
+	if i := lastC1Introducer(b[:cut]); i >= 0 && !c1Ended(b[i+1], b[i+2:]) {
+		cut = i
+	}
+	// Incomplete UTF-8 at the end.
+	for k := 1; k <= 3 && k <= cut; k++ {
+		if utf8.RuneStart(b[cut-k]) {
+			if !utf8.FullRune(b[cut-k : cut]) {
+				cut -= k
+			}
+			break
+		}
+	}
+	if cut > 0 && b[cut-1] == '\r' {
+		cut--
+	}
+	return cut
+}
+
+// lastC1Introducer finds an 8-bit CSI/OSC/DCS/... (encoded as UTF-8: 0xC2 0x80-0x9F).
+func lastC1Introducer(b []byte) int {
+	for i := len(b) - 2; i >= 0 && i >= len(b)-maxHeld; i-- {
+		if b[i] == 0xc2 && b[i+1] >= 0x80 && b[i+1] <= 0x9f {
+			return i
+		}
+	}
+	return -1
+}
+
+// c1Ended is sequenceEnded for an 8-bit introducer (0x80-0x9f, after its 0xC2 byte).
+func c1Ended(intro byte, rest []byte) bool {
+	switch intro {
+	case 0x9b: // CSI
+		for _, c := range rest {
+			if c >= 0x40 && c <= 0x7e {
+				return true
+			}
+		}
+		return false
+	case 0x90, 0x98, 0x9d, 0x9e, 0x9f: // DCS SOS OSC PM APC
+		return bytes.IndexByte(rest, 0x07) >= 0 || bytes.Contains(rest, []byte{0x1b, '\\'}) ||
+			bytes.Contains(rest, []byte{0xc2, 0x9c})
+	default:
+		return true
+	}
+}
+
+// sequenceEnded reports whether the bytes after an introducer hold a plausible end: a CSI
+// final byte, BEL, or ST. Conservative: when unsure, it says "not ended" and the writer
+// waits for more (bounded by maxHeld).
+func sequenceEnded(rest []byte) bool {
+	if len(rest) == 0 {
+		return false
+	}
+	switch rest[0] {
+	case '[': // CSI: parameters then a final byte 0x40-0x7e
+		for _, c := range rest[1:] {
+			if c >= 0x40 && c <= 0x7e {
+				return true
+			}
+		}
+		return false
+	case ']', 'P', 'X', '^', '_': // OSC DCS SOS PM APC: end with BEL or ST (ESC \)
+		return bytes.IndexByte(rest, 0x07) >= 0 || bytes.Contains(rest, []byte{0x1b, '\\'})
+	default: // two-byte escapes
+		return true
+	}
+}
