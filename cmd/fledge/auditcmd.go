@@ -108,13 +108,24 @@ func newAuditVerifyCmd(g *Globals) *cobra.Command {
 				return exitErr(ExitFailure, "audit verify: %v", err)
 			}
 			w := g.Streams.Out
+			// Crashes the writer recovered from do not break the chain, but an auditor should
+			// know about them.
+			for _, r := range rep.Recovered {
+				fmt.Fprintf(w, "recovered: %s line %d: %s\n", r.File, r.Line, r.Detail)
+			}
+			if n := rep.RecoveredCount - len(rep.Recovered); n > 0 {
+				fmt.Fprintf(w, "recovered: %d more\n", n)
+			}
 			if rep.OK {
 				fmt.Fprintf(w, "ok: %d records in %d file(s), chain intact\n", rep.Records, len(rep.Files))
+				// Deleting records from the end keeps a valid chain: only a copy of this
+				// anchor kept elsewhere can tell. Print it so it can be kept.
+				fmt.Fprintf(w, "last: seq %d hash %s\n", rep.LastSeq, rep.LastHash)
 				return nil
 			}
 			b := rep.Break
 			fmt.Fprintf(w, "BROKEN: %s at %s line %d (seq %d): %s\n", b.Kind, b.File, b.Line, b.Seq, b.Detail)
-			fmt.Fprintf(w, "%d records verified before the break\n", rep.Records)
+			fmt.Fprintf(w, "%d records verified before the break; last good: seq %d hash %s\n", rep.Records, rep.LastSeq, rep.LastHash)
 			return &ExitError{Code: ExitFailure}
 		},
 	}
