@@ -296,7 +296,8 @@ func (s *session) watchSignals(proc sandbox.Process, exited, done <-chan struct{
 			s.record(audit.EventPluginExit, audit.Allow, reason.Cancelled, map[string]any{
 				"signal": sig.String(), "stage": "cancel_sent",
 			}, false)
-			_ = s.writer.Send(protocol.NewCancel(nil, protocol.CancelUserInterrupt))
+			// Never block the escalation on a plugin that stopped reading its stdin.
+			go func() { _ = s.writer.Send(protocol.NewCancel(nil, protocol.CancelUserInterrupt)) }()
 			s.cancel()
 			term = time.After(s.lim.CancelGrace)
 			kill = time.After(s.lim.KillAfter)
