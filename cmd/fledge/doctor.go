@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+
+	"github.com/fledgehq/fledge/sandbox"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -44,10 +46,10 @@ func (o *DoctorOptions) Run() error {
 			"config_file":   e.cfg.File,
 			"audit_log":     e.auditPath,
 			"exec": map[string]any{
-				"limits": e.cfg.ExecLimits(), "network": e.cfg.NetworkAllowed(),
+				"limits": limitsJSON(e.cfg.ExecLimits()), "network": e.cfg.NetworkAllowed(),
 			},
 			"plugin": map[string]any{
-				"limits": e.cfg.PluginLimits(),
+				"limits": limitsJSON(e.cfg.PluginLimits()),
 			},
 		})
 	}
@@ -73,4 +75,16 @@ func (o *DoctorOptions) Run() error {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
 	}
 	return nil
+}
+
+// limitsJSON renders limits with units in the key names (bytes, seconds) for JSON readers.
+func limitsJSON(l sandbox.Limits) map[string]any {
+	return map[string]any{
+		"memory_bytes":    l.MemoryBytes,
+		"pids":            l.Pids,
+		"cpu_cores":       l.CPU,
+		"open_files":      l.NoFile,
+		"timeout_seconds": l.Timeout.Seconds(),
+		"kill_grace_s":    l.KillGrace.Seconds(),
+	}
 }

@@ -263,11 +263,11 @@ func (o *InfoOptions) Run() error {
 	}
 	info["plugin_process"] = map[string]any{
 		"read_write": pa.ReadWrite, "read_only": pa.ReadOnly, "read_exec": pa.ReadExec,
-		"network": en.Granted.Network && e.cfg.NetworkAllowed(), "limits": e.cfg.PluginLimits(),
+		"network": en.Granted.Network && e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.PluginLimits()),
 	}
 	info["exec"] = map[string]any{
 		"allowed": en.Granted.Exec, "read_write": xa.ReadWrite, "read_only": xa.ReadOnly, "read_exec": xa.ReadExec,
-		"network": e.cfg.NetworkAllowed(), "limits": e.cfg.ExecLimits(),
+		"network": e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
 	}
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, info)
