@@ -11,5 +11,8 @@ func main() {
 	// The sandbox re-executes this binary as the confined child's first program; that path
 	// must not pay for any of the CLI's initialisation.
 	stub.MaybeRun()
-	os.Exit(Main(os.Args[1:], defaultStreams()))
+	stop := startProfiles()
+	code := Main(os.Args[1:], defaultStreams())
+	stop()
+	os.Exit(code)
 }
