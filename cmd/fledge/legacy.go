@@ -56,7 +56,10 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log,
 		Access: policy.LegacyAccess(paths, e.cfg), Network: e.cfg.NetworkAllowed(),
 		Limits: e.cfg.PluginLimits(), PrivateTmp: true, Strict: e.cfg.Sandbox.Strict,
 	}
-	rec(audit.EventPluginStart, audit.Allow, reason.OK, map[string]any{"program": program, "args": args, "legacy": true}, true)
+	rec(audit.EventPluginStart, audit.Allow, reason.OK, map[string]any{
+		audit.DetailCommand: ref.Name, "program": program, "args": args, audit.DetailArgv: spec.Args,
+		audit.DetailCwdResolved: cwdPath, "legacy": true,
+	}, true)
 	proc, err := e.sb.Start(context.Background(), spec)
 	if err != nil {
 		rc := reason.LaunchFailed
@@ -96,7 +99,10 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log,
 	} else if res.Signal != "" {
 		rc = reason.Crashed
 	}
-	rec(audit.EventPluginExit, audit.Allow, rc, map[string]any{"exit_code": res.ExitCode, "signal": res.Signal, "duration_ms": res.Duration.Milliseconds(), "killed": res.Killed}, true)
+	rec(audit.EventPluginExit, audit.Allow, rc, map[string]any{
+		audit.DetailExitCode: res.ExitCode, audit.DetailSignal: res.Signal, audit.DetailDurationMS: res.Duration.Milliseconds(),
+		audit.DetailProcsKilled: res.Killed, audit.DetailOOMKilled: res.OOMKilled, audit.DetailPeakMemory: res.PeakMemory,
+	}, true)
 	if interrupted {
 		return &ExitError{Code: ExitInterrupted}
 	}

@@ -107,7 +107,9 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 			Details: map[string]any{"source": o.Source, "error": err.Error()},
 		}, true)
 		code := ExitFailure
-		if errors.Is(err, plugin.ErrNeedsGrant) {
+		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
+		// protocol) is "could not run", like the same refusal at run time.
+		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
 			code = ExitCannotRun
 		}
 		return exitErr(code, "install %s: %v", o.Source, err)
