@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# make bench: fledge's performance figures in one table, each a ratio against a baseline
+# measured in the same run (absolute numbers drift on shared machines; ratios much less).
+#
+#   make bench                          # builds bin/fledge, then runs this
+#   FLEDGE_BENCH_INSTALL=1 make bench   # apt-get install bubblewrap and firejail first
+#                                       # (also done when CI=true); without them: n/a
+#   FLEDGE_BENCH_QUICK=1 make bench     # fewer iterations (a smoke run, noisier figures)
+#   FLEDGE_BENCH_KEEP=1 make bench      # keep the throwaway dir (raw outputs, profiles)
+#
+# Everything runs in a throwaway HOME / config dir / audit log under mktemp -d; your own
+# ~/.config and ~/.local are never touched. The host figures (throughput, RSS) come from the
+# real bin/fledge running an installed plugin (bench/plugin) with its output to /dev/null.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+fledge=$repo/bin/fledge
+if [[ ! -x $fledge ]]; then
+	echo "bench: $fledge is missing: run 'make build' first (or 'make bench')" >&2
+	exit 1
+fi
+GO=${GO:-go}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/fledge-bench.XXXXXX")
+cleanup() {
+	if [[ ${FLEDGE_BENCH_KEEP:-} == 1 ]]; then
+		echo "bench: kept $work" >&2
+	else
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+log() { printf 'bench: %s\n' "$*" >&2; }
+
+if [[ ${FLEDGE_BENCH_QUICK:-} == 1 ]]; then
+	execN=50 count=1 msgs=200000 reps=1
+else
+	execN=200 count=3 msgs=1000000 reps=3
+fi
+
+# ---- optional peers -----------------------------------------------------------------------
+if [[ ${CI:-} == true || ${FLEDGE_BENCH_INSTALL:-} == 1 ]]; then
+	if ! command -v bwrap >/dev/null || ! command -v firejail >/dev/null; then
+		log "installing bubblewrap and firejail (apt-get; failures only mean n/a)"
+		if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+			timeout 180 apt-get install -y -qq bubblewrap firejail >"$work/apt.log" 2>&1 ||
+				{ timeout 120 apt-get update -qq >>"$work/apt.log" 2>&1 &&
+					timeout 180 apt-get install -y -qq bubblewrap firejail >>"$work/apt.log" 2>&1; } ||
+				log "could not install them (see $work/apt.log with FLEDGE_BENCH_KEEP=1)"
+		else
+			log "not root or no apt-get: bwrap/firejail stay n/a unless already installed"
+		fi
+	fi
+fi
+
+# ---- a throwaway world ----------------------------------------------------------------------
+export HOME=$work/home
+export FLEDGE_CONFIG_DIR=$HOME/.config/fledge
+export FLEDGE_AUDIT_LOG=$HOME/.local/state/fledge/audit.jsonl
+unset XDG_CONFIG_HOME XDG_STATE_HOME XDG_DATA_HOME FLEDGE_NON_INTERACTIVE FLEDGE_CPUPROFILE FLEDGE_MEMPROFILE
+mkdir -p "$HOME" "$work/src/fledge-bench" "$work/out"
+
+log "building the bench plugin and measure helper"
+plugin_src=$work/src/fledge-bench
+"$GO" build -o "$plugin_src/fledge-bench" ./bench/plugin
+"$GO" build -o "$work/measure" ./bench/measure
+cat >"$plugin_src/plugin.toml" <<'EOF'
+[plugin]
+name = "fledge-bench"
+version = "0.1.0"
+description = "the plugin make bench drives (bench/plugin)"
+protocol = "fledge-v1"
+
+[[commands]]
+name = "fledge-bench"
+description = "exec, pipeline, gen, flood-nonl, longline, hello"
+binary = "fledge-bench"
+
+[capabilities]
+exec = true
+EOF
+"$fledge" plugins install "$plugin_src" --yes >"$work/install.log" 2>&1 ||
+	{ cat "$work/install.log" >&2; exit 1; }
+export FLEDGE_BENCH_PLUGIN=$plugin_src/fledge-bench
+
+# ---- helpers --------------------------------------------------------------------------------
+# median of the numbers on stdin
+median() { sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print ""}'; }
+# metric FILE BENCH UNIT: the median of UNIT over the -count runs of BENCH
+metric() {
+	awk -v n="$2" -v u="$3" '$1 ~ "^" n "(-[0-9]+)?$" { for (i = 3; i < NF; i++) if ($(i+1) == u) print $i }' "$1" | median
+}
+# field KEY: a key=value field of measure's output on stdin
+field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
+# run_measure NAME [-o FILE] -- CMD...: runs it $reps times (floods once), keeps every result
+run_measure() {
+	local name=$1
+	shift
+	: >"$work/out/$name.txt"
+	local n=$reps
+	[[ $name == flood* ]] && n=1
+	for ((i = 0; i < n; i++)); do
+		"$work/measure" -timeout 4m "$@" >>"$work/out/$name.txt"
+	done
+	if grep -qv 'exit=0' "$work/out/$name.txt"; then
+		log "$name: a run did not exit 0: $(cat "$work/out/$name.txt")"
+		return 1
+	fi
+}
+mfield() { field "$2" <"$work/out/$1.txt" | median; }
+
+fmt_ms() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {printf "%.2f ms", v / 1e6}' || echo "n/a"; }
+fmt_mib() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {printf "%.1f MiB", v / 1024}' || echo "n/a"; }
+fmt_rate() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {if (v >= 1e6) printf "%.2fM/s", v / 1e6; else if (v >= 1e5) printf "%.0fk/s", v / 1e3; else printf "%.1fk/s", v / 1e3}' || echo "n/a"; }
+ratio() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a / b}' || echo "n/a"; }
+# verdict VALUE OP TARGET GOAL: "goal", "target" or "MISS"
+verdict() {
+	[[ -n $1 ]] || { echo "-"; return; }
+	awk -v v="$1" -v op="$2" -v t="$3" -v g="$4" 'BEGIN {
+		if (op == "<=") { if (v <= g) print "goal"; else if (v <= t) print "target"; else print "MISS" }
+		else { if (v >= g) print "goal"; else if (v >= t) print "target"; else print "MISS" }
+	}'
+}
+
+# ---- Go benchmarks (same process: the baseline and the figure share the machine's mood) -----
+log "exec round trip and cold start ($execN iterations x $count)"
+"$GO" test -run '^$' -bench 'ExecRoundTrip|ColdStart' -benchtime "${execN}x" -count "$count" \
+	./protocolhost/ >"$work/out/exec.txt" 2>&1 || { cat "$work/out/exec.txt" >&2; exit 1; }
+log "64 pipelined execs"
+"$GO" test -run '^$' -bench 'ExecPipeline' -benchtime 3x -count 1 \
+	./protocolhost/ >"$work/out/pipeline.txt" 2>&1 || { cat "$work/out/pipeline.txt" >&2; exit 1; }
+log "audit appends"
+"$GO" test -run '^$' -bench 'AppendFsync$|AppendNoFsync$' -benchtime 500x -count "$count" \
+	./audit/ >"$work/out/audit.txt" 2>&1 || { cat "$work/out/audit.txt" >&2; exit 1; }
+
+ex=$work/out/exec.txt
+exec_bare=$(metric "$ex" BenchmarkExecRoundTrip/bare ns/exec)
+exec_bwrap=$(metric "$ex" BenchmarkExecRoundTrip/bwrap ns/exec)
+exec_firejail=$(metric "$ex" BenchmarkExecRoundTrip/firejail ns/exec)
+exec_fledge=$(metric "$ex" BenchmarkExecRoundTrip/fledge ns/exec)
+exec_nofsync=$(metric "$ex" BenchmarkExecRoundTrip/fledge-fsync-never ns/exec)
+cold_conf=$(metric "$ex" BenchmarkColdStart/confined ns/start)
+cold_unconf=$(metric "$ex" BenchmarkColdStart/unconfined ns/start)
+pipe_par=$(metric "$work/out/pipeline.txt" BenchmarkExecPipeline pipelined-ns)
+pipe_seq=$(metric "$work/out/pipeline.txt" BenchmarkExecPipeline sequential-ns)
+audit_on=$(metric "$work/out/audit.txt" BenchmarkAppendFsync records/s)
+audit_off=$(metric "$work/out/audit.txt" BenchmarkAppendNoFsync records/s)
+
+# ---- the real binary: throughput and peak RSS -------------------------------------------------
+cd "$work"
+log "host idle RSS (a plugin that says hello and exits)"
+run_measure idle -- "$fledge" fledge-bench hello
+log "throughput: $msgs messages through the host, and through a bare pipe"
+run_measure gen -- "$fledge" fledge-bench gen "$msgs"
+run_measure raw -- sh -c "'$FLEDGE_BENCH_PLUGIN' gen $msgs | cat >/dev/null"
+log "flood: 1 GiB without a newline"
+run_measure flood-nonl -- "$fledge" fledge-bench flood-nonl $((1 << 30))
+log "flood: one 50 MiB line, then 1000 valid messages"
+run_measure flood-long -o "$work/out/long-stdout.txt" -- "$fledge" fledge-bench longline $((50 << 20)) 1000
+got=$(grep -c '^after the long line ' "$work/out/long-stdout.txt" || true)
+if [[ $got != 1000 ]]; then
+	log "flood: only $got of the 1000 messages after the long line came through"
+	exit 1
+fi
+cd "$repo"
+
+idle_hwm=$(mfield idle hwm_kib)
+gen_wall=$(mfield gen wall_ns)
+raw_wall=$(mfield raw wall_ns)
+gen_rate=$(awk -v n="$msgs" -v w="$gen_wall" 'BEGIN {printf "%.0f", n / (w / 1e9)}')
+raw_rate=$(awk -v n="$msgs" -v w="$raw_wall" 'BEGIN {printf "%.0f", n / (w / 1e9)}')
+gen_hwm=$(mfield gen hwm_kib)
+nonl_hwm=$(mfield flood-nonl hwm_kib)
+long_hwm=$(mfield flood-long hwm_kib)
+tree_max=$(cat "$work/out/gen.txt" "$work/out/flood-nonl.txt" "$work/out/flood-long.txt" | field tree_maxrss_kib | sort -g | tail -1)
+exec_ratio=$(awk -v a="$exec_fledge" -v b="$exec_bare" 'BEGIN {printf "%.4f", a / b}')
+worst_hwm=$(printf '%s\n' "$gen_hwm" "$nonl_hwm" "$long_hwm" | sort -g | tail -1)
+
+# ---- the table ------------------------------------------------------------------------------
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+doctor=$("$fledge" doctor --json 2>/dev/null || true)
+jget() { printf '%s' "$doctor" | sed -n "s/^ *\"$1\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -1; }
+echo
+echo "fledge make bench — $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "machine: $(nproc) cores, ${cpu:-unknown CPU}, kernel $(uname -r), cgroup $(jget cgroup_mode) (tree kill $(jget tree_kill)), Landlock ABI $(jget landlock_abi), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+row() { printf '| %-3s | %-46s | %-12s | %-34s | %-8s | %-16s | %-7s |\n' "$@"; }
+row "#" "figure" "fledge" "baseline (same run)" "ratio" "target / goal" "meets"
+row "---" "----------------------------------------------" "------------" "----------------------------------" "--------" "----------------" "-------"
+row 1 "exec round trip of true (plugin->host->reply)" "$(fmt_ms "$exec_fledge")" "os/exec sh -c true $(fmt_ms "$exec_bare")" "$(ratio "$exec_fledge" "$exec_bare")" "<=2.5x / <=1.5x" "$(verdict "$exec_ratio" "<=" 2.5 1.5)"
+row 1b "  bubblewrap, minimal (sh -c true)" "$(fmt_ms "$exec_bwrap")" "os/exec sh -c true" "$(ratio "$exec_bwrap" "$exec_bare")" "peer" "-"
+row 1c "  firejail --noprofile (sh -c true)" "$(fmt_ms "$exec_firejail")" "os/exec sh -c true" "$(ratio "$exec_firejail" "$exec_bare")" "peer" "-"
+row 2 "host throughput, $msgs output/log msgs" "$(fmt_rate "$gen_rate")" "bare pipe to cat $(fmt_rate "$raw_rate")" "$(ratio "$gen_rate" "$raw_rate")" ">=300k / >=1M" "$(verdict "$gen_rate" ">=" 300000 1000000)"
+row 2b "  host peak RSS during it" "$(fmt_mib "$gen_hwm")" "idle host $(fmt_mib "$idle_hwm")" "$(ratio "$gen_hwm" "$idle_hwm")" "<=100 / <=32 MiB" "$(verdict "$gen_hwm" "<=" 102400 32768)"
+row 3a "flood: 1 GiB without a newline, peak RSS" "$(fmt_mib "$nonl_hwm")" "idle host $(fmt_mib "$idle_hwm")" "$(ratio "$nonl_hwm" "$idle_hwm")" "<=100 / <=32 MiB" "$(verdict "$nonl_hwm" "<=" 102400 32768)"
+row 3b "flood: 50 MiB line + 1000 msgs, peak RSS" "$(fmt_mib "$long_hwm")" "idle host $(fmt_mib "$idle_hwm")" "$(ratio "$long_hwm" "$idle_hwm")" "<=100 / <=32 MiB" "$(verdict "$long_hwm" "<=" 102400 32768)"
+row 4 "64 execs of true pipelined, total" "$(fmt_ms "$pipe_par")" "64 one after another $(fmt_ms "$pipe_seq")" "$(ratio "$pipe_par" "$pipe_seq")" "<1x" "$(verdict "$(awk -v a="$pipe_par" -v b="$pipe_seq" 'BEGIN {print a / b}')" "<=" 1 1)"
+row 5 "plugin cold start, confined (spawn->1st msg)" "$(fmt_ms "$cold_conf")" "unconfined os/exec $(fmt_ms "$cold_unconf")" "$(ratio "$cold_conf" "$cold_unconf")" "-" "-"
+row 6a "audit appends/s, fsync on" "$(fmt_rate "$audit_on")" "fsync off $(fmt_rate "$audit_off")" "$(ratio "$audit_on" "$audit_off")" "-" "-"
+row 6b "exec round trip, audit default (fsync)" "$(fmt_ms "$exec_fledge")" "audit fsync never $(fmt_ms "$exec_nofsync")" "$(ratio "$exec_fledge" "$exec_nofsync")" "-" "-"
+echo
+awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision fsync adds %.0f us to an exec round trip.\n", (a - b) / 1e3}'
+echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
+echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."
