@@ -85,6 +85,16 @@ func decodeLine(line []byte, inbound bool) (*Message, *LineError) {
 		// A stray print from the plugin, most likely; its text is not worth quoting back.
 		return nil, skip(Malformed, "", nil, "not a JSON object")
 	}
+	if !inbound {
+		if m, ok := decodeFast(line); ok {
+			return m, nil
+		}
+	}
+	return decodeJSON(line, inbound)
+}
+
+// decodeJSON decodes a line that starts with '{' through encoding/json.
+func decodeJSON(line []byte, inbound bool) (*Message, *LineError) {
 	var w wire
 	if err := json.Unmarshal(line, &w); err != nil {
 		var te *json.UnmarshalTypeError

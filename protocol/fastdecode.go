@@ -1,0 +1,242 @@
+package protocol
+
+import (
+	"unicode/utf8"
+)
+
+// decodeFast decodes the two messages a chatty plugin sends most, output and log, without
+// reflection: encoding/json's reflective decode was half of the host's CPU per message (make
+// bench, row 2). It accepts a strict subset of JSON — an object whose keys are exactly
+// "type", "text", "level" or "message", each at most once, with string values holding valid
+// UTF-8, no control characters and no surrogate escapes — and reports ok=false for
+// anything else, which then takes the encoding/json path. Within that subset both paths
+// give the same message (FuzzDecodeFast checks it), so the fast path changes speed only.
+func decodeFast(line []byte) (*Message, bool) {
+	p := fastParser{b: line}
+	if !p.byte('{') {
+		return nil, false
+	}
+	var typ, text, level, message string
+	var seen [4]bool
+	p.ws()
+	for {
+		key, ok := p.key()
+		if !ok {
+			return nil, false
+		}
+		p.ws()
+		if !p.byte(':') {
+			return nil, false
+		}
+		p.ws()
+		val, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		var dst *string
+		switch key {
+		case fkType:
+			dst = &typ
+		case fkText:
+			dst = &text
+		case fkLevel:
+			dst = &level
+		case fkMessage:
+			dst = &message
+		}
+		if seen[key] {
+			return nil, false // duplicate key: encoding/json keeps the last; leave it to it
+		}
+		seen[key] = true
+		*dst = val
+		p.ws()
+		if p.byte(',') {
+			p.ws()
+			continue
+		}
+		if !p.byte('}') || p.i != len(p.b) {
+			return nil, false
+		}
+		break
+	}
+	if !seen[fkType] {
+		return nil, false
+	}
+	switch typ {
+	case TypeOutput:
+		if !seen[fkText] {
+			return nil, false
+		}
+		// One allocation for the message and its payload.
+		x := &struct {
+			m Message
+			o Output
+		}{}
+		x.o.Text = text
+		x.m.Type, x.m.Output = TypeOutput, &x.o
+		return &x.m, true
+	case TypeLog:
+		if !seen[fkMessage] {
+			return nil, false
+		}
+		x := &struct {
+			m Message
+			l Log
+		}{}
+		x.l.Level, x.l.Message = level, message
+		x.m.Type, x.m.Log = TypeLog, &x.l
+		return &x.m, true
+	}
+	return nil, false
+}
+
+type fastKey int
+
+const (
+	fkType fastKey = iota
+	fkText
+	fkLevel
+	fkMessage
+)
+
+type fastParser struct {
+	b []byte
+	i int
+}
+
+func (p *fastParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *fastParser) byte(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// key reads a quoted key; only the four known keys, spelled exactly, are accepted (encoding/json
+// matches keys case-insensitively; any other spelling goes to it).
+func (p *fastParser) key() (fastKey, bool) {
+	if !p.byte('"') {
+		return 0, false
+	}
+	start := p.i
+	for p.i < len(p.b) && p.b[p.i] >= 'a' && p.b[p.i] <= 'z' {
+		p.i++
+	}
+	k := string(p.b[start:p.i]) // no allocation: the compiler turns the switch into compares
+	if !p.byte('"') {
+		return 0, false
+	}
+	switch k {
+	case "type":
+		return fkType, true
+	case "text":
+		return fkText, true
+	case "level":
+		return fkLevel, true
+	case "message":
+		return fkMessage, true
+	}
+	return 0, false
+}
+
+// str reads a JSON string value. Escapes \" \\ \/ \b \f \n \r \t and \uXXXX outside the
+// surrogate range are decoded; a surrogate escape, a control character or invalid UTF-8
+// gives up (encoding/json has rules of its own for those).
+func (p *fastParser) str() (string, bool) {
+	if !p.byte('"') {
+		return "", false
+	}
+	start := p.i
+	var buf []byte // nil until the first escape
+	high := false
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			raw := p.b[start:p.i]
+			p.i++
+			if high && !utf8.Valid(raw) {
+				return "", false
+			}
+			if buf == nil {
+				return string(raw), true
+			}
+			return string(buf), true
+		case c < 0x20:
+			return "", false
+		case c == '\\':
+			if buf == nil {
+				buf = append(make([]byte, 0, p.i-start+16), p.b[start:p.i]...)
+			}
+			if p.i+1 >= len(p.b) {
+				return "", false
+			}
+			e := p.b[p.i+1]
+			p.i += 2
+			switch e {
+			case '"', '\\', '/':
+				buf = append(buf, e)
+			case 'b':
+				buf = append(buf, '\b')
+			case 'f':
+				buf = append(buf, '\f')
+			case 'n':
+				buf = append(buf, '\n')
+			case 'r':
+				buf = append(buf, '\r')
+			case 't':
+				buf = append(buf, '\t')
+			case 'u':
+				r, ok := hex4(p.b, p.i)
+				if !ok || (r >= 0xD800 && r <= 0xDFFF) {
+					return "", false
+				}
+				p.i += 4
+				buf = utf8.AppendRune(buf, r)
+			default:
+				return "", false
+			}
+			continue
+		default:
+			if c >= utf8.RuneSelf {
+				high = true
+			}
+			if buf != nil {
+				buf = append(buf, c)
+			}
+		}
+		p.i++
+	}
+	return "", false
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
