@@ -41,6 +41,23 @@ func Sanitize(s string) string { return sanitize(s, true) }
 func plainText(s string) string { return sanitize(s, false) }
 
 func sanitize(s string, keepSGR bool) string {
+	if isPlain(s) {
+		return s // nothing to remove or replace: no copy (a chatty plugin's usual line)
+	}
+	return sanitizeSlow(s, keepSGR)
+}
+
+// isPlain reports whether s is printable ASCII, \n and \t only: what sanitize keeps as is.
+func isPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\n' && c != '\t') || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func sanitizeSlow(s string, keepSGR bool) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
@@ -168,6 +185,13 @@ func controlString(s string, i int) int {
 // s must already be sanitised; a cut through a colour sequence is cleaned up by
 // re-sanitising the cut line.
 func clipLines(s string, maxLine, maxLines int) string {
+	if maxLines > 0 && len(s) <= maxLine && strings.IndexByte(s, '\n') < 0 {
+		return s // one short line: nothing to cut
+	}
+	return clipLinesFull(s, maxLine, maxLines)
+}
+
+func clipLinesFull(s string, maxLine, maxLines int) string {
 	lines := strings.SplitAfterN(s, "\n", maxLines+1)
 	extra := 0
 	if len(lines) > maxLines {
