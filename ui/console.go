@@ -252,10 +252,13 @@ func (c *console) beginQuestion() {
 }
 
 // endQuestion writes what waited during the question and brings progress back.
-func (c *console) endQuestion() {
+func (c *console) endQuestion(echo string) {
 	c.lock()
 	defer c.unlock()
 	c.asking = false
+	if echo != "" {
+		_, _ = io.WriteString(c.err, echo)
+	}
 	c.flushHeldLocked()
 	c.prog.show()
 	c.cond.Broadcast()

@@ -22,17 +22,24 @@ const accessibleStopWait = 2 * time.Second
 
 // runForm shows one field and waits for the answer, the user giving up (ErrAborted) or
 // ctx ending (ctx.Err()). The form draws on stderr so stdout stays the plugin's output.
-func (c *console) runForm(ctx context.Context, field huh.Field) error {
+// echo, called only after a successful answer, gives the one line that stays on screen
+// once the form is gone; it is written before anything held back during the question.
+func (c *console) runForm(ctx context.Context, field huh.Field, echo func() string) (err error) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	c.beginQuestion()
-	defer c.endQuestion()
+	defer func() {
+		line := ""
+		if err == nil && echo != nil {
+			line = echo()
+		}
+		c.endQuestion(line)
+	}()
 
 	form := huh.NewForm(huh.NewGroup(field)).WithShowHelp(true)
-	var err error
 	if c.accessible {
 		err = c.runAccessible(ctx, form)
 	} else {
@@ -70,6 +77,9 @@ func (c *console) runFullScreen(ctx context.Context, form *huh.Form) error {
 		return fmt.Errorf("ui: terminal raw mode: %w", err)
 	}
 	defer func() { _ = term.Restore(fd, old) }()
+	if err := keepOutputProcessing(fd); err != nil {
+		return fmt.Errorf("ui: terminal output mode: %w", err)
+	}
 	in, err := newQuestionInput(c.in)
 	if err != nil {
 		return err

@@ -332,4 +332,5 @@ func TestOutputOnTerminal(t *testing.T) {
 	drawn := s.screen.String()[s.mark:]
 	assert.Greater(t, strings.Index(drawn, "held output"), strings.LastIndex(drawn, "Wait for me"),
 		"output written after the form's last frame")
+	assert.Contains(t, drawn, "? [p] Wait for me d", "the answered question stays on screen")
 }

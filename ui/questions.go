@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"charm.land/huh/v2"
 )
@@ -38,13 +39,16 @@ func (c *console) Prompt(ctx context.Context, req PromptRequest) (string, error)
 			}
 			return check(s)
 		})
-	if err := c.runForm(ctx, field); err != nil {
+	answer := func() string {
+		if val == "" && req.Default != nil {
+			val = *req.Default
+		}
+		return val
+	}
+	if err := c.runForm(ctx, field, func() string { return echoLine(req.Plugin, req.Message, answer()) }); err != nil {
 		return "", err
 	}
-	if val == "" && req.Default != nil {
-		val = *req.Default
-	}
-	return val, nil
+	return answer(), nil
 }
 
 // Confirm implements UI. Non-interactive: the default, else false.
@@ -57,7 +61,9 @@ func (c *console) Confirm(ctx context.Context, plugin, message string, def *bool
 		return val, nil
 	}
 	field := huh.NewConfirm().Title(questionTitle(plugin, message)).Affirmative("Yes").Negative("No").Value(&val)
-	if err := c.runForm(ctx, field); err != nil {
+	if err := c.runForm(ctx, field, func() string {
+		return echoLine(plugin, message, map[bool]string{true: "yes", false: "no"}[val])
+	}); err != nil {
 		return false, err
 	}
 	return val, nil
@@ -89,7 +95,12 @@ func (c *console) Select(ctx context.Context, plugin, message string, options []
 	if len(options) > visibleOptions {
 		field.Height(visibleOptions + 2)
 	}
-	if err := c.runForm(ctx, field); err != nil {
+	if err := c.runForm(ctx, field, func() string {
+		if idx, ok := field.GetValue().(int); ok && idx >= 0 && idx < len(options) {
+			return echoLine(plugin, message, options[idx])
+		}
+		return ""
+	}); err != nil {
 		return 0, err
 	}
 	idx, ok := field.GetValue().(int)
@@ -125,17 +136,33 @@ func (c *console) MultiSelect(ctx context.Context, plugin, message string, optio
 	if len(options) > visibleOptions {
 		field.Height(visibleOptions + 2)
 	}
-	if err := c.runForm(ctx, field); err != nil {
+	chosen := func() []int {
+		out := make([]int, 0, len(sel))
+		for _, i := range sel {
+			if i >= 0 && i < len(options) {
+				out = append(out, i)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	if err := c.runForm(ctx, field, func() string {
+		names := []string{}
+		for _, i := range chosen() {
+			names = append(names, options[i])
+		}
+		return echoLine(plugin, message, strings.Join(names, ", "))
+	}); err != nil {
 		return nil, err
 	}
-	out := make([]int, 0, len(sel))
-	for _, i := range sel {
-		if i >= 0 && i < len(options) {
-			out = append(out, i)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return chosen(), nil
+}
+
+// echoLine is what stays on screen once a question is answered, so the terminal history
+// shows every decision (as "? [deploy] Deploy target: production").
+func echoLine(plugin, message, answer string) string {
+	line := "? " + pluginTag(plugin) + " " + clip(plainText(message), MaxLineBytes) + " " + clip(plainText(answer), MaxLineBytes)
+	return strings.ReplaceAll(line, "\n", " ") + "\n"
 }
 
 // visibleOptions is how many options a long list shows at once (it scrolls).

@@ -1,0 +1,5 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+
+package ui
+
+func keepOutputProcessing(int) error { return nil }
