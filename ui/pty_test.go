@@ -333,4 +333,7 @@ func TestOutputOnTerminal(t *testing.T) {
 	assert.Greater(t, strings.Index(drawn, "held output"), strings.LastIndex(drawn, "Wait for me"),
 		"output written after the form's last frame")
 	assert.Contains(t, drawn, "? [p] Wait for me d", "the answered question stays on screen")
+	// Every line break reaching the terminal is CR LF: with a bare LF (output processing off
+	// under raw mode) each form line would start where the previous one ended.
+	assert.NotRegexp(t, `[^\r]\n`, drawn, "bare LF reached the terminal")
 }
