@@ -59,6 +59,9 @@ chmod 600 "$HOME/.ssh/id_rsa"
 
 proj=$work/demo-app
 mkdir -p "$proj"
+# The throwaway HOME has no git identity; give the demo commit one.
+export GIT_AUTHOR_NAME="fledge demo" GIT_AUTHOR_EMAIL="demo@fledge.invalid"
+export GIT_COMMITTER_NAME="fledge demo" GIT_COMMITTER_EMAIL="demo@fledge.invalid"
 git -C "$proj" init -q -b main
 printf '[project]\nname = "demo-app"\n' >"$proj/fledge.toml"
 printf '# demo-app\n' >"$proj/README.md"

@@ -31,6 +31,13 @@ func TestScripts(t *testing.T) {
 			e.Setenv("HOME", home)
 			e.Setenv("FLEDGE_CONFIG_DIR", filepath.Join(home, ".config", "fledge"))
 			e.Setenv("FLEDGE_AUDIT_LOG", filepath.Join(home, ".local", "state", "fledge", "audit.jsonl"))
+			// Commits in scripts must not depend on a global git identity (CI has none).
+			for k, v := range map[string]string{
+				"GIT_AUTHOR_NAME": "fledge test", "GIT_AUTHOR_EMAIL": "test@fledge.invalid",
+				"GIT_COMMITTER_NAME": "fledge test", "GIT_COMMITTER_EMAIL": "test@fledge.invalid",
+			} {
+				e.Setenv(k, v)
+			}
 			e.Setenv("XDG_CONFIG_HOME", "")
 			e.Setenv("XDG_STATE_HOME", "")
 			// System dirs first: a pyenv-style shim under $HOME is not executable in the sandbox.
