@@ -293,13 +293,24 @@ func TestPTYPromptTimeout(t *testing.T) {
 
 func TestPTYInterrupt(t *testing.T) {
 	e := newPtyEnv(t, "")
-	p := e.start(t, "wait", false)
-	p.checkPluginOffTerminal()
-	p.waitFor("READY")
-	require.NoError(t, syscall.Kill(p.cmd.Process.Pid, syscall.SIGINT))
-	p.waitFor("GOT ")
-	assert.Equal(t, 130, p.exit(), "screen:\n%q", p.screen.String())
-	assert.Contains(t, p.screen.String(), `GOT {'type':'cancel','reason':'user_interrupt'}`)
+	for name, interrupt := range map[string]func(p *ptyFledge){
+		"SIGINT to fledge": func(p *ptyFledge) {
+			require.NoError(p.t, syscall.Kill(p.cmd.Process.Pid, syscall.SIGINT))
+		},
+		// Ctrl+C on the terminal signals its foreground group: fledge, never the plugin
+		// (its own session). A plugin hit by SIGINT in bash's read would die without GOT.
+		"ctrl+c on the terminal": func(p *ptyFledge) { p.press("\x03") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := e.start(t, "wait", false)
+			p.checkPluginOffTerminal()
+			p.waitFor("READY")
+			interrupt(p)
+			p.waitFor("GOT ")
+			assert.Equal(t, 130, p.exit(), "screen:\n%q", p.screen.String())
+			assert.Contains(t, p.screen.String(), `GOT {'type':'cancel','reason':'user_interrupt'}`)
+		})
+	}
 }
 
 func TestPTYStderrUnchanged(t *testing.T) {
