@@ -234,3 +234,22 @@ func rawRecords(t *testing.T, path string) []map[string]any {
 	require.NoError(t, sc.Err())
 	return out
 }
+
+// TestE2EAuditInterruptOnePluginExit: an interrupted session still has exactly one
+// plugin_exit record, written after the plugin is gone, naming the signal.
+func TestE2EAuditInterruptOnePluginExit(t *testing.T) {
+	f := newFixture(t, "sleeper.sh", allGrants)
+	sigs := make(chan os.Signal, 1)
+	f.opts.Signals = sigs
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		sigs <- os.Interrupt
+	}()
+	out := f.run()
+	require.True(t, out.Interrupted)
+	exits := f.findRecords(audit.EventPluginExit)
+	require.Len(t, exits, 1, "one plugin_exit per session")
+	assert.Equal(t, "cancelled", exits[0].Reason)
+	assert.Equal(t, "interrupt", exits[0].Details["interrupted_by"])
+	assert.Equal(t, "SIGKILL", exits[0].Details[audit.DetailSignal], "sleeper ignores cancel and SIGTERM")
+}

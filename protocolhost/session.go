@@ -45,6 +45,7 @@ type session struct {
 	workers     sync.WaitGroup
 
 	interrupted atomic.Bool
+	interruptBy atomic.Value // the signal name that interrupted the session (string)
 	malformed   atomic.Int64
 	warned      atomic.Int64
 	skipped     map[string]int
@@ -223,6 +224,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	if out.Interrupted {
 		out.ExitCode = 130
 		rc = reason.Cancelled
+		details["interrupted_by"], _ = s.interruptBy.Load().(string)
 	}
 	if n := s.malformed.Load(); n > 0 {
 		s.skippedMu.Lock()
@@ -293,9 +295,9 @@ func (s *session) watchSignals(proc sandbox.Process, exited, done <-chan struct{
 				_ = proc.Kill()
 				continue
 			}
-			s.record(audit.EventPluginExit, audit.Allow, reason.Cancelled, map[string]any{
-				"signal": sig.String(), "stage": "cancel_sent",
-			}, false)
+			// Recorded in the session's one plugin_exit record, which is written once the
+			// plugin is really gone.
+			s.interruptBy.Store(sig.String())
 			// Never block the escalation on a plugin that stopped reading its stdin.
 			go func() { _ = s.writer.Send(protocol.NewCancel(nil, protocol.CancelUserInterrupt)) }()
 			s.cancel()
