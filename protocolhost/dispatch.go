@@ -125,7 +125,16 @@ func (s *session) dispatch(m *protocol.Message) {
 
 func (s *session) respond(id protocol.ID, value any) {
 	defer s.pending.Add(-1)
-	if err := s.writer.Send(protocol.NewResponse(id, value)); err != nil && s.ctx.Err() == nil {
+	err := s.writer.Send(protocol.NewResponse(id, value))
+	if errors.Is(err, protocol.ErrLineTooLong) {
+		// Every request gets its one reply: one too big to send becomes a cancel, or the
+		// plugin would wait for it forever.
+		s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
+			audit.DetailLimit: "reply_line", audit.DetailMessage: err.Error(),
+		}, false)
+		err = s.writer.Send(protocol.NewCancel(id, protocol.CancelLimit))
+	}
+	if err != nil && s.ctx.Err() == nil {
 		s.opts.UI.Warn(fmt.Sprintf("plugin %s: sending response: %v", s.opts.Plugin.Name, err))
 	}
 }
@@ -437,12 +446,16 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		s.execRefuse(m.ID, 126, reason.Crashed, fmt.Sprintf("exec failed: %v", err))
 		return
 	}
+	// The cap holds on the wire too: escaping must not grow the reply past it (wireString).
+	budget := min(s.lim.OutputCap, maxStreamWire)
+	outStr, outCut := wireString(stdout.Bytes(), budget)
+	errStr, errCut := wireString(stderr.Bytes(), budget)
 	out := protocol.ExecResult{
 		Code:            res.ExitCode,
-		Stdout:          string(stdout.Bytes()),
-		Stderr:          string(stderr.Bytes()),
-		StdoutTruncated: stdout.Truncated(),
-		StderrTruncated: stderr.Truncated(),
+		Stdout:          outStr,
+		Stderr:          errStr,
+		StdoutTruncated: stdout.Truncated() || outCut,
+		StderrTruncated: stderr.Truncated() || errCut,
 	}
 	rc := reason.OK
 	decision := audit.Allow
@@ -473,9 +486,9 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		audit.DetailPeakMemory:     res.PeakMemory,
 		audit.DetailStdoutBytes:    stdout.Total(),
 		audit.DetailStderrBytes:    stderr.Total(),
-		audit.DetailOutputTruncate: stdout.Truncated() || stderr.Truncated(),
-		"stdout_truncated":         stdout.Truncated(),
-		"stderr_truncated":         stderr.Truncated(),
+		audit.DetailOutputTruncate: out.StdoutTruncated || out.StderrTruncated,
+		"stdout_truncated":         out.StdoutTruncated,
+		"stderr_truncated":         out.StderrTruncated,
 		"cancelled":                res.Cancelled,
 		"sandbox_mode":             res.Mode,
 	}, false)

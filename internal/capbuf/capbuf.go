@@ -29,12 +29,26 @@ func (b *Buffer) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	if len(p) > room {
-		b.buf = append(b.buf, p[:room]...)
+		b.buf = b.appendCapped(p[:room])
 		b.truncated = true
 		return len(p), nil
 	}
-	b.buf = append(b.buf, p...)
+	b.buf = b.appendCapped(p)
 	return len(p), nil
+}
+
+// appendCapped appends p, growing by doubling but never past max. append's own growth
+// (1.25x for large slices) would leave about four times the cap in garbage on the way to a
+// full 10 MiB buffer; doubling leaves at most the cap, and the last step lands on max.
+func (b *Buffer) appendCapped(p []byte) []byte {
+	need := len(b.buf) + len(p)
+	if need > cap(b.buf) {
+		c := min(b.max, max(2*cap(b.buf), need, 4096))
+		grown := make([]byte, len(b.buf), c)
+		copy(grown, b.buf)
+		b.buf = grown
+	}
+	return append(b.buf, p...)
 }
 
 // Bytes returns the kept bytes.

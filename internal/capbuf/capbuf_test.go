@@ -1,6 +1,7 @@
 package capbuf
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -47,4 +48,20 @@ func TestBufferLarge(t *testing.T) {
 	assert.Len(t, b.Bytes(), 1<<10)
 	assert.True(t, b.Truncated())
 	assert.EqualValues(t, 4096*1000, b.Total())
+}
+
+// Filling the buffer allocates less than three times the cap (doubling, clamped at max), and
+// the kept bytes never sit in more than max bytes of capacity.
+func TestBufferGrowthBounded(t *testing.T) {
+	const max = 10 << 20
+	chunk := make([]byte, 32<<10)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b := New(max)
+	for i := 0; i < 2*max/len(chunk); i++ {
+		_, _ = b.Write(chunk)
+	}
+	runtime.ReadMemStats(&after)
+	assert.Equal(t, max, cap(b.Bytes()))
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(3*max), "allocated for a %d-byte cap (append growth takes about 4.5x)", max)
 }
