@@ -192,6 +192,16 @@ func attackPluginSelf(t *testing.T, plugin string, grants protocol.Capabilities)
 	var recorded protocol.Capabilities
 	require.NoError(t, json.Unmarshal(g, &recorded))
 	assert.Equal(t, grants, recorded)
+	profile, ok := starts[0].Details["profile"].(map[string]any)
+	require.True(t, ok, "plugin_start records the confinement profile: %v", starts[0].Details)
+	assert.Equal(t, grants.Network, profile["network"])
+	assert.Contains(t, profile["read_write"], f.dataDir)
+	assert.NotContains(t, profile["read_write"], f.project, "the project is never writable by the plugin process")
+	if project {
+		assert.Contains(t, profile["read_only"], f.project)
+	} else {
+		assert.NotContains(t, profile["read_only"], f.project)
+	}
 	exits := f.findRecords(audit.EventPluginExit)
 	require.Len(t, exits, 1)
 	assert.EqualValues(t, 0, num(exits[0].Details[audit.DetailExitCode]))

@@ -139,6 +139,12 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	s.record(audit.EventPluginStart, audit.Allow, reason.OK, map[string]any{
 		audit.DetailCommand: s.opts.Command, "program": s.opts.Program, audit.DetailArgv: spec.Args,
 		audit.DetailCwdResolved: s.opts.PluginCwd, "pid": proc.Pid(), "grants": s.opts.Grants,
+		// What the grants became: a denial inside the kernel leaves no fledge record, so the
+		// log keeps the confinement the plugin ran under.
+		"profile": map[string]any{
+			"network": spec.Network, "read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
+			"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
+		},
 	}, false)
 
 	// Stderr: forwarded live, unchanged, through our pipe: the plugin never holds our tty.
