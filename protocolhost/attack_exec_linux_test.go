@@ -323,7 +323,9 @@ func TestAttackExecHugeOutput(t *testing.T) {
 	assert.EqualValues(t, 200<<20, num(out.Details[audit.DetailStderrBytes]))
 	assert.Equal(t, true, out.Details[audit.DetailOutputTruncate])
 	t.Logf("host peak RSS grew by %d KiB for 400 MiB of output", grew>>10)
-	assert.Less(t, grew, int64(100<<20), "host peak RSS grew by %d MiB for 400 MiB of output", grew>>20)
+	if !raceEnabled {
+		assert.Less(t, grew, int64(100<<20), "host peak RSS grew by %d MiB for 400 MiB of output", grew>>20)
+	}
 }
 
 // Binary output at the default cap (10 MiB per stream). JSON escapes a NUL byte to six
@@ -353,7 +355,9 @@ func TestAttackExecBinaryOutputDefaultCap(t *testing.T) {
 	// Bounded by the cap, not by the 400 MiB of output; what remains is JSON encoding
 	// copies of the ~20 MiB reply (protocol.Writer), about seven times its size.
 	t.Logf("host peak RSS grew by %d KiB for a reply of 2x%d MiB", grew>>10, outputCap>>20)
-	assert.Less(t, grew, int64(20*outputCap), "host peak RSS grew by %d MiB", grew>>20)
+	if !raceEnabled {
+		assert.Less(t, grew, int64(20*outputCap), "host peak RSS grew by %d MiB", grew>>20)
+	}
 }
 
 func TestAttackExecKillHost(t *testing.T) {
