@@ -475,6 +475,13 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		out.Reason = string(rc)
 		decision = audit.Error
 	}
+	// The reply goes first: the plugin's round trip does not wait for the outcome record,
+	// which still lands before the session's plugin_exit record (workers are waited for).
+	if res.Cancelled {
+		s.cancelReq(m.ID, protocol.CancelUserInterrupt)
+	} else {
+		s.respond(m.ID, out)
+	}
 	s.record(audit.EventExecOutcome, decision, rc, map[string]any{
 		audit.DetailCommand:        clip(m.Command),
 		audit.DetailExitCode:       res.ExitCode,
@@ -492,11 +499,6 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		"cancelled":                res.Cancelled,
 		"sandbox_mode":             res.Mode,
 	}, false)
-	if res.Cancelled {
-		s.cancelReq(m.ID, protocol.CancelUserInterrupt)
-		return
-	}
-	s.respond(m.ID, out)
 }
 
 // clip bounds plugin-chosen strings placed in audit records and messages.
