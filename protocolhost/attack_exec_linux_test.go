@@ -252,6 +252,7 @@ func TestAttackExecForkBomb(t *testing.T) {
 	v := f.execValue(rep, "bomb")
 	assert.NotEqualValues(t, 0, v["code"], "a fork bomb cannot succeed: %v", v)
 	assert.Less(t, num(f.reply(rep, "bomb")["elapsed"]), hangGuard)
+	assert.Contains(t, v["stderr"], "Cannot fork", "the pids limit is what stopped the bomb")
 	f.assertAlive(rep)
 	assert.Empty(t, survivors(m), "no bomb process survives its reply")
 	out := f.outcomeFor(bomb)
