@@ -40,8 +40,13 @@ type Paths struct {
 	ConfigDir     string
 	StateDir      string
 	AuditLog      string // optional; denied when it lives outside StateDir
-	UserPATH      []string
-	Home          string
+	// PluginDirEntries are the top-level names in PluginDir (listed by the caller; policy
+	// makes no OS calls). When set, the plugin dir is allowed entry by entry, leaving out
+	// state.json (and its moved-aside copies) and data/: the host's storage file is then
+	// out of reach, not merely read-only. Nil allows the whole dir read+execute.
+	PluginDirEntries []string
+	UserPATH         []string
+	Home             string
 }
 
 // Deny rule (how every profile encodes "never the fledge config or state dirs"):
@@ -165,6 +170,32 @@ func baseAccess(p Paths) (sandbox.Access, []string) {
 	return a, deny
 }
 
+// pluginDirRules is how the plugin dir is allowed: entry by entry without the host's
+// state file when the entries are known, else the whole dir.
+func pluginDirRules(p Paths) []string {
+	if p.PluginDir == "" {
+		return nil
+	}
+	if p.PluginDirEntries == nil {
+		return []string{filepath.Clean(p.PluginDir)}
+	}
+	var out []string
+	for _, name := range p.PluginDirEntries {
+		if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') ||
+			strings.HasPrefix(name, StateFileName) || name == DataDirName {
+			continue
+		}
+		out = append(out, filepath.Join(p.PluginDir, name))
+	}
+	return out
+}
+
+// StateFileName and DataDirName are the host-owned names inside a plugin dir.
+const (
+	StateFileName = "state.json"
+	DataDirName   = "data"
+)
+
 func addIf(list []string, path string) []string {
 	if path == "" {
 		return list
@@ -181,7 +212,7 @@ func ExecAccess(p Paths, c *Config) sandbox.Access {
 	a, deny := baseAccess(p)
 	a.ReadWrite = addIf(a.ReadWrite, p.ProjectRoot)
 	a.ReadWrite = addIf(a.ReadWrite, p.PluginDataDir)
-	a.ReadExec = addIf(a.ReadExec, p.PluginDir)
+	a.ReadExec = append(a.ReadExec, pluginDirRules(p)...)
 	if c != nil {
 		a.ReadWrite = append(a.ReadWrite, safeExtra(c.Sandbox.ReadWrite, deny)...)
 		a.ReadOnly = append(a.ReadOnly, safeExtra(c.Sandbox.ReadOnly, deny)...)
@@ -196,7 +227,7 @@ func ExecAccess(p Paths, c *Config) sandbox.Access {
 // read_write do not apply: a plugin gets what its grants say, nothing more.
 func PluginAccess(p Paths, g Grants, c *Config) sandbox.Access {
 	a, _ := baseAccess(p)
-	a.ReadExec = addIf(a.ReadExec, p.PluginDir)
+	a.ReadExec = append(a.ReadExec, pluginDirRules(p)...)
 	a.ReadWrite = addIf(a.ReadWrite, p.PluginDataDir)
 	if g.FS() == FilesystemProject {
 		a.ReadOnly = addIf(a.ReadOnly, p.ProjectRoot)

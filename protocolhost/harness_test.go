@@ -91,6 +91,8 @@ func newFixture(t *testing.T, pluginFile string, grants protocol.Capabilities) *
 		ProjectRoot: f.project, PluginDir: f.pluginDir, PluginDataDir: f.dataDir,
 		ConfigDir: f.configDir, StateDir: f.stateDir, AuditLog: f.auditPath,
 		UserPATH: []string{"/usr/local/bin", "/usr/bin", "/bin"}, Home: f.home,
+		// As cmd/fledge does: the plugin dir entry by entry, so state.json stays out of reach.
+		PluginDirEntries: listDir(t, f.pluginDir),
 	}
 	environ := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + f.home, "LANG=C.UTF-8", "GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123456789"}
 	store := newTestStore(t, filepath.Join(f.pluginDir, "state.json"))
@@ -188,4 +190,15 @@ func (f *fixture) findRecords(event string) []*audit.Record {
 		}
 	}
 	return out
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }

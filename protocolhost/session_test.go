@@ -255,3 +255,31 @@ func TestResponsesAreJSONLines(t *testing.T) {
 	v := f.reply(rep, "1")["value"].(map[string]any)
 	assert.Equal(t, "a\nb\r\n\x00\x1b[2J", v["stdout"])
 }
+
+// TestStateFileOutOfReach: the host's state.json sits in the plugin dir, but neither an exec
+// nor the plugin process can read or replace it; the plugin's own files stay readable and
+// the only way to its data is load/store through the host.
+func TestStateFileOutOfReach(t *testing.T) {
+	f := newFixture(t, "scripted.py", allGrants)
+	state := filepath.Join(f.pluginDir, "state.json")
+	_, rep := f.runScript(
+		msg("type", "store", "key", "token", "value", "s3cret-value"),
+		msg("type", "load", "id", "1", "key", "token"),
+		msg("type", "exec", "id", "2", "command", "cat "+state),
+		msg("type", "exec", "id", "3", "command", "echo '{\"token\":\"forged\"}' > "+state),
+		msg("type", "exec", "id", "4", "command", "head -c 20 "+filepath.Join(f.pluginDir, "scripted.py")),
+	)
+	assert.Equal(t, "s3cret-value", f.reply(rep, "1")["value"])
+	read := f.reply(rep, "2")["value"].(map[string]any)
+	assert.NotEqual(t, float64(0), read["code"])
+	assert.NotContains(t, read["stdout"], "s3cret")
+	write := f.reply(rep, "3")["value"].(map[string]any)
+	assert.NotEqual(t, float64(0), write["code"])
+	data, err := os.ReadFile(state)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "s3cret-value", "state.json is unchanged")
+	assert.NotContains(t, string(data), "forged")
+	own := f.reply(rep, "4")["value"].(map[string]any)
+	assert.EqualValues(t, 0, own["code"], "the plugin's own files stay readable: %v", own["stderr"])
+	assert.Contains(t, own["stdout"], "#!/usr/bin/python3")
+}

@@ -86,19 +86,61 @@ func (e *env) close() {
 // paths is the policy view of where things are for one plugin.
 func (e *env) paths(entryDir, dataDir string, proj *project.Info) policy.Paths {
 	home, _ := os.UserHomeDir()
+	// Policy is lexical; Landlock follows symlinks when it opens a rule's path. So every
+	// path is resolved first: a PATH entry that is a symlink to $HOME must be judged as $HOME.
+	var userPATH []string
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if filepath.IsAbs(d) {
+			userPATH = append(userPATH, resolved(d))
+		}
+	}
 	p := policy.Paths{
-		PluginDir:     entryDir,
-		PluginDataDir: dataDir,
-		ConfigDir:     e.configDir,
-		StateDir:      e.stateDir,
-		AuditLog:      e.auditPath,
-		UserPATH:      filepath.SplitList(os.Getenv("PATH")),
-		Home:          home,
+		PluginDir:        resolved(entryDir),
+		PluginDataDir:    resolved(dataDir),
+		ConfigDir:        resolved(e.configDir),
+		StateDir:         resolved(e.stateDir),
+		AuditLog:         resolved(e.auditPath),
+		UserPATH:         userPATH,
+		Home:             resolved(home),
+		PluginDirEntries: dirEntries(entryDir),
 	}
 	if proj != nil {
 		p.ProjectRoot = proj.Root
 	}
 	return p
+}
+
+// resolved is p with symlinks resolved as far as it exists (the missing tail kept).
+func resolved(p string) string {
+	if p == "" {
+		return ""
+	}
+	p = filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	parent, base := filepath.Split(p)
+	if parent == "" || filepath.Clean(parent) == p {
+		return p
+	}
+	return filepath.Join(resolved(filepath.Clean(parent)), base)
+}
+
+// dirEntries lists the top-level names of an installed plugin dir, so its profile can leave
+// out the host's state file. Nil (allow the whole dir read-only) if it cannot be listed.
+func dirEntries(dir string) []string {
+	if dir == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 func runPlugin(ctx context.Context, g *Globals, command string, args []string) error {
