@@ -223,6 +223,56 @@ func (l *Log) Append(r *Record, durable bool) error {
 	})
 }
 
+// AppendDeferredSync writes r like Append(r, true) but returns the fsync as a function, so
+// the caller can overlap it with other work and call it right before the act the record
+// must precede (the exec decision: the sandbox is prepared while the record syncs, and the
+// command starts only after sync returned nil). The function syncs the very file the
+// record went to, even if the log was rotated in between, and may be called once. Under
+// fsync "always" the record is synced before this returns; under "never" sync is a no-op.
+func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
+	if r == nil {
+		return nil, errors.New("audit: nil record")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	noop := func() error { return nil }
+	sync = noop
+	err = l.locked(func() error {
+		f, err := l.liveFile()
+		if err != nil {
+			return err
+		}
+		prev, err := l.prepare(f)
+		if err != nil {
+			return err
+		}
+		s, err := l.seal(r, prev)
+		if err != nil {
+			return err
+		}
+		now := l.opts.Fsync == FsyncAlways
+		if err := l.write(f, append(s.line, '\n'), now); err != nil {
+			return err
+		}
+		s.commit(r)
+		if l.opts.Fsync == FsyncDurable {
+			sync, err = deferredSync(f, l.path)
+			if err != nil {
+				return err
+			}
+		}
+		_ = l.maybeRotate(f)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sync, nil
+}
+
 // Close releases the files. It does not sync: records needing durability were synced by Append.
 func (l *Log) Close() error {
 	l.mu.Lock()

@@ -428,9 +428,20 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	// The mode this command is about to get; the outcome record has the one it got.
 	details["sandbox_mode"] = map[string]any{"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}
 
-	// Audit before act: the decision is on disk before the command starts.
-	s.record(audit.EventExecDecision, audit.Allow, reason.OK, details, true)
+	// Audit before act: the decision is written now and made durable while the sandbox is
+	// prepared; the command starts only once it is on disk. No record, no command.
+	sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
+	if err != nil {
+		s.auditErrs.Add(1)
+		s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", err))
+		s.execRefuse(m.ID, 126, reason.LaunchFailed, "exec refused: the audit log cannot record it: "+err.Error())
+		return
+	}
+	spec.BeforeExec = sync
 	proc, err := s.opts.Sandbox.Start(s.ctx, &spec)
+	if sync != nil {
+		_ = sync() // releases the sync's descriptor if Start failed before calling it
+	}
 	if err != nil {
 		rc := reason.LaunchFailed
 		if errors.Is(err, sandbox.ErrUnavailable) {

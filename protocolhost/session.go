@@ -334,8 +334,36 @@ func (s *session) record(event string, d audit.Decision, rc reason.Code, details
 	if s.opts.Audit == nil {
 		return
 	}
+	if err := s.opts.Audit.Append(s.newRecord(event, d, rc, details), durable); err != nil {
+		if s.auditErrs.Add(1) == 1 {
+			s.opts.UI.Warn(fmt.Sprintf("audit log write failed: %v", err))
+		}
+	}
+}
+
+// deferredSyncer is an audit log that can write a record now and make it durable later
+// (audit.Log does).
+type deferredSyncer interface {
+	AppendDeferredSync(r *audit.Record) (func() error, error)
+}
+
+// recordBeforeAct writes a decision record that must be durable before the act it allows.
+// It returns the sync to run right before the act (nil when already durable). An error
+// means the record is not written and the act must not happen.
+func (s *session) recordBeforeAct(event string, details map[string]any) (func() error, error) {
+	if s.opts.Audit == nil {
+		return nil, nil
+	}
+	r := s.newRecord(event, audit.Allow, reason.OK, details)
+	if ds, ok := s.opts.Audit.(deferredSyncer); ok {
+		return ds.AppendDeferredSync(r)
+	}
+	return nil, s.opts.Audit.Append(r, true)
+}
+
+func (s *session) newRecord(event string, d audit.Decision, rc reason.Code, details map[string]any) *audit.Record {
 	rep := s.opts.Sandbox.Report()
-	r := &audit.Record{
+	return &audit.Record{
 		Session:  s.opts.SessionID,
 		Event:    event,
 		Decision: d,
@@ -346,11 +374,6 @@ func (s *session) record(event string, d audit.Decision, rc reason.Code, details
 			Source: s.opts.Plugin.Source, ManifestDigest: s.opts.Plugin.ManifestDigest,
 		},
 		Sandbox: &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
-	}
-	if err := s.opts.Audit.Append(r, durable); err != nil {
-		if s.auditErrs.Add(1) == 1 {
-			s.opts.UI.Warn(fmt.Sprintf("audit log write failed: %v", err))
-		}
 	}
 }
 

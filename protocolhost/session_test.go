@@ -1,6 +1,7 @@
 package protocolhost
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -282,4 +283,26 @@ func TestStateFileOutOfReach(t *testing.T) {
 	own := f.reply(rep, "4")["value"].(map[string]any)
 	assert.EqualValues(t, 0, own["code"], "the plugin's own files stay readable: %v", own["stderr"])
 	assert.Contains(t, own["stdout"], "#!/usr/bin/python3")
+}
+
+// TestNoAuditNoExec: audit before act. When the decision cannot be recorded, the command
+// does not run and the plugin gets a refusal, not silence.
+func TestNoAuditNoExec(t *testing.T) {
+	f := newFixture(t, "scripted.py", allGrants)
+	require.NoError(t, f.opts.Audit.(*audit.Log).Close()) // the real log, unable to write
+	marker := filepath.Join(f.project, "ran")
+	steps, err := json.Marshal([]any{msg("type", "exec", "id", "1", "command", "touch "+marker)})
+	require.NoError(t, err)
+	f.opts.Args = []string{string(steps)}
+	out, err := Run(context.Background(), f.opts)
+	require.Error(t, err, "the session reports that records were lost")
+	assert.Contains(t, err.Error(), "audit log")
+	require.NotNil(t, out)
+	var rep scriptReport
+	lines := strings.Split(strings.TrimSpace(f.stdout.String()), "\n")
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep))
+	v := f.reply(rep, "1")["value"].(map[string]any)
+	assert.EqualValues(t, 126, v["code"])
+	assert.Contains(t, v["stderr"], "audit log")
+	assert.NoFileExists(t, marker)
 }

@@ -7,6 +7,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -75,6 +76,22 @@ type Spec struct {
 	// Strict refuses to run (ErrUnavailable) instead of degrading when a promised restriction
 	// cannot be enforced.
 	Strict bool
+	// BeforeExec, when set, runs after the sandbox is prepared and immediately before the
+	// program is started; an error aborts the start (ErrLaunch). The host uses it to make
+	// the audit decision record durable while the sandbox is being set up, keeping "audit
+	// before act" without paying the fsync and the setup one after the other.
+	BeforeExec func() error
+}
+
+// RunBeforeExec calls spec.BeforeExec if set; sandboxes call it right before launching.
+func RunBeforeExec(spec *Spec) error {
+	if spec.BeforeExec == nil {
+		return nil
+	}
+	if err := spec.BeforeExec(); err != nil {
+		return fmt.Errorf("%w: before exec: %w", ErrLaunch, err)
+	}
+	return nil
 }
 
 // Process is a started, confined process tree.

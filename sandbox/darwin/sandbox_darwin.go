@@ -165,6 +165,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// main pid leads its own session and process group.
 		Sys: &syscall.SysProcAttr{},
 	}
+	if err := sandbox.RunBeforeExec(spec); err != nil {
+		stdio.Started()
+		stdio.Abort()
+		return fail(err)
+	}
 	start := time.Now()
 	proc, err := l.Start()
 	if err != nil {

@@ -67,6 +67,11 @@ func (r *Runner) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process
 		return nil, fmt.Errorf("%w: stdio: %w", sandbox.ErrLaunch, err)
 	}
 	p.stdio = stdio
+	if err := sandbox.RunBeforeExec(spec); err != nil {
+		stdio.Started()
+		stdio.Abort()
+		return nil, err
+	}
 	l := &stub.Launch{
 		StubPath: r.StubPath, Wrapper: wrapper, Policy: pol, Dir: spec.Dir,
 		Stdin: stdio.Files[0], Stdout: stdio.Files[1], Stderr: stdio.Files[2],

@@ -280,6 +280,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if p.stdio, err = stub.OpenStdio(spec.Stdin, spec.Stdout, spec.Stderr); err != nil {
 		return nil, fmt.Errorf("%w: stdio: %w", sandbox.ErrLaunch, err)
 	}
+	if err := sandbox.RunBeforeExec(spec); err != nil {
+		p.stdio.Started()
+		p.stdio.Abort()
+		return nil, err
+	}
 	if s.launch == LaunchStub {
 		l := &stub.Launch{
 			StubPath: s.stubPath,
