@@ -223,12 +223,13 @@ func (l *Log) Append(r *Record, durable bool) error {
 	})
 }
 
-// AppendDeferredSync writes r like Append(r, true) but returns the fsync as a function, so
-// the caller can overlap it with other work and call it right before the act the record
-// must precede (the exec decision: the sandbox is prepared while the record syncs, and the
-// command starts only after sync returned nil). The function syncs the very file the
-// record went to, even if the log was rotated in between, and may be called once. Under
-// fsync "always" the record is synced before this returns; under "never" sync is a no-op.
+// AppendDeferredSync writes r like Append(r, true), but the fsync runs in the background
+// and the returned function waits for it. The caller overlaps the flush with other work and
+// calls the function right before the act the record must precede (the exec decision: the
+// sandbox is prepared while the record syncs; the command starts only once it returned
+// nil). It syncs the very file the record went to, even if the log rotated in between, and
+// may be called again (from the same goroutine) to get the same result. Under fsync
+// "always" the record is synced before this returns; under "never" the function is a no-op.
 func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
 	if r == nil {
 		return nil, errors.New("audit: nil record")

@@ -5,27 +5,34 @@ package audit
 import (
 	"fmt"
 	"os"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// deferredSync returns a one-shot fsync of the file behind f. It holds its own dup of the
-// descriptor so a rotation (which may close f) cannot make it sync the wrong file or fail.
+// deferredSync starts an fsync of the file behind f at once, in the background, and
+// returns a function that waits for it: the caller's other work (preparing a sandbox)
+// overlaps the disk flush. It syncs its own dup of the descriptor, so a rotation (which
+// may close f) cannot make it sync the wrong file or fail.
 func deferredSync(f *os.File, path string) (func() error, error) {
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("audit: dup for deferred fsync: %w", err)
 	}
-	var once sync.Once
-	var serr error
+	done := make(chan error, 1)
+	go func() {
+		err := unix.Fsync(fd)
+		unix.Close(fd)
+		if err != nil {
+			err = fmt.Errorf("audit: fsync %s: %w", path, err)
+		}
+		done <- err
+	}()
+	var res error
+	waited := false
 	return func() error {
-		once.Do(func() {
-			if err := unix.Fsync(fd); err != nil {
-				serr = fmt.Errorf("audit: fsync %s: %w", path, err)
-			}
-			unix.Close(fd)
-		})
-		return serr
+		if !waited {
+			res, waited = <-done, true
+		}
+		return res
 	}, nil
 }

@@ -423,7 +423,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	spec.Stdout = stdout
 	spec.Stderr = stderr
 	spec.Limits.Timeout = timeout
-	spec.PrivateTmp = true
+	s.withSessionTmp(&spec)
 	rep := s.opts.Sandbox.Report()
 	// The mode this command is about to get; the outcome record has the one it got.
 	details["sandbox_mode"] = map[string]any{"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}

@@ -30,6 +30,7 @@ var (
 const maxWarnings = 5
 
 type session struct {
+	tmp    execTmp
 	opts   Options
 	lim    Limits
 	writer *protocol.Writer
@@ -195,6 +196,9 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		<-readDone
 	}
 	s.waitWorkers()
+	if err := s.tmp.remove(); err != nil {
+		s.opts.UI.Warn("removing the execs' temp dir: " + err.Error())
+	}
 	close(s.prompts)
 	select {
 	case <-stderrDone:

@@ -1,0 +1,51 @@
+package protocolhost
+
+import (
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// execTmp is the private temp dir the session's execs share: made at the first exec,
+// removed when the session ends. One directory per session rather than per exec, because
+// a mkdir on a disk-backed /tmp costs about as much as the whole `sh -c true` it serves;
+// the execs of one plugin are one trust domain (they could share files through the data
+// dir anyway), so nothing is lost.
+type execTmp struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func (t *execTmp) get() (string, error) {
+	t.once.Do(func() { t.dir, t.err = os.MkdirTemp("", "fledge-exec-") })
+	return t.dir, t.err
+}
+
+func (t *execTmp) remove() error {
+	if t.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(t.dir)
+}
+
+// withSessionTmp points spec at the session temp dir (read-write, TMPDIR); if it cannot be
+// made, the sandbox makes a per-run one instead.
+func (s *session) withSessionTmp(spec *sandbox.Spec) {
+	dir, err := s.tmp.get()
+	if err != nil {
+		spec.PrivateTmp = true
+		return
+	}
+	spec.PrivateTmp = false
+	spec.Access.ReadWrite = append(append([]string{}, spec.Access.ReadWrite...), dir)
+	env := make([]string, 0, len(spec.Env)+1)
+	for _, kv := range spec.Env {
+		if !strings.HasPrefix(kv, "TMPDIR=") {
+			env = append(env, kv)
+		}
+	}
+	spec.Env = append(env, "TMPDIR="+dir)
+}
