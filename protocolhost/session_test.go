@@ -306,3 +306,22 @@ func TestNoAuditNoExec(t *testing.T) {
 	assert.Contains(t, v["stderr"], "audit log")
 	assert.NoFileExists(t, marker)
 }
+
+// TestExecTmpPrivateAndRemoved: execs get a private TMPDIR (not the shared /tmp), can write
+// it, and it is gone when the session ends.
+func TestExecTmpPrivateAndRemoved(t *testing.T) {
+	f := newFixture(t, "scripted.py", allGrants)
+	_, rep := f.runScript(
+		msg("type", "exec", "id", "1", "command", `touch "$TMPDIR/scratch" && echo "$TMPDIR"`),
+		msg("type", "exec", "id", "2", "command", `touch /tmp/fledge-shared-tmp-probe`),
+	)
+	v := f.reply(rep, "1")["value"].(map[string]any)
+	require.EqualValues(t, 0, v["code"], v["stderr"])
+	dir := strings.TrimSpace(v["stdout"].(string))
+	assert.NotEqual(t, os.TempDir(), dir)
+	assert.True(t, filepath.IsAbs(dir))
+	assert.NoDirExists(t, dir, "removed with the session")
+	shared := f.reply(rep, "2")["value"].(map[string]any)
+	assert.NotEqual(t, float64(0), shared["code"], "the shared /tmp is not writable")
+	assert.NoFileExists(t, "/tmp/fledge-shared-tmp-probe")
+}
