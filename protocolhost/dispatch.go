@@ -139,6 +139,41 @@ func (s *session) respond(id protocol.ID, value any) {
 	}
 }
 
+// respondExec streams an exec reply straight from the captured output: building it as a Go
+// value would hold the output several times over (strings, the encoded line) — about 7x
+// the cap for binary output. out carries everything but the two streams; its Stderr is a
+// note fledge appends (timeout, OOM). The encoding is the one Send would produce.
+func (s *session) respondExec(id protocol.ID, out protocol.ExecResult, stdout, stderr []byte) {
+	defer s.pending.Add(-1)
+	err := s.writer.SendStream(func(e *protocol.StreamEncoder) {
+		e.Raw(`{"type":"response","id":`)
+		e.RawBytes(id)
+		e.Raw(`,"value":{"code":`)
+		e.Int(out.Code)
+		e.Raw(`,"stdout":`)
+		e.String(stdout)
+		e.Raw(`,"stderr":`)
+		e.String(stderr, []byte(out.Stderr))
+		if out.StdoutTruncated {
+			e.Raw(`,"stdout_truncated":true`)
+		}
+		if out.StderrTruncated {
+			e.Raw(`,"stderr_truncated":true`)
+		}
+		if out.TimedOut {
+			e.Raw(`,"timed_out":true`)
+		}
+		if out.Reason != "" {
+			e.Raw(`,"reason":`)
+			e.String([]byte(out.Reason))
+		}
+		e.Raw(`}}`)
+	})
+	if err != nil && s.ctx.Err() == nil {
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: sending exec response: %v", s.opts.Plugin.Name, err))
+	}
+}
+
 func (s *session) cancelReq(id protocol.ID, why string) {
 	defer s.pending.Add(-1)
 	_ = s.writer.Send(protocol.NewCancel(id, why))
@@ -457,14 +492,13 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		s.execRefuse(m.ID, 126, reason.Crashed, fmt.Sprintf("exec failed: %v", err))
 		return
 	}
-	// The cap holds on the wire too: escaping must not grow the reply past it (wireString).
+	// The cap holds on the wire too: escaping must not grow the reply past it (wireCut).
 	budget := min(s.lim.OutputCap, maxStreamWire)
-	outStr, outCut := wireString(stdout.Bytes(), budget)
-	errStr, errCut := wireString(stderr.Bytes(), budget)
+	outBytes, errBytes := stdout.Bytes(), stderr.Bytes()
+	outN, outCut := wireCut(outBytes, budget)
+	errN, errCut := wireCut(errBytes, budget)
 	out := protocol.ExecResult{
 		Code:            res.ExitCode,
-		Stdout:          outStr,
-		Stderr:          errStr,
 		StdoutTruncated: stdout.Truncated() || outCut,
 		StderrTruncated: stderr.Truncated() || errCut,
 	}
@@ -491,7 +525,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	if res.Cancelled {
 		s.cancelReq(m.ID, protocol.CancelUserInterrupt)
 	} else {
-		s.respond(m.ID, out)
+		s.respondExec(m.ID, out, outBytes[:outN], errBytes[:errN])
 	}
 	s.record(audit.EventExecOutcome, decision, rc, map[string]any{
 		audit.DetailCommand:        clip(m.Command),

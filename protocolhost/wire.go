@@ -11,13 +11,13 @@ import (
 // line, or the reply could not be sent at all and the plugin would wait for it forever.
 const maxStreamWire = (protocol.DefaultMaxWriteLine - 64<<10) / 2
 
-// wireString turns captured output into the reply string, keeping the longest prefix that
+// wireCut is how much of captured output goes into the reply: the longest prefix that
 // JSON-encodes to at most budget bytes, cut at a character boundary; cut reports whether
 // anything was dropped. OutputCap counts raw bytes, but JSON escaping grows a control byte
 // to six (\u0000), so 10 MiB of binary output would otherwise become a 60 MiB line: the
 // budget keeps the host's memory and the line bounded by the cap, not by six times it.
 // Costs follow encoding/json with HTML escaping off (what protocol.Writer uses).
-func wireString(b []byte, budget int) (s string, cut bool) {
+func wireCut(b []byte, budget int) (n int, cut bool) {
 	cost := 0
 	for i := 0; i < len(b); {
 		c := b[i]
@@ -40,10 +40,10 @@ func wireString(b []byte, budget int) (s string, cut bool) {
 			}
 		}
 		if cost+n > budget {
-			return string(b[:i]), true
+			return i, true
 		}
 		cost += n
 		i += w
 	}
-	return string(b), false
+	return len(b), false
 }

@@ -86,3 +86,9 @@ func FuzzWireString(f *testing.F) {
 		}
 	})
 }
+
+// wireString is wireCut as the kept string.
+func wireString(b []byte, budget int) (string, bool) {
+	n, cut := wireCut(b, budget)
+	return string(b[:n]), cut
+}
