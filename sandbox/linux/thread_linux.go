@@ -35,6 +35,7 @@ func threadStep(step string, err error) error {
 
 type threadLaunch struct {
 	pol     *stub.Policy
+	ruleset int // Landlock ruleset fd, made on the host side (-1: none)
 	dir     *os.File
 	v1Tasks []string // v1 cgroup dirs the launch thread joins (children inherit them)
 	v1Back  []string // where the thread returns to after the fork (same order)
@@ -43,6 +44,16 @@ type threadLaunch struct {
 }
 
 func (tl *threadLaunch) start() (*os.Process, error) {
+	tl.ruleset = -1
+	if tl.pol.Landlock != nil {
+		fd, err := stub.LandlockRuleset(tl.pol.Landlock)
+		if err != nil {
+			return nil, threadStep("landlock", err)
+		}
+		// The launch thread's private fd table (unshare) gets its own copy.
+		defer unix.Close(fd)
+		tl.ruleset = fd
+	}
 	type result struct {
 		pid int
 		err error
@@ -106,7 +117,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 		return 0, threadStep("exec", err)
 	}
 	if tl.pol.Landlock != nil {
-		if err := stub.ApplyLandlock(tl.pol.Landlock); err != nil {
+		if err := stub.RestrictLandlock(tl.pol.Landlock, tl.ruleset); err != nil {
 			return 0, threadStep("landlock", err)
 		}
 	}

@@ -1,8 +1,10 @@
 package stub
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -74,9 +76,19 @@ func handledNet(abi int) uint64 {
 }
 
 func applyLandlock(ll *Landlock) error {
+	rfd, err := buildRuleset(ll)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	return restrictSelf(ll, rfd)
+}
+
+// buildRuleset creates the ruleset for ll and returns its fd (close-on-exec).
+func buildRuleset(ll *Landlock) (int, error) {
 	abi := min(ll.ABI, MaxLandlockABI)
 	if abi < 1 {
-		return errors.New("no Landlock ABI")
+		return -1, errors.New("no Landlock ABI")
 	}
 	fs := handledFS(abi)
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: fs}
@@ -95,9 +107,14 @@ func applyLandlock(ll *Landlock) error {
 	}
 	rfd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
 	if errno != 0 {
-		return fmt.Errorf("create_ruleset (abi %d): %w", abi, errno)
+		return -1, fmt.Errorf("create_ruleset (abi %d): %w", abi, errno)
 	}
-	defer unix.Close(int(rfd))
+	ok := false
+	defer func() {
+		if !ok {
+			unix.Close(int(rfd))
+		}
+	}()
 
 	// Read-write also gets REFER: renames inside a writable tree must keep working.
 	// Device nodes are never needed in a project: creating one (with a capability a
@@ -113,15 +130,21 @@ func applyLandlock(ll *Landlock) error {
 	} {
 		for _, p := range set.paths {
 			if err := addPathRule(int(rfd), p, set.rights&fs); err != nil {
-				return err
+				return -1, err
 			}
 		}
 	}
+	ok = true
+	return int(rfd), nil
+}
+
+// restrictSelf enforces the ruleset rfd on the calling thread.
+func restrictSelf(ll *Landlock, rfd int) error {
 	var flags uintptr
-	if ll.LogExec && abi >= 7 {
+	if ll.LogExec && min(ll.ABI, MaxLandlockABI) >= 7 {
 		flags |= unix.LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
 	}
-	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, rfd, flags, 0); errno != 0 {
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rfd), flags, 0); errno != 0 {
 		return fmt.Errorf("restrict_self: %w", errno)
 	}
 	return nil
@@ -156,7 +179,58 @@ func addPathRule(rfd int, path string, rights uint64) error {
 	return nil
 }
 
-// ApplyLandlock enforces ll on the calling OS thread only. The caller must hold
-// runtime.LockOSThread, have set no_new_privs on the same thread, and must let that thread
-// die (exit the goroutine still locked) once it has started the confined child.
-func ApplyLandlock(ll *Landlock) error { return applyLandlock(ll) }
+// LandlockRuleset returns a ruleset fd for ll (close-on-exec; the caller closes it). The
+// thread launcher gets it on the host side, before its launch thread unshares its fd
+// table, and the thread enforces it with RestrictLandlock.
+//
+// Rulesets are cached per policy: a session's execs share one (the same paths and rights),
+// and building one (an open and a rule per path) is a measurable part of a short exec. A
+// ruleset holds the inodes it was built from; a path replaced afterwards is simply not
+// covered by the cached rule (stricter, never looser). Callers get their own dup, so the
+// bounded cache can close what it evicts.
+func LandlockRuleset(ll *Landlock) (int, error) { return rulesets.get(ll) }
+
+// RestrictLandlock enforces ruleset rfd (built for ll) on the calling OS thread only. The
+// caller must hold runtime.LockOSThread, have set no_new_privs on the same thread, and must
+// let that thread die (exit the goroutine still locked) once it has started the child.
+func RestrictLandlock(ll *Landlock, rfd int) error { return restrictSelf(ll, rfd) }
+
+// maxCachedRulesets bounds the cache (each entry holds one fd).
+const maxCachedRulesets = 16
+
+type rulesetCache struct {
+	mu    sync.Mutex
+	fds   map[string]int
+	order []string
+}
+
+var rulesets = &rulesetCache{fds: map[string]int{}}
+
+func (c *rulesetCache) get(ll *Landlock) (int, error) {
+	keyb, err := json.Marshal(ll)
+	if err != nil {
+		return -1, err
+	}
+	key := string(keyb)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fd, ok := c.fds[key]
+	if !ok {
+		if fd, err = buildRuleset(ll); err != nil {
+			return -1, err
+		}
+		if len(c.order) >= maxCachedRulesets {
+			old := c.order[0]
+			c.order = c.order[1:]
+			unix.Close(c.fds[old])
+			delete(c.fds, old)
+		}
+		c.fds[key] = fd
+		c.order = append(c.order, key)
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("dup landlock ruleset: %w", err)
+	}
+	return dup, nil
+}
