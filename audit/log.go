@@ -133,6 +133,25 @@ type Log struct {
 	uid    int
 	pid    int
 	closed bool
+	tail   *tailCache // the chain position after our last write, while the file is unchanged
+}
+
+// tailCache lets an append skip re-reading the tail when nobody touched the file since our
+// own last write: same file, same size, same modification time. Any other writer (another
+// fledge process, a rotation, an edit) changes one of them and the tail is read again.
+type tailCache struct {
+	fi  os.FileInfo
+	pos chainPos
+}
+
+// remember caches the chain position after a successful write to f.
+func (l *Log) remember(f *os.File, pos chainPos) {
+	fi, err := f.Stat()
+	if err != nil {
+		l.tail = nil
+		return
+	}
+	l.tail = &tailCache{fi: fi, pos: pos}
 }
 
 // Open opens (creating) the log at path. The directory is created 0700; an existing one
@@ -213,9 +232,11 @@ func (l *Log) Append(r *Record, durable bool) error {
 		}
 		sync := l.opts.Fsync == FsyncAlways || (durable && l.opts.Fsync == FsyncDurable)
 		if err := l.write(f, append(s.line, '\n'), sync); err != nil {
+			l.tail = nil
 			return err
 		}
 		s.commit(r)
+		l.remember(f, chainPos{s.seq, s.hash})
 		// The record is safely in the live file; a failed rename is retried by the next
 		// append, so it must not read as a failed append.
 		_ = l.maybeRotate(f)
@@ -256,9 +277,11 @@ func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
 		}
 		now := l.opts.Fsync == FsyncAlways
 		if err := l.write(f, append(s.line, '\n'), now); err != nil {
+			l.tail = nil
 			return err
 		}
 		s.commit(r)
+		l.remember(f, chainPos{s.seq, s.hash})
 		if l.opts.Fsync == FsyncDurable {
 			sync, err = deferredSync(f, l.path)
 			if err != nil {
@@ -359,6 +382,10 @@ func (l *Log) prepare(f *os.File) (chainPos, error) {
 	if err != nil {
 		return chainPos{}, err
 	}
+	if c := l.tail; c != nil && os.SameFile(c.fi, fi) && c.fi.Size() == fi.Size() && c.fi.ModTime().Equal(fi.ModTime()) {
+		return c.pos, nil
+	}
+	l.tail = nil
 	ti := &tailInfo{}
 	if fi.Size() > 0 {
 		if ti, err = readTail(f, fi.Size()); err != nil {
