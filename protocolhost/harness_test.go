@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/platform"
 	"github.com/fledgehq/fledge/ui"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -81,6 +83,9 @@ func newFixture(t *testing.T, pluginFile string, grants protocol.Capabilities) *
 
 	sb, err := platform.New(platform.Options{})
 	require.NoError(t, err)
+	if c, ok := sb.(io.Closer); ok {
+		t.Cleanup(func() { assert.NoError(t, c.Close(), "sandbox cleanup") })
+	}
 	log, err := audit.Open(f.auditPath, audit.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = log.Close() })

@@ -90,6 +90,9 @@ func newBenchEnv(b *testing.B, pluginBin string, fsync audit.FsyncPolicy) *bench
 	if err != nil {
 		b.Fatal(err)
 	}
+	if c, ok := sb.(io.Closer); ok {
+		b.Cleanup(func() { _ = c.Close() })
+	}
 	log, err := audit.Open(auditPath, audit.Options{Fsync: fsync})
 	if err != nil {
 		b.Fatal(err)

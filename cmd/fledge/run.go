@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -78,6 +79,12 @@ func (e *env) openAudit() (*audit.Log, error) {
 }
 
 func (e *env) close() {
+	if c, ok := e.sb.(io.Closer); ok {
+		// Finished runs' cgroups and temp dirs are removed in the background; wait for it.
+		if err := c.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "fledge: warning: sandbox cleanup: %v\n", err)
+		}
+	}
 	if e.log != nil {
 		_ = e.log.Close()
 	}

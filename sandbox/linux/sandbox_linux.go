@@ -51,6 +51,23 @@ type Sandbox struct {
 	netns    bool
 	userns   bool
 	kernel   string
+
+	// Removing a finished run's (empty) cgroups and temp dir happens after Wait has
+	// returned, off the reply's path; Close waits for it and reports what failed.
+	cleanups   sync.WaitGroup
+	cleanupMu  sync.Mutex
+	cleanupErr []error
+}
+
+// Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
+// errors. Start must not be called afterwards.
+func (s *Sandbox) Close() error {
+	s.cleanups.Wait()
+	s.cleanupMu.Lock()
+	defer s.cleanupMu.Unlock()
+	err := joinErrs(s.cleanupErr)
+	s.cleanupErr = nil
+	return err
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -214,16 +231,21 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		return nil, err
 	}
 	p := &process{
+		sb:    s,
 		spec:  spec,
 		mode:  mode,
 		start: time.Now(),
 		done:  make(chan struct{}),
 		main:  make(chan struct{}),
 	}
+	// Counted from here: Close waits for the run's cleanup (synchronous on failure, after
+	// Wait otherwise).
+	s.cleanups.Add(1)
 	ok := false
 	defer func() {
 		if !ok {
 			p.cleanup()
+			s.cleanups.Done()
 		}
 	}()
 
@@ -313,6 +335,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 
 // process is one running tree.
 type process struct {
+	sb    *Sandbox
 	spec  *sandbox.Spec
 	mode  sandbox.Mode
 	start time.Time
@@ -477,14 +500,21 @@ func (p *process) wait() {
 	p.mu.Lock()
 	res.TimedOut, res.Cancelled, res.Killed = p.timedOut, p.cancelled, len(p.killed)
 	p.mu.Unlock()
-	if err := p.cleanup(); err != nil {
-		errs = append(errs, err)
-	}
 	p.res = res
 	if len(errs) > 0 {
 		p.err = fmt.Errorf("sandbox cleanup: %w", joinErrs(errs))
 	}
+	// The tree is gone (killed, and the cgroup checked empty above): the reply need not
+	// wait for removing the empty cgroups and the temp dir.
 	close(p.done)
+	defer p.sb.cleanups.Done()
+	if err := p.cleanup(); err != nil {
+		p.sb.cleanupMu.Lock()
+		if len(p.sb.cleanupErr) < 16 {
+			p.sb.cleanupErr = append(p.sb.cleanupErr, err)
+		}
+		p.sb.cleanupMu.Unlock()
+	}
 }
 
 // cleanup removes the run's cgroups and private tmp.

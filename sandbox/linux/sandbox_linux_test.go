@@ -38,6 +38,7 @@ func newSandbox(t *testing.T, opts Options) *Sandbox {
 	}
 	sb, err := New(opts)
 	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, sb.Close(), "cgroup and temp dir cleanup") })
 	return sb
 }
 
@@ -189,6 +190,8 @@ func TestStdioAndEnv(t *testing.T) {
 	assert.NotEqual(t, lines[2], tmp)
 	assert.Equal(t, "tmpok", lines[3])
 	assert.Equal(t, "err\n", errOut)
+	// Removal runs after Wait, off the reply's path; Close waits for it.
+	require.NoError(t, sb.Close())
 	_, err := os.Stat(tmp)
 	assert.True(t, errors.Is(err, os.ErrNotExist), "private tmp must be removed: %v", err)
 }
