@@ -302,12 +302,12 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if p.stdio, err = stub.OpenStdio(spec.Stdin, spec.Stdout, spec.Stderr); err != nil {
 		return nil, fmt.Errorf("%w: stdio: %w", sandbox.ErrLaunch, err)
 	}
-	if err := sandbox.RunBeforeExec(spec); err != nil {
-		p.stdio.Started()
-		p.stdio.Abort()
-		return nil, err
-	}
 	if s.launch == LaunchStub {
+		if err := sandbox.RunBeforeExec(spec); err != nil {
+			p.stdio.Started()
+			p.stdio.Abort()
+			return nil, err
+		}
 		l := &stub.Launch{
 			StubPath: s.stubPath,
 			Policy:   pol,
@@ -317,7 +317,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		}
 		p.proc, err = l.Start()
 	} else {
-		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys}
+		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
+		// the thread's setup (its v1 cgroup joins are the slow part).
+		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec}
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}

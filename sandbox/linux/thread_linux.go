@@ -35,7 +35,8 @@ func threadStep(step string, err error) error {
 
 type threadLaunch struct {
 	pol     *stub.Policy
-	ruleset int // Landlock ruleset fd, made on the host side (-1: none)
+	ruleset int           // Landlock ruleset fd, made on the host side (-1: none)
+	before  *sandbox.Spec // its BeforeExec runs right before the fork
 	dir     *os.File
 	v1Tasks []string // v1 cgroup dirs the launch thread joins (children inherit them)
 	v1Back  []string // where the thread returns to after the fork (same order)
@@ -124,6 +125,12 @@ func (tl *threadLaunch) onThread() (int, error) {
 	if err := stub.DropExecCaps(); err != nil {
 		return 0, threadStep("capabilities", err)
 	}
+	if tl.before != nil {
+		if err := sandbox.RunBeforeExec(tl.before); err != nil {
+			tl.leaveCgroups(tid)
+			return 0, err
+		}
+	}
 	// syscall.ForkExec, not os.StartProcess: the latter keeps a pidfd, which would live in
 	// this thread's private fd table; the caller opens its own handle with FindProcess.
 	fds := make([]uintptr, len(tl.files))
@@ -131,10 +138,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 		fds[i] = f.Fd()
 	}
 	pid, err := syscall.ForkExec(path, tl.pol.Args, &syscall.ProcAttr{Env: tl.pol.Env, Files: fds, Sys: tl.sys})
-	for _, d := range tl.v1Back {
-		// Best effort: the thread also leaves every group when it exits, just later.
-		_ = os.WriteFile(d+"/tasks", tid, 0)
-	}
+	tl.leaveCgroups(tid)
 	if err != nil {
 		return 0, threadStep("exec", fmt.Errorf("%s: %w", path, err))
 	}
@@ -178,4 +182,12 @@ func setChildRlimits(pid int, nofile uint64) error {
 		return fmt.Errorf("nofile: %w", err)
 	}
 	return nil
+}
+
+// leaveCgroups moves the launch thread back to the host's v1 groups. Best effort: the
+// thread also leaves every group when it exits, just later.
+func (tl *threadLaunch) leaveCgroups(tid []byte) {
+	for _, d := range tl.v1Back {
+		_ = os.WriteFile(d+"/tasks", tid, 0)
+	}
 }
