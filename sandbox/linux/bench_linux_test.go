@@ -47,6 +47,7 @@ func BenchmarkExecTrue(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			b.Cleanup(func() { _ = sb.Close() })
 			spec := &sandbox.Spec{
 				Name: "bench", Path: "/bin/sh", Args: []string{"sh", "-c", "true"},
 				Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Network: true,

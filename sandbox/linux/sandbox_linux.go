@@ -57,11 +57,14 @@ type Sandbox struct {
 	cleanups   sync.WaitGroup
 	cleanupMu  sync.Mutex
 	cleanupErr []error
+
+	spares spares
 }
 
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
 // errors. Start must not be called afterwards.
 func (s *Sandbox) Close() error {
+	s.closeSpares()
 	s.cleanups.Wait()
 	s.cleanupMu.Lock()
 	defer s.cleanupMu.Unlock()
@@ -272,8 +275,21 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		}
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
+	var sp *spare
+	defer func() {
+		if sp != nil && !ok {
+			s.disposeSpare(sp, false) // its groups are p.cg now: p.cleanup removes them
+		}
+	}()
 	if s.cg.writable() {
-		rc, degraded, err := newRunCgroup(s.cg, spec.Name, &spec.Limits)
+		var rc *runCgroup
+		var degraded []string
+		var err error
+		if sp = s.takeSpare(spec); sp != nil {
+			rc, degraded = sp.rc, sp.degraded
+		} else {
+			rc, degraded, err = newRunCgroup(s.cg, spec.Name, &spec.Limits)
+		}
 		if err != nil {
 			if spec.Strict {
 				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
@@ -323,7 +339,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
-		p.proc, err = tl.start()
+		launchOn := sp
+		sp = nil // the launch consumes the parked thread, whatever its outcome
+		p.proc, err = tl.start(launchOn)
 	}
 	p.stdio.Started()
 	if err != nil {

@@ -36,6 +36,7 @@ func threadStep(step string, err error) error {
 type threadLaunch struct {
 	pol     *stub.Policy
 	ruleset int           // Landlock ruleset fd, made on the host side (-1: none)
+	joined  bool          // the thread already sits in the v1 groups (a spare)
 	before  *sandbox.Spec // its BeforeExec runs right before the fork
 	dir     *os.File
 	v1Tasks []string // v1 cgroup dirs the launch thread joins (children inherit them)
@@ -44,7 +45,8 @@ type threadLaunch struct {
 	sys     *syscall.SysProcAttr
 }
 
-func (tl *threadLaunch) start() (*os.Process, error) {
+// start launches on a fresh thread, or on the spare's parked thread when sp is set.
+func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	tl.ruleset = -1
 	if tl.pol.Landlock != nil {
 		fd, err := stub.LandlockRuleset(tl.pol.Landlock)
@@ -78,8 +80,15 @@ func (tl *threadLaunch) start() (*os.Process, error) {
 		pid, err := tl.onThread()
 		ch <- result{pid, err}
 	}
-	go launch()
-	r := <-ch
+	var r result
+	if sp != nil {
+		sp.jobs <- tl
+		lr := <-sp.results
+		r = result{lr.pid, lr.err}
+	} else {
+		go launch()
+		r = <-ch
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -105,9 +114,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 		return 0, threadStep("close_fds", err)
 	}
 	tid := []byte(strconv.Itoa(unix.Gettid()))
-	for _, d := range tl.v1Tasks {
-		if err := os.WriteFile(d+"/tasks", tid, 0); err != nil {
-			return 0, threadStep("cgroup", err)
+	if !tl.joined {
+		for _, d := range tl.v1Tasks {
+			if err := os.WriteFile(d+"/tasks", tid, 0); err != nil {
+				return 0, threadStep("cgroup", err)
+			}
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {

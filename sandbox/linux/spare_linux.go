@@ -1,0 +1,172 @@
+package linux
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// A spare is the next run's cgroups with a launch thread already inside them. On hybrid
+// and v1 systems the launch thread must join the run's v1 groups (memory, pids) before it
+// forks, so every process of the command is born limited; that move takes the kernel's
+// cgroup threadgroup lock for writing, which waits for an RCU grace period — about a
+// quarter of a millisecond here, a fifth of a sandboxed `true`. Made in the background
+// right after a launch, the spare takes that wait off the next exec's critical path. A
+// spare is used only for a spec with the same name and limits it was made for.
+type spare struct {
+	rc       *runCgroup
+	degraded []string
+	name     string
+	limits   sandbox.Limits
+	jobs     chan *threadLaunch // one launch, or nil to release the thread
+	results  chan launchResult
+	released chan struct{} // closed once a released thread has left the groups
+}
+
+type launchResult struct {
+	pid int
+	err error
+}
+
+type spares struct {
+	mu      sync.Mutex
+	ready   *spare
+	making  bool
+	closed  bool
+	pending sync.WaitGroup
+	hits    atomic.Int64 // runs launched from a spare (tests check the path is taken)
+}
+
+func sameLimits(a, b sandbox.Limits) bool {
+	return a.MemoryBytes == b.MemoryBytes && a.Pids == b.Pids && a.CPU == b.CPU
+}
+
+// take returns the ready spare if it fits spec (nil otherwise) and starts making the next.
+func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
+	if s.launch != LaunchThread || len(s.cg.v1) == 0 {
+		return nil // only the thread launcher joins v1 groups
+	}
+	s.spares.mu.Lock()
+	sp := s.spares.ready
+	s.spares.ready = nil
+	s.spares.mu.Unlock()
+	if sp != nil && (sp.name != spec.Name || !sameLimits(sp.limits, spec.Limits)) {
+		s.disposeSpare(sp, true)
+		sp = nil
+	}
+	s.makeSpare(spec.Name, spec.Limits)
+	if sp != nil {
+		s.spares.hits.Add(1)
+	}
+	return sp
+}
+
+// makeSpare prepares a spare in the background (at most one at a time).
+func (s *Sandbox) makeSpare(name string, limits sandbox.Limits) {
+	s.spares.mu.Lock()
+	if s.spares.making || s.spares.closed || s.spares.ready != nil {
+		s.spares.mu.Unlock()
+		return
+	}
+	s.spares.making = true
+	s.spares.pending.Add(1)
+	s.spares.mu.Unlock()
+	go func() {
+		defer s.spares.pending.Done()
+		sp := s.newSpare(name, limits)
+		s.spares.mu.Lock()
+		s.spares.making = false
+		if sp != nil && !s.spares.closed && s.spares.ready == nil {
+			s.spares.ready, sp = sp, nil
+		}
+		s.spares.mu.Unlock()
+		if sp != nil {
+			s.disposeSpare(sp, true)
+		}
+	}()
+}
+
+func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
+	lim := limits
+	rc, degraded, err := newRunCgroup(s.cg, name, &lim)
+	if err != nil {
+		return nil
+	}
+	sp := &spare{rc: rc, degraded: degraded, name: name, limits: limits,
+		jobs: make(chan *threadLaunch), results: make(chan launchResult, 1), released: make(chan struct{})}
+	joined := make(chan error, 1)
+	var park func()
+	park = func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// Never the main thread (see threadLaunch.start).
+			defer runtime.UnlockOSThread()
+			done := make(chan struct{})
+			go func() { park(); close(done) }()
+			<-done
+			return
+		}
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		run, back := rc.v1Dirs()
+		for _, d := range run {
+			if err := os.WriteFile(d+"/tasks", tid, 0); err != nil {
+				for _, b := range back {
+					_ = os.WriteFile(b+"/tasks", tid, 0)
+				}
+				runtime.UnlockOSThread()
+				joined <- err
+				return
+			}
+		}
+		joined <- nil
+		tl := <-sp.jobs
+		if tl == nil {
+			// Released unused: back to the host's groups, and the thread is clean again.
+			for _, b := range back {
+				_ = os.WriteFile(b+"/tasks", tid, 0)
+			}
+			runtime.UnlockOSThread()
+			close(sp.released)
+			return
+		}
+		// Never unlocked: the thread takes on the child's confinement and dies.
+		tl.joined = true
+		pid, err := tl.onThread()
+		sp.results <- launchResult{pid, err}
+	}
+	go park()
+	if err := <-joined; err != nil {
+		_ = rc.remove()
+		return nil
+	}
+	return sp
+}
+
+// disposeSpare releases the parked thread; removeGroups also removes its cgroups (false
+// when a run already owns them).
+func (s *Sandbox) disposeSpare(sp *spare, removeGroups bool) {
+	sp.jobs <- nil
+	<-sp.released
+	if removeGroups {
+		_ = sp.rc.remove()
+	}
+}
+
+// closeSpares releases the ready spare and waits for one being made.
+func (s *Sandbox) closeSpares() {
+	s.spares.mu.Lock()
+	s.spares.closed = true
+	sp := s.spares.ready
+	s.spares.ready = nil
+	s.spares.mu.Unlock()
+	if sp != nil {
+		s.disposeSpare(sp, true)
+	}
+	s.spares.pending.Wait()
+}
