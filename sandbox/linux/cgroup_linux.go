@@ -299,7 +299,9 @@ func (rc *runCgroup) membersDir() string {
 	return ""
 }
 
-// members lists the pids in the run's groups.
+// members lists the pids in the run's groups, never fledge's own: on v1, cgroup.procs lists
+// the thread group of any thread inside, and a launch thread lingering in a run's group
+// (it leaves right after the fork) must not make fledge signal itself.
 func (rc *runCgroup) members() []int {
 	d := rc.membersDir()
 	if d == "" {
@@ -309,9 +311,10 @@ func (rc *runCgroup) members() []int {
 	if err != nil {
 		return nil
 	}
+	self := os.Getpid()
 	var pids []int
 	for _, f := range strings.Fields(string(data)) {
-		if n, err := strconv.Atoi(f); err == nil {
+		if n, err := strconv.Atoi(f); err == nil && n != self && n > 0 {
 			pids = append(pids, n)
 		}
 	}
