@@ -77,9 +77,11 @@ type Spec struct {
 	// cannot be enforced.
 	Strict bool
 	// BeforeExec, when set, runs after the sandbox is prepared and immediately before the
-	// program is started; an error aborts the start (ErrLaunch). The host uses it to make
-	// the audit decision record durable while the sandbox is being set up, keeping "audit
-	// before act" without paying the fsync and the setup one after the other.
+	// program is started; an error aborts the start (ErrLaunch). The host uses it to wait
+	// for the audit decision record to be durable while the sandbox is being set up,
+	// keeping "audit before act" without paying the fsync and the setup one after the
+	// other. It may run on the launching thread after confinement was applied to it: it
+	// must only wait for work done elsewhere, never touch files itself.
 	BeforeExec func() error
 }
 
