@@ -2,7 +2,6 @@ package protocolhost
 
 import (
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/fledgehq/fledge/sandbox"
@@ -41,11 +40,5 @@ func (s *session) withSessionTmp(spec *sandbox.Spec) {
 	}
 	spec.PrivateTmp = false
 	spec.Access.ReadWrite = append(append([]string{}, spec.Access.ReadWrite...), dir)
-	env := make([]string, 0, len(spec.Env)+1)
-	for _, kv := range spec.Env {
-		if !strings.HasPrefix(kv, "TMPDIR=") {
-			env = append(env, kv)
-		}
-	}
-	spec.Env = append(env, "TMPDIR="+dir)
+	spec.Env = sandbox.WithEnv(spec.Env, "TMPDIR", dir)
 }

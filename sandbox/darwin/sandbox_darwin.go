@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -128,12 +127,12 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	var tmp string
 	env := spec.Env
 	if spec.PrivateTmp {
-		d, err := os.MkdirTemp("", "fledge-"+safeName(spec.Name)+"-")
+		d, err := os.MkdirTemp("", "fledge-"+sandbox.SafeName(spec.Name)+"-")
 		if err != nil {
 			return nil, fmt.Errorf("%w: private temp: %w", sandbox.ErrLaunch, err)
 		}
 		tmp = d
-		env = withEnv(env, "TMPDIR", tmp)
+		env = sandbox.WithEnv(env, "TMPDIR", tmp)
 	}
 	fail := func(err error) (sandbox.Process, error) {
 		if tmp != "" {
@@ -386,35 +385,4 @@ func (p *process) finish(drained bool) {
 func signalled(st *os.ProcessState) bool {
 	ws, ok := st.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled()
-}
-
-// safeName keeps a temp-dir name component to [A-Za-z0-9_-], at most 32 bytes.
-func safeName(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if b.Len() >= 32 {
-			break
-		}
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		return "run"
-	}
-	return b.String()
-}
-
-// withEnv returns env with key=value set, replacing earlier values of key.
-func withEnv(env []string, key, value string) []string {
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, key+"=") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, key+"="+value)
 }

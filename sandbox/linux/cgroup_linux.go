@@ -172,7 +172,7 @@ type runCgroup struct {
 // could not be applied.
 func newRunCgroup(env *cgEnv, name string, lim *sandbox.Limits) (rc *runCgroup, degraded []string, err error) {
 	rc = &runCgroup{env: env, v1: map[string]string{}}
-	leaf := "fledge-" + sanitizeName(name) + "-" + randomID()
+	leaf := "fledge-" + sandbox.SafeName(name) + "-" + randomID()
 	defer func() {
 		if err != nil {
 			rc.remove()

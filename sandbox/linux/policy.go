@@ -71,34 +71,3 @@ func checkAccess(a *sandbox.Access, extra ...string) error {
 	}
 	return nil
 }
-
-// sanitizeName keeps a cgroup/tmp name component safe: [A-Za-z0-9_-], at most 32 bytes.
-func sanitizeName(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if b.Len() >= 32 {
-			break
-		}
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	if b.Len() == 0 {
-		return "run"
-	}
-	return b.String()
-}
-
-// withEnv returns env with key=value set (replacing earlier values of key).
-func withEnv(env []string, key, value string) []string {
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, key+"=") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, key+"="+value)
-}

@@ -2,10 +2,8 @@ package linux
 
 import (
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/sandbox"
@@ -35,12 +33,6 @@ func TestCheckAccess(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestSanitizeName(t *testing.T) {
-	assert.Equal(t, "a_b____c", sanitizeName("a/b/../c"))
-	assert.Equal(t, "run", sanitizeName(""))
-	assert.Len(t, sanitizeName(strings.Repeat("x", 100)), 32)
 }
 
 // FuzzCheckAccess: an accepted spec never has an allow entry covering a deny entry.

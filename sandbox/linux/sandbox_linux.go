@@ -255,11 +255,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	env := append([]string{}, spec.Env...)
 	rw := append([]string{}, spec.Access.ReadWrite...)
 	if spec.PrivateTmp {
-		if p.tmp, err = os.MkdirTemp("", "fledge-tmp-"+sanitizeName(spec.Name)+"-"); err != nil {
+		if p.tmp, err = os.MkdirTemp("", "fledge-tmp-"+sandbox.SafeName(spec.Name)+"-"); err != nil {
 			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, err)
 		}
 		rw = append(rw, p.tmp)
-		env = withEnv(env, "TMPDIR", p.tmp)
+		env = sandbox.WithEnv(env, "TMPDIR", p.tmp)
 	}
 
 	pol := &stub.Policy{Path: spec.Path, Args: spec.Args, Env: env, NoFile: spec.Limits.NoFile}
