@@ -451,36 +451,12 @@ func (p *process) killTree() error {
 
 // watch enforces the timeout and context cancellation: SIGTERM to all, KillGrace, SIGKILL.
 func (p *process) watch(ctx context.Context) {
-	var timeout <-chan time.Time
-	if d := p.spec.Limits.Timeout; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-p.main:
-		return
-	case <-timeout:
+	sandbox.Watchdog(ctx, p.spec.Limits, p.main, func(r sandbox.StopReason) {
 		p.mu.Lock()
-		p.timedOut = true
-		p.mu.Unlock()
-	case <-ctx.Done():
-		p.mu.Lock()
-		p.cancelled = true
-		p.mu.Unlock()
-	}
-	p.signalTree(syscall.SIGTERM)
-	grace := p.spec.Limits.KillGrace
-	if grace <= 0 {
-		grace = 2 * time.Second
-	}
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.main:
-	case <-t.C:
-		_ = p.killTree()
-	}
+		defer p.mu.Unlock()
+		p.timedOut = r == sandbox.StopTimeout
+		p.cancelled = r == sandbox.StopCancel
+	}, func() { p.signalTree(syscall.SIGTERM) }, func() { _ = p.killTree() })
 }
 
 // copyGrace bounds how long Wait waits for output copies after the tree is gone.
