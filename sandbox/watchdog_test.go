@@ -35,7 +35,7 @@ func TestWatchdog(t *testing.T) {
 		exitAfterT bool // the main process exits on SIGTERM
 		want       []string
 	}{
-		{"exits first", 0, false, false, nil},
+		{"exits first", 0, false, false, []string{}},
 		{"timeout, exits on TERM", 10 * time.Millisecond, false, true, []string{"timeout", "term"}},
 		{"timeout, ignores TERM", 10 * time.Millisecond, false, false, []string{"timeout", "term", "kill"}},
 		{"cancel", 0, true, true, []string{"cancel", "term"}},
