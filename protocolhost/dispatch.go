@@ -337,6 +337,13 @@ func (s *session) handleMetadata(m *protocol.Metadata) {
 		s.respond(m.ID, map[string]any{})
 		return
 	}
+	select {
+	case s.metaSlots <- struct{}{}:
+		defer func() { <-s.metaSlots }()
+	case <-s.ctx.Done():
+		s.cancelReq(m.ID, protocol.CancelUserInterrupt)
+		return
+	}
 	out := make(map[string]any, len(m.Keys))
 	for _, k := range m.Keys {
 		if len(out) >= 64 {

@@ -26,6 +26,10 @@ var (
 	ErrSandbox = errors.New("sandbox unavailable")
 )
 
+// maxConcurrentMetadata bounds metadata requests answered at once (each may run git a few
+// times); the rest wait, within the pending-request bound.
+const maxConcurrentMetadata = 2
+
 // maxWarnings is how many malformed-line warnings a session prints before it only counts.
 const maxWarnings = 5
 
@@ -41,6 +45,7 @@ type session struct {
 
 	pending     atomic.Int64 // id-bearing requests without a reply yet
 	execSlots   chan struct{}
+	metaSlots   chan struct{} // metadata answers run git: a few at a time, not one per request
 	execWaiting atomic.Int64
 	prompts     chan func()
 	workers     sync.WaitGroup
@@ -59,6 +64,7 @@ type session struct {
 func Run(ctx context.Context, opts Options) (*Outcome, error) {
 	s := &session{opts: opts, lim: opts.Limits.withDefaults(), skipped: map[string]int{}}
 	s.execSlots = make(chan struct{}, s.lim.ConcurrentExecs)
+	s.metaSlots = make(chan struct{}, maxConcurrentMetadata)
 	s.prompts = make(chan func(), s.lim.PendingRequests)
 	return s.run(ctx)
 }

@@ -325,3 +325,19 @@ func TestExecTmpPrivateAndRemoved(t *testing.T) {
 	assert.NotEqual(t, float64(0), shared["code"], "the shared /tmp is not writable")
 	assert.NoFileExists(t, "/tmp/fledge-shared-tmp-probe")
 }
+
+// TestPipelinedMetadata: many metadata requests at once are all answered (they queue for
+// the few metadata slots rather than each running git at once).
+func TestPipelinedMetadata(t *testing.T) {
+	f := newFixture(t, "scripted.py", allGrants)
+	var steps []any
+	for i := 0; i < 20; i++ {
+		steps = append(steps, msg("type", "metadata", "id", fmt.Sprint("m", i), "keys", []string{"env", "git_status"}, "_pipeline", true))
+	}
+	steps = append(steps, msg("_wait_all", true))
+	_, rep := f.runScript(steps...)
+	for i := 0; i < 20; i++ {
+		v := f.reply(rep, fmt.Sprint("m", i))["value"].(map[string]any)
+		assert.Contains(t, v, "env")
+	}
+}
