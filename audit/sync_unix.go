@@ -3,6 +3,7 @@
 package audit
 
 import (
+	"runtime"
 	"fmt"
 	"os"
 
@@ -27,6 +28,9 @@ func deferredSync(f *os.File, path string) (func() error, error) {
 		}
 		done <- err
 	}()
+	// Let the flush start now, not when this goroutine next blocks: the point is to overlap
+	// it with the caller's work.
+	runtime.Gosched()
 	var res error
 	waited := false
 	return func() error {
