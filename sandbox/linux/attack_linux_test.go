@@ -28,11 +28,15 @@ func TestForkBomb(t *testing.T) {
 	spec.Limits.Pids = 64
 	spec.Limits.Timeout = 2 * time.Second
 	spec.Limits.KillGrace = 200 * time.Millisecond
-	res, _, _ := run(t, sb, spec)
+	res, _, errOut := run(t, sb, spec)
 	// Either the timeout ended it or the main shell itself hit the pids limit and gave up;
 	// both are fine as long as the limit held and nothing survived.
 	assert.True(t, res.TimedOut || res.ExitCode != 0, "result %+v", res)
-	assert.LessOrEqual(t, res.Killed, 64+1, "pids.max held")
+	// The kernel refused forks: the limit was reached and held. (Killed counts distinct
+	// pids over the whole kill sequence, in which the bomb keeps refilling its 64 slots, so
+	// it only bounds the churn, loosely.)
+	assert.Regexp(t, `(?i)cannot fork|resource temporarily unavailable`, errOut, "no fork was refused")
+	assert.LessOrEqual(t, res.Killed, 64*8, "kill sequence bounded")
 	assert.Empty(t, survivors(m))
 	// The host still runs commands.
 	res, out, _ := run(t, sb, e.spec("echo alive"))
