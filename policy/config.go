@@ -99,6 +99,7 @@ type SandboxConfig struct {
 	TimeoutMax     time.Duration
 	OutputCap      int64 // bytes per stream
 	Network        string
+	UnixSockets    string   // allow | deny (default): unix-domain sockets for confined processes
 	ReadOnly       []string // absolute, cleaned
 	ReadWrite      []string // absolute, cleaned
 	EnvAllow       []string // exact names or PREFIX_* patterns
@@ -131,6 +132,7 @@ func Default() *Config {
 			TimeoutMax:     300 * time.Second,
 			OutputCap:      10 * MiB,
 			Network:        NetworkAllow,
+			UnixSockets:    NetworkDeny,
 			Legacy:         LegacyConfined,
 		},
 		Limits: LimitsConfig{
@@ -146,6 +148,10 @@ func Default() *Config {
 
 // NetworkAllowed reports whether policy lets confined processes use the network at all.
 func (c *Config) NetworkAllowed() bool { return c.Sandbox.Network != NetworkDeny }
+
+// UnixSocketsAllowed reports whether confined processes may create unix-domain sockets
+// (off by default: docker.sock, D-Bus and systemd sockets are ways out of any sandbox).
+func (c *Config) UnixSocketsAllowed() bool { return c.Sandbox.UnixSockets == NetworkAllow }
 
 // ExecTimeout turns a requested exec timeout (seconds as sent by the plugin; nil = default)
 // into a duration, failing for values that are not positive or exceed timeout_max.
@@ -275,6 +281,7 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"timeout_max":     durationField(&s.TimeoutMax, 24*time.Hour),
 			"output_cap":      sizeField(&s.OutputCap, 1, 1*GiB, 0),
 			"network":         enumField(&s.Network, NetworkAllow, NetworkDeny),
+			"unix_sockets":    enumField(&s.UnixSockets, NetworkAllow, NetworkDeny),
 			"read_only":       p.pathsField(&s.ReadOnly),
 			"read_write":      p.pathsField(&s.ReadWrite),
 			"env_allow":       envAllowField(&s.EnvAllow),

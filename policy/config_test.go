@@ -113,7 +113,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown key is an error",
 			src:  "[sandbox]\nstirct = true\n",
-			want: `/cfg/config.toml:2: [sandbox] stirct: unknown key (known: cpu, env_allow, legacy, memory, network, output_cap, pids, read_only, read_write, strict, timeout_default, timeout_max)`,
+			want: `/cfg/config.toml:2: [sandbox] stirct: unknown key (known: cpu, env_allow, legacy, memory, network, output_cap, pids, read_only, read_write, strict, timeout_default, timeout_max, unix_sockets)`,
 			line: 2, key: "sandbox.stirct",
 		},
 		{

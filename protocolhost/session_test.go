@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -340,4 +341,20 @@ func TestPipelinedMetadata(t *testing.T) {
 		v := f.reply(rep, fmt.Sprint("m", i))["value"].(map[string]any)
 		assert.Contains(t, v, "env")
 	}
+}
+
+// TestExecCannotReachHostUnixSockets: through a real plugin's exec, a command cannot
+// connect to a unix socket of the host (a stand-in for docker.sock or the D-Bus bus).
+func TestExecCannotReachHostUnixSockets(t *testing.T) {
+	f := newFixture(t, "scripted.py", allGrants)
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer ln.Close()
+	_, rep := f.runScript(msg("type", "exec", "id", "1",
+		"command", `/usr/bin/python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("CONNECTED")' `+sock))
+	v := f.reply(rep, "1")["value"].(map[string]any)
+	assert.NotEqual(t, float64(0), v["code"])
+	assert.NotContains(t, v["stdout"], "CONNECTED")
+	assert.Contains(t, v["stderr"], "Permission denied")
 }

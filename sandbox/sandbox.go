@@ -70,7 +70,11 @@ type Spec struct {
 	Access Access
 	// Network false blocks TCP connect/bind (and, where possible, all networking).
 	Network bool
-	Limits  Limits
+	// UnixSockets allows creating unix-domain sockets. False (the default) refuses them, on
+	// Linux by seccomp: a path-based unix socket (docker.sock, D-Bus, systemd) is a way out
+	// that neither Landlock below ABI 9 nor a network namespace closes.
+	UnixSockets bool
+	Limits      Limits
 	// PrivateTmp makes a fresh private temp dir, read-write, exported as TMPDIR, removed after.
 	PrivateTmp bool
 	// Strict refuses to run (ErrUnavailable) instead of degrading when a promised restriction
@@ -142,7 +146,8 @@ type Report struct {
 	CgroupWritable bool     `json:"cgroup_writable"`
 	CgroupPath     string   `json:"cgroup_path,omitempty"`
 	UserNamespaces bool     `json:"user_namespaces"`
-	NetworkDeny    string   `json:"network_deny"` // how network=deny is enforced
+	NetworkDeny    string   `json:"network_deny"`     // how network=deny is enforced
+	UnixSocketDeny string   `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
 	TreeKill       string   `json:"tree_kill"`
 	Warnings       []string `json:"warnings,omitempty"`
 }

@@ -61,6 +61,7 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  cgroups:          %s (writable: %v) %s\n", rep.CgroupMode, rep.CgroupWritable, rep.CgroupPath)
 	fmt.Fprintf(w, "  user namespaces:  %v\n", rep.UserNamespaces)
 	fmt.Fprintf(w, "  network deny via: %s\n", rep.NetworkDeny)
+	fmt.Fprintf(w, "  unix sockets:     refused via %s\n", rep.UnixSocketDeny)
 	fmt.Fprintf(w, "  tree kill:        %s\n", rep.TreeKill)
 	fmt.Fprintf(w, "  strict policy:    %v\n", strict)
 	lim := e.cfg.ExecLimits()

@@ -53,7 +53,7 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log,
 		Stdin:  g.Streams.In,
 		Stdout: g.Streams.Out,
 		Stderr: g.Streams.Err,
-		Access: policy.LegacyAccess(paths, e.cfg), Network: e.cfg.NetworkAllowed(),
+		Access: policy.LegacyAccess(paths, e.cfg), Network: e.cfg.NetworkAllowed(), UnixSockets: e.cfg.UnixSocketsAllowed(),
 		Limits: e.cfg.PluginLimits(), PrivateTmp: true, Strict: e.cfg.Sandbox.Strict,
 	}
 	rec(audit.EventPluginStart, audit.Allow, reason.OK, map[string]any{

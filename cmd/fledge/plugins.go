@@ -353,7 +353,7 @@ func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
 			Args: []string{"sh", "-c", h.Command}, Dir: d, DirPath: dir,
 			Env:    policy.ChildEnv(os.Environ(), e.cfg.Sandbox.EnvAllow, nil),
 			Stdout: out, Stderr: out,
-			Access: policy.ExecAccess(paths, e.cfg), Network: e.cfg.NetworkAllowed(),
+			Access: policy.ExecAccess(paths, e.cfg), Network: e.cfg.NetworkAllowed(), UnixSockets: e.cfg.UnixSocketsAllowed(),
 			Limits: limits, PrivateTmp: true, Strict: e.cfg.Sandbox.Strict,
 		}
 		details := map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir}

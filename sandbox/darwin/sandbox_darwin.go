@@ -79,8 +79,8 @@ func (s *Sandbox) Report() sandbox.Report {
 		OS:          "darwin",
 		Confinement: "seatbelt",
 		CgroupMode:  "none",
-		NetworkDeny: "seatbelt",
-		TreeKill:    "pgroup",
+		NetworkDeny: "seatbelt", UnixSocketDeny: "seatbelt",
+		TreeKill: "pgroup",
 		Warnings: []string{
 			"no memory, pids or cpu limits on macOS (rlimits only)",
 			"tree kill is by process group plus a descendant sweep: an orphaned setsid child can survive",

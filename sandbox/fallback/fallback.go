@@ -60,9 +60,9 @@ func (s *Sandbox) Report() sandbox.Report {
 		OS:          runtime.GOOS,
 		Confinement: "none",
 		CgroupMode:  "none",
-		NetworkDeny: "none",
-		TreeKill:    "pgroup",
-		Warnings:    []string{"no OS sandbox: commands and plugins are not confined (strict policy refuses to run)"},
+		NetworkDeny: "none", UnixSocketDeny: "none",
+		TreeKill: "pgroup",
+		Warnings: []string{"no OS sandbox: commands and plugins are not confined (strict policy refuses to run)"},
 	}
 }
 

@@ -167,6 +167,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		CgroupPath:     s.cg.unified,
 		UserNamespaces: s.userns,
 		NetworkDeny:    s.networkDeny(),
+		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[stub.UnixSocketFilterSupported()],
 		TreeKill:       s.cg.killMethod(),
 		Warnings:       append([]string{}, s.cg.warnings...),
 	}
@@ -211,6 +212,9 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 		if !s.netns && s.abi < 4 {
 			m.Degraded = append(m.Degraded, "network deny")
 		}
+	}
+	if !spec.UnixSockets && !stub.UnixSocketFilterSupported() {
+		m.Degraded = append(m.Degraded, "unix-socket deny (no seccomp filter for this architecture)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
@@ -262,7 +266,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		env = sandbox.WithEnv(env, "TMPDIR", p.tmp)
 	}
 
-	pol := &stub.Policy{Path: spec.Path, Args: spec.Args, Env: env, NoFile: spec.Limits.NoFile}
+	pol := &stub.Policy{Path: spec.Path, Args: spec.Args, Env: env, NoFile: spec.Limits.NoFile,
+		DenyUnix: !spec.UnixSockets && stub.UnixSocketFilterSupported()}
 	if s.abi > 0 {
 		pol.Landlock = &stub.Landlock{
 			ABI:       s.abi,

@@ -136,6 +136,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 	if err := stub.DropExecCaps(); err != nil {
 		return 0, threadStep("capabilities", err)
 	}
+	if tl.pol.DenyUnix {
+		if err := stub.DenyUnixSockets(); err != nil {
+			return 0, threadStep("seccomp", err)
+		}
+	}
 	if tl.before != nil {
 		if err := sandbox.RunBeforeExec(tl.before); err != nil {
 			tl.leaveCgroups(tid)

@@ -65,6 +65,10 @@ type Policy struct {
 
 	// Landlock is the Linux filesystem/network/IPC policy; nil = none.
 	Landlock *Landlock `json:"landlock,omitempty"`
+
+	// DenyUnix refuses to create AF_UNIX sockets (seccomp, Linux): no connecting to
+	// docker.sock, D-Bus or systemd sockets.
+	DenyUnix bool `json:"deny_unix,omitempty"`
 }
 
 // Landlock is the Landlock part of a Policy. ABI is the ruleset ABI to build (the host

@@ -28,3 +28,7 @@ func applyLandlock(*Landlock) error { return errors.New("landlock exists only on
 
 // dropExecCaps: capability sets are Linux-only.
 func dropExecCaps() error { return nil }
+
+// denyUnixSockets: the Linux seccomp filter has no BSD equivalent here (Seatbelt's network
+// rules cover unix sockets on macOS).
+func denyUnixSockets() error { return errors.New("unix-socket filter exists only on Linux") }
