@@ -3,9 +3,9 @@
 package audit
 
 import (
-	"runtime"
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
