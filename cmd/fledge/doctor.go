@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 
+	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/sandbox"
 	"strings"
 
@@ -41,6 +43,7 @@ func (o *DoctorOptions) Run() error {
 			"fledge":        version,
 			"sandbox":       rep,
 			"strict":        strict,
+			"home_path":     homePATHEntries(e),
 			"strict_refuse": refuses,
 			"config_dir":    e.configDir,
 			"config_file":   e.cfg.File,
@@ -72,6 +75,11 @@ func (o *DoctorOptions) Run() error {
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
+	if hp := homePATHEntries(e); len(hp) > 0 {
+		fmt.Fprintf(w, "  note: PATH entries inside $HOME are read+execute for commands: %s\n", strings.Join(hp, ", "))
+		fmt.Fprintf(w, "        version-manager shims there (pyenv, asdf, nvm) re-exec from elsewhere in $HOME and fail\n"+
+			"        confined: add the tool's dir to [sandbox] read_only, or use a system interpreter\n")
+	}
 	if refuses {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
 	}
@@ -88,4 +96,21 @@ func limitsJSON(l sandbox.Limits) map[string]any {
 		"timeout_seconds": l.Timeout.Seconds(),
 		"kill_grace_s":    l.KillGrace.Seconds(),
 	}
+}
+
+// homePATHEntries are the PATH entries inside $HOME that commands get read+execute on.
+func homePATHEntries(e *env) []string {
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return nil
+	}
+	home = resolved(home)
+	a := policy.ExecAccess(e.paths("", "", nil), e.cfg)
+	out := []string{}
+	for _, d := range a.ReadExec {
+		if policy.Within(d, home) && d != home {
+			out = append(out, d)
+		}
+	}
+	return out
 }

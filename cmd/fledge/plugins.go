@@ -102,7 +102,7 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 	session, sb := newSessionID(), sandboxInfo(e.sb.Report())
 	if err != nil {
 		_ = log.Append(&audit.Record{
-			Session: session, Sandbox: sb,
+			Session: session, Sandbox: sb, Plugin: refusedRef(o.Source),
 			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
 			Details: map[string]any{"source": o.Source, "error": err.Error()},
 		}, true)
@@ -127,6 +127,20 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 // sandboxInfo is the sandbox part of an audit record.
 func sandboxInfo(rep sandbox.Report) *audit.SandboxInfo {
 	return &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode}
+}
+
+// refusedRef names the plugin a refused install was about, when the source is a local dir
+// whose manifest still parses, so `audit show --plugin NAME` finds refusals too.
+func refusedRef(source string) *audit.PluginRef {
+	st, err := os.Stat(source)
+	if err != nil || !st.IsDir() {
+		return nil
+	}
+	man, _, err := plugin.LoadManifest(source)
+	if err != nil || !plugin.ValidName(man.Plugin.Name) {
+		return nil
+	}
+	return &audit.PluginRef{Name: man.Plugin.Name, Version: man.Plugin.Version, Source: source, ManifestDigest: man.SHA256()}
 }
 
 func installReason(err error) string {
