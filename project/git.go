@@ -33,34 +33,58 @@ var hardening = []string{
 	"--no-pager",
 }
 
-// Git runs git in root with a timeout and bounded output.
-func Git(ctx context.Context, root string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, GitTimeout)
-	defer cancel()
-	full := append(append([]string{}, hardening...), args...)
-	cmd := exec.CommandContext(ctx, "git", full...)
-	cmd.Dir = root
-	cmd.Env = []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"GIT_TERMINAL_PROMPT=0",
-		"GIT_OPTIONAL_LOCKS=0",
-		"GIT_CONFIG_NOSYSTEM=1",
-		"HOME=/nonexistent",
-		"LC_ALL=C",
-	}
-	var out limitedBuffer
-	out.max = maxGitOutput
-	cmd.Stdout = &out
-	cmd.Stderr = nil
+// Runner runs argv (argv[0] is "git") in dir with env, returning at most maxOut bytes of
+// stdout or ErrGitOutputTooLarge. The host passes a sandboxed runner (read-only project, no
+// network); Local runs git directly, for tests and where no sandbox exists.
+type Runner func(ctx context.Context, dir string, argv, env []string, maxOut int) ([]byte, error)
+
+// gitEnv is git's whole environment: no global or system config, no prompts, no locks.
+var gitEnv = []string{
+	"PATH=/usr/local/bin:/usr/bin:/bin",
+	"GIT_TERMINAL_PROMPT=0",
+	"GIT_OPTIONAL_LOCKS=0",
+	"GIT_CONFIG_NOSYSTEM=1",
+	"GIT_CONFIG_GLOBAL=/dev/null",
+	"HOME=/nonexistent",
+	"LC_ALL=C",
+}
+
+// Local runs git as a plain child of the host (hardened by flags and env only).
+func Local(ctx context.Context, dir string, argv, env []string, maxOut int) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = env
+	out := &limitedBuffer{max: maxOut}
+	cmd.Stdout = out
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
 	if out.over {
+		return nil, ErrGitOutputTooLarge
+	}
+	return out.Bytes(), err
+}
+
+// Git runs git in root with a timeout and bounded output, directly (see Runner).
+func Git(ctx context.Context, root string, args ...string) (string, error) {
+	return GitWith(ctx, Local, root, args...)
+}
+
+// GitWith runs git through run with the hardening flags, a timeout and bounded output.
+func GitWith(ctx context.Context, run Runner, root string, args ...string) (string, error) {
+	if run == nil {
+		run = Local
+	}
+	ctx, cancel := context.WithTimeout(ctx, GitTimeout)
+	defer cancel()
+	argv := append(append([]string{"git"}, hardening...), args...)
+	out, err := run(ctx, root, argv, gitEnv, maxGitOutput)
+	if errors.Is(err, ErrGitOutputTooLarge) {
 		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), ErrGitOutputTooLarge)
 	}
 	if err != nil {
 		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
 	}
-	return out.String(), nil
+	return string(out), nil
 }
 
 type limitedBuffer struct {
@@ -85,8 +109,14 @@ type GitInfo struct {
 	RemoteURL string // raw; callers strip credentials before sending it anywhere
 }
 
-// ReadGitInfo returns nil when root is not a git work tree.
-func ReadGitInfo(ctx context.Context, root string) *GitInfo {
+// ReadGitInfo returns nil when root is not a git work tree (git run directly).
+func ReadGitInfo(ctx context.Context, root string) *GitInfo { return ReadGitInfoWith(ctx, Local, root) }
+
+// ReadGitInfoWith is ReadGitInfo with git run through run.
+func ReadGitInfoWith(ctx context.Context, run Runner, root string) *GitInfo {
+	Git := func(ctx context.Context, root string, args ...string) (string, error) {
+		return GitWith(ctx, run, root, args...)
+	}
 	inside, err := Git(ctx, root, "rev-parse", "--is-inside-work-tree")
 	if err != nil || strings.TrimSpace(inside) != "true" {
 		return nil

@@ -12,6 +12,14 @@ const GitLogLimit = 20
 // known is false for keys this package does not serve (the caller answers env and unknown
 // keys). A key that cannot be read here (no project, not a git repo, git failed) is nil.
 func Metadata(ctx context.Context, p *Info, key string) (value any, known bool) {
+	return MetadataWith(ctx, Local, p, key)
+}
+
+// MetadataWith is Metadata with git run through run.
+func MetadataWith(ctx context.Context, run Runner, p *Info, key string) (value any, known bool) {
+	Git := func(ctx context.Context, root string, args ...string) (string, error) {
+		return GitWith(ctx, run, root, args...)
+	}
 	switch key {
 	case "fledge_config", "git_tags", "git_status", "git_log":
 	default:

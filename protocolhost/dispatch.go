@@ -357,7 +357,7 @@ func (s *session) handleMetadata(m *protocol.Metadata) {
 			out[k] = env
 			continue
 		}
-		v, _ := project.Metadata(s.ctx, s.opts.Project, k)
+		v, _ := project.MetadataWith(s.ctx, s.git(), s.opts.Project, k)
 		out[k] = v // unknown keys -> null
 	}
 	s.record(audit.EventMetadata, audit.Allow, reason.OK, map[string]any{"keys": clipKeys(m.Keys)}, false)

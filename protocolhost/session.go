@@ -14,6 +14,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/pathguard"
+	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
@@ -262,6 +263,11 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		return out, fmt.Errorf("audit log: %d records could not be written", n)
 	}
 	return out, nil
+}
+
+// git is how this session runs git for metadata: confined like an exec, read-only.
+func (s *session) git() project.Runner {
+	return SandboxedGit(s.opts.Sandbox, s.opts.ExecSpec.Access)
 }
 
 func (s *session) initMessage() protocol.Init {

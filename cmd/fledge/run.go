@@ -273,7 +273,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		Args:        args,
 		Grants:      toWire(grants),
 		Project:     proj,
-		InitProject: initProject(ctx, proj),
+		InitProject: initProject(ctx, protocolhost.SandboxedGit(e.sb, policy.ExecAccess(paths, e.cfg)), proj),
 		UI:          u,
 		Sandbox:     e.sb,
 		Audit:       log,
@@ -335,12 +335,12 @@ func toWire(g policy.Grants) protocol.Capabilities {
 	return protocol.Capabilities{Exec: g.Exec, Store: g.Store, Metadata: g.Metadata, Network: g.Network, Filesystem: g.FS()}
 }
 
-func initProject(ctx context.Context, p *project.Info) *protocol.Project {
+func initProject(ctx context.Context, git project.Runner, p *project.Info) *protocol.Project {
 	if p == nil {
 		return nil
 	}
 	out := &protocol.Project{Name: p.Name, Root: p.Root, Language: p.Language}
-	if gi := project.ReadGitInfo(ctx, p.Root); gi != nil {
+	if gi := project.ReadGitInfoWith(ctx, git, p.Root); gi != nil {
 		out.Git = &protocol.GitInfo{
 			Branch: gi.Branch, Dirty: gi.Dirty, Remote: gi.Remote,
 			RemoteURL: policy.StripURLCredentials(gi.RemoteURL),
