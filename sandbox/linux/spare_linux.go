@@ -57,7 +57,13 @@ func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
 	s.spares.ready = nil
 	s.spares.mu.Unlock()
 	if sp != nil && (sp.name != spec.Name || !sameLimits(sp.limits, spec.Limits)) {
-		s.disposeSpare(sp, true)
+		// Releasing it waits for a cgroup migration; do that off this run's path.
+		old := sp
+		s.spares.pending.Add(1)
+		go func() {
+			defer s.spares.pending.Done()
+			s.disposeSpare(old, true)
+		}()
 		sp = nil
 	}
 	s.makeSpare(spec.Name, spec.Limits)
