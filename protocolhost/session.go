@@ -123,10 +123,33 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	spec.Stderr = stderrW
 
 	s.recordDegraded(spec.Strict)
+	// Audit before act, as for an exec: the start decision, with the confinement the plugin
+	// is about to get, is on disk before it runs (a denial inside the kernel leaves no fledge
+	// record, so the log keeps the profile). No record, no plugin.
+	sync, err := s.recordBeforeAct(audit.EventPluginStart, map[string]any{
+		audit.DetailCommand: s.opts.Command, "program": s.opts.Program, audit.DetailArgv: spec.Args,
+		audit.DetailCwdResolved: s.opts.PluginCwd, "grants": s.opts.Grants,
+		"profile": map[string]any{
+			"network": spec.Network, "unix_sockets": spec.UnixSockets,
+			"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
+			"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
+		},
+	})
+	if err != nil {
+		cwd.Close()
+		stdinR.Close()
+		stdoutW.Close()
+		stderrW.Close()
+		return nil, fmt.Errorf("%w: the audit log cannot record the start: %v", ErrLaunch, err)
+	}
+	spec.BeforeExec = sync
 	start := time.Now()
 	// The plugin process is not tied to ctx: interrupts go through cancel + SIGTERM + SIGKILL
 	// so it gets its grace period.
 	proc, err := s.opts.Sandbox.Start(context.Background(), &spec)
+	if sync != nil {
+		_ = sync()
+	}
 	cwd.Close()
 	stdinR.Close()
 	stdoutW.Close()
@@ -138,22 +161,12 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 			code = reason.SandboxUnavailable
 			wrapped = fmt.Errorf("%w: %v", ErrSandbox, err)
 		}
-		s.record(audit.EventPluginStart, audit.Error, code, map[string]any{
-			audit.DetailCommand: s.opts.Command, "program": s.opts.Program, audit.DetailArgv: spec.Args,
-			audit.DetailCwdResolved: s.opts.PluginCwd, "error": err.Error(),
+		// The start decision is on record; this says it did not happen.
+		s.record(audit.EventPluginExit, audit.Error, code, map[string]any{
+			audit.DetailCommand: s.opts.Command, "program": s.opts.Program, "started": false, "error": err.Error(),
 		}, true)
 		return nil, wrapped
 	}
-	s.record(audit.EventPluginStart, audit.Allow, reason.OK, map[string]any{
-		audit.DetailCommand: s.opts.Command, "program": s.opts.Program, audit.DetailArgv: spec.Args,
-		audit.DetailCwdResolved: s.opts.PluginCwd, "pid": proc.Pid(), "grants": s.opts.Grants,
-		// What the grants became: a denial inside the kernel leaves no fledge record, so the
-		// log keeps the confinement the plugin ran under.
-		"profile": map[string]any{
-			"network": spec.Network, "read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
-			"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
-		},
-	}, false)
 
 	// Stderr: forwarded live, unchanged, through our pipe: the plugin never holds our tty.
 	stderrDone := make(chan struct{})
@@ -214,7 +227,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	}
 
 	out := &Outcome{Interrupted: s.interrupted.Load(), Result: res, Malformed: int(s.malformed.Load())}
-	details := map[string]any{audit.DetailDurationMS: time.Since(start).Milliseconds()}
+	details := map[string]any{audit.DetailDurationMS: time.Since(start).Milliseconds(), "plugin_pid": proc.Pid()}
 	rc := reason.OK
 	decision := audit.Allow
 	if waitErr != nil || res == nil {

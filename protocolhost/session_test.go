@@ -290,15 +290,29 @@ func TestStateFileOutOfReach(t *testing.T) {
 // does not run and the plugin gets a refusal, not silence.
 func TestNoAuditNoExec(t *testing.T) {
 	f := newFixture(t, "scripted.py", allGrants)
-	require.NoError(t, f.opts.Audit.(*audit.Log).Close()) // the real log, unable to write
 	marker := filepath.Join(f.project, "ran")
-	steps, err := json.Marshal([]any{msg("type", "exec", "id", "1", "command", "touch "+marker)})
+	steps, err := json.Marshal([]any{
+		msg("_sleep", 1.0), // the test breaks the log meanwhile
+		msg("type", "exec", "id", "1", "command", "touch "+marker),
+	})
 	require.NoError(t, err)
 	f.opts.Args = []string{string(steps)}
-	out, err := Run(context.Background(), f.opts)
-	require.Error(t, err, "the session reports that records were lost")
-	assert.Contains(t, err.Error(), "audit log")
-	require.NotNil(t, out)
+	type result struct {
+		out *Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := Run(context.Background(), f.opts)
+		done <- result{out, err}
+	}()
+	// Once the start is on record, the log stops being writable (the real log, closed).
+	require.Eventually(t, func() bool { return len(f.findRecords(audit.EventPluginStart)) == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, f.opts.Audit.(*audit.Log).Close())
+	r := <-done
+	require.Error(t, r.err, "the session reports that records were lost")
+	assert.Contains(t, r.err.Error(), "audit log")
+	require.NotNil(t, r.out)
 	var rep scriptReport
 	lines := strings.Split(strings.TrimSpace(f.stdout.String()), "\n")
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep))
@@ -306,6 +320,17 @@ func TestNoAuditNoExec(t *testing.T) {
 	assert.EqualValues(t, 126, v["code"])
 	assert.Contains(t, v["stderr"], "audit log")
 	assert.NoFileExists(t, marker)
+}
+
+// TestNoAuditNoPlugin: a log that cannot record the start means the plugin does not run.
+func TestNoAuditNoPlugin(t *testing.T) {
+	f := newFixture(t, "exitcode.sh", allGrants)
+	require.NoError(t, f.opts.Audit.(*audit.Log).Close())
+	out, err := Run(context.Background(), f.opts)
+	require.ErrorIs(t, err, ErrLaunch)
+	assert.Contains(t, err.Error(), "audit log")
+	assert.Nil(t, out)
+	assert.NotContains(t, f.stdout.String(), "bye", "the plugin never ran")
 }
 
 // TestExecTmpPrivateAndRemoved: execs get a private TMPDIR (not the shared /tmp), can write

@@ -23,6 +23,10 @@ for step in steps:
                     replies[str(msg["id"])] = msg
         waiting = []
         continue
+    if isinstance(step, dict) and "_sleep" in step:
+        import time
+        time.sleep(step["_sleep"])
+        continue
     if isinstance(step, dict) and "_bigline" in step:
         sys.stdout.write('{"type":"output","text":"' + "x" * step["_bigline"] + '"}\n')
         sys.stdout.flush()
