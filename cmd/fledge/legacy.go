@@ -23,11 +23,15 @@ import (
 func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log, session string,
 	ref *audit.PluginRef, program string, args []string, proj *project.Info, paths policy.Paths) error {
 	rep := e.sb.Report()
+	var recErr error
 	rec := func(event string, d audit.Decision, rc reason.Code, details map[string]any, durable bool) {
-		_ = log.Append(&audit.Record{
+		err := log.Append(&audit.Record{
 			Session: session, Plugin: ref, Event: event, Decision: d, Reason: string(rc), Details: details,
 			Sandbox: &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
 		}, durable)
+		if err != nil && recErr == nil {
+			recErr = err
+		}
 	}
 	cwdPath := paths.PluginDataDir
 	if proj != nil {
@@ -39,6 +43,9 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log,
 	if e.cfg.Sandbox.Legacy == policy.LegacyUnconfined {
 		u.Warn(fmt.Sprintf("running legacy plugin %s UNCONFINED (policy legacy = \"unconfined\" in %s)", ref.Name, e.cfg.File))
 		rec(audit.EventLegacyUnconfined, audit.Allow, reason.OK, map[string]any{"program": program, "args": args}, true)
+		if recErr != nil {
+			return exitErr(ExitCannotRun, "legacy plugin %s not started: the audit log cannot record it: %v", ref.Name, recErr)
+		}
 		return runUnconfined(ctx, g, program, args, cwdPath, rec)
 	}
 	dir, err := os.Open(cwdPath)
@@ -60,6 +67,10 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log,
 		audit.DetailCommand: ref.Name, "program": program, "args": args, audit.DetailArgv: spec.Args,
 		audit.DetailCwdResolved: cwdPath, "legacy": true,
 	}, true)
+	if recErr != nil {
+		// Audit before act: no record of the start, no start.
+		return exitErr(ExitCannotRun, "legacy plugin %s not started: the audit log cannot record it: %v", ref.Name, recErr)
+	}
 	proc, err := e.sb.Start(context.Background(), spec)
 	if err != nil {
 		rc := reason.LaunchFailed
