@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 
@@ -348,6 +349,36 @@ def terminal():
         report("BLOCKED", what + ", from an exec", "no terminal: stdin is not a tty and there is no controlling terminal")
 
 
+def unix_sockets():
+    """docker.sock, the D-Bus system bus, systemd: a unix socket to any of them is a way out."""
+    what = "open a unix socket (docker.sock, D-Bus, systemd)"
+    targets = ["/var/run/docker.sock", "/run/dbus/system_bus_socket", "/run/systemd/private"]
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as e:
+        report("BLOCKED", what + ", from the plugin process", "socket(AF_UNIX): " + oserr(e))
+    else:
+        reached = []
+        for t in targets:
+            try:
+                s.connect(t)
+                reached.append(t)
+                break
+            except OSError:
+                pass
+        s.close()
+        verdict = "ESCAPED" if reached else "BLOCKED"
+        report(verdict, what + ", from the plugin process",
+               "connected to " + reached[0] if reached else "sockets can be made, but none of the targets exists here")
+    py = "import socket\ntry:\n socket.socket(socket.AF_UNIX); print('MADE')\nexcept OSError as e: print(e.strerror)"
+    res = io.exec(sh("python3", "-c", py))
+    out = (res.get("stdout") or "").strip()
+    if out == "MADE":
+        report("ESCAPED", what + ", from an exec", "a unix socket could be created")
+    else:
+        report("BLOCKED", what + ", from an exec", "socket(AF_UNIX): " + (out or why(res)))
+
+
 def plugin_daemon():
     """A daemon started by the plugin process itself; only checkable once the plugin is gone."""
     try:
@@ -387,6 +418,7 @@ fork_bomb(scoped)
 kill_host(scoped)
 kill_everything(scoped)
 terminal()
+unix_sockets()
 
 # The store capability is granted: keep the daemon pids where the user (or the demo) can
 # check, after fledge exits, that they did not survive.
