@@ -44,6 +44,7 @@ func (o *DoctorOptions) Run() error {
 			"sandbox":       rep,
 			"strict":        strict,
 			"home_path":     homePATHEntries(e),
+			"root":          os.Geteuid() == 0,
 			"strict_refuse": refuses,
 			"config_dir":    e.configDir,
 			"config_file":   e.cfg.File,
@@ -74,6 +75,11 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  config:           %s\n  audit log:        %s\n", e.configDir, e.auditPath)
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
+	if os.Geteuid() == 0 {
+		fmt.Fprintf(w, "  warning: running as root: Landlock does not govern chmod/utime/xattrs, and every system file\n"+
+			"           is root's own, so a command could change modes outside its sandbox (never contents).\n"+
+			"           Run fledge as an unprivileged user where you can.\n")
 	}
 	if hp := homePATHEntries(e); len(hp) > 0 {
 		fmt.Fprintf(w, "  note: PATH entries inside $HOME are read+execute for commands: %s\n", strings.Join(hp, ", "))
