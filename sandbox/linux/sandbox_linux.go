@@ -213,8 +213,8 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 			m.Degraded = append(m.Degraded, "network deny")
 		}
 	}
-	if !spec.UnixSockets && !stub.UnixSocketFilterSupported() {
-		m.Degraded = append(m.Degraded, "unix-socket deny (no seccomp filter for this architecture)")
+	if !stub.SeccompSupported() {
+		m.Degraded = append(m.Degraded, "seccomp filter: unix-socket and setuid-bit deny (no filter for this architecture)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))

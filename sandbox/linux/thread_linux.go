@@ -136,8 +136,8 @@ func (tl *threadLaunch) onThread() (int, error) {
 	if err := stub.DropExecCaps(); err != nil {
 		return 0, threadStep("capabilities", err)
 	}
-	if tl.pol.DenyUnix {
-		if err := stub.DenyUnixSockets(); err != nil {
+	if stub.SeccompSupported() {
+		if err := stub.InstallFilter(tl.pol.DenyUnix); err != nil {
 			return 0, threadStep("seccomp", err)
 		}
 	}

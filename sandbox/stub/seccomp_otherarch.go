@@ -2,6 +2,8 @@
 
 package stub
 
-// auditArch 0: no filter for this architecture; the sandbox reports the restriction as
-// not enforced.
+// auditArch 0: no filter for this architecture; the sandbox reports the restrictions it
+// carries as not enforced.
 const auditArch = 0
+
+var modeRules []modeRule

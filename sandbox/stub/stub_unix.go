@@ -49,10 +49,8 @@ func apply(pol *Policy) error {
 	if err := dropExecCaps(); err != nil {
 		return &StepError{Step: "capabilities", Msg: err.Error()}
 	}
-	if pol.DenyUnix {
-		if err := denyUnixSockets(); err != nil {
-			return &StepError{Step: "seccomp", Msg: err.Error()}
-		}
+	if err := seccompStep(pol.DenyUnix); err != nil {
+		return &StepError{Step: "seccomp", Msg: err.Error()}
 	}
 	// Tell the host we reached exec: a stub that dies before this point (a crash, the OOM
 	// killer) leaves the pipe empty and the host reports launch_failed, not a run.
