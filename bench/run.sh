@@ -180,6 +180,7 @@ nonl_hwm=$(mfield flood-nonl hwm_kib)
 long_hwm=$(mfield flood-long hwm_kib)
 tree_max=$(cat "$work/out/gen.txt" "$work/out/flood-nonl.txt" "$work/out/flood-long.txt" | field tree_maxrss_kib | sort -g | tail -1)
 exec_ratio=$(awk -v a="$exec_fledge" -v b="$exec_bare" 'BEGIN {printf "%.4f", a / b}')
+exec_nofsync_ratio=$(awk -v a="$exec_nofsync" -v b="$exec_bare" 'BEGIN {printf "%.4f", a / b}')
 worst_hwm=$(printf '%s\n' "$gen_hwm" "$nonl_hwm" "$long_hwm" | sort -g | tail -1)
 
 # ---- the table ------------------------------------------------------------------------------
@@ -194,6 +195,7 @@ row() { printf '| %-3s | %-46s | %-12s | %-34s | %-8s | %-16s | %-7s |\n' "$@"; 
 row "#" "figure" "fledge" "baseline (same run)" "ratio" "target / goal" "meets"
 row "---" "----------------------------------------------" "------------" "----------------------------------" "--------" "----------------" "-------"
 row 1 "exec round trip of true, median (plugin->host)" "$(fmt_ms "$exec_fledge")" "os/exec sh -c true $(fmt_ms "$exec_bare")" "$(ratio "$exec_fledge" "$exec_bare")" "<=2.5x / <=1.5x" "$(verdict "$exec_ratio" "<=" 2.5 1.5)"
+row 1a "  sandbox + protocol only (audit fsync off)" "$(fmt_ms "$exec_nofsync")" "os/exec sh -c true $(fmt_ms "$exec_bare")" "$(ratio "$exec_nofsync" "$exec_bare")" "<=2.5x / <=1.5x" "$(verdict "$exec_nofsync_ratio" "<=" 2.5 1.5)"
 row 1b "  bubblewrap, minimal (sh -c true)" "$(fmt_ms "$exec_bwrap")" "os/exec sh -c true" "$(ratio "$exec_bwrap" "$exec_bare")" "peer" "-"
 row 1c "  firejail --noprofile (sh -c true)" "$(fmt_ms "$exec_firejail")" "os/exec sh -c true" "$(ratio "$exec_firejail" "$exec_bare")" "peer" "-"
 row 2 "host throughput, $msgs output/log msgs" "$(fmt_rate "$gen_rate")" "bare pipe to cat $(fmt_rate "$raw_rate")" "$(ratio "$gen_rate" "$raw_rate")" ">=300k / >=1M" "$(verdict "$gen_rate" ">=" 300000 1000000)"

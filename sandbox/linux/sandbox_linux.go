@@ -353,6 +353,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		return nil, err
 	}
 	ok = true
+	s.spareAfterLaunch(spec)
 	go p.wait()
 	go p.watch(ctx)
 	return p, nil

@@ -47,7 +47,9 @@ func sameLimits(a, b sandbox.Limits) bool {
 	return a.MemoryBytes == b.MemoryBytes && a.Pids == b.Pids && a.CPU == b.CPU
 }
 
-// take returns the ready spare if it fits spec (nil otherwise) and starts making the next.
+// takeSpare returns the ready spare if it fits spec (nil otherwise). The next one is made
+// once this run has launched (spareAfterLaunch), so making it does not compete with the
+// launch and its audit fsync for the CPU.
 func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
 	if s.launch != LaunchThread || len(s.cg.v1) == 0 {
 		return nil // only the thread launcher joins v1 groups
@@ -66,7 +68,6 @@ func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
 		}()
 		sp = nil
 	}
-	s.makeSpare(spec.Name, spec.Limits)
 	if sp != nil {
 		s.spares.hits.Add(1)
 	}
@@ -175,4 +176,12 @@ func (s *Sandbox) closeSpares() {
 		s.disposeSpare(sp, true)
 	}
 	s.spares.pending.Wait()
+}
+
+// spareAfterLaunch starts making the next run's spare (thread launcher with v1 groups only).
+func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec) {
+	if s.launch != LaunchThread || len(s.cg.v1) == 0 || !s.cg.writable() {
+		return
+	}
+	s.makeSpare(spec.Name, spec.Limits)
 }
