@@ -34,6 +34,9 @@ const (
 	EventMalformed        = "malformed_lines"
 	EventSandboxDegraded  = "sandbox_degraded"
 	EventLegacyUnconfined = "legacy_unconfined"
+	// EventSuppressed sums up, once per session, the records of one repeated kind written
+	// past the per-session bound (so a plugin cannot fill the disk through the log).
+	EventSuppressed = "audit_suppressed"
 	// EventLogRecovered is written by the log itself when it finds a torn tail (a write cut
 	// short by a crash): it names the skipped bytes so verify can tell a crash from an edit.
 	EventLogRecovered = "log_recovered"
@@ -44,7 +47,7 @@ var Events = []string{
 	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRemove,
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
-	EventLegacyUnconfined, EventLogRecovered,
+	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,
 }
 
 // PluginRef identifies the plugin a record is about.

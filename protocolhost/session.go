@@ -59,6 +59,8 @@ type session struct {
 	sample      string // the first skipped line's error, for the malformed_lines record
 	skippedMu   sync.Mutex
 	auditErrs   atomic.Int64
+	repeatMu    sync.Mutex
+	repeats     map[string]int
 }
 
 // Run runs one plugin session to its end and returns the plugin's exit code.
@@ -256,6 +258,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		rc = reason.Cancelled
 		details["interrupted_by"], _ = s.interruptBy.Load().(string)
 	}
+	s.recordSuppressed()
 	if n := s.malformed.Load(); n > 0 {
 		s.skippedMu.Lock()
 		counts := map[string]any{}
@@ -363,10 +366,56 @@ func (s *session) record(event string, d audit.Decision, rc reason.Code, details
 	if s.opts.Audit == nil {
 		return
 	}
+	if s.suppress(event, d, rc) {
+		return
+	}
 	if err := s.opts.Audit.Append(s.newRecord(event, d, rc, details), durable); err != nil {
 		if s.auditErrs.Add(1) == 1 {
 			s.opts.UI.Warn(fmt.Sprintf("audit log write failed: %v", err))
 		}
+	}
+}
+
+// maxRepeatRecords bounds how many records one kind of repeated request (event, decision,
+// reason) writes per session; past it they are counted and summed up in one
+// audit_suppressed record at the end. A hostile plugin must not be able to fill the disk
+// through the audit log by spamming denied stores or execs. Lifecycle records and allowed
+// exec decisions are never suppressed: each of those is something that really ran.
+const maxRepeatRecords = 1000
+
+func (s *session) suppress(event string, d audit.Decision, rc reason.Code) bool {
+	switch event {
+	case audit.EventPluginStart, audit.EventPluginExit, audit.EventMalformed, audit.EventSandboxDegraded, audit.EventSuppressed:
+		return false
+	case audit.EventExecDecision, audit.EventExecOutcome:
+		if d == audit.Allow || (event == audit.EventExecOutcome && rc != reason.OK) {
+			return false // a command ran
+		}
+	}
+	key := event + "/" + string(d) + "/" + string(rc)
+	s.repeatMu.Lock()
+	defer s.repeatMu.Unlock()
+	if s.repeats == nil {
+		s.repeats = map[string]int{}
+	}
+	s.repeats[key]++
+	return s.repeats[key] > maxRepeatRecords
+}
+
+// recordSuppressed writes the session's summary of suppressed records, if any.
+func (s *session) recordSuppressed() {
+	s.repeatMu.Lock()
+	over := map[string]any{}
+	for k, n := range s.repeats {
+		if n > maxRepeatRecords {
+			over[k] = n - maxRepeatRecords
+		}
+	}
+	s.repeatMu.Unlock()
+	if len(over) > 0 {
+		s.record(audit.EventSuppressed, audit.Deny, reason.LimitExceeded, map[string]any{
+			audit.DetailLimit: "records_per_kind", audit.DetailLimitValue: maxRepeatRecords, "suppressed": over,
+		}, false)
 	}
 }
 

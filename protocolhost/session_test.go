@@ -383,3 +383,24 @@ func TestExecCannotReachHostUnixSockets(t *testing.T) {
 	assert.NotContains(t, v["stdout"], "CONNECTED")
 	assert.Contains(t, v["stderr"], "Permission denied")
 }
+
+// TestAuditSpamBounded: a plugin spamming denied requests cannot grow the audit log
+// without bound: past the per-kind bound the records are counted and summed up once.
+func TestAuditSpamBounded(t *testing.T) {
+	f := newFixture(t, "scripted.py", protocol.Capabilities{Filesystem: "none"}) // no store grant
+	const n = maxRepeatRecords + 500
+	steps := make([]any, 0, n)
+	for i := 0; i < n; i++ {
+		steps = append(steps, msg("type", "store", "key", "k", "value", "v"))
+	}
+	f.runScript(steps...)
+	stores := f.findRecords(audit.EventStore)
+	assert.Len(t, stores, maxRepeatRecords)
+	sup := f.findRecords(audit.EventSuppressed)
+	require.Len(t, sup, 1)
+	counts := sup[0].Details["suppressed"].(map[string]any)
+	assert.Equal(t, "500", fmt.Sprint(counts["store/deny/capability_not_granted"]))
+	rep, err := audit.Verify(f.auditPath)
+	require.NoError(t, err)
+	assert.True(t, rep.OK)
+}
