@@ -280,10 +280,12 @@ func (o *InfoOptions) Run() error {
 	info["plugin_process"] = map[string]any{
 		"read_write": pa.ReadWrite, "read_only": pa.ReadOnly, "read_exec": pa.ReadExec,
 		"network": en.Granted.Network && e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.PluginLimits()),
+		"unix_sockets": e.cfg.UnixSocketsAllowed(),
 	}
 	info["exec"] = map[string]any{
 		"allowed": en.Granted.Exec, "read_write": xa.ReadWrite, "read_only": xa.ReadOnly, "read_exec": xa.ReadExec,
 		"network": e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
+		"unix_sockets": e.cfg.UnixSocketsAllowed(),
 	}
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, info)
