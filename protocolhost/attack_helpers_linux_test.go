@@ -1,7 +1,6 @@
 package protocolhost
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/internal/testutil"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,22 +52,8 @@ func notSelf(m string) string { return m[:len(m)-1] + "[" + m[len(m)-1:] + "]" }
 // command starts may match a scan.
 func spell(m string) string { return `"` + m[:len(m)-2] + `""` + m[len(m)-2:] + `"` }
 
-// survivors lists live processes whose command line contains m (a zombie's is empty).
-func survivors(m string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(m)) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+// survivors lists live processes whose command line contains m.
+func survivors(m string) []int { return testutil.ProcessesMatching(m) }
 
 // secrets are planted where a plugin must never reach: keys in the fake home, the fledge
 // config dir, another installed plugin's state. Each value is unique to the test.

@@ -1,16 +1,16 @@
 package protocolhost
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/fledgehq/fledge/internal/testutil"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/policy"
@@ -22,23 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// syncBuffer is a bytes.Buffer safe for the session's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is safe for concurrent writers (shared test helper).
+type syncBuffer = testutil.SyncBuffer
 
 // memStore is the StateStore for tests that do not exercise the file-backed store.
 type fixture struct {

@@ -141,9 +141,7 @@ func newBenchEnv(b *testing.B, pluginBin string, fsync audit.FsyncPolicy) *bench
 // run runs one session and decodes the plugin's last output line (its report) into v.
 func (e *benchEnv) run(b *testing.B, v any, args ...string) {
 	b.Helper()
-	e.stdout.mu.Lock()
-	e.stdout.b.Reset()
-	e.stdout.mu.Unlock()
+	e.stdout.Reset()
 	opts := e.opts
 	opts.Args = args
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -10,29 +9,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fledgehq/fledge/internal/testutil"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func ptr[T any](v T) *T { return &v }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writers a UI has.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is safe for concurrent writers (shared test helper).
+type syncBuffer = testutil.SyncBuffer
 
 func newPiped(t *testing.T, opts Options) (UI, *syncBuffer, *syncBuffer) {
 	t.Helper()

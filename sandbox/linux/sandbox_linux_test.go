@@ -136,22 +136,8 @@ func marker(t *testing.T) string {
 	return fmt.Sprintf("fledge-marker-%d-%s", time.Now().UnixNano(), randomID())
 }
 
-// survivors lists processes whose command line contains m.
-func survivors(m string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(m)) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+// survivors lists live processes whose command line contains m.
+func survivors(m string) []int { return testutil.ProcessesMatching(m) }
 
 func TestExitCodesAndSignals(t *testing.T) {
 	sb := newSandbox(t, Options{})
