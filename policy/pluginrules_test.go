@@ -39,3 +39,14 @@ func TestPluginDirRulesLeaveOutHostFiles(t *testing.T) {
 		})
 	}
 }
+
+func TestGitAccessIsReadOnly(t *testing.T) {
+	p := Paths{ProjectRoot: "/work/proj", PluginDir: "/c/plugins/p", PluginDataDir: "/c/plugins/p/data", ConfigDir: "/c", StateDir: "/s"}
+	a := GitAccess(p)
+	assert.Contains(t, a.ReadOnly, "/work/proj")
+	assert.Equal(t, DeviceReadWrite, a.ReadWrite, "nothing writable but the harmless devices")
+	for _, x := range append(append(a.ReadExec, a.ReadOnly...), a.ReadWrite...) {
+		assert.NotContains(t, x, "/c/plugins", "no plugin dir")
+	}
+	assert.Contains(t, a.Deny, "/c")
+}

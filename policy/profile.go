@@ -235,6 +235,15 @@ func PluginAccess(p Paths, g Grants, c *Config) sandbox.Access {
 	return a
 }
 
+// GitAccess is the profile of fledge's own git calls on the project (init's git info,
+// metadata answers): system paths and /etc to run git, the project read-only, nothing
+// writable but the harmless devices; no plugin dir, no policy extras.
+func GitAccess(p Paths) sandbox.Access {
+	a, _ := baseAccess(p)
+	a.ReadOnly = addIf(a.ReadOnly, p.ProjectRoot)
+	return a
+}
+
 // LegacyAccess is the profile of a legacy (non-protocol) plugin run as a whole program under
 // legacy = "confined": read-write on the project and its data dir, read+execute on system
 // paths, PATH entries and its own dir, policy extras as for exec.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/fledgehq/fledge/internal/capbuf"
@@ -13,34 +12,22 @@ import (
 )
 
 // SandboxedGit runs the host's own git calls (init's git info, metadata answers) under the
-// sandbox: the project read-only, no network, no unix sockets, limits, whole-tree kill.
-// The repository is as untrusted as the plugin (it may come with the plugin's help), and
-// git parsing a hostile repo is attack surface; flags and env alone (project.GitWith)
-// stop repo-configured programs, confinement stops the rest. base supplies the system
-// read/exec paths and the Deny list (an exec profile).
-func SandboxedGit(sb sandbox.Sandbox, base sandbox.Access) project.Runner {
+// sandbox with access (policy.GitAccess: the project read-only, nothing writable), no
+// network, no unix sockets, limits and whole-tree kill. The repository is as untrusted as
+// the plugin, and git parsing a hostile repo is attack surface: flags and env alone
+// (project.GitWith) stop repo-configured programs, confinement stops the rest.
+func SandboxedGit(sb sandbox.Sandbox, access sandbox.Access) project.Runner {
 	return func(ctx context.Context, dir string, argv, env []string, maxOut int) ([]byte, error) {
 		d, err := os.Open(dir)
 		if err != nil {
 			return nil, err
 		}
 		defer d.Close()
-		var rw []string
-		for _, p := range base.ReadWrite {
-			if strings.HasPrefix(p, "/dev/") {
-				rw = append(rw, p) // /dev/null and friends only
-			}
-		}
 		out := capbuf.New(maxOut)
 		spec := &sandbox.Spec{
 			Kind: sandbox.KindExec, Name: "git", Path: argv[0], Args: argv,
 			Dir: d, DirPath: dir, Env: env, Stdout: out,
-			Access: sandbox.Access{
-				ReadOnly:  append(append([]string{}, base.ReadOnly...), dir),
-				ReadExec:  base.ReadExec,
-				ReadWrite: rw,
-				Deny:      base.Deny,
-			},
+			Access: access,
 			Limits: sandbox.Limits{MemoryBytes: 512 << 20, Pids: 32, Timeout: project.GitTimeout, KillGrace: time.Second},
 		}
 		if dl, ok := ctx.Deadline(); ok {

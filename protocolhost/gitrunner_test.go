@@ -17,7 +17,7 @@ func TestSandboxedGitIsConfined(t *testing.T) {
 	f := newFixture(t, "scripted.py", allGrants)
 	require.NoError(t, os.MkdirAll(filepath.Join(f.home, ".ssh"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(f.home, ".ssh", "id_rsa"), []byte("KEY-MATERIAL"), 0o600))
-	run := SandboxedGit(f.opts.Sandbox, f.opts.ExecSpec.Access)
+	run := SandboxedGit(f.opts.Sandbox, f.opts.GitAccess)
 	env := []string{"PATH=/usr/bin:/bin"}
 
 	out, err := run(context.Background(), f.project, []string{"sh", "-c", "cat fledge.toml"}, env, 1<<20)

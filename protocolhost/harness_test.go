@@ -114,6 +114,7 @@ func newFixture(t *testing.T, pluginFile string, grants protocol.Capabilities) *
 			Limits:  cfg.ExecLimits(),
 		},
 		ExecRoots:   []string{f.project, f.pluginDir},
+		GitAccess:   policy.GitAccess(paths),
 		MetadataEnv: policy.MetadataEnv(environ, nil),
 		Limits:      Limits{CancelGrace: 300 * time.Millisecond, KillAfter: time.Second, PromptTimeout: 5 * time.Second},
 	}

@@ -130,6 +130,8 @@ type Options struct {
 
 	// ExecSpec carries Access, Env, Network, Limits (without Timeout), Strict for execs.
 	ExecSpec sandbox.Spec
+	// GitAccess is the profile of the host's own git calls on the project (metadata).
+	GitAccess sandbox.Access
 	// ExecRoots are the allowed cwd roots; ExecRoots[0] is the base for relative cwds.
 	ExecRoots []string
 

@@ -283,7 +283,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 
 // git is how this session runs git for metadata: confined like an exec, read-only.
 func (s *session) git() project.Runner {
-	return SandboxedGit(s.opts.Sandbox, s.opts.ExecSpec.Access)
+	return SandboxedGit(s.opts.Sandbox, s.opts.GitAccess)
 }
 
 func (s *session) initMessage() protocol.Init {
