@@ -10,8 +10,9 @@ import (
 // ErrSkipped matches (errors.Is) every *LineError: the line was dropped and the stream goes on.
 var ErrSkipped = errors.New("protocol: line skipped")
 
-// ErrLineTooLong is returned by Writer.Send when one encoded message exceeds the writer's bound.
-var ErrLineTooLong = errors.New("protocol: encoded message exceeds the line limit")
+// ErrLineTooLong: a line over the bound, either way: Writer.Send refuses to encode it, and a
+// reader's *LineError of kind TooLong matches it (the line was consumed and dropped).
+var ErrLineTooLong = errors.New("protocol: line exceeds the line limit")
 
 // ErrNotObject is returned by Writer.Send for a value that does not encode to a JSON object.
 var ErrNotObject = errors.New("protocol: message does not encode to a JSON object")
@@ -89,8 +90,11 @@ func (e *LineError) Error() string {
 	return prefix + e.Detail
 }
 
-// Is makes errors.Is(err, ErrSkipped) true for every LineError.
-func (e *LineError) Is(target error) bool { return target == ErrSkipped }
+// Is makes errors.Is(err, ErrSkipped) true for every LineError, and errors.Is(err,
+// ErrLineTooLong) for one of kind TooLong.
+func (e *LineError) Is(target error) bool {
+	return target == ErrSkipped || (target == ErrLineTooLong && e.Kind == TooLong)
+}
 
 // quoteForLog quotes plugin-controlled text for a log line: escapes make terminal control
 // sequences harmless and the cap keeps a hostile type name from flooding the log.

@@ -474,9 +474,9 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	// prepared; the command starts only once it is on disk. No record, no command.
 	sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
 	if err != nil {
-		s.auditErrs.Add(1)
 		s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", err))
-		s.execRefuse(m.ID, 126, reason.LaunchFailed, "exec refused: the audit log cannot record it: "+err.Error())
+		// The plugin is told what happened, not the host's internal error text.
+		s.execRefuse(m.ID, 126, reason.LaunchFailed, "exec refused: the audit log cannot record it")
 		return
 	}
 	spec.BeforeExec = sync

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/sandbox"
@@ -140,12 +141,19 @@ type Options struct {
 
 	// Signals delivers SIGINT/SIGTERM (nil: no signal handling).
 	Signals <-chan os.Signal
+
+	// Recorder writes this session's audit records; nil makes one from Audit, SessionID
+	// and Plugin.
+	Recorder *core.Recorder
+	// StartDetails are added to the plugin_start record (e.g. the runtime of the plugin).
+	StartDetails map[string]any
 }
 
 // Outcome says how a session ended.
 type Outcome struct {
 	ExitCode    int
 	Interrupted bool
+	StoppedBy   string // why fledge stopped the plugin ("" if it ended by itself)
 	Result      *sandbox.Result
 	Malformed   int
 }

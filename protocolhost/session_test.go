@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/protocol"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -388,14 +389,14 @@ func TestExecCannotReachHostUnixSockets(t *testing.T) {
 // without bound: past the per-kind bound the records are counted and summed up once.
 func TestAuditSpamBounded(t *testing.T) {
 	f := newFixture(t, "scripted.py", protocol.Capabilities{Filesystem: "none"}) // no store grant
-	const n = maxRepeatRecords + 500
+	const n = core.MaxRepeatRecords + 500
 	steps := make([]any, 0, n)
 	for i := 0; i < n; i++ {
 		steps = append(steps, msg("type", "store", "key", "k", "value", "v"))
 	}
 	f.runScript(steps...)
 	stores := f.findRecords(audit.EventStore)
-	assert.Len(t, stores, maxRepeatRecords)
+	assert.Len(t, stores, core.MaxRepeatRecords)
 	sup := f.findRecords(audit.EventSuppressed)
 	require.Len(t, sup, 1)
 	counts := sup[0].Details["suppressed"].(map[string]any)

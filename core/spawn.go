@@ -1,0 +1,355 @@
+// Package core is the session core every plugin protocol shares: it starts the plugin
+// process under the sandbox profile policy built, with "audit before act"; pumps its stderr;
+// runs the cancel, SIGTERM, SIGKILL ladder; and records how the session ended, through one
+// Recorder per session. A protocol adapter (protocolhost for fledge-v1, the legacy runner,
+// and the others) only reads and writes its messages and decides what each one means.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+var (
+	// ErrLaunch: the plugin could not be started.
+	ErrLaunch = errors.New("plugin could not be started")
+	// ErrSandbox: a strict policy refused to run without full confinement.
+	ErrSandbox = errors.New("sandbox unavailable")
+	// ErrAudit: the audit log could not record the start, so nothing was started.
+	ErrAudit = errors.New("the audit log cannot record the start")
+)
+
+// Ladder is how a session ends a plugin that was told to stop: the protocol's cancel
+// first, SIGTERM after CancelGrace, SIGKILL (the whole tree) after KillAfter.
+type Ladder struct {
+	CancelGrace time.Duration
+	KillAfter   time.Duration
+}
+
+// DefaultLadder is the spec's: SIGTERM 5 s after cancel, SIGKILL after 10 s.
+var DefaultLadder = Ladder{CancelGrace: 5 * time.Second, KillAfter: 10 * time.Second}
+
+// SpawnOptions say what to start and how.
+type SpawnOptions struct {
+	Sandbox sandbox.Sandbox
+	// Spec is the plugin's sandbox profile with Kind, Name, Path and Args set. Dir and
+	// DirPath are set from Cwd. With Pipes, Stdin and Stdout are set by Spawn.
+	Spec sandbox.Spec
+	Cwd  string
+	// Pipes connects the plugin's stdin and stdout to Proc.Stdin and Proc.Stdout (every
+	// protocol adapter). Without it Spec.Stdin/Stdout are used as given (legacy plugins).
+	Pipes bool
+	// Stderr receives the plugin's stderr, forwarded live through a pipe (the plugin never
+	// holds the caller's terminal). Nil discards it.
+	Stderr   io.Writer
+	Recorder *Recorder
+	// StartDetails go into the plugin_start record, beside the program, argv, cwd and the
+	// profile, which Spawn adds.
+	StartDetails map[string]any
+	Ladder       Ladder
+	// DrainTimeout bounds how long Finish waits for stderr after the plugin exited.
+	DrainTimeout time.Duration
+}
+
+// Proc is a started plugin process.
+type Proc struct {
+	Stdin  io.WriteCloser // nil without Pipes
+	Stdout io.ReadCloser  // nil without Pipes
+
+	proc   sandbox.Process
+	rec    *Recorder
+	ladder Ladder
+	drain  time.Duration
+	start  time.Time
+
+	done       chan struct{}
+	res        *sandbox.Result
+	waitErr    error
+	stderrR    *os.File
+	stderrDone chan struct{}
+
+	stopMu    sync.Mutex
+	stopped   bool
+	stopBy    string
+	userStop  bool
+	stopTimer []*time.Timer
+}
+
+// Spawn starts the plugin. The plugin_start decision, with the profile the plugin is about
+// to get, is durable before it runs: no record, no plugin. A start that fails after that is
+// recorded as a plugin_exit with started=false.
+func Spawn(o SpawnOptions) (*Proc, error) {
+	if o.Ladder.CancelGrace <= 0 || o.Ladder.KillAfter <= 0 {
+		o.Ladder = DefaultLadder
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 5 * time.Second
+	}
+	rec := o.Recorder
+	if rec == nil {
+		rec = NewRecorder(nil, "", nil, sandbox.Report{}, nil)
+	}
+	spec := o.Spec
+	var closeAfter []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	p := &Proc{rec: rec, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+	var keep []*os.File
+	if o.Pipes {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			closeAll([]*os.File{inR, inW})
+			return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+		}
+		spec.Stdin, spec.Stdout = inR, outW
+		closeAfter = append(closeAfter, inR, outW)
+		keep = append(keep, inW, outR)
+		p.Stdin, p.Stdout = inW, outR
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(closeAfter)
+		closeAll(keep)
+		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+	}
+	spec.Stderr = errW
+	closeAfter = append(closeAfter, errW)
+	keep = append(keep, errR)
+	p.stderrR = errR
+
+	cwd, err := os.Open(o.Cwd)
+	if err != nil {
+		closeAll(closeAfter)
+		closeAll(keep)
+		return nil, fmt.Errorf("%w: working directory: %w", ErrLaunch, err)
+	}
+	closeAfter = append(closeAfter, cwd)
+	spec.Dir, spec.DirPath = cwd, o.Cwd
+
+	rep := o.Sandbox.Report()
+	rec.Degraded(rep, spec.Strict)
+	details := map[string]any{
+		"program": spec.Path, audit.DetailArgv: spec.Args, audit.DetailCwdResolved: o.Cwd,
+		"profile": ProfileDetails(&spec),
+	}
+	for k, v := range o.StartDetails {
+		details[k] = v
+	}
+	sync, err := rec.BeforeAct(audit.EventPluginStart, details)
+	if err != nil {
+		closeAll(closeAfter)
+		closeAll(keep)
+		return nil, fmt.Errorf("%w: %w: %w", ErrLaunch, ErrAudit, err)
+	}
+	spec.BeforeExec = sync
+	p.start = time.Now()
+	// The plugin is not tied to a context: ending it goes through the ladder, so it gets
+	// its grace period.
+	proc, err := o.Sandbox.Start(context.Background(), &spec)
+	if sync != nil {
+		_ = sync()
+	}
+	closeAll(closeAfter)
+	if err != nil {
+		closeAll(keep)
+		code := reason.LaunchFailed
+		wrapped := fmt.Errorf("%w: %w", ErrLaunch, err)
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			code = reason.SandboxUnavailable
+			wrapped = fmt.Errorf("%w: %w", ErrSandbox, err)
+		}
+		// The start decision is on record; this says it did not happen.
+		rec.Record(audit.EventPluginExit, audit.Error, code, map[string]any{
+			"program": spec.Path, "started": false, "error": err.Error(),
+		}, true)
+		return nil, wrapped
+	}
+	p.proc = proc
+	go func() {
+		defer close(p.stderrDone)
+		dst := o.Stderr
+		if dst == nil {
+			dst = io.Discard
+		}
+		buf := make([]byte, 32<<10)
+		_, _ = io.CopyBuffer(dst, errR, buf)
+	}()
+	go func() {
+		p.res, p.waitErr = proc.Wait()
+		p.stopMu.Lock()
+		for _, t := range p.stopTimer {
+			t.Stop()
+		}
+		p.stopMu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// ProfileDetails is the part of a plugin_start record that says what the plugin may reach.
+func ProfileDetails(spec *sandbox.Spec) map[string]any {
+	return map[string]any{
+		"network": spec.Network, "unix_sockets": spec.UnixSockets,
+		"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
+		"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
+	}
+}
+
+// Pid of the plugin process.
+func (p *Proc) Pid() int { return p.proc.Pid() }
+
+// Done is closed once the plugin and every process of its tree are gone.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Signal sends sig to the plugin's main process.
+func (p *Proc) Signal(sig os.Signal) error { return p.proc.Signal(sig) }
+
+// Kill ends the plugin's whole tree now.
+func (p *Proc) Kill() error { return p.proc.Kill() }
+
+// Stop runs the ladder: notify (the protocol's cancel, run in its own goroutine so a
+// plugin that stopped reading cannot block the escalation), SIGTERM after CancelGrace,
+// SIGKILL after KillAfter. by names the cause for the plugin_exit record; userInterrupt
+// marks a Ctrl+C/SIGTERM of the user (exit status 130). A second Stop kills at once.
+func (p *Proc) Stop(by string, userInterrupt bool, notify func()) {
+	p.stopMu.Lock()
+	defer p.stopMu.Unlock()
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	if p.stopped {
+		_ = p.proc.Kill()
+		return
+	}
+	p.stopped, p.stopBy, p.userStop = true, by, userInterrupt
+	if notify != nil {
+		go notify()
+	}
+	p.stopTimer = append(p.stopTimer,
+		time.AfterFunc(p.ladder.CancelGrace, func() { _ = p.proc.Signal(syscall.SIGTERM) }),
+		time.AfterFunc(p.ladder.KillAfter, func() { _ = p.proc.Kill() }))
+}
+
+// Stopping reports whether Stop was called.
+func (p *Proc) Stopping() bool {
+	p.stopMu.Lock()
+	defer p.stopMu.Unlock()
+	return p.stopped
+}
+
+// WatchSignals turns SIGINT/SIGTERM from sigs into Stop(signal, user interrupt, notify)
+// until the plugin is gone or done is closed; a second signal kills at once.
+func (p *Proc) WatchSignals(sigs <-chan os.Signal, done <-chan struct{}, notify func()) {
+	if sigs == nil {
+		return
+	}
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-done:
+			return
+		case sig := <-sigs:
+			p.Stop(sig.String(), true, notify)
+		}
+	}
+}
+
+// Exit is how a plugin session ended.
+type Exit struct {
+	Code        int // the plugin's exit status; 130 after a user interrupt; 126 when unknown
+	Interrupted bool
+	StoppedBy   string // the cause given to Stop, "" if the plugin ended by itself
+	Result      *sandbox.Result
+}
+
+// Wait waits for the plugin to be gone and returns its result.
+func (p *Proc) Wait() (*sandbox.Result, error) {
+	<-p.done
+	return p.res, p.waitErr
+}
+
+// Finish waits for the plugin to be gone, drains its stderr (bounded), writes the
+// session's suppression summary and its plugin_exit record (with extra details), and says
+// how it ended.
+func (p *Proc) Finish(extra map[string]any) *Exit {
+	<-p.done
+	select {
+	case <-p.stderrDone:
+	case <-time.After(p.drain):
+		p.stderrR.Close()
+		<-p.stderrDone
+	}
+	p.stderrR.Close()
+	if p.Stdout != nil {
+		p.Stdout.Close()
+	}
+	if p.Stdin != nil {
+		p.Stdin.Close()
+	}
+	p.stopMu.Lock()
+	by, user := p.stopBy, p.userStop
+	p.stopMu.Unlock()
+
+	ex := &Exit{Result: p.res, StoppedBy: by, Interrupted: user}
+	details := map[string]any{audit.DetailDurationMS: time.Since(p.start).Milliseconds(), "plugin_pid": p.proc.Pid()}
+	rc, decision := reason.OK, audit.Allow
+	res := p.res
+	if p.waitErr != nil || res == nil {
+		ex.Code, rc, decision = 126, reason.Crashed, audit.Error
+		if p.waitErr != nil {
+			details["error"] = p.waitErr.Error()
+		}
+	} else {
+		ex.Code = res.ExitCode
+		details[audit.DetailExitCode] = res.ExitCode
+		details[audit.DetailSignal] = res.Signal
+		if res.Signal != "" {
+			rc = reason.Crashed
+		}
+		if res.TimedOut {
+			rc = reason.Timeout
+		}
+		if res.OOMKilled {
+			rc = reason.OOMKilled
+		}
+		details[audit.DetailOOMKilled] = res.OOMKilled
+		details[audit.DetailProcsKilled] = res.Killed
+		details[audit.DetailPeakMemory] = res.PeakMemory
+	}
+	switch {
+	case user:
+		ex.Code, rc = 130, reason.Cancelled
+		details["interrupted_by"] = by
+	case by != "":
+		details["stopped_by"] = by
+		if by == string(reason.Timeout) && rc != reason.OOMKilled {
+			rc = reason.Timeout
+		}
+	}
+	for k, v := range extra {
+		details[k] = v
+	}
+	p.rec.Close()
+	p.rec.Record(audit.EventPluginExit, decision, rc, details, true)
+	return ex
+}
