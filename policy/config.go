@@ -153,20 +153,10 @@ func (c *Config) NetworkAllowed() bool { return c.Sandbox.Network != NetworkDeny
 // (off by default: docker.sock, D-Bus and systemd sockets are ways out of any sandbox).
 func (c *Config) UnixSocketsAllowed() bool { return c.Sandbox.UnixSockets == NetworkAllow }
 
-// ExecTimeout turns a requested exec timeout (seconds as sent by the plugin; nil = default)
-// into a duration, failing for values that are not positive or exceed timeout_max.
-func (c *Config) ExecTimeout(seconds *float64) (time.Duration, error) {
-	if seconds == nil {
-		return c.Sandbox.TimeoutDefault, nil
-	}
-	s := *seconds
-	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 {
-		return 0, fmt.Errorf("timeout must be a positive number of seconds, got %v", s)
-	}
-	if s > c.Sandbox.TimeoutMax.Seconds() {
-		return 0, fmt.Errorf("timeout %vs exceeds the maximum of %s", s, c.Sandbox.TimeoutMax)
-	}
-	return time.Duration(s * float64(time.Second)), nil
+// ExecTimeout applies the exec timeout rule (see the package func ExecTimeout) with this
+// policy's timeout_default and timeout_max.
+func (c *Config) ExecTimeout(seconds *float64) (time.Duration, bool, error) {
+	return ExecTimeout(seconds, c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
 }
 
 // Load reads <configDir>/config.toml. A missing file gives Default(); anything wrong with

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -288,17 +289,25 @@ func TestParseSize(t *testing.T) {
 func TestExecTimeout(t *testing.T) {
 	c := Default()
 	f := func(v float64) *float64 { return &v }
-	d, err := c.ExecTimeout(nil)
-	require.NoError(t, err)
-	assert.Equal(t, 30*time.Second, d)
-	d, err = c.ExecTimeout(f(2.5))
-	require.NoError(t, err)
-	assert.Equal(t, 2500*time.Millisecond, d)
-	d, err = c.ExecTimeout(f(300))
-	require.NoError(t, err)
-	assert.Equal(t, 300*time.Second, d)
-	for _, bad := range []float64{0, -1, 301} {
-		_, err = c.ExecTimeout(f(bad))
+	for _, tc := range []struct {
+		in      *float64
+		want    time.Duration
+		clamped bool
+	}{
+		{nil, 30 * time.Second, false},
+		{f(2.5), 2500 * time.Millisecond, false},
+		{f(300), 300 * time.Second, false},
+		// Above timeout_max: clamped, as the reference host does, not refused.
+		{f(301), 300 * time.Second, true},
+		{f(600), 300 * time.Second, true},
+	} {
+		d, clamped, err := c.ExecTimeout(tc.in)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, d)
+		assert.Equal(t, tc.clamped, clamped)
+	}
+	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		_, _, err := c.ExecTimeout(f(bad))
 		assert.Error(t, err, bad)
 	}
 }

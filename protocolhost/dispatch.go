@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,6 +13,7 @@ import (
 	"github.com/fledgehq/fledge/internal/capbuf"
 	"github.com/fledgehq/fledge/pathguard"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/reason"
@@ -385,26 +385,19 @@ func (s *session) startExec(m *protocol.Exec) {
 		s.execRefuse(m.ID, 126, reason.CapabilityNotGranted, fmt.Sprintf("exec denied: plugin %q was not granted the exec capability", s.opts.Plugin.Name))
 		return
 	}
-	timeout := s.lim.ExecTimeoutDefault
-	if m.Timeout != nil {
-		t := *m.Timeout
-		switch {
-		case math.IsNaN(t) || math.IsInf(t, 0) || t <= 0:
-			s.record(audit.EventExecDecision, audit.Deny, reason.MalformedMessage, base, true)
-			s.execRefuse(m.ID, 126, reason.MalformedMessage, fmt.Sprintf("exec refused: timeout must be a positive number of seconds, got %v", t))
-			return
-		case t > s.lim.ExecTimeoutMax.Seconds():
-			base[audit.DetailLimit], base[audit.DetailLimitValue] = "exec_timeout_max", s.lim.ExecTimeoutMax.Seconds()
-			base["timeout_s"] = t
-			s.record(audit.EventExecDecision, audit.Deny, reason.LimitExceeded, base, true)
-			s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
-				audit.DetailLimit: "exec_timeout_max", audit.DetailLimitValue: s.lim.ExecTimeoutMax.Seconds(),
-				"requested": t, audit.DetailCommand: clip(m.Command),
-			}, false)
-			s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: timeout %vs exceeds the maximum of %vs", t, s.lim.ExecTimeoutMax.Seconds()))
-			return
-		}
-		timeout = time.Duration(t * float64(time.Second))
+	// One timeout rule for every protocol (policy.ExecTimeout): above timeout_max the
+	// request is clamped and still runs, as with the reference host; the reply and the
+	// decision record say so.
+	timeout, clamped, err := policy.ExecTimeout(m.Timeout, s.lim.ExecTimeoutDefault, s.lim.ExecTimeoutMax)
+	if err != nil {
+		s.record(audit.EventExecDecision, audit.Deny, reason.MalformedMessage, base, true)
+		s.execRefuse(m.ID, 126, reason.MalformedMessage, "exec refused: "+err.Error())
+		return
+	}
+	if clamped {
+		base["timeout_requested_s"] = *m.Timeout
+		base["timeout_clamped"] = true
+		base[audit.DetailLimit], base[audit.DetailLimitValue] = "exec_timeout_max", s.lim.ExecTimeoutMax.Seconds()
 	}
 	if waiting := s.execWaiting.Add(1); waiting > int64(s.lim.ConcurrentExecs+s.lim.ExecQueue) {
 		s.execWaiting.Add(-1)
@@ -526,6 +519,9 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	if rc != reason.OK {
 		out.Reason = string(rc)
 		decision = audit.Error
+	}
+	if details["timeout_clamped"] == true {
+		out.Stderr += fmt.Sprintf("\nfledge: the requested timeout of %vs was clamped to the maximum of %s\n", details["timeout_requested_s"], timeout)
 	}
 	// The reply goes first: the plugin's round trip does not wait for the outcome record,
 	// which still lands before the session's plugin_exit record (workers are waited for).

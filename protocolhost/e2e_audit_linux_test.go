@@ -68,7 +68,10 @@ func TestE2EAuditEveryEventKind(t *testing.T) {
 	require.Equal(t, 0, out.ExitCode)
 	assert.EqualValues(t, 3, f.reply(rep, "x1")["value"].(map[string]any)["code"])
 	assert.EqualValues(t, 124, f.reply(rep, "x2")["value"].(map[string]any)["code"])
-	assert.Equal(t, "limit_exceeded", f.reply(rep, "x3")["value"].(map[string]any)["reason"])
+	// A timeout over timeout_max is clamped and the command runs (issue 19), saying so.
+	x3 := f.reply(rep, "x3")["value"].(map[string]any)
+	assert.EqualValues(t, 0, x3["code"])
+	assert.Contains(t, x3["stderr"], "clamped to the maximum of 5s")
 	assert.Equal(t, "path_escape", f.reply(rep, "x4")["value"].(map[string]any)["reason"])
 	assert.Equal(t, "cancel", f.reply(rep, "p2")["type"])
 	assert.Contains(t, f.stderr.String(), "store", "a refused store is warned about")
@@ -181,7 +184,14 @@ func TestE2EAuditEveryEventKind(t *testing.T) {
 		limits[fmt.Sprint(r.Details[audit.DetailLimit])] = true
 	}
 	assert.True(t, limits["line_max"], "line over line_max: %v", limits)
-	assert.True(t, limits["exec_timeout_max"], "exec timeout over the max: %v", limits)
+	clamped := false
+	for _, r := range f.findRecords(audit.EventExecDecision) {
+		if r.Details[audit.DetailCommand] == "true" {
+			clamped = clamped || r.Decision == audit.Allow && r.Details["timeout_clamped"] == true &&
+				fmt.Sprint(r.Details["timeout_requested_s"]) == "60" && fmt.Sprint(r.Details["timeout_s"]) == "5"
+		}
+	}
+	assert.True(t, clamped, "the exec over timeout_max is allowed, recorded as clamped to 5 s")
 	storeLimit := false
 	for _, r := range f.findRecords(audit.EventStore) {
 		if r.Reason == string(reason.LimitExceeded) {

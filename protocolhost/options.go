@@ -9,6 +9,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/sandbox"
@@ -21,75 +22,40 @@ type StateStore interface {
 	Set(key, value string) error
 }
 
-// Limits bound one session. Zero values take the defaults from DefaultLimits.
-type Limits struct {
-	LineMax            int           // bytes per protocol line from the plugin
-	ConcurrentExecs    int           // execs running at once
-	ExecQueue          int           // execs waiting for a slot; past it, an error reply
-	PendingRequests    int           // id-bearing requests in flight
-	PromptTimeout      time.Duration // unanswered prompt -> cancel "timeout"
-	ExecTimeoutDefault time.Duration
-	ExecTimeoutMax     time.Duration
-	OutputCap          int           // bytes kept per exec stream
-	CancelGrace        time.Duration // cancel -> SIGTERM
-	KillAfter          time.Duration // cancel -> SIGKILL
-	DrainTimeout       time.Duration // after the plugin exits, how long workers may take to finish
-}
+// Limits bound one session (policy.SessionLimits). Zero values take the policy defaults.
+type Limits = policy.SessionLimits
 
-// DefaultLimits are the documented defaults (DESIGN.md, the spec).
-func DefaultLimits() Limits {
-	return Limits{
-		LineMax:            1 << 20,
-		ConcurrentExecs:    4,
-		ExecQueue:          64,
-		PendingRequests:    256,
-		PromptTimeout:      5 * time.Minute,
-		ExecTimeoutDefault: 30 * time.Second,
-		ExecTimeoutMax:     300 * time.Second,
-		OutputCap:          10 << 20,
-		CancelGrace:        5 * time.Second,
-		KillAfter:          10 * time.Second,
-		DrainTimeout:       5 * time.Second,
-	}
-}
+// DefaultLimits are the limits of the default policy.
+func DefaultLimits() Limits { return policy.Default().SessionLimits() }
 
-func (l Limits) withDefaults() Limits {
+// withDefaults fills every zero field from DefaultLimits (a negative ExecQueue means none).
+func withDefaults(l Limits) Limits {
 	d := DefaultLimits()
-	if l.LineMax <= 0 {
-		l.LineMax = d.LineMax
+	fill := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
 	}
-	if l.ConcurrentExecs <= 0 {
-		l.ConcurrentExecs = d.ConcurrentExecs
+	fillD := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
 	}
+	fill(&l.LineMax, d.LineMax)
+	fill(&l.ConcurrentExecs, d.ConcurrentExecs)
 	if l.ExecQueue < 0 {
 		l.ExecQueue = 0
 	} else if l.ExecQueue == 0 {
 		l.ExecQueue = d.ExecQueue
 	}
-	if l.PendingRequests <= 0 {
-		l.PendingRequests = d.PendingRequests
-	}
-	if l.PromptTimeout <= 0 {
-		l.PromptTimeout = d.PromptTimeout
-	}
-	if l.ExecTimeoutDefault <= 0 {
-		l.ExecTimeoutDefault = d.ExecTimeoutDefault
-	}
-	if l.ExecTimeoutMax <= 0 {
-		l.ExecTimeoutMax = d.ExecTimeoutMax
-	}
-	if l.OutputCap <= 0 {
-		l.OutputCap = d.OutputCap
-	}
-	if l.CancelGrace <= 0 {
-		l.CancelGrace = d.CancelGrace
-	}
-	if l.KillAfter <= 0 {
-		l.KillAfter = d.KillAfter
-	}
-	if l.DrainTimeout <= 0 {
-		l.DrainTimeout = d.DrainTimeout
-	}
+	fill(&l.PendingRequests, d.PendingRequests)
+	fill(&l.OutputCap, d.OutputCap)
+	fillD(&l.PromptTimeout, d.PromptTimeout)
+	fillD(&l.ExecTimeoutDefault, d.ExecTimeoutDefault)
+	fillD(&l.ExecTimeoutMax, d.ExecTimeoutMax)
+	fillD(&l.CancelGrace, d.CancelGrace)
+	fillD(&l.KillAfter, d.KillAfter)
+	fillD(&l.DrainTimeout, d.DrainTimeout)
 	return l
 }
 

@@ -60,7 +60,7 @@ type session struct {
 
 // Run runs one plugin session to its end and returns the plugin's exit code.
 func Run(ctx context.Context, opts Options) (*Outcome, error) {
-	s := &session{opts: opts, lim: opts.Limits.withDefaults(), skipped: map[string]int{}}
+	s := &session{opts: opts, lim: withDefaults(opts.Limits), skipped: map[string]int{}}
 	s.rec = opts.Recorder
 	if s.rec == nil {
 		var ui func(string)

@@ -1,0 +1,140 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// SessionLimits bound one plugin session, whatever its protocol.
+type SessionLimits struct {
+	LineMax            int           // bytes per protocol line from the plugin
+	ConcurrentExecs    int           // execs running at once
+	ExecQueue          int           // execs waiting for a slot; past it, an error reply
+	PendingRequests    int           // id-bearing requests in flight
+	PromptTimeout      time.Duration // unanswered prompt -> cancel "timeout"
+	ExecTimeoutDefault time.Duration
+	ExecTimeoutMax     time.Duration
+	OutputCap          int           // bytes kept per exec stream
+	CancelGrace        time.Duration // cancel -> SIGTERM
+	KillAfter          time.Duration // cancel -> SIGKILL
+	DrainTimeout       time.Duration // after the plugin exits, how long workers may take to finish
+}
+
+// The spec's ladder (invariant 10): SIGTERM 5 s after a cancel, SIGKILL after 10 s.
+const (
+	CancelGrace  = 5 * time.Second
+	KillAfter    = 10 * time.Second
+	DrainTimeout = 5 * time.Second
+)
+
+// SessionLimits are this policy's session bounds.
+func (c *Config) SessionLimits() SessionLimits {
+	return SessionLimits{
+		LineMax:            int(c.Limits.LineMax),
+		ConcurrentExecs:    c.Limits.ConcurrentExecs,
+		ExecQueue:          c.Limits.ExecQueue,
+		PendingRequests:    c.Limits.PendingRequests,
+		PromptTimeout:      c.Limits.PromptTimeout,
+		ExecTimeoutDefault: c.Sandbox.TimeoutDefault,
+		ExecTimeoutMax:     c.Sandbox.TimeoutMax,
+		OutputCap:          int(c.Sandbox.OutputCap),
+		CancelGrace:        CancelGrace,
+		KillAfter:          KillAfter,
+		DrainTimeout:       DrainTimeout,
+	}
+}
+
+// ExecTimeout is the timeout rule of every exec, whatever protocol asked for it: nil is the
+// default; a value that is not a positive number is an error; a value above max is clamped
+// to max (clamped true), as the reference host does, so a plugin asking for more still runs.
+func ExecTimeout(seconds *float64, def, max time.Duration) (d time.Duration, clamped bool, err error) {
+	if seconds == nil {
+		return def, false, nil
+	}
+	s := *seconds
+	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 {
+		return 0, false, fmt.Errorf("timeout must be a positive number of seconds, got %v", s)
+	}
+	if s > max.Seconds() {
+		return max, true, nil
+	}
+	return time.Duration(s * float64(time.Second)), false, nil
+}
+
+// Profile is everything policy decides about running one plugin: what the plugin process,
+// its execs and the host's git calls may reach, their limits, and the session's bounds.
+// cmd/fledge and every protocol adapter take it as it is; nothing re-derives any of it.
+type Profile struct {
+	// Plugin is the plugin process's spec: Env, Access, Network, UnixSockets, Limits,
+	// PrivateTmp, Strict. Kind, Name, Path, Args, Dir and stdio are the adapter's.
+	Plugin sandbox.Spec
+	// Exec is the spec of each command the plugin asks for (Limits.Timeout is the default;
+	// ExecTimeout applies a requested one).
+	Exec sandbox.Spec
+	// Legacy is the spec of a legacy plugin run as a whole program (legacy = "confined").
+	Legacy sandbox.Spec
+	// Git is the access of the host's own git calls on the project (metadata).
+	Git sandbox.Access
+	// ExecRoots are the allowed exec cwd roots; ExecRoots[0] is the base for relative cwds.
+	ExecRoots []string
+	// MetadataEnv is the environment of the host's git calls.
+	MetadataEnv map[string]string
+	Session     SessionLimits
+}
+
+// ProfileInput is what a Profile is built from.
+type ProfileInput struct {
+	Paths  Paths
+	Grants Grants
+	// Environ is the user's environment (os.Environ()); only what policy lets through
+	// reaches any child.
+	Environ []string
+	// PluginEnv are the FLEDGE_* variables of the plugin process.
+	PluginEnv map[string]string
+	// LegacyEnv are the variables of a legacy plugin.
+	LegacyEnv map[string]string
+}
+
+// Build is the one call that turns policy, grants and paths into a Profile.
+func (c *Config) Build(in ProfileInput) Profile {
+	p := in.Paths
+	roots := []string{}
+	if p.ProjectRoot != "" {
+		roots = append(roots, p.ProjectRoot)
+	}
+	if p.PluginDir != "" {
+		roots = append(roots, p.PluginDir)
+	}
+	return Profile{
+		Plugin: sandbox.Spec{
+			Env:     ChildEnv(in.Environ, c.Sandbox.EnvAllow, in.PluginEnv),
+			Access:  PluginAccess(p, in.Grants, c),
+			Network: c.PluginNetwork(in.Grants),
+			// Unix sockets follow policy; a plugin's network grant does not open them.
+			UnixSockets: c.UnixSocketsAllowed(),
+			Limits:      c.PluginLimits(),
+			PrivateTmp:  true,
+			Strict:      c.Sandbox.Strict,
+		},
+		Exec: sandbox.Spec{
+			Env:         ChildEnv(in.Environ, c.Sandbox.EnvAllow, nil),
+			Access:      ExecAccess(p, c),
+			Network:     c.NetworkAllowed(),
+			UnixSockets: c.UnixSocketsAllowed(),
+			Limits:      c.ExecLimits(),
+			Strict:      c.Sandbox.Strict,
+		},
+		Legacy: sandbox.Spec{
+			Env:    ChildEnv(in.Environ, c.Sandbox.EnvAllow, in.LegacyEnv),
+			Access: LegacyAccess(p, c), Network: c.NetworkAllowed(), UnixSockets: c.UnixSocketsAllowed(),
+			Limits: c.PluginLimits(), PrivateTmp: true, Strict: c.Sandbox.Strict,
+		},
+		Git:         GitAccess(p),
+		ExecRoots:   roots,
+		MetadataEnv: MetadataEnv(in.Environ, c.Sandbox.EnvAllow),
+		Session:     c.SessionLimits(),
+	}
+}
