@@ -167,7 +167,10 @@ func TestErrorTable(t *testing.T) {
 	assert.Equal(t, "path_escape", esc["reason"])
 	assert.Contains(t, esc["stderr"], "cwd")
 	assert.EqualValues(t, 126, f.reply(rep, "3")["value"].(map[string]any)["code"])
-	assert.Equal(t, "limit_exceeded", f.reply(rep, "4")["value"].(map[string]any)["reason"])
+	// Over timeout_max: clamped to it and run, as the reference host does (issue 19).
+	clamped := f.reply(rep, "4")["value"].(map[string]any)
+	assert.EqualValues(t, 0, clamped["code"])
+	assert.Contains(t, clamped["stderr"], "clamped to the maximum")
 	assert.Equal(t, "cancel", f.reply(rep, "5")["type"], "an invalid request with an id still gets its one reply")
 	assert.EqualValues(t, 126, f.reply(rep, "6")["value"].(map[string]any)["code"])
 	assert.GreaterOrEqual(t, out.Malformed, 5)
@@ -178,9 +181,11 @@ func TestErrorTable(t *testing.T) {
 	require.Len(t, f.findRecords(audit.EventCwdRefused), 1)
 	assert.Equal(t, "path_escape", f.findRecords(audit.EventCwdRefused)[0].Reason)
 	require.Len(t, f.findRecords(audit.EventMalformed), 1)
-	outcomes := f.findRecords(audit.EventExecOutcome)
-	require.Len(t, outcomes, 1)
-	assert.Equal(t, "timeout", outcomes[0].Reason)
+	outcomes := map[string]string{}
+	for _, r := range f.findRecords(audit.EventExecOutcome) {
+		outcomes[fmt.Sprint(r.Details[audit.DetailCommand])] = r.Reason
+	}
+	assert.Equal(t, map[string]string{"sleep 5": "timeout", "true": "ok"}, outcomes)
 }
 
 func TestExitCodePassedOn(t *testing.T) {
