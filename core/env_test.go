@@ -1,4 +1,4 @@
-package main
+package core
 
 import (
 	"os"
@@ -22,11 +22,11 @@ func TestPathsResolveSymlinkedPATHEntries(t *testing.T) {
 	t.Setenv("HOME", home)
 	t.Setenv("PATH", innocent+":/usr/bin")
 
-	e := &env{configDir: filepath.Join(home, ".config", "fledge"), stateDir: filepath.Join(home, ".local", "state", "fledge"),
-		auditPath: filepath.Join(home, ".local", "state", "fledge", "audit.jsonl"), cfg: policy.Default()}
-	p := e.paths(filepath.Join(e.configDir, "plugins", "x"), filepath.Join(e.configDir, "plugins", "x", "data"), nil)
+	e := &Env{ConfigDir: filepath.Join(home, ".config", "fledge"), StateDir: filepath.Join(home, ".local", "state", "fledge"),
+		AuditPath: filepath.Join(home, ".local", "state", "fledge", "audit.jsonl"), Config: policy.Default()}
+	p := e.Paths(filepath.Join(e.ConfigDir, "plugins", "x"), filepath.Join(e.ConfigDir, "plugins", "x", "data"), nil)
 	assert.Contains(t, p.UserPATH, home, "the entry is judged as what it points to")
-	a := policy.ExecAccess(p, e.cfg)
+	a := policy.ExecAccess(p, e.Config)
 	for _, x := range append(append(a.ReadExec, a.ReadOnly...), a.ReadWrite...) {
 		assert.NotEqual(t, innocent, x)
 		assert.NotEqual(t, home, x)

@@ -1,0 +1,236 @@
+package core
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+var (
+	// ErrManifestChanged: plugin.toml is not the one the user approved at install.
+	ErrManifestChanged = errors.New("plugin.toml changed since it was approved")
+	// ErrBinary: a command's binary is missing, not executable or outside the plugin dir.
+	ErrBinary = errors.New("command binary unusable")
+)
+
+// Env is everything a run needs that comes from the machine rather than from flags: the
+// config and state dirs, the policy, the sandbox and the audit log.
+type Env struct {
+	ConfigDir string
+	StateDir  string
+	AuditPath string
+	Config    *policy.Config
+	Sandbox   sandbox.Sandbox
+	log       *audit.Log
+}
+
+// NewSessionID is a fresh random session id.
+func NewSessionID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Audit opens the audit log once (lazily: read-only commands never need it).
+func (e *Env) Audit() (*audit.Log, error) {
+	if e.log != nil {
+		return e.log, nil
+	}
+	l, err := audit.Open(e.AuditPath, audit.Options{
+		Fsync:       audit.FsyncPolicy(e.Config.Audit.Fsync),
+		RotateBytes: e.Config.Audit.RotateBytes,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit log %s: %w", e.AuditPath, err)
+	}
+	e.log = l
+	return l, nil
+}
+
+// Close waits for the sandbox's background cleanup and closes the audit log.
+func (e *Env) Close() error {
+	var err error
+	if c, ok := e.Sandbox.(io.Closer); ok {
+		// Finished runs' cgroups and temp dirs are removed in the background; wait for it.
+		if cerr := c.Close(); cerr != nil {
+			err = fmt.Errorf("sandbox cleanup: %w", cerr)
+		}
+	}
+	if e.log != nil {
+		_ = e.log.Close()
+	}
+	return err
+}
+
+// NewRecorder is the recorder of a new session of plugin ref on this machine's sandbox.
+func (e *Env) NewRecorder(log audit.Recorder, ref *audit.PluginRef, warn func(string)) *Recorder {
+	return NewRecorder(log, NewSessionID(), ref, e.Sandbox.Report(), warn)
+}
+
+// Paths is the policy view of where things are for one plugin. Policy is lexical and
+// Landlock follows symlinks when it opens a rule's path, so every path is resolved first: a
+// PATH entry that is a symlink to $HOME must be judged as $HOME.
+func (e *Env) Paths(pluginDir, dataDir string, proj *project.Info) policy.Paths {
+	home, _ := os.UserHomeDir()
+	var userPATH []string
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if filepath.IsAbs(d) {
+			userPATH = append(userPATH, Resolved(d))
+		}
+	}
+	p := policy.Paths{
+		PluginDir:        Resolved(pluginDir),
+		PluginDataDir:    Resolved(dataDir),
+		ConfigDir:        Resolved(e.ConfigDir),
+		StateDir:         Resolved(e.StateDir),
+		AuditLog:         Resolved(e.AuditPath),
+		UserPATH:         userPATH,
+		Home:             Resolved(home),
+		PluginDirEntries: dirEntries(pluginDir),
+	}
+	if proj != nil {
+		p.ProjectRoot = proj.Root
+	}
+	return p
+}
+
+// Resolved is p with symlinks resolved as far as it exists (the missing tail kept).
+func Resolved(p string) string {
+	if p == "" {
+		return ""
+	}
+	p = filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	parent, base := filepath.Split(p)
+	if parent == "" || filepath.Clean(parent) == p {
+		return p
+	}
+	return filepath.Join(Resolved(filepath.Clean(parent)), base)
+}
+
+// dirEntries lists the top-level names of an installed plugin dir, so its profile can leave
+// out the host's state file. Nil (allow the whole dir read-only) if it cannot be listed.
+func dirEntries(dir string) []string {
+	if dir == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// Binding is one installed plugin, verified to be what the user approved, ready to run.
+type Binding struct {
+	Entry    *plugin.Entry
+	Manifest *plugin.Manifest
+	Dir      string // the installed copy
+	DataDir  string // its private writable dir
+	Project  *project.Info
+	Paths    policy.Paths
+	Ref      *audit.PluginRef
+}
+
+// Bind verifies the installed plugin entry (its manifest must be the approved one) and
+// prepares its data dir. A refusal is recorded as a plugin_start deny when the audit log
+// can take it: a run that did not happen is still on file.
+func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
+	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
+	dir := plugin.Dir(e.ConfigDir, entry.Name)
+	man, err := VerifyInstalled(dir, entry)
+	if err != nil {
+		e.Refuse(ref, reason.LaunchFailed, map[string]any{"error": err.Error(), "manifest_changed": errors.Is(err, ErrManifestChanged)})
+		return nil, err
+	}
+	dataDir := plugin.DataDir(e.ConfigDir, entry.Name)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("plugin data dir: %w", err)
+	}
+	return &Binding{
+		Entry: entry, Manifest: man, Dir: dir, DataDir: dataDir, Project: proj,
+		Paths: e.Paths(dir, dataDir, proj), Ref: ref,
+	}, nil
+}
+
+// Program resolves the binary of a command of the bound plugin; a refusal is recorded.
+func (e *Env) Program(b *Binding, rel string) (string, error) {
+	p, err := BinaryPath(b.Dir, rel)
+	if err != nil {
+		e.Refuse(b.Ref, reason.LaunchFailed, map[string]any{"error": err.Error(), "binary": rel})
+		return "", err
+	}
+	return p, nil
+}
+
+// Refuse records that a run of the plugin was refused before it started (manifest changed,
+// binary missing, strict sandbox unavailable): a plugin_start deny. Best effort: when the
+// audit log itself is the reason, there is nowhere to write it.
+func (e *Env) Refuse(ref *audit.PluginRef, rc reason.Code, details map[string]any) {
+	log, err := e.Audit()
+	if err != nil {
+		return
+	}
+	_ = e.NewRecorder(log, ref, nil).RecordNow(audit.EventPluginStart, audit.Deny, rc, details)
+}
+
+// Profile builds the plugin's whole profile from policy (policy.Config.Build).
+func (e *Env) Profile(b *Binding, environ []string, pluginEnv, legacyEnv map[string]string) policy.Profile {
+	return e.Config.Build(policy.ProfileInput{
+		Paths: b.Paths, Grants: b.Entry.Granted, Environ: environ, PluginEnv: pluginEnv, LegacyEnv: legacyEnv,
+	})
+}
+
+// VerifyInstalled loads the installed manifest and checks it is the one the user approved:
+// a manifest edited after install (by anyone) must be re-approved, not silently trusted.
+func VerifyInstalled(dir string, entry *plugin.Entry) (*plugin.Manifest, error) {
+	man, _, err := plugin.LoadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	if entry.ManifestSHA256 != "" && man.SHA256() != entry.ManifestSHA256 {
+		return nil, fmt.Errorf("%w (sha256 %s, approved %s): reinstall it to review the change", ErrManifestChanged, man.SHA256()[:12], entry.ManifestSHA256[:min(12, len(entry.ManifestSHA256))])
+	}
+	return man, nil
+}
+
+// BinaryPath resolves a command binary inside the installed plugin dir.
+func BinaryPath(dir, rel string) (string, error) {
+	p := filepath.Join(dir, rel)
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrBinary, rel, err)
+	}
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	if !policy.Within(real, realDir) {
+		return "", fmt.Errorf("%w: %q resolves outside the plugin dir", ErrBinary, rel)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrBinary, rel, err)
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w: %q is not an executable file", ErrBinary, rel)
+	}
+	return real, nil
+}
