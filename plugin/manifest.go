@@ -60,6 +60,7 @@ type Manifest struct {
 	Commands     []Command      `toml:"commands"`
 	Hooks        map[string]any `toml:"hooks"` // raw, shown at install, run only when asked
 	Capabilities Capabilities   `toml:"capabilities"`
+	Tools        []ToolDecl     `toml:"tools"`
 
 	raw []byte
 }
@@ -70,8 +71,63 @@ type Meta struct {
 	Version     string `toml:"version"`
 	Description string `toml:"description"`
 	Author      string `toml:"author"`
-	Protocol    string `toml:"protocol"` // "" = legacy, or "fledge-v1"
-	Runtime     string `toml:"runtime"`
+	Protocol    string `toml:"protocol"` // "" = legacy, or one of Protocols
+	Runtime     string `toml:"runtime"`  // "" = native, or "wasm"
+	// Transport is how a protocol is carried: "" or "stdio" (the default), "tcp" (invoke-v1).
+	Transport string `toml:"transport"`
+	// Timeout is the plugin's own per-call timeout (e.g. "30s"), within policy's maximum.
+	Timeout string `toml:"timeout"`
+}
+
+// The plugin protocols fledge hosts (the [plugin] protocol key). "" is a legacy plugin.
+const (
+	ProtocolFledgeV1 = protocol.Version
+	ProtocolJSONRPC  = "jsonrpc-2.0"
+	ProtocolRuntime  = "runtime-v1"
+	ProtocolInvoke   = "invoke-v1"
+	ProtocolMCP      = "mcp"
+)
+
+// Protocols are the protocol values a manifest may declare.
+var Protocols = []string{ProtocolFledgeV1, ProtocolJSONRPC, ProtocolRuntime, ProtocolInvoke, ProtocolMCP}
+
+// KnownProtocol reports whether p is "" (legacy) or one of Protocols.
+func KnownProtocol(p string) bool {
+	if p == "" {
+		return true
+	}
+	for _, k := range Protocols {
+		if k == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Arg is one typed argument a command declares ([[commands.args]]), so it can be offered as
+// a tool with a schema.
+type Arg struct {
+	Name        string `toml:"name" json:"name"`
+	Type        string `toml:"type" json:"type,omitempty"` // string | number | integer | boolean
+	Description string `toml:"description" json:"description,omitempty"`
+	Required    bool   `toml:"required" json:"required,omitempty"`
+	Default     any    `toml:"default" json:"default,omitempty"`
+}
+
+// ToolDecl is one [[tools]] entry: a tool a plugin offers (invoke-v1 plugins list theirs in
+// plugin.toml; others are learned from the plugin's handshake).
+type ToolDecl struct {
+	Name        string  `toml:"name" json:"name"`
+	Description string  `toml:"description" json:"description,omitempty"`
+	Parameters  []Param `toml:"parameters" json:"parameters,omitempty"`
+}
+
+// Param is one parameter of a declared tool.
+type Param struct {
+	Name        string `toml:"name" json:"name"`
+	Type        string `toml:"type" json:"type"`
+	Description string `toml:"description" json:"description,omitempty"`
+	Required    bool   `toml:"required" json:"required,omitempty"`
 }
 
 // Command is one [[commands]] entry.
@@ -79,6 +135,8 @@ type Command struct {
 	Name        string `toml:"name" json:"name"`
 	Description string `toml:"description" json:"description,omitempty"`
 	Binary      string `toml:"binary" json:"binary"` // relative to the plugin dir
+	// Args are the command's typed arguments (optional), as published plugins declare them.
+	Args []Arg `toml:"args" json:"args,omitempty"`
 }
 
 // Capabilities is the [capabilities] table: what the plugin declares it needs.
@@ -229,9 +287,19 @@ func (m *Manifest) validate() error {
 	case !ValidName(p.Name):
 		return bad("[plugin] name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", clip(p.Name), MaxNameLen)
 	}
-	if p.Protocol != "" && p.Protocol != protocol.Version {
+	if !KnownProtocol(p.Protocol) {
 		return fmt.Errorf("%w: plugin %q declares protocol %q, but this fledge only speaks %s; upgrade fledge to run it",
-			ErrUnsupportedProtocol, p.Name, clip(p.Protocol), protocol.Version)
+			ErrUnsupportedProtocol, p.Name, clip(p.Protocol), strings.Join(Protocols, ", "))
+	}
+	switch p.Runtime {
+	case "", "native", "wasm":
+	default:
+		return bad("[plugin] runtime = %q: expected \"wasm\" or none", clip(p.Runtime))
+	}
+	switch p.Transport {
+	case "", "stdio", "tcp":
+	default:
+		return bad("[plugin] transport = %q: expected \"stdio\" or \"tcp\"", clip(p.Transport))
 	}
 	for field, v := range map[string]string{"version": p.Version, "description": p.Description, "author": p.Author, "runtime": p.Runtime} {
 		if badText(v) {
