@@ -34,6 +34,11 @@ const (
 	EventMalformed        = "malformed_lines"
 	EventSandboxDegraded  = "sandbox_degraded"
 	EventLegacyUnconfined = "legacy_unconfined"
+	// EventToolCall is a tool call, before its plugin is asked (durable first): the tool
+	// and its argument keys (values only under [audit] tool_argument_values).
+	EventToolCall = "tool_call"
+	// EventToolOutcome is how that call ended.
+	EventToolOutcome = "tool_outcome"
 	// EventSuppressed sums up, once per session, the records of one repeated kind written
 	// past the per-session bound (so a plugin cannot fill the disk through the log).
 	EventSuppressed = "audit_suppressed"
@@ -47,7 +52,7 @@ var Events = []string{
 	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRemove,
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
-	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,
+	EventLegacyUnconfined, EventToolCall, EventToolOutcome, EventLogRecovered, EventSuppressed,
 }
 
 // PluginRef identifies the plugin a record is about.

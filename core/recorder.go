@@ -119,9 +119,9 @@ func (r *Recorder) suppress(event string, d audit.Decision, rc reason.Code) bool
 	switch event {
 	case audit.EventPluginStart, audit.EventPluginExit, audit.EventMalformed, audit.EventSandboxDegraded, audit.EventSuppressed:
 		return false
-	case audit.EventExecDecision, audit.EventExecOutcome:
-		if d == audit.Allow || (event == audit.EventExecOutcome && rc != reason.OK) {
-			return false // a command ran
+	case audit.EventExecDecision, audit.EventExecOutcome, audit.EventToolCall, audit.EventToolOutcome:
+		if d == audit.Allow || ((event == audit.EventExecOutcome || event == audit.EventToolOutcome) && rc != reason.OK) {
+			return false // a command or a tool ran
 		}
 	}
 	key := event + "/" + string(d) + "/" + string(rc)

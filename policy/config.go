@@ -120,6 +120,9 @@ type LimitsConfig struct {
 type AuditConfig struct {
 	Fsync       string
 	RotateBytes int64 // 0 = never rotate
+	// ToolArgumentValues records tool call argument values, not only their keys (off by
+	// default: arguments may hold secrets).
+	ToolArgumentValues bool
 }
 
 // Default returns the policy used when config.toml is absent.
@@ -289,8 +292,9 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 		}, true
 	case "audit":
 		return map[string]setter{
-			"fsync":        enumField(&a.Fsync, FsyncDurable, FsyncAlways, FsyncNever),
-			"rotate_bytes": sizeField(&a.RotateBytes, 0, 1<<50, 0),
+			"fsync":                enumField(&a.Fsync, FsyncDurable, FsyncAlways, FsyncNever),
+			"rotate_bytes":         sizeField(&a.RotateBytes, 0, 1<<50, 0),
+			"tool_argument_values": boolField(&a.ToolArgumentValues),
 		}, true
 	}
 	return nil, false

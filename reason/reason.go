@@ -21,13 +21,16 @@ const (
 	SandboxUnavailable      Code = "sandbox_unavailable"
 	Cancelled               Code = "cancelled"
 	NonInteractive          Code = "non_interactive"
+	// MalformedResponse: a plugin's answer broke its protocol (a response to an id that was
+	// never sent, a result that does not decode).
+	MalformedResponse Code = "malformed_response"
 )
 
 // All lists every code, in taxonomy order (docs and tests iterate it).
 var All = []Code{
 	OK, LaunchFailed, HandshakeFailed, Timeout, Crashed, MalformedMessage,
 	ProtocolVersionMismatch, CapabilityNotDeclared, CapabilityNotGranted, PathEscape,
-	LimitExceeded, OOMKilled, SandboxUnavailable, Cancelled, NonInteractive,
+	LimitExceeded, OOMKilled, SandboxUnavailable, Cancelled, NonInteractive, MalformedResponse,
 }
 
 // Valid reports whether c is a known code.
