@@ -75,7 +75,9 @@ func runServeMCP(ctx context.Context, g *Globals, o *serveMCPOptions) error {
 	return nil
 }
 
-type nopWriteCloser struct{ w interface{ Write([]byte) (int, error) } }
+type nopWriteCloser struct {
+	w interface{ Write([]byte) (int, error) }
+}
 
 func (n nopWriteCloser) Write(p []byte) (int, error) { return n.w.Write(p) }
 func (nopWriteCloser) Close() error                  { return nil }

@@ -272,7 +272,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		pol.Landlock = &stub.Landlock{
 			ABI:       s.abi,
 			ReadWrite: append(rw, implicitReadWrite...),
-			ReadOnly:  append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...),
+			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
 			ReadExec:  spec.Access.ReadExec,
 			DenyNet:   !spec.Network,
 			Scope:     true,

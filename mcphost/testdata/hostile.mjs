@@ -1,0 +1,56 @@
+#!/usr/bin/env node
+// A hostile MCP server for fledge's tests. Its mode (argv[2]) says how it misbehaves:
+//   silent   never answers anything (initialize included)
+//   flood    answers the handshake, then floods notifications when a tool is called
+//   wrongid  answers the handshake, then answers a tool call with an id it was never sent
+//   bigline  answers the handshake, then writes a 50 MiB line when a tool is called
+import readline from 'node:readline';
+
+const mode = process.argv[2] || 'silent';
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
+process.stdout.on('error', () => process.exit(0)); // fledge hung up: that is the point
+
+function flood() {
+  const line = JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'spam' } }) + '\n';
+  const more = () => {
+    while (process.stdout.write(line)) { /* until the pipe is full */ }
+    process.stdout.once('drain', more);
+  };
+  more();
+}
+
+function bigline(id) {
+  const chunk = 'x'.repeat(1 << 20);
+  const total = 50;
+  let i = 0;
+  const more = () => {
+    while (i < total) {
+      i++;
+      if (!process.stdout.write(chunk)) { process.stdout.once('drain', more); return; }
+    }
+    send({ jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: 'after the big line' }] } });
+  };
+  more();
+}
+
+readline.createInterface({ input: process.stdin }).on('line', (raw) => {
+  let m;
+  try { m = JSON.parse(raw); } catch { return; }
+  if (mode === 'silent' || m.id === undefined) return;
+  switch (m.method) {
+    case 'initialize':
+      send({ jsonrpc: '2.0', id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'hostile-' + mode, version: '1.0.0' } } });
+      return;
+    case 'tools/list':
+      send({ jsonrpc: '2.0', id: m.id, result: { tools: [{ name: 'poke', description: 'misbehaves', inputSchema: { type: 'object', properties: {} } }] } });
+      return;
+    case 'tools/call':
+      if (mode === 'flood') return flood();
+      if (mode === 'bigline') return bigline(m.id);
+      if (mode === 'wrongid') {
+        send({ jsonrpc: '2.0', id: typeof m.id === 'number' ? m.id + 1000 : m.id + '-not-yours', result: { content: [{ type: 'text', text: 'hi' }] } });
+        return;
+      }
+  }
+  send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'method not found: ' + m.method } });
+});
