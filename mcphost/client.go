@@ -483,6 +483,11 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		}
 		out["error"] = msg.Error()
 		s.rec.Record(audit.EventToolOutcome, audit.Error, rc, out, true)
+		if s.conn.Cause() != nil {
+			// fledge ended this connection for a bound or a protocol violation: the
+			// server goes now (the ladder), not at the end of the invocation.
+			p.retire(s)
+		}
 		return &tools.Result{Success: false, Reason: rc, Message: msg.Error(), Output: json.RawMessage("null")}, nil
 	}
 	result, rbytes := resultOutput(res)
@@ -541,6 +546,16 @@ func resultOutput(res *mcp.CallToolResult) (json.RawMessage, int) {
 		b, _ = json.Marshal(fmt.Sprintf("result does not encode: %v", err))
 	}
 	return b, len(b)
+}
+
+// retire ends one server and forgets it (the next use starts a fresh one).
+func (p *Provider) retire(s *session) {
+	p.mu.Lock()
+	if p.sessions[s.name] == s {
+		delete(p.sessions, s.name)
+	}
+	p.mu.Unlock()
+	s.close("bound")
 }
 
 // Close ends every server this provider started.
