@@ -1,0 +1,131 @@
+package mcphost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/audit"
+)
+
+// buildFledge builds cmd/fledge once for the tests that run it as a program.
+func buildFledge(t *testing.T) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	out := filepath.Join(t.TempDir(), "fledge")
+	cmd := exec.Command(gobin, "build", "-o", out, "./cmd/fledge")
+	cmd.Dir = ".."
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(b))
+	return out
+}
+
+type tsResult struct {
+	Server struct {
+		Name string `json:"name"`
+	} `json:"server"`
+	Tools []struct {
+		Name        string         `json:"name"`
+		InputSchema map[string]any `json:"inputSchema"`
+	} `json:"tools"`
+	Calls []struct {
+		Thrown  string `json:"thrown"`
+		IsError bool   `json:"isError"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"calls"`
+}
+
+func (r *tsResult) names() []string {
+	var out []string
+	for _, t := range r.Tools {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+// The official TypeScript MCP client, configured with the one command `fledge serve
+// --mcp`, gets every tool fledge hosts: a fledge-v1 command with typed args and an MCP
+// server's tool, each run confined and audited.
+func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
+	fledge := buildFledge(t)
+	sdk := npmInstall(t, pkgSDK)
+	everything := npmInstall(t, pkgEverything)
+	f := newFixture(t, nil)
+	greet, err := filepath.Abs(filepath.Join("testdata", "greet"))
+	require.NoError(t, err)
+	f.install(greet)
+	src := f.mcpPlugin("everything", "", "node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio")
+	copyTree(t, filepath.Join(everything, "node_modules"), filepath.Join(src, "node_modules"))
+	f.install(src)
+
+	clientDir := filepath.Join(f.base, "client")
+	copyFile(t, filepath.Join("testdata", "ts_client.mjs"), filepath.Join(clientDir, "ts_client.mjs"), 0o755)
+	require.NoError(t, os.Symlink(filepath.Join(sdk, "node_modules"), filepath.Join(clientDir, "node_modules")))
+
+	run := func(fledgeArgs []string, calls []map[string]any) *tsResult {
+		t.Helper()
+		a, _ := json.Marshal(fledgeArgs)
+		c, _ := json.Marshal(calls)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, nodePath(t), filepath.Join(clientDir, "ts_client.mjs"), fledge, string(a), string(c))
+		cmd.Dir = f.project
+		cmd.Env = append(os.Environ(), "FLEDGE_CONFIG_DIR="+f.configDir, "FLEDGE_AUDIT_LOG="+f.auditPath)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
+		var r tsResult
+		require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), stdout.String())
+		return &r
+	}
+
+	r := run([]string{"--project", f.project, "serve", "--mcp"}, []map[string]any{
+		{"name": "plugin_greet_greet", "arguments": map[string]any{"name": "Ada", "shout": true, "times": 2}},
+		{"name": "plugin_greet_ask", "arguments": map[string]any{"topic": "colours"}},
+		{"name": "plugin_everything_echo", "arguments": map[string]any{"message": "through two hops"}},
+		{"name": "plugin_greet_greet", "arguments": map[string]any{"times": 2}},
+	})
+	assert.Equal(t, "fledge", r.Server.Name)
+	names := r.names()
+	assert.Contains(t, names, "plugin_greet_greet")
+	assert.Contains(t, names, "plugin_greet_ask")
+	assert.Contains(t, names, "plugin_everything_echo")
+	for _, tl := range r.Tools {
+		if tl.Name == "plugin_greet_greet" {
+			assert.Equal(t, []any{"name"}, tl.InputSchema["required"])
+		}
+	}
+	require.Len(t, r.Calls, 4)
+	greetRes := r.Calls[0]
+	require.False(t, greetRes.IsError, "%+v", greetRes)
+	require.Len(t, greetRes.Content, 1)
+	assert.Equal(t, "HELLO, ADA!\nHELLO, ADA!\n", greetRes.Content[0].Text)
+	assert.True(t, r.Calls[1].IsError, "a prompt without a default fails the call")
+	require.NotEmpty(t, r.Calls[1].Content)
+	assert.Contains(t, r.Calls[1].Content[0].Text, "Favourite colour?")
+	require.False(t, r.Calls[2].IsError, "%+v", r.Calls[2])
+	assert.Equal(t, "Echo: through two hops", r.Calls[2].Content[0].Text)
+	assert.True(t, r.Calls[3].IsError, "a missing required argument is a tool error")
+	assert.Contains(t, r.Calls[3].Content[0].Text, `missing required parameter "name"`)
+
+	outs := f.records(audit.EventToolOutcome)
+	require.Len(t, outs, 3, "three calls reached a plugin, each with its outcome on record")
+
+	// --tools limits what is exposed.
+	r = run([]string{"--project", f.project, "serve", "--mcp", "--tools", "plugin_everything_echo"}, nil)
+	assert.Equal(t, []string{"plugin_everything_echo"}, r.names())
+}
