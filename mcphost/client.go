@@ -493,6 +493,10 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	result, rbytes := resultOutput(res)
 	out["is_error"] = res.IsError
 	out["result_bytes"] = rbytes
+	if res.IsError {
+		// The server's own words for the failure (e.g. EACCES from the sandbox), clipped.
+		out["error"] = clip(safeText(textOf(res)), 256)
+	}
 	rc := reason.OK
 	if rbytes > maxResultBytes {
 		rc = reason.LimitExceeded
@@ -521,25 +525,23 @@ func textOf(res *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-// resultOutput is a tool result as the catalogue's JSON: the structured content when the
-// server gave one, else the text when every item is text, else the content list.
+// resultOutput is a tool result as the catalogue's JSON: the text when the content is all
+// text, else the structured content when the server gave one, else the content list.
 func resultOutput(res *mcp.CallToolResult) (json.RawMessage, int) {
+	allText := len(res.Content) > 0
+	for _, c := range res.Content {
+		if _, ok := c.(*mcp.TextContent); !ok {
+			allText = false
+		}
+	}
 	var v any
 	switch {
+	case allText:
+		v = textOf(res)
 	case res.StructuredContent != nil:
 		v = res.StructuredContent
 	default:
-		allText := true
-		for _, c := range res.Content {
-			if _, ok := c.(*mcp.TextContent); !ok {
-				allText = false
-			}
-		}
-		if allText {
-			v = textOf(res)
-		} else {
-			v = res.Content
-		}
+		v = res.Content
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -143,7 +143,7 @@ func toCallResult(res *tools.Result) *mcp.CallToolResult {
 			msg += " (reason: " + string(res.Reason) + ")"
 		}
 		r := errorResult(msg)
-		if text := jsonText(res.Output); text != "" {
+		if text := jsonText(res.Output); text != "" && text != res.Message {
 			r.Content = append(r.Content, &mcp.TextContent{Text: text})
 		}
 		return r

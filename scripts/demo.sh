@@ -41,6 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+real_home=$HOME
 export HOME=$work/home
 export FLEDGE_CONFIG_DIR=$HOME/.config/fledge
 export FLEDGE_AUDIT_LOG=$HOME/.local/state/fledge/audit.jsonl
@@ -173,8 +174,82 @@ if [[ -n $line ]]; then
 	fi
 fi
 
+# ---- an MCP server, confined -------------------------------------------------------------
+section "9. An MCP server, confined" "The official filesystem MCP server is told it may use the project and all of /; fledge runs it with filesystem = \"project\" and serves it to MCP clients (fledge serve --mcp). The project reads; ~/.ssh/id_rsa does not, and the audit log says so."
+mcp_demo() {
+	local node npm
+	node=$(command -v node || true)
+	npm=$(command -v npm || true)
+	if [[ -z $node || -z $npm || $node == "$real_home"/* ]]; then
+		echo "(skipped: node and npm are needed outside your home dir, e.g. apt-get install nodejs npm)"
+		return 0
+	fi
+	# npm's own cache under your real home: a warm cache makes this work offline.
+	local cache=${XDG_CACHE_HOME:-$real_home/.cache}/fledge-demo-npm
+	local pkg=@modelcontextprotocol/server-filesystem@2026.8.31
+	if [[ ! -f $cache/node_modules/@modelcontextprotocol/server-filesystem/package.json ]]; then
+		mkdir -p "$cache"
+		if ! HOME=$real_home npm install --prefer-offline --no-audit --no-fund --no-save --prefix "$cache" "$pkg" >"$work/npm.log" 2>&1; then
+			echo "(skipped: npm cannot reach the registry and $pkg is not in npm's cache:"
+			tail -n 2 "$work/npm.log" | sed 's/^/   /'
+			echo " run once online to warm the cache)"
+			return 0
+		fi
+	fi
+	local src=$work/src/fs
+	mkdir -p "$src/bin"
+	cp -a "$cache/node_modules" "$src/node_modules"
+	cat >"$src/plugin.toml" <<-'TOML'
+	[plugin]
+	name = "fs"
+	version = "0.1.0"
+	description = "The official MCP filesystem server, confined by fledge"
+	protocol = "mcp"
+
+	[[commands]]
+	name = "fs-server"
+	description = "MCP server over stdio"
+	binary = "bin/server"
+
+	[capabilities]
+	filesystem = "project"
+	TOML
+	printf '#!/bin/sh\nexec %s "$(dirname "$0")/../node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" "$FLEDGE_PROJECT_ROOT" /\n' "$node" >"$src/bin/server"
+	chmod +x "$src/bin/server"
+	"$fledge" --ni plugins install "$src" --yes >/dev/null 2>&1 || {
+		problem "install of the MCP plugin failed"
+		return 0
+	}
+	echo "an MCP client's whole config:  {\"command\": \"fledge\", \"args\": [\"serve\", \"--mcp\"]}"
+	# A tiny MCP client in bash: one JSON-RPC request per line, one answer read back each time.
+	coproc MCP { "$fledge" serve --mcp --tools plugin_fs_read_text_file 2>"$work/serve.err"; }
+	local reply i=1
+	ask() {
+		printf '%s\n' "$1" >&"${MCP[1]}"
+		IFS= read -r -t 60 reply <&"${MCP[0]}" || reply='{"error":"no answer from fledge serve --mcp"}'
+	}
+	ask '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"demo","version":"1"}}}'
+	printf '%s\n' '{"jsonrpc":"2.0","method":"notifications/initialized"}' >&"${MCP[1]}"
+	for path in "$proj/README.md" "$HOME/.ssh/id_rsa"; do
+		i=$((i + 1))
+		ask '{"jsonrpc":"2.0","id":'$i',"method":"tools/call","params":{"name":"plugin_fs_read_text_file","arguments":{"path":"'"$path"'"}}}'
+		printf '%sread %s%s\n' "$bold" "${path/#$work/\$DEMO}" "$off"
+		"$node" -e 'const r=JSON.parse(process.argv[1]).result||{}; console.log((r.isError?"  refused: ":"  ")+(r.content||[]).map(c=>c.text).join(" ").trim().split("\n").join("\n  "))' "$reply"
+		if [[ $path == */id_rsa && $reply == *"DEMO KEY"* ]]; then
+			problem "the MCP server read ~/.ssh/id_rsa"
+		fi
+	done
+	exec {MCP[1]}>&-
+	wait "$MCP_PID" 2>/dev/null || true
+	echo "the audit log (tool calls record argument keys, not values; the refused read is an error outcome):"
+	"$fledge" audit show --plugin fs | grep -E 'plugin_start|tool_call|tool_outcome|plugin_exit' || problem "no tool records in the audit log"
+	"$fledge" audit show --plugin fs --event tool_outcome --json | grep -q 'EACCES\|permission denied' ||
+		problem "the refused read is not in the audit log"
+}
+mcp_demo
+
 # ---- doctor ----------------------------------------------------------------------------
-section "9. This machine" "fledge doctor: what the OS lets fledge enforce here, and what it cannot."
+section "10. This machine" "fledge doctor: what the OS lets fledge enforce here, and what it cannot."
 "$fledge" doctor || problem "doctor failed"
 
 section "Done" "Removing $work; your own config and audit log were never touched."
