@@ -271,12 +271,10 @@ func (s *session) close(by string) {
 		if s.cs != nil {
 			_ = s.cs.Close()
 		}
+		// EOF on its stdin is the server's cue (the ladder's first step); SIGTERM and
+		// SIGKILL follow on policy's ladder if it does not leave.
 		_ = s.conn.Close()
-		select {
-		case <-s.proc.Done():
-		case <-time.After(time.Second):
-			s.proc.Stop(by, false, nil)
-		}
+		s.proc.Stop(by, false, nil)
 		extra := map[string]any{"protocol": plugin.ProtocolMCP}
 		s.exitMu.Lock()
 		for k, v := range s.exitNote {

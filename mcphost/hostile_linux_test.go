@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +116,24 @@ func TestHostileHugeLine(t *testing.T) {
 	assert.Equal(t, reason.LimitExceeded, res.Reason)
 	assert.Contains(t, res.Message, "longer than line_max (1048576 bytes)")
 	assert.Less(t, grew, uint64(25<<20), "a 50 MiB line must not be held (allocated %d bytes)", grew)
+}
+
+// A call the server never answers times out after timeout_default, and the server is told
+// on the wire (notifications/cancelled).
+func TestHostileNeverAnswersCall(t *testing.T) {
+	f := hostile(t, "slow")
+	ctx := context.Background()
+	cat := f.catalogue()
+	require.Len(t, cat.List(ctx), 1)
+	_, res, err := cat.Call(ctx, "plugin_hostile-slow_poke", nil)
+	require.NoError(t, err)
+	assert.False(t, res.Success)
+	assert.Equal(t, reason.Timeout, res.Reason)
+	assert.Contains(t, res.Message, "timed out: plugin_hostile-slow_poke after 3s")
+	require.Eventually(t, func() bool {
+		return strings.Contains(f.stderr.String(), "hostile: cancelled request")
+	}, 10*time.Second, 50*time.Millisecond, "the server is sent notifications/cancelled")
+	outs := f.records(audit.EventToolOutcome)
+	require.Len(t, outs, 1)
+	assert.Equal(t, string(reason.Timeout), outs[0].Reason)
 }

@@ -58,6 +58,7 @@ prompt_timeout = "90s"
 [audit]
 fsync = "always"
 rotate_bytes = "100MiB"
+tool_argument_values = true
 `
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), []byte(src), 0o600))
 	home, err := os.UserHomeDir()
@@ -85,6 +86,7 @@ rotate_bytes = "100MiB"
 	assert.Equal(t, 90*time.Second, c.Limits.PromptTimeout)
 	assert.Equal(t, FsyncAlways, c.Audit.Fsync)
 	assert.Equal(t, 100*MiB, c.Audit.RotateBytes)
+	assert.True(t, c.Audit.ToolArgumentValues)
 
 	el := c.ExecLimits()
 	assert.Equal(t, 512*MiB, el.MemoryBytes)

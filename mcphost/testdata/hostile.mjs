@@ -4,6 +4,8 @@
 //   flood    answers the handshake, then floods notifications when a tool is called
 //   wrongid  answers the handshake, then answers a tool call with an id it was never sent
 //   bigline  answers the handshake, then writes a 50 MiB line when a tool is called
+//   slow     answers the handshake, never answers a tool call, and says on stderr when
+//            fledge cancels it
 import readline from 'node:readline';
 
 const mode = process.argv[2] || 'silent';
@@ -36,6 +38,9 @@ function bigline(id) {
 readline.createInterface({ input: process.stdin }).on('line', (raw) => {
   let m;
   try { m = JSON.parse(raw); } catch { return; }
+  if (m.method === 'notifications/cancelled') {
+    process.stderr.write('hostile: cancelled request ' + m.params.requestId + ' (' + m.params.reason + ')\n');
+  }
   if (mode === 'silent' || m.id === undefined) return;
   switch (m.method) {
     case 'initialize':
@@ -47,6 +52,7 @@ readline.createInterface({ input: process.stdin }).on('line', (raw) => {
     case 'tools/call':
       if (mode === 'flood') return flood();
       if (mode === 'bigline') return bigline(m.id);
+      if (mode === 'slow') return;
       if (mode === 'wrongid') {
         send({ jsonrpc: '2.0', id: typeof m.id === 'number' ? m.id + 1000 : m.id + '-not-yours', result: { content: [{ type: 'text', text: 'hi' }] } });
         return;
