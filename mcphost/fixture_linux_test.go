@@ -163,23 +163,7 @@ func nodePath(t *testing.T) string {
 	return ""
 }
 
-var (
-	npmRoot string // where the official MCP packages are installed for the tests
-	npmHome string // the real HOME (npm's cache for offline installs)
-	npmMu   sync.Mutex
-)
-
-func initNPMCache() {
-	npmHome, _ = os.UserHomeDir()
-	npmRoot = os.Getenv("FLEDGE_TEST_NPM_DIR")
-	if npmRoot == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
-		}
-		npmRoot = filepath.Join(cache, "fledge-test-npm")
-	}
-}
+var npmMu sync.Mutex
 
 // The official packages, pinned so a test run is reproducible.
 const (

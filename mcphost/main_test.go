@@ -2,6 +2,7 @@ package mcphost
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/fledgehq/fledge/internal/testutil"
@@ -17,4 +18,21 @@ func TestMain(m *testing.M) {
 	// The hostile servers run inside the containment harness (throwaway pid namespace,
 	// limited cgroup), so a bound that fails cannot take the machine with it.
 	os.Exit(testutil.RunContained(m))
+}
+
+var (
+	npmRoot string // where the official MCP packages are installed for the tests
+	npmHome string // the real HOME (npm's cache for offline installs)
+)
+
+func initNPMCache() {
+	npmHome, _ = os.UserHomeDir()
+	npmRoot = os.Getenv("FLEDGE_TEST_NPM_DIR")
+	if npmRoot == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		npmRoot = filepath.Join(cache, "fledge-test-npm")
+	}
 }
