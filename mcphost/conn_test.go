@@ -1,0 +1,91 @@
+package mcphost
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type discardWC struct{ io.Writer }
+
+func (discardWC) Close() error { return nil }
+
+// readAll feeds input to a lineConn and reads until the connection fails; it returns how
+// many messages got through and the error that ended it.
+func readAll(t *testing.T, c *lineConn) (int, error) {
+	t.Helper()
+	n := 0
+	for {
+		_, err := c.Read(context.Background())
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+func TestLineConnBounds(t *testing.T) {
+	note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}` + "\n"
+	for _, tc := range []struct {
+		name    string
+		input   string
+		lim     connLimits
+		sent    []int64 // ids fledge sent before the input arrives
+		wantN   int
+		wantErr error
+		msg     string
+	}{
+		{"clean end", note + note, connLimits{}, nil, 2, io.EOF, ""},
+		{"flood", strings.Repeat(note, 50), connLimits{Burst: 10, Rate: 1e-9}, nil, 10, ErrFlood, "more than 10 notifications"},
+		{"answer to an id never sent", `{"jsonrpc":"2.0","id":7,"result":{}}` + "\n", connLimits{}, []int64{1}, 0, ErrUnknownID, "(id 7)"},
+		{"answer to a sent id", `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n", connLimits{}, []int64{1}, 1, io.EOF, ""},
+		{"each id answered once", strings.Repeat(`{"jsonrpc":"2.0","id":1,"result":{}}`+"\n", 2), connLimits{}, []int64{1}, 1, ErrUnknownID, ""},
+		{"line over line_max", strings.Repeat("x", 5000) + "\n" + note, connLimits{LineMax: 1024}, nil, 0, ErrLineTooLong, "longer than line_max (1024 bytes)"},
+		{"a banner is tolerated", "starting server...\n" + note, connLimits{}, nil, 1, io.EOF, ""},
+		{"garbage is not", strings.Repeat("not json\n", 5) + note, connLimits{Malformed: 3}, nil, 0, ErrMalformed, "more than 3 lines"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, w := io.Pipe()
+			c := newLineConn(r, discardWC{io.Discard}, tc.lim)
+			for _, id := range tc.sent {
+				mid, err := jsonrpc.MakeID(float64(id))
+				require.NoError(t, err)
+				require.NoError(t, c.Write(context.Background(), &jsonrpc.Request{ID: mid, Method: "tools/call"}))
+			}
+			go func() {
+				_, _ = io.WriteString(w, tc.input)
+				_ = w.Close()
+			}()
+			n, err := readAll(t, c)
+			assert.Equal(t, tc.wantN, n)
+			require.True(t, errors.Is(err, tc.wantErr), "got %v, want %v", err, tc.wantErr)
+			if tc.msg != "" {
+				assert.Contains(t, err.Error(), tc.msg)
+			}
+			if tc.wantErr != io.EOF {
+				assert.Equal(t, err, c.Cause(), "the cause is kept for the user")
+			}
+			_ = c.Close()
+		})
+	}
+}
+
+func TestLineConnPendingBound(t *testing.T) {
+	r, _ := io.Pipe()
+	c := newLineConn(r, discardWC{io.Discard}, connLimits{Pending: 2})
+	defer c.Close()
+	for i := 1; i <= 2; i++ {
+		id, _ := jsonrpc.MakeID(float64(i))
+		require.NoError(t, c.Write(context.Background(), &jsonrpc.Request{ID: id, Method: "m"}))
+	}
+	id, _ := jsonrpc.MakeID(float64(3))
+	require.ErrorIs(t, c.Write(context.Background(), &jsonrpc.Request{ID: id, Method: "m"}), ErrTooManyPending)
+	// Notifications are not requests in flight.
+	require.NoError(t, c.Write(context.Background(), &jsonrpc.Request{Method: "notifications/initialized"}))
+}
