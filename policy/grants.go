@@ -143,20 +143,34 @@ func (g Grants) Resolve(declared Grants) (Grants, error) {
 	return g, nil
 }
 
+// ErrBadGrantList: a --grant list with an empty, padded or repeated item.
+var ErrBadGrantList = errors.New("invalid capability list")
+
 // ParseGrantList parses a --grant value such as "exec,store" or "metadata,filesystem=project".
 // "" and "none" mean no capabilities. A bare "filesystem" means the declared level (see
-// Resolve). Unknown items fail with ErrUnknownCapability naming the item.
+// Resolve). Unknown items fail with ErrUnknownCapability naming the item; empty items
+// ("exec,,store", a trailing comma), padded ones (" exec") and repeated ones ("exec,exec")
+// fail with ErrBadGrantList naming it: a security decision is not guessed from a typo.
 func ParseGrantList(s string) (Grants, error) {
 	g := Grants{Filesystem: FilesystemNone}
-	s = strings.TrimSpace(s)
 	if s == "" || s == "none" {
 		return g, nil
 	}
-	for _, item := range strings.Split(s, ",") {
-		item = strings.ToLower(strings.TrimSpace(item))
+	seen := map[string]bool{}
+	for i, raw := range strings.Split(s, ",") {
 		switch {
-		case item == "":
-			continue
+		case raw == "":
+			return Grants{}, fmt.Errorf("%w: item %d is empty in %q", ErrBadGrantList, i+1, s)
+		case strings.TrimSpace(raw) != raw:
+			return Grants{}, fmt.Errorf("%w: %q has spaces around it", ErrBadGrantList, raw)
+		}
+		item := strings.ToLower(raw)
+		name, _, _ := strings.Cut(item, "=")
+		if seen[name] {
+			return Grants{}, fmt.Errorf("%w: %q is given twice", ErrBadGrantList, raw)
+		}
+		seen[name] = true
+		switch {
 		case item == "exec":
 			g.Exec = true
 		case item == "store":

@@ -2,6 +2,7 @@ package protocolhost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,8 @@ func (s *session) readLoop(r io.Reader) {
 					continue
 				}
 				if errors.As(err, &le) && le.Kind == protocol.UnknownType && le.Type == protocol.TypeResponse {
-					s.warnSkipped(fmt.Errorf("line %d: skipped: orphaned response (id %s): it answers no pending request", le.Line, clip(string(le.ID))))
+					// The id is the plugin's text: quoted (control characters escaped) and cut.
+					s.warnSkipped(fmt.Errorf("line %d: skipped: orphaned response (id %s): it answers no pending request", le.Line, idForLog(le.ID)))
 					continue
 				}
 				if errors.As(err, &le) && le.ID != nil && le.Kind != protocol.UnknownType {
@@ -233,7 +235,11 @@ func (s *session) queuePrompt(id protocol.ID, kind string, ask func(ctx context.
 			s.cancelReq(id, protocol.CancelNonInteractive)
 		case errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil:
 			s.record(audit.EventPrompt, audit.Deny, reason.Timeout, promptDetails(kind, false, map[string]any{"after": s.lim.PromptTimeout.String()}), false)
+			// A timeout cancel ends the session (spec invariant 10): the ladder escalates to
+			// SIGTERM and SIGKILL if the plugin does not exit by itself.
 			s.cancelReq(id, protocol.CancelTimeout)
+			s.cancel()
+			s.proc.Stop(string(reason.Timeout), false, nil)
 		case s.ctx.Err() != nil:
 			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, nil), false)
 			s.cancelReq(id, protocol.CancelUserInterrupt)
@@ -550,6 +556,16 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 }
 
 // clip bounds plugin-chosen strings placed in audit records and messages.
+// idForLog renders a plugin's request id for a warning: a string id quoted with control
+// characters escaped, a number as it is, both cut to 64 characters.
+func idForLog(id protocol.ID) string {
+	var str string
+	if json.Unmarshal(id, &str) == nil {
+		return fmt.Sprintf("%.64q", str)
+	}
+	return fmt.Sprintf("%.64s", string(id))
+}
+
 func clip(v string) string {
 	const max = 4096
 	if len(v) <= max {
