@@ -449,6 +449,14 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	}
 	defer dir.Close()
 	details[audit.DetailCwdResolved] = dir.Path
+	// The handle must still be the directory that was checked when it is handed over (a
+	// rename race between Resolve and now is refused, not followed).
+	if err := dir.Verify(); err != nil {
+		details[audit.DetailMessage] = err.Error()
+		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
+		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: cwd "+quoteClip(m.Cwd)+" changed while it was being checked")
+		return
+	}
 	details["timeout_s"] = timeout.Seconds()
 
 	stdout := capbuf.New(s.lim.OutputCap)
