@@ -62,6 +62,9 @@ type Manifest struct {
 	Capabilities Capabilities   `toml:"capabilities"`
 
 	raw []byte
+	// fsMentioned: [capabilities] names filesystem (even as "none"); when it does not, a
+	// fledge-v1 plugin gets policy.FilesystemDefault.
+	fsMentioned bool
 }
 
 // Meta is the [plugin] table.
@@ -101,6 +104,21 @@ func (m *Manifest) Declared() policy.Grants {
 	c := m.Capabilities
 	g := policy.Grants{Exec: c.Exec, Store: c.Store, Metadata: c.Metadata, Network: c.Network, Filesystem: c.Filesystem}
 	g.Filesystem = g.FS()
+	return g
+}
+
+// FilesystemDefaulted reports whether the plugin gets the default filesystem level
+// (policy.FilesystemDefault) because its manifest does not mention filesystem. Only fledge-v1
+// plugins: a legacy plugin runs as a whole program under its own profile, without grants.
+func (m *Manifest) FilesystemDefaulted() bool { return m.IsProtocol() && !m.fsMentioned }
+
+// Asked is what the plugin asks for: the declared capabilities, with the default filesystem
+// level when the manifest does not mention filesystem. Grants within Asked need no warning.
+func (m *Manifest) Asked() policy.Grants {
+	g := m.Declared()
+	if m.FilesystemDefaulted() {
+		g.Filesystem = policy.FilesystemDefault
+	}
 	return g
 }
 
@@ -182,6 +200,7 @@ func ParseManifest(data []byte) (*Manifest, []string, error) {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidManifest, err)
 	}
 	m.raw = append([]byte(nil), data...)
+	m.fsMentioned = md.IsDefined("capabilities", "filesystem")
 
 	var warnings []string
 	var reported []toml.Key

@@ -120,7 +120,7 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
 		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
-		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), grantText(entry.Granted))
+		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.configDir, entry))
 	return nil
 }
 
@@ -155,11 +155,16 @@ func installReason(err error) string {
 	return string(reason.LaunchFailed)
 }
 
-func grantText(gr policy.Grants) string {
-	if gr.Empty() {
-		return "nothing"
+func grantText(gr policy.Grants) string { return gr.String() }
+
+// installedGrantText is grantText saying when the filesystem level is the default rule
+// rather than something the manifest declared.
+func installedGrantText(configDir string, en *plugin.Entry) string {
+	man, _, err := plugin.LoadManifest(plugin.Dir(configDir, en.Name))
+	if err != nil || !man.FilesystemDefaulted() || en.Granted.FS() != policy.FilesystemDefault {
+		return grantText(en.Granted)
 	}
-	return gr.String()
+	return en.Granted.String() + " by default"
 }
 
 // ListOptions is `fledge plugins list`.

@@ -244,11 +244,8 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	})
 	execEnv := policy.ChildEnv(environ, e.cfg.Sandbox.EnvAllow, nil)
 
-	// The plugin starts in the project when it may read it, else in its data dir.
-	pluginCwd := dataDir
-	if proj != nil && grants.FS() == policy.FilesystemProject {
-		pluginCwd = proj.Root
-	}
+	// The plugin starts where the user is when it may read it (as the reference host does).
+	pluginCwd := policy.PluginCwd(resolved(cwd), paths.ProjectRoot, dataDir, policy.PluginAccess(paths, grants, e.cfg))
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
