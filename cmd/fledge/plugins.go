@@ -26,7 +26,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Use:   "plugins",
 		Short: "Install, list, inspect and remove plugins",
 	}
-	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newRemoveCmd(g), newNewCmd(g))
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newNewCmd(g))
 	return c
 }
 
