@@ -112,6 +112,9 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
 			code = ExitCannotRun
 		}
+		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
+			code = ExitInterrupted
+		}
 		return exitErr(code, "install %s: %v", o.Source, err)
 	}
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}

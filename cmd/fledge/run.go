@@ -308,7 +308,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 			ExecTimeoutMax:     e.cfg.Sandbox.TimeoutMax,
 			OutputCap:          int(e.cfg.Sandbox.OutputCap),
 		},
-		Signals: sigs,
+		Signals: sigs, Interrupt: sigs, // Ctrl+C at a question takes the SIGINT path
 	}
 	out, err := protocolhost.Run(ctx, opts)
 	if err != nil && out == nil {
