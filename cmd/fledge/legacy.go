@@ -117,8 +117,5 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log,
 	if interrupted {
 		return &ExitError{Code: ExitInterrupted}
 	}
-	if res.ExitCode != 0 {
-		return &ExitError{Code: res.ExitCode}
-	}
-	return nil
+	return pluginExit(ref.Name, res.ExitCode, res)
 }

@@ -90,6 +90,14 @@ ctrlc)
   case "$R" in *response*) touch "$FLEDGE_DATA_DIR/reached-step3";; esac
   out "STEP2 ${R}"
   ;;
+exit3)
+  out "FAILING"
+  exit 3
+  ;;
+segv)
+  out "CRASHING"
+  kill -SEGV $$
+  ;;
 stderr)
   printf 'raw:\377\033[31mred\033[0m\tend\r\nsecond\n' >&2
   out "STDERR-DONE"
@@ -362,4 +370,29 @@ func TestPTYCtrlCAtPrompt(t *testing.T) {
 	assert.Contains(t, screen, `STEP2 {'type':'cancel','id':'c2','reason':'user_interrupt'}`,
 		"a question asked after the interrupt is cancelled at once")
 	assert.NotContains(t, screen, "Second question", "and never shown")
+}
+
+// A plugin's non-zero end is reported on stderr, naming it, and passed on as fledge's status.
+func TestPTYPluginExitReported(t *testing.T) {
+	e := newPtyEnv(t, "")
+	cases := []struct {
+		mode, ready, want string
+		code              int
+	}{
+		{"exit3", "FAILING", "fledge: plugin ask exited with code 3\n", 3},
+		{"segv", "CRASHING", "fledge: plugin ask killed by SIGSEGV\n", 128 + int(syscall.SIGSEGV)},
+		{"stderr", "STDERR-DONE", "", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode, func(t *testing.T) {
+			p := e.start(t, tc.mode, true)
+			p.waitFor(tc.ready)
+			assert.Equal(t, tc.code, p.exit(), "screen:\n%q", p.screen.String())
+			if tc.want == "" {
+				assert.NotContains(t, p.stderr.String(), "fledge: plugin", "success is not reported")
+				return
+			}
+			assert.Contains(t, p.stderr.String(), tc.want)
+		})
+	}
 }

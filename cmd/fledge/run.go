@@ -323,10 +323,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	if out.Interrupted {
 		return &ExitError{Code: ExitInterrupted}
 	}
-	if out.ExitCode != 0 {
-		return &ExitError{Code: out.ExitCode}
-	}
-	return nil
+	return pluginExit(entry.Name, out.ExitCode, out.Result)
 }
 
 func toWire(g policy.Grants) protocol.Capabilities {
