@@ -56,7 +56,7 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, log *audit.Log,
 	spec := &sandbox.Spec{
 		Kind: sandbox.KindLegacy, Name: ref.Name, Path: program,
 		Args: append([]string{program}, args...), Dir: dir, DirPath: cwdPath,
-		Env:    policy.ChildEnv(os.Environ(), e.cfg.Sandbox.EnvAllow, map[string]string{"FLEDGE_PLUGIN": ref.Name}),
+		Env:    policy.ChildEnv(os.Environ(), e.cfg.Sandbox.EnvAllow, pluginEnvVars(ref.Name, "", paths.PluginDir, paths.PluginDataDir, g.nonInteractive())),
 		Stdin:  g.Streams.In,
 		Stdout: g.Streams.Out,
 		Stderr: g.Streams.Err,

@@ -236,12 +236,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	execRoots = append(execRoots, pluginDir)
 
 	environ := os.Environ()
-	pluginEnv := policy.ChildEnv(environ, e.cfg.Sandbox.EnvAllow, map[string]string{
-		"FLEDGE_PLUGIN":   entry.Name,
-		"FLEDGE_COMMAND":  command,
-		"FLEDGE_DATA_DIR": dataDir,
-		"FLEDGE_VERSION":  version,
-	})
+	pluginEnv := policy.ChildEnv(environ, e.cfg.Sandbox.EnvAllow, pluginEnvVars(entry.Name, command, paths.PluginDir, dataDir, g.nonInteractive()))
 	execEnv := policy.ChildEnv(environ, e.cfg.Sandbox.EnvAllow, nil)
 
 	// The plugin starts where the user is when it may read it (as the reference host does).
