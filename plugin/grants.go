@@ -7,8 +7,13 @@ import (
 	"github.com/fledgehq/fledge/policy"
 )
 
-// ErrManifestChanged: the installed plugin.toml is not the one the user approved.
-var ErrManifestChanged = errors.New("plugin.toml changed since it was approved")
+var (
+	// ErrManifestChanged: the installed plugin.toml is not the one the user approved.
+	ErrManifestChanged = errors.New("plugin.toml changed since it was approved")
+	// ErrLegacyNoGrants: a legacy plugin (no protocol) runs as a whole program under the
+	// legacy profile; capabilities do not apply to it, so granting one would mislead.
+	ErrLegacyNoGrants = errors.New("a legacy plugin (no protocol) holds no capabilities: it runs under the legacy profile")
+)
 
 // GrantChange decides one change of a plugin's grants from its approved manifest and what it
 // holds now (policy.GrantOne / policy.RevokeOne).
@@ -43,6 +48,9 @@ func ChangeGrants(configDir, name string, change GrantChange) (*Entry, policy.Ch
 	if got := m.SHA256(); got != e.ManifestSHA256 {
 		return nil, policy.Change{}, fmt.Errorf("%w (sha256 %s, approved %s): reinstall it to review the change",
 			ErrManifestChanged, got[:12], e.ManifestSHA256[:min(12, len(e.ManifestSHA256))])
+	}
+	if !m.IsProtocol() {
+		return nil, policy.Change{}, fmt.Errorf("%w: %s", ErrLegacyNoGrants, name)
 	}
 	c, err := change(m, e.Granted)
 	if err != nil {

@@ -49,8 +49,8 @@ func TestChangeGrants(t *testing.T) {
 	assert.True(t, got.Granted.Network)
 	assert.Equal(t, []string{"network"}, c.Unrequested)
 
-	// Someone edits the installed manifest to declare metadata: the grant is refused, not
-	// checked against the edit, and the approved digest still catches the edit.
+	// Someone edits the installed manifest: the grant is refused, not checked against the
+	// edit, and the approved digest still catches the edit.
 	manifest := filepath.Join(Dir(cfg, "hello"), ManifestFile)
 	raw, err := os.ReadFile(manifest)
 	require.NoError(t, err)
@@ -63,4 +63,13 @@ func TestChangeGrants(t *testing.T) {
 
 	_, _, err = ChangeGrants(cfg, "nope", grantItem("exec"))
 	require.ErrorIs(t, err, ErrNotInstalled)
+
+	// A legacy plugin has no capabilities to change.
+	_, _, err = install(t, cfg, "testdata/legacy", nil)
+	require.NoError(t, err)
+	_, _, err = ChangeGrants(cfg, "legacy", grantItem("network"))
+	require.ErrorIs(t, err, ErrLegacyNoGrants)
+	reg, err = LoadRegistry(cfg)
+	require.NoError(t, err)
+	assert.False(t, reg.Find("legacy").Granted.Network)
 }

@@ -91,7 +91,7 @@ func (o *GrantOptions) Run() error {
 			return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
 		case errors.Is(err, policy.ErrUnknownCapability):
 			code, rc = ExitUsage, reason.CapabilityNotDeclared
-		case errors.Is(err, policy.ErrNotDeclared):
+		case errors.Is(err, policy.ErrNotDeclared), errors.Is(err, plugin.ErrLegacyNoGrants):
 			code, rc = ExitUsage, reason.CapabilityNotDeclared
 		case errors.Is(err, plugin.ErrManifestChanged):
 			code = ExitCannotRun
