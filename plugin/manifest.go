@@ -63,6 +63,9 @@ type Manifest struct {
 	Tools        []ToolDecl     `toml:"tools"`
 
 	raw []byte
+	// fsMentioned: [capabilities] names filesystem (even as "none"); when it does not, a
+	// fledge-v1 plugin gets policy.FilesystemDefault.
+	fsMentioned bool
 }
 
 // Meta is the [plugin] table.
@@ -162,6 +165,21 @@ func (m *Manifest) Declared() policy.Grants {
 	return g
 }
 
+// FilesystemDefaulted reports whether the plugin gets the default filesystem level
+// (policy.FilesystemDefault) because its manifest does not mention filesystem. Only fledge-v1
+// plugins: a legacy plugin runs as a whole program under its own profile, without grants.
+func (m *Manifest) FilesystemDefaulted() bool { return m.IsProtocol() && !m.fsMentioned }
+
+// Asked is what the plugin asks for: the declared capabilities, with the default filesystem
+// level when the manifest does not mention filesystem. Grants within Asked need no warning.
+func (m *Manifest) Asked() policy.Grants {
+	g := m.Declared()
+	if m.FilesystemDefaulted() {
+		g.Filesystem = policy.FilesystemDefault
+	}
+	return g
+}
+
 // IsProtocol reports whether the plugin speaks fledge-v1 (false: a legacy plugin).
 func (m *Manifest) IsProtocol() bool { return m.Plugin.Protocol == protocol.Version }
 
@@ -240,6 +258,7 @@ func ParseManifest(data []byte) (*Manifest, []string, error) {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidManifest, err)
 	}
 	m.raw = append([]byte(nil), data...)
+	m.fsMentioned = md.IsDefined("capabilities", "filesystem")
 
 	var warnings []string
 	var reported []toml.Key

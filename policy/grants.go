@@ -16,6 +16,16 @@ const (
 	FilesystemProject = "project" // read-only access to the project
 )
 
+// FilesystemDefault is the level a fledge-v1 plugin gets when its manifest does not mention
+// filesystem at all. Plugins written for the reference host read the project root delivered
+// in init from their own process; the default keeps that working, read-only: writes still go
+// through exec or need nothing less than an explicit grant. An explicit filesystem = "none"
+// is honoured as written.
+const FilesystemDefault = FilesystemProject
+
+// DescribeDefaultFilesystem is how the default rule is shown (install, docs).
+const DescribeDefaultFilesystem = "reads the project (read-only, default)"
+
 // FilesystemDeclared is what a bare "filesystem" item in a grant list parses to: "whatever
 // level the manifest declares". Grants.Resolve replaces it with the declared level.
 const FilesystemDeclared = "declared"
@@ -67,7 +77,7 @@ func (g Grants) Empty() bool { return len(g.Names()) == 0 }
 // exec, store, metadata, network, filesystem=<level>. The filesystem item appears only when
 // the level is above none.
 func (g Grants) Names() []string {
-	var out []string
+	out := []string{} // never nil: audit records list [] for no capabilities, not null
 	if g.Exec {
 		out = append(out, "exec")
 	}

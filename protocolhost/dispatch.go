@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -227,6 +228,22 @@ func (s *session) queuePrompt(id protocol.ID, kind string, ask func(ctx context.
 		case err == nil:
 			s.record(audit.EventPrompt, audit.Allow, reason.OK, promptDetails(kind, true, nil), false)
 			s.respond(id, v)
+		case errors.Is(err, ui.ErrInterrupted) && s.opts.Interrupt != nil:
+			// A session interrupt, as SIGINT outside a question: the signal path cancels the
+			// session (so no later question is asked) and escalates. Never block on it: a
+			// full channel already holds an interrupt.
+			select {
+			case s.opts.Interrupt <- os.Interrupt:
+			default:
+			}
+			// Reply only once the session is cancelled: the interrupt is then on record before
+			// the plugin can act on this cancel (exit, or ask its next question).
+			select {
+			case <-s.ctx.Done():
+			case <-time.After(s.lim.CancelGrace):
+			}
+			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, map[string]any{"interrupted": true}), false)
+			s.cancelReq(id, protocol.CancelUserInterrupt)
 		case errors.Is(err, ui.ErrAborted):
 			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, map[string]any{"aborted": true}), false)
 			s.cancelReq(id, protocol.CancelUserInterrupt)

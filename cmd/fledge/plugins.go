@@ -26,7 +26,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Use:   "plugins",
 		Short: "Install, list, inspect and remove plugins",
 	}
-	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newRemoveCmd(g), newNewCmd(g))
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newNewCmd(g))
 	return c
 }
 
@@ -112,6 +112,9 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
 			code = ExitCannotRun
 		}
+		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
+			code = ExitInterrupted
+		}
 		return exitErr(code, "install %s: %v", o.Source, err)
 	}
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
@@ -120,7 +123,7 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
 		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
-		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), grantText(entry.Granted))
+		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.configDir, entry))
 	return nil
 }
 
@@ -155,11 +158,16 @@ func installReason(err error) string {
 	return string(reason.LaunchFailed)
 }
 
-func grantText(gr policy.Grants) string {
-	if gr.Empty() {
-		return "nothing"
+func grantText(gr policy.Grants) string { return gr.String() }
+
+// installedGrantText is grantText saying when the filesystem level is the default rule
+// rather than something the manifest declared.
+func installedGrantText(configDir string, en *plugin.Entry) string {
+	man, _, err := plugin.LoadManifest(plugin.Dir(configDir, en.Name))
+	if err != nil || !man.FilesystemDefaulted() || en.Granted.FS() != policy.FilesystemDefault {
+		return grantText(en.Granted)
 	}
-	return gr.String()
+	return en.Granted.String() + " by default"
 }
 
 // ListOptions is `fledge plugins list`.
