@@ -101,7 +101,11 @@ func (f recorderFunc) Append(r *Record, durable bool) error { return f(r, durabl
 func TestExportFixtureIsAValidLog(t *testing.T) {
 	if *update {
 		var b bytes.Buffer
-		require.NoError(t, RenderJSON(&b, exportFixtureRecords()))
+		w, err := NewRecordWriter(&b, FormatJSON, ExportOptions{})
+		require.NoError(t, err)
+		for _, r := range exportFixtureRecords() {
+			require.NoError(t, w.Write(r))
+		}
 		require.NoError(t, os.WriteFile(exportFixture, b.Bytes(), 0o644))
 	}
 	rep, err := Verify(exportFixture)
@@ -324,6 +328,9 @@ func TestRecordWriterStoredAndTable(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, string(stored), string(exportFixtureOutput(t, FormatJSON)))
 	var b bytes.Buffer
-	require.NoError(t, RenderTable(&b, readAll(t, exportFixture)))
+	tw := NewTableWriter(&b)
+	for _, r := range readAll(t, exportFixture) {
+		require.NoError(t, tw.Write(r))
+	}
 	assert.Equal(t, b.String(), string(exportFixtureOutput(t, FormatText)))
 }
