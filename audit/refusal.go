@@ -21,9 +21,6 @@ const (
 	RefusalOther = "other"
 )
 
-// DetailRefusal is the detail key holding one of the Refusal* kinds.
-const DetailRefusal = "refusal"
-
 // refusalReasons is the reason code each refusal kind is recorded with.
 var refusalReasons = map[string]reason.Code{
 	RefusalManifestChanged:    reason.LaunchFailed,
