@@ -273,6 +273,8 @@ func (l *Log) Append(r *Record, durable bool) error {
 // nil). It syncs the very file the record went to, even if the log rotated in between, and
 // may be called again (from the same goroutine) to get the same result. Under fsync
 // "always" the record is synced before this returns; under "never" the function is a no-op.
+// A failed write is rolled back before this returns; a failed background fsync is rolled
+// back by the returned function if the record is still the live file's last (see write).
 func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
 	if r == nil {
 		return nil, errors.New("audit: nil record")
@@ -416,8 +418,8 @@ func (l *Log) write(f *os.File, b []byte, sync bool, prev *chainPos) (int64, err
 var ErrRollback = errors.New("audit: could not roll back a failed append")
 
 // rollback truncates f back to size start (the end of the last whole record) after a
-// failed write, and puts the cached chain position back at prev (if not nil). Truncating frees space,
-// so it works on a full disk. Must be called under the lock.
+// failed write, and puts the cached chain position back at prev (if not nil). Truncating
+// frees space, so it works on a full disk. Must be called under the lock.
 func (l *Log) rollback(f *os.File, start int64, prev *chainPos) error {
 	l.tail = nil
 	if err := f.Truncate(start); err != nil {
