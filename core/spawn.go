@@ -179,6 +179,13 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 		rec.Record(audit.EventPluginExit, audit.Error, code, map[string]any{
 			"program": spec.Path, "started": false, "error": err.Error(),
 		}, true)
+		if code == reason.SandboxUnavailable && rec.log != nil {
+			// A strict policy refused to run here: on file as a refusal, like any other.
+			_ = audit.RecordRefusal(rec.log, audit.Refusal{
+				Session: rec.session, Plugin: rec.plugin, Sandbox: rec.sb,
+				Kind: audit.RefusalSandboxUnavailable, Message: err.Error(),
+			})
+		}
 		return nil, wrapped
 	}
 	p.proc = proc

@@ -37,6 +37,8 @@ const (
 var (
 	// ErrInvalidManifest: plugin.toml cannot be used (syntax, types, or a failed check).
 	ErrInvalidManifest = errors.New("invalid plugin.toml")
+	// ErrMissingBinary: a command's binary is not a regular file inside the plugin dir.
+	ErrMissingBinary = errors.New("command binary missing")
 	// ErrUnsupportedProtocol: plugin.toml asks for a protocol this fledge does not speak.
 	ErrUnsupportedProtocol = errors.New("unsupported plugin protocol")
 )
@@ -406,10 +408,10 @@ func LoadManifest(dir string) (*Manifest, []string, error) {
 	for _, c := range m.Commands {
 		st, err := root.Stat(c.Binary)
 		if err != nil {
-			return nil, warnings, fmt.Errorf("%w: command %q: binary %q: %v", ErrInvalidManifest, c.Name, c.Binary, err)
+			return nil, warnings, fmt.Errorf("%w: %w: command %q: binary %q: %v", ErrInvalidManifest, ErrMissingBinary, c.Name, c.Binary, err)
 		}
 		if !st.Mode().IsRegular() {
-			return nil, warnings, fmt.Errorf("%w: command %q: binary %q is not a regular file", ErrInvalidManifest, c.Name, c.Binary)
+			return nil, warnings, fmt.Errorf("%w: %w: command %q: binary %q is not a regular file", ErrInvalidManifest, ErrMissingBinary, c.Name, c.Binary)
 		}
 		if st.Mode().Perm()&0o111 == 0 && m.Plugin.Runtime == "" {
 			warnings = append(warnings, fmt.Sprintf("command %q: binary %q is not executable", c.Name, c.Binary))

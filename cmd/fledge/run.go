@@ -113,7 +113,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	}
 	cmdSpec := b.Manifest.Command(command)
 	if cmdSpec == nil {
-		e.Refuse(b.Ref, reason.LaunchFailed, map[string]any{"error": "command no longer declared", audit.DetailCommand: command})
+		e.Refuse(b.Ref, audit.RefusalOther, command, "the plugin no longer declares this command")
 		return exitErr(ExitUnknownCmd, "plugin %s no longer declares command %q; reinstall it", entry.Name, command)
 	}
 	program, err := e.Program(b, cmdSpec.Binary)
@@ -123,7 +123,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	switch b.Manifest.Plugin.Protocol {
 	case "", protocol.Version:
 	default:
-		e.Refuse(b.Ref, reason.ProtocolVersionMismatch, map[string]any{"protocol": b.Manifest.Plugin.Protocol})
+		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
 		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, b.Manifest.Plugin.Protocol, protocol.Version)
 	}
 
