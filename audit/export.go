@@ -345,7 +345,7 @@ func ecsCategory(event string) ([]string, []string) {
 		return []string{"package"}, []string{"installation"}
 	case EventRemove:
 		return []string{"package"}, []string{"deletion"}
-	case EventGrant:
+	case EventGrant, EventRevoke:
 		return []string{"package", "iam"}, []string{"change"}
 	}
 	return []string{"process"}, []string{"info"}

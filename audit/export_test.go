@@ -28,6 +28,8 @@ func exportFixtureRecords() []*Record {
 			Details: map[string]any{DetailCapabilities: []string{"exec", "store"}, DetailMessage: "installed from /src/hello"}},
 		{Plugin: p, Event: EventGrant, Decision: Allow, Reason: "ok",
 			Details: map[string]any{DetailCapabilities: []string{"exec"}}},
+		{Plugin: p, Event: EventRevoke, Decision: Allow, Reason: "ok",
+			Details: map[string]any{DetailCapabilities: []string{"exec"}}},
 		{Session: "s1", Plugin: p, Sandbox: sb, Event: EventPluginStart, Decision: Allow, Reason: "ok",
 			Details: map[string]any{DetailCommand: "hello", "program": prog, DetailArgv: []string{prog, "--verbose"},
 				DetailCwdResolved: "/work/proj", "grants": map[string]any{"exec": true}}},
