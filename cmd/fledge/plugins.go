@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -193,15 +192,14 @@ func (o *ListOptions) Run() error {
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	reg, err := plugin.LoadRegistry(cd)
+	list, err := plugin.List(cd)
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	entries := make([]*plugin.Entry, 0, len(reg.Plugins))
-	for i := range reg.Plugins {
-		entries = append(entries, &reg.Plugins[i])
+	entries := make([]*plugin.Entry, 0, len(list))
+	for i := range list {
+		entries = append(entries, &list[i])
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	if o.JSON {
 		out := make([]map[string]any, 0, len(entries))
 		for _, en := range entries {
@@ -264,15 +262,15 @@ func (o *InfoOptions) Run() error {
 		return err
 	}
 	defer e.close()
-	reg, err := plugin.LoadRegistry(e.configDir)
+	pi, err := plugin.GetInfo(e.configDir, o.Name)
+	if errors.Is(err, plugin.ErrNotInstalled) {
+		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
+	}
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	en := reg.Find(o.Name)
-	if en == nil {
-		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
-	}
-	dir := plugin.Dir(e.configDir, en.Name)
+	en := &pi.Entry
+	dir := pi.Dir
 	paths := e.paths(dir, plugin.DataDir(e.configDir, en.Name), nil)
 	paths.ProjectRoot = "<project>"
 	rep := e.sb.Report()
@@ -280,7 +278,12 @@ func (o *InfoOptions) Run() error {
 	xa := policy.ExecAccess(paths, e.cfg)
 	info := entryJSON(en)
 	info["dir"] = dir
-	info["data_dir"] = plugin.DataDir(e.configDir, en.Name)
+	info["data_dir"] = pi.DataDir
+	// Only what was granted counts; a live manifest that changed is refused at run time.
+	info["manifest_changed"] = pi.ManifestChanged
+	if pi.Declared != nil {
+		info["declared"] = pi.Declared.Names()
+	}
 	info["sandbox"] = map[string]any{
 		"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode,
 		"tree_kill": rep.TreeKill, "strict": e.cfg.Sandbox.Strict,
@@ -302,6 +305,9 @@ func (o *InfoOptions) Run() error {
 	fmt.Fprintf(w, "%s %s\n  source:    %s\n  installed: %s\n  commands:  %s\n  manifest:  sha256:%s\n  granted:   %s\n",
 		en.Name, en.Version, en.Source, en.Installed.UTC().Format(time.RFC3339), strings.Join(en.Commands, ", "),
 		en.ManifestSHA256, grantText(en.Granted))
+	if pi.ManifestChanged {
+		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
+	}
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
 	fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
