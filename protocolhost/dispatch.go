@@ -514,13 +514,21 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 			rc = reason.SandboxUnavailable
 		}
 		s.record(audit.EventExecOutcome, audit.Error, rc, map[string]any{audit.DetailCommand: clip(m.Command), "error": err.Error()}, false)
-		s.execRefuse(m.ID, 126, rc, "exec could not start: "+err.Error())
+		// The internal error (paths, errno, cgroup detail) is for the user and the log, not
+		// the plugin: it gets what happened in words of the protocol.
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec could not start: %v", s.opts.Plugin.Name, err))
+		msg := "exec could not start in the sandbox"
+		if rc == reason.SandboxUnavailable {
+			msg = "exec refused: the sandbox cannot be enforced on this machine and the policy is strict"
+		}
+		s.execRefuse(m.ID, 126, rc, msg)
 		return
 	}
 	res, err := proc.Wait()
 	if err != nil || res == nil {
 		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{audit.DetailCommand: clip(m.Command), "error": fmt.Sprint(err)}, false)
-		s.execRefuse(m.ID, 126, reason.Crashed, fmt.Sprintf("exec failed: %v", err))
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec failed: %v", s.opts.Plugin.Name, err))
+		s.execRefuse(m.ID, 126, reason.Crashed, "exec failed: the sandbox lost the command")
 		return
 	}
 	// The cap holds on the wire too: escaping must not grow the reply past it (wireCut).
