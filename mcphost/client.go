@@ -157,10 +157,13 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}
 	rec := env.NewRecorder(log, b.Ref, p.warn)
 	pluginEnv := map[string]string{
-		"FLEDGE_PLUGIN":   b.Entry.Name,
-		"FLEDGE_COMMAND":  cmd.Name,
-		"FLEDGE_DATA_DIR": b.DataDir,
-		"FLEDGE_VERSION":  fledgeVersion(),
+		"FLEDGE_PLUGIN":     b.Entry.Name,
+		"FLEDGE_COMMAND":    cmd.Name,
+		"FLEDGE_PLUGIN_DIR": b.Dir,
+		"FLEDGE_DATA_DIR":   b.DataDir,
+		"FLEDGE_VERSION":    fledgeVersion(),
+		// Nobody is at a terminal to answer an MCP server.
+		"FLEDGE_NON_INTERACTIVE": "1",
 	}
 	// The server starts in the project when it may read it, else in its data dir.
 	cwd := b.DataDir

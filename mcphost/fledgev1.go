@@ -125,10 +125,13 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 		stderr = io.Discard
 	}
 	prof := env.Profile(b, os.Environ(), map[string]string{
-		"FLEDGE_PLUGIN":   b.Entry.Name,
-		"FLEDGE_COMMAND":  cmd.Name,
-		"FLEDGE_DATA_DIR": b.DataDir,
-		"FLEDGE_VERSION":  fledgeVersion(),
+		"FLEDGE_PLUGIN":     b.Entry.Name,
+		"FLEDGE_COMMAND":    cmd.Name,
+		"FLEDGE_PLUGIN_DIR": b.Dir,
+		"FLEDGE_DATA_DIR":   b.DataDir,
+		"FLEDGE_VERSION":    fledgeVersion(),
+		// A tool call is non-interactive: the plugin may skip its questions up front.
+		"FLEDGE_NON_INTERACTIVE": "1",
 	}, nil)
 	cap := newCaptureUI(b.Entry.Name, stderr, prof.Session.OutputCap)
 	rec := env.NewRecorder(log, b.Ref, cap.Warn)

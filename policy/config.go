@@ -156,12 +156,6 @@ func (c *Config) NetworkAllowed() bool { return c.Sandbox.Network != NetworkDeny
 // (off by default: docker.sock, D-Bus and systemd sockets are ways out of any sandbox).
 func (c *Config) UnixSocketsAllowed() bool { return c.Sandbox.UnixSockets == NetworkAllow }
 
-// ExecTimeout applies the exec timeout rule (see the package func ExecTimeout) with this
-// policy's timeout_default and timeout_max.
-func (c *Config) ExecTimeout(seconds *float64) (time.Duration, bool, error) {
-	return ExecTimeout(seconds, c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
-}
-
 // Load reads <configDir>/config.toml. A missing file gives Default(); anything wrong with
 // the file is a *ConfigError naming the file, line and key.
 func Load(configDir string) (*Config, error) {

@@ -303,13 +303,13 @@ func TestExecTimeout(t *testing.T) {
 		{f(301), 300 * time.Second, true},
 		{f(600), 300 * time.Second, true},
 	} {
-		d, clamped, err := c.ExecTimeout(tc.in)
+		d, clamped, err := ExecTimeout(tc.in, c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, d)
 		assert.Equal(t, tc.clamped, clamped)
 	}
 	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
-		_, _, err := c.ExecTimeout(f(bad))
+		_, _, err := ExecTimeout(f(bad), c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
 		assert.Error(t, err, bad)
 	}
 }

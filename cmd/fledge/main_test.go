@@ -2,12 +2,14 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
+	"github.com/fledgehq/fledge/internal/testutil"
 	"github.com/fledgehq/fledge/sandbox/stub"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -45,10 +47,26 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		RequireExplicitExec: true,
+		Condition:           scriptCondition,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"status": cmdStatus,
+			"tmpfs":  cmdTmpfs,
+			"fillfs": cmdFillfs,
 		},
 	})
+}
+
+// scriptCondition adds [root]: the process may mount (tmpfs). CI runs as root, and
+// FLEDGE_REQUIRE_SANDBOX=1 turns the skip into a failure there.
+func scriptCondition(cond string) (bool, error) {
+	switch cond {
+	case "root":
+		if os.Geteuid() != 0 && os.Getenv(testutil.RequireSandboxEnv) == "1" {
+			return false, fmt.Errorf("%s=1 but not root: cannot mount a tmpfs", testutil.RequireSandboxEnv)
+		}
+		return os.Geteuid() == 0, nil
+	}
+	return false, fmt.Errorf("unknown condition %q", cond)
 }
 
 // cmdStatus runs a command and checks its exact exit status: status CODE cmd args...

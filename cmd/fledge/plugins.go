@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,7 +25,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Use:   "plugins",
 		Short: "Install, list, inspect and remove plugins",
 	}
-	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newRemoveCmd(g), newNewCmd(g))
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newNewCmd(g))
 	return c
 }
 
@@ -112,6 +111,9 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
 			code = ExitCannotRun
 		}
+		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
+			code = ExitInterrupted
+		}
 		return exitErr(code, "install %s: %v", o.Source, err)
 	}
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
@@ -120,7 +122,7 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
 		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
-		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), grantText(entry.Granted))
+		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.configDir, entry))
 	return nil
 }
 
@@ -155,11 +157,16 @@ func installReason(err error) string {
 	return string(reason.LaunchFailed)
 }
 
-func grantText(gr policy.Grants) string {
-	if gr.Empty() {
-		return "nothing"
+func grantText(gr policy.Grants) string { return gr.String() }
+
+// installedGrantText is grantText saying when the filesystem level is the default rule
+// rather than something the manifest declared.
+func installedGrantText(configDir string, en *plugin.Entry) string {
+	man, _, err := plugin.LoadManifest(plugin.Dir(configDir, en.Name))
+	if err != nil || !man.FilesystemDefaulted() || en.Granted.FS() != policy.FilesystemDefault {
+		return grantText(en.Granted)
 	}
-	return gr.String()
+	return en.Granted.String() + " by default"
 }
 
 // ListOptions is `fledge plugins list`.
@@ -185,15 +192,14 @@ func (o *ListOptions) Run() error {
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	reg, err := plugin.LoadRegistry(cd)
+	list, err := plugin.List(cd)
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	entries := make([]*plugin.Entry, 0, len(reg.Plugins))
-	for i := range reg.Plugins {
-		entries = append(entries, &reg.Plugins[i])
+	entries := make([]*plugin.Entry, 0, len(list))
+	for i := range list {
+		entries = append(entries, &list[i])
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	if o.JSON {
 		out := make([]map[string]any, 0, len(entries))
 		for _, en := range entries {
@@ -256,15 +262,15 @@ func (o *InfoOptions) Run() error {
 		return err
 	}
 	defer e.close()
-	reg, err := plugin.LoadRegistry(e.configDir)
+	pi, err := plugin.GetInfo(e.configDir, o.Name)
+	if errors.Is(err, plugin.ErrNotInstalled) {
+		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
+	}
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	en := reg.Find(o.Name)
-	if en == nil {
-		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
-	}
-	dir := plugin.Dir(e.configDir, en.Name)
+	en := &pi.Entry
+	dir := pi.Dir
 	paths := e.paths(dir, plugin.DataDir(e.configDir, en.Name), nil)
 	paths.ProjectRoot = "<project>"
 	rep := e.sb.Report()
@@ -272,7 +278,12 @@ func (o *InfoOptions) Run() error {
 	xa := policy.ExecAccess(paths, e.cfg)
 	info := entryJSON(en)
 	info["dir"] = dir
-	info["data_dir"] = plugin.DataDir(e.configDir, en.Name)
+	info["data_dir"] = pi.DataDir
+	// Only what was granted counts; a live manifest that changed is refused at run time.
+	info["manifest_changed"] = pi.ManifestChanged
+	if pi.Declared != nil {
+		info["declared"] = pi.Declared.Names()
+	}
 	info["sandbox"] = map[string]any{
 		"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode,
 		"tree_kill": rep.TreeKill, "strict": e.cfg.Sandbox.Strict,
@@ -294,6 +305,9 @@ func (o *InfoOptions) Run() error {
 	fmt.Fprintf(w, "%s %s\n  source:    %s\n  installed: %s\n  commands:  %s\n  manifest:  sha256:%s\n  granted:   %s\n",
 		en.Name, en.Version, en.Source, en.Installed.UTC().Format(time.RFC3339), strings.Join(en.Commands, ", "),
 		en.ManifestSHA256, grantText(en.Granted))
+	if pi.ManifestChanged {
+		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
+	}
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
 	fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
