@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -69,6 +70,9 @@ func runServeMCP(ctx context.Context, g *Globals, o *serveMCPOptions) error {
 		LineMax: int(e.cfg.Limits.LineMax),
 		Warn:    func(m string) { fmt.Fprintf(g.Streams.Err, "fledge: warning: %s\n", m) },
 	})
+	if errors.Is(err, mcphost.ErrNoSuchTool) {
+		return exitErr(ExitUsage, "serve --mcp: %v", err)
+	}
 	if err != nil {
 		return exitErr(ExitCannotRun, "serve --mcp: %v", err)
 	}
