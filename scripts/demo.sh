@@ -191,8 +191,8 @@ mcp_demo() {
 		mkdir -p "$cache"
 		if ! HOME=$real_home npm install --prefer-offline --no-audit --no-fund --no-save --prefix "$cache" "$pkg" >"$work/npm.log" 2>&1; then
 			echo "(skipped: npm cannot reach the registry and $pkg is not in npm's cache:"
-			tail -n 2 "$work/npm.log" | sed 's/^/   /'
-			echo " run once online to warm the cache)"
+			{ grep -m 2 -E 'code E|E[A-Z_]{4,}|network|offline' "$work/npm.log" || tail -n 2 "$work/npm.log"; } | sed 's/^/   /'
+			echo " run it once online to warm the cache; the rest of the demo does not need npm)"
 			return 0
 		fi
 	fi
