@@ -137,3 +137,16 @@ func TestHostileNeverAnswersCall(t *testing.T) {
 	require.Len(t, outs, 1)
 	assert.Equal(t, string(reason.Timeout), outs[0].Reason)
 }
+
+// fledge answers what a client must: a server that pings fledge in the middle of a call
+// gets its pong, and the call completes.
+func TestServerPingsFledge(t *testing.T) {
+	f := hostile(t, "pinger")
+	ctx := context.Background()
+	cat := f.catalogue()
+	require.Len(t, cat.List(ctx), 1)
+	_, res, err := cat.Call(ctx, "plugin_hostile-pinger_poke", nil)
+	require.NoError(t, err)
+	require.True(t, res.Success, res.Message)
+	assert.Equal(t, `"fledge answered my ping"`, string(res.Output))
+}

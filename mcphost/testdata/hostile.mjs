@@ -6,6 +6,7 @@
 //   bigline  answers the handshake, then writes a 50 MiB line when a tool is called
 //   slow     answers the handshake, never answers a tool call, and says on stderr when
 //            fledge cancels it
+//   pinger   (well-behaved) pings fledge during a tool call and answers once pinged back
 import readline from 'node:readline';
 
 const mode = process.argv[2] || 'silent';
@@ -35,9 +36,16 @@ function bigline(id) {
   more();
 }
 
+let pendingCall = null;
 readline.createInterface({ input: process.stdin }).on('line', (raw) => {
   let m;
   try { m = JSON.parse(raw); } catch { return; }
+  if (mode === 'pinger' && m.id === 'ping-1' && pendingCall !== null) {
+    const ok = m.result !== undefined && m.error === undefined;
+    send({ jsonrpc: '2.0', id: pendingCall, result: { content: [{ type: 'text', text: ok ? 'fledge answered my ping' : 'ping failed: ' + JSON.stringify(m.error) }] } });
+    pendingCall = null;
+    return;
+  }
   if (m.method === 'notifications/cancelled') {
     process.stderr.write('hostile: cancelled request ' + m.params.requestId + ' (' + m.params.reason + ')\n');
   }
@@ -53,6 +61,11 @@ readline.createInterface({ input: process.stdin }).on('line', (raw) => {
       if (mode === 'flood') return flood();
       if (mode === 'bigline') return bigline(m.id);
       if (mode === 'slow') return;
+      if (mode === 'pinger') {
+        pendingCall = m.id;
+        send({ jsonrpc: '2.0', id: 'ping-1', method: 'ping' });
+        return;
+      }
       if (mode === 'wrongid') {
         send({ jsonrpc: '2.0', id: typeof m.id === 'number' ? m.id + 1000 : m.id + '-not-yours', result: { content: [{ type: 'text', text: 'hi' }] } });
         return;
