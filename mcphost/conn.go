@@ -2,6 +2,7 @@ package mcphost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,13 +84,16 @@ type lineConn struct {
 
 	writeMu sync.Mutex
 
-	mu      sync.Mutex
-	sent    map[string]struct{}
-	tokens  float64
-	last    time.Time
-	fatal   error
-	badSeen int
-	now     func() time.Time
+	mu   sync.Mutex
+	sent map[string]struct{}
+	// cancelled are ids of requests fledge gave up on (notifications/cancelled sent): a late
+	// answer to one is dropped, not a violation. Oldest first, at most Pending of them.
+	cancelled []string
+	tokens    float64
+	last      time.Time
+	fatal     error
+	badSeen   int
+	now       func() time.Time
 }
 
 func newLineConn(r io.ReadCloser, w io.WriteCloser, lim connLimits) *lineConn {
@@ -150,9 +154,13 @@ func (c *lineConn) readLoop() {
 				m.err = c.setFatal(fmt.Errorf("%w: more than %d lines that are not JSON-RPC (last at line %d)", ErrMalformed, c.lim.Malformed, n))
 				break
 			}
-			if ferr := c.admit(msg); ferr != nil {
+			deliver, ferr := c.admit(msg)
+			switch {
+			case ferr != nil:
 				m.err = c.setFatal(ferr)
-			} else {
+			case !deliver:
+				continue
+			default:
 				m.msg = msg
 			}
 		}
@@ -167,17 +175,25 @@ func (c *lineConn) readLoop() {
 	}
 }
 
-// admit checks one message from the server against the bounds.
-func (c *lineConn) admit(msg jsonrpc.Message) error {
+// admit checks one message from the server against the bounds: an error ends the
+// session; deliver false drops the message (a late answer to a cancelled request).
+func (c *lineConn) admit(msg jsonrpc.Message) (deliver bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch m := msg.(type) {
 	case *jsonrpc.Response:
 		k := idKey(m.ID)
-		if _, ok := c.sent[k]; !ok {
-			return fmt.Errorf("%w (id %v)", ErrUnknownID, clipID(m.ID))
+		if _, ok := c.sent[k]; ok {
+			delete(c.sent, k)
+			return true, nil
 		}
-		delete(c.sent, k)
+		for i, ck := range c.cancelled {
+			if ck == k {
+				c.cancelled = append(c.cancelled[:i], c.cancelled[i+1:]...)
+				return false, nil
+			}
+		}
+		return false, fmt.Errorf("%w (id %v)", ErrUnknownID, clipID(m.ID))
 	case *jsonrpc.Request:
 		now := c.now()
 		c.tokens += now.Sub(c.last).Seconds() * c.lim.Rate
@@ -186,15 +202,18 @@ func (c *lineConn) admit(msg jsonrpc.Message) error {
 			c.tokens = float64(c.lim.Burst)
 		}
 		if c.tokens < 1 {
-			return fmt.Errorf("%w: more than %d notifications/requests at once, or over %.0f a second (last: %q)", ErrFlood, c.lim.Burst, c.lim.Rate, clip(m.Method, 80))
+			return false, fmt.Errorf("%w: more than %d notifications/requests at once, or over %.0f a second (last: %q)", ErrFlood, c.lim.Burst, c.lim.Rate, clip(m.Method, 80))
 		}
 		c.tokens--
 	}
-	return nil
+	return true, nil
 }
 
-func idKey(id jsonrpc.ID) string {
-	switch v := id.Raw().(type) {
+func idKey(id jsonrpc.ID) string { return rawIDKey(id.Raw()) }
+
+// rawIDKey is the key of an id as decoded JSON or as the SDK holds it.
+func rawIDKey(raw any) string {
+	switch v := raw.(type) {
 	case int64:
 		return fmt.Sprintf("n:%d", v)
 	case float64:
@@ -202,7 +221,7 @@ func idKey(id jsonrpc.ID) string {
 	case string:
 		return "s:" + v
 	}
-	return fmt.Sprintf("?:%v", id.Raw())
+	return fmt.Sprintf("?:%v", raw)
 }
 
 func clipID(id jsonrpc.ID) string { return clip(fmt.Sprint(id.Raw()), 64) }
@@ -236,6 +255,8 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 		c.sent[idKey(req.ID)] = struct{}{}
 		c.mu.Unlock()
+	} else if ok && req.Method == "notifications/cancelled" {
+		c.forget(req.Params)
 	}
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
@@ -251,6 +272,28 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	}
 	_, err = c.w.Write(data)
 	return err
+}
+
+// forget moves a request fledge cancelled from the in-flight ids to the cancelled ones,
+// so it no longer counts against Pending and a late answer is dropped quietly.
+func (c *lineConn) forget(params json.RawMessage) {
+	var p struct {
+		RequestID any `json:"requestId"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.RequestID == nil {
+		return
+	}
+	k := rawIDKey(p.RequestID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.sent[k]; !ok {
+		return
+	}
+	delete(c.sent, k)
+	if len(c.cancelled) >= c.lim.Pending {
+		c.cancelled = c.cancelled[1:]
+	}
+	c.cancelled = append(c.cancelled, k)
 }
 
 // Close implements mcp.Connection: the server sees EOF on its stdin.

@@ -2,6 +2,7 @@ package mcphost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -88,4 +89,30 @@ func TestLineConnPendingBound(t *testing.T) {
 	require.ErrorIs(t, c.Write(context.Background(), &jsonrpc.Request{ID: id, Method: "m"}), ErrTooManyPending)
 	// Notifications are not requests in flight.
 	require.NoError(t, c.Write(context.Background(), &jsonrpc.Request{Method: "notifications/initialized"}))
+}
+
+// A request fledge cancelled no longer counts as in flight, and its late answer is dropped
+// quietly (the spec allows the race); an answer to it after that is a violation again.
+func TestLineConnCancelledRequest(t *testing.T) {
+	r, w := io.Pipe()
+	c := newLineConn(r, discardWC{io.Discard}, connLimits{Pending: 1})
+	defer c.Close()
+	ctx := context.Background()
+	id1, _ := jsonrpc.MakeID(float64(1))
+	require.NoError(t, c.Write(ctx, &jsonrpc.Request{ID: id1, Method: "tools/call"}))
+	id2, _ := jsonrpc.MakeID(float64(2))
+	require.ErrorIs(t, c.Write(ctx, &jsonrpc.Request{ID: id2, Method: "tools/call"}), ErrTooManyPending)
+	require.NoError(t, c.Write(ctx, &jsonrpc.Request{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":1,"reason":"timeout"}`)}))
+	require.NoError(t, c.Write(ctx, &jsonrpc.Request{ID: id2, Method: "tools/call"}), "the cancelled call freed its slot")
+	go func() {
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`+"\n"+`{"jsonrpc":"2.0","id":2,"result":{}}`+"\n"+`{"jsonrpc":"2.0","id":1,"result":{}}`+"\n")
+		_ = w.Close()
+	}()
+	msg, err := c.Read(ctx)
+	require.NoError(t, err)
+	resp, ok := msg.(*jsonrpc.Response)
+	require.True(t, ok)
+	assert.Equal(t, "n:2", idKey(resp.ID), "the late answer to 1 was dropped")
+	_, err = c.Read(ctx)
+	require.ErrorIs(t, err, ErrUnknownID, "a second answer to 1 is not excused")
 }
