@@ -122,6 +122,9 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	}
 	switch b.Manifest.Plugin.Protocol {
 	case "", protocol.Version:
+	case plugin.ProtocolMCP:
+		e.Refuse(b.Ref, audit.RefusalOther, command, "an MCP server is not run as a command")
+		return exitErr(ExitCannotRun, "plugin %s is an MCP server: its tools run through 'fledge serve --mcp', not as a command", entry.Name)
 	default:
 		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
 		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, b.Manifest.Plugin.Protocol, protocol.Version)
