@@ -103,7 +103,6 @@ type session struct {
 	schemas     map[string]*jsonschema.Resolved
 	callTimeout time.Duration
 	argValues   bool
-	lineMax     int
 
 	closeOnce sync.Once
 	exitMu    sync.Mutex
@@ -175,17 +174,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}
 	prof := env.Profile(b, os.Environ(), pluginEnv, nil)
 	lim := prof.Session
-	callTimeout := lim.ExecTimeoutDefault
-	if t := strings.TrimSpace(b.Manifest.Plugin.Timeout); t != "" {
-		if d, perr := time.ParseDuration(t); perr == nil {
-			secs := d.Seconds()
-			if ct, _, terr := policy.ExecTimeout(&secs, lim.ExecTimeoutDefault, lim.ExecTimeoutMax); terr == nil {
-				callTimeout = ct
-			}
-		} else {
-			p.warn(fmt.Sprintf("plugin %s: [plugin] timeout = %q is not a duration; using %s", b.Entry.Name, t, callTimeout))
-		}
-	}
+	callTimeout := pluginTimeout(b, lim, p.warn)
 
 	spec := prof.Plugin
 	spec.Kind = sandbox.KindPlugin
@@ -203,8 +192,8 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}
 	s := &session{
 		name: b.Entry.Name, proc: proc, rec: rec, callTimeout: callTimeout,
-		argValues: env.Config.Audit.ToolArgumentValues, lineMax: lim.LineMax,
-		schemas: map[string]*jsonschema.Resolved{},
+		argValues: env.Config.Audit.ToolArgumentValues,
+		schemas:   map[string]*jsonschema.Resolved{},
 	}
 	s.conn = newLineConn(proc.Stdout, proc.Stdin, connLimits{LineMax: lim.LineMax, Pending: lim.PendingRequests})
 	// A server that exits ends the connection, so nothing waits on it.
@@ -237,6 +226,25 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	return s, nil
 }
 
+// pluginTimeout is one tool call's bound: the plugin's own [plugin] timeout under policy's
+// exec timeout rule (clamped to timeout_max), else timeout_default.
+func pluginTimeout(b *core.Binding, lim policy.SessionLimits, warn func(string)) time.Duration {
+	t := strings.TrimSpace(b.Manifest.Plugin.Timeout)
+	if t == "" {
+		return lim.ExecTimeoutDefault
+	}
+	d, err := time.ParseDuration(t)
+	if err == nil {
+		secs := d.Seconds()
+		var ct time.Duration
+		if ct, _, err = policy.ExecTimeout(&secs, lim.ExecTimeoutDefault, lim.ExecTimeoutMax); err == nil {
+			return ct
+		}
+	}
+	warn(fmt.Sprintf("plugin %s: [plugin] timeout = %q: %v; using %s", b.Entry.Name, clip(t, 40), err, lim.ExecTimeoutDefault))
+	return lim.ExecTimeoutDefault
+}
+
 // explain turns an SDK error into what happened: a bound fledge enforced, a timeout, or
 // the server exiting.
 func (s *session) explain(ctx context.Context, err error, timeoutMsg string) error {
@@ -263,7 +271,10 @@ func (s *session) endStart(rc reason.Code, err error) {
 	s.exitMu.Lock()
 	s.exitNote = map[string]any{"handshake_error": err.Error()}
 	s.exitMu.Unlock()
-	s.rec.Record(audit.EventLimit, audit.Deny, rc, map[string]any{audit.DetailMessage: err.Error(), audit.DetailLimit: "handshake"}, false)
+	if errors.Is(err, context.DeadlineExceeded) || s.conn.Cause() != nil {
+		// A bound ended the handshake (its timeout, a line, a flood): on record as such.
+		s.rec.Record(audit.EventLimit, audit.Deny, rc, map[string]any{audit.DetailMessage: err.Error(), audit.DetailLimit: "handshake"}, false)
+	}
 	s.close(string(rc))
 }
 

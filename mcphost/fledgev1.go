@@ -162,15 +162,7 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 
 	// The call is bounded like an exec (policy's timeout rule, the plugin's own timeout
 	// within it); cancelling it runs the plugin's stop ladder (cancel, TERM, KILL).
-	timeout := prof.Session.ExecTimeoutDefault
-	if s := strings.TrimSpace(b.Manifest.Plugin.Timeout); s != "" {
-		if d, perr := time.ParseDuration(s); perr == nil {
-			secs := d.Seconds()
-			if ct, _, terr := policy.ExecTimeout(&secs, prof.Session.ExecTimeoutDefault, prof.Session.ExecTimeoutMax); terr == nil {
-				timeout = ct
-			}
-		}
-	}
+	timeout := pluginTimeout(b, prof.Session, cap.Warn)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
