@@ -34,7 +34,8 @@ var ErrPromptRefused = errors.New("the command asked a question without a defaul
 // ([[commands.args]] in plugin.toml) as tools. A call runs the command once,
 // non-interactively, through the normal fledge-v1 session (protocolhost.Run): the same
 // sandbox, grants, limits and audit as `fledge <command>`. Its `output` messages are the
-// result; a prompt without a default fails the call.
+// result; questions are answered as under --ni, and a prompt or select without a default
+// fails the call.
 //
 // Typed args reach the command as its argv, in declaration order: `--name=value` for a
 // string or number, `--name` for a boolean true (nothing for false); an argument left out
@@ -263,7 +264,8 @@ func initProject(ctx context.Context, git project.Runner, p *project.Info) *prot
 }
 
 // captureUI is the UI of a command run as a tool: output is collected (bounded), logs and
-// warnings go to stderr, questions get their default or fail.
+// warnings go to stderr, questions are answered as under --ni (their default; confirm
+// false, multi_select none), and a prompt or select without a default fails the call.
 type captureUI struct {
 	plugin string
 	stderr io.Writer
@@ -312,11 +314,13 @@ func (c *captureUI) Prompt(ctx context.Context, req ui.PromptRequest) (string, e
 	return "", c.refuse("prompt", req.Message)
 }
 
+// Confirm and MultiSelect answer as `fledge --ni` does without a default (false, none):
+// the safe answer exists. A prompt or select without one has no safe answer: refused.
 func (c *captureUI) Confirm(ctx context.Context, _, message string, def *bool) (bool, error) {
 	if def != nil {
 		return *def, nil
 	}
-	return false, c.refuse("confirm", message)
+	return false, nil
 }
 
 func (c *captureUI) Select(ctx context.Context, _, message string, options []string, def *int) (int, error) {
@@ -327,12 +331,9 @@ func (c *captureUI) Select(ctx context.Context, _, message string, options []str
 }
 
 func (c *captureUI) MultiSelect(ctx context.Context, _, message string, options []string, defaults []int) ([]int, error) {
-	if defaults != nil {
-		out := append([]int(nil), defaults...)
-		sort.Ints(out)
-		return out, nil
-	}
-	return nil, c.refuse("multi_select", message)
+	out := append([]int{}, defaults...)
+	sort.Ints(out)
+	return out, nil
 }
 
 func (c *captureUI) Progress(string, string, *float64, *float64, bool) {}
