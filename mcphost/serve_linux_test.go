@@ -57,6 +57,31 @@ func (r *tsResult) names() []string {
 	return out
 }
 
+// tsClient returns a runner of testdata/ts_client.mjs (the official TypeScript client)
+// against the fledge binary with fledgeArgs, in f's world; it returns the client's report
+// and the stderr of the whole chain (client, fledge, plugins).
+func tsClient(t *testing.T, f *fixture, fledge, sdk string) func(fledgeArgs []string, calls []map[string]any) (*tsResult, string) {
+	clientDir := filepath.Join(f.base, "client")
+	copyFile(t, filepath.Join("testdata", "ts_client.mjs"), filepath.Join(clientDir, "ts_client.mjs"), 0o755)
+	require.NoError(t, os.Symlink(filepath.Join(sdk, "node_modules"), filepath.Join(clientDir, "node_modules")))
+	return func(fledgeArgs []string, calls []map[string]any) (*tsResult, string) {
+		t.Helper()
+		a, _ := json.Marshal(fledgeArgs)
+		c, _ := json.Marshal(calls)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, nodePath(t), filepath.Join(clientDir, "ts_client.mjs"), fledge, string(a), string(c))
+		cmd.Dir = f.project
+		cmd.Env = append(os.Environ(), "FLEDGE_CONFIG_DIR="+f.configDir, "FLEDGE_AUDIT_LOG="+f.auditPath)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
+		var r tsResult
+		require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), stdout.String())
+		return &r, stderr.String()
+	}
+}
+
 // The official TypeScript MCP client, configured with the one command `fledge serve
 // --mcp`, gets every tool fledge hosts: a fledge-v1 command with typed args and an MCP
 // server's tool, each run confined and audited.
@@ -72,28 +97,9 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	copyTree(t, filepath.Join(everything, "node_modules"), filepath.Join(src, "node_modules"))
 	f.install(src)
 
-	clientDir := filepath.Join(f.base, "client")
-	copyFile(t, filepath.Join("testdata", "ts_client.mjs"), filepath.Join(clientDir, "ts_client.mjs"), 0o755)
-	require.NoError(t, os.Symlink(filepath.Join(sdk, "node_modules"), filepath.Join(clientDir, "node_modules")))
+	run := tsClient(t, f, fledge, sdk)
 
-	run := func(fledgeArgs []string, calls []map[string]any) *tsResult {
-		t.Helper()
-		a, _ := json.Marshal(fledgeArgs)
-		c, _ := json.Marshal(calls)
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, nodePath(t), filepath.Join(clientDir, "ts_client.mjs"), fledge, string(a), string(c))
-		cmd.Dir = f.project
-		cmd.Env = append(os.Environ(), "FLEDGE_CONFIG_DIR="+f.configDir, "FLEDGE_AUDIT_LOG="+f.auditPath)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
-		var r tsResult
-		require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), stdout.String())
-		return &r
-	}
-
-	r := run([]string{"--project", f.project, "serve", "--mcp"}, []map[string]any{
+	r, _ := run([]string{"--project", f.project, "serve", "--mcp"}, []map[string]any{
 		{"name": "plugin_greet_greet", "arguments": map[string]any{"name": "Ada", "shout": true, "times": 2}},
 		{"name": "plugin_greet_ask", "arguments": map[string]any{"topic": "colours"}},
 		{"name": "plugin_everything_echo", "arguments": map[string]any{"message": "through two hops"}},
@@ -126,6 +132,27 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	require.Len(t, outs, 3, "three calls reached a plugin, each with its outcome on record")
 
 	// --tools limits what is exposed.
-	r = run([]string{"--project", f.project, "serve", "--mcp", "--tools", "plugin_everything_echo"}, nil)
+	r, _ = run([]string{"--project", f.project, "serve", "--mcp", "--tools", "plugin_everything_echo"}, nil)
 	assert.Equal(t, []string{"plugin_everything_echo"}, r.names())
+}
+
+// Cancellation end to end: the client gives up on a call, fledge cancels it at the MCP
+// server behind it (notifications/cancelled on both hops), and the outcome says cancelled.
+func TestServeMCPCancellation(t *testing.T) {
+	fledge := buildFledge(t)
+	sdk := npmInstall(t, pkgSDK)
+	f := newFixture(t, nil) // timeout_default 30s: the cancel comes from the client
+	src := f.mcpPlugin("slow", "", "hostile.mjs", "slow")
+	copyFile(t, filepath.Join("testdata", "hostile.mjs"), filepath.Join(src, "hostile.mjs"), 0o755)
+	f.install(src)
+	run := tsClient(t, f, fledge, sdk)
+	r, stderr := run([]string{"--project", f.project, "serve", "--mcp"}, []map[string]any{
+		{"name": "plugin_slow_poke", "arguments": map[string]any{}, "abortAfterMs": 500},
+	})
+	require.Len(t, r.Calls, 1)
+	assert.Contains(t, r.Calls[0].Thrown, "aborted", "the client saw its own abort")
+	assert.Contains(t, stderr, "hostile: cancelled request", "the server behind fledge was told")
+	outs := f.records(audit.EventToolOutcome)
+	require.Len(t, outs, 1)
+	assert.Equal(t, "cancelled", outs[0].Reason)
 }

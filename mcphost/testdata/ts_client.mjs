@@ -18,7 +18,10 @@ const listed = await client.listTools();
 const out = { server: client.getServerVersion(), tools: listed.tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema })), calls: [] };
 for (const call of JSON.parse(callsJSON) || []) {
   try {
-    out.calls.push(await client.callTool(call));
+    // abortAfterMs: the client gives up on the call (notifications/cancelled to fledge).
+    const { abortAfterMs, ...params } = call;
+    const options = abortAfterMs ? { signal: AbortSignal.timeout(abortAfterMs) } : undefined;
+    out.calls.push(await client.callTool(params, undefined, options));
   } catch (e) {
     out.calls.push({ thrown: String(e && e.message ? e.message : e) });
   }
