@@ -143,6 +143,10 @@ func (c *Catalogue) provider(protocol string) Provider {
 	return p
 }
 
+// Provider is this invocation's provider of a protocol (nil if none is registered), for
+// what a protocol offers beyond tools (jsonrpc-2.0 hook chains share its live plugins).
+func (c *Catalogue) Provider(protocol string) Provider { return c.provider(protocol) }
+
 // Binding returns the verified binding of an installed plugin (cached).
 func (c *Catalogue) Binding(name string) (*core.Binding, error) {
 	if b, ok := c.bindings[name]; ok {
