@@ -110,7 +110,7 @@ func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *aud
 		refName = "unnamed"
 	}
 	man, err := jsonrpchost.Probe(ctx, jsonrpchost.ProbeOptions{
-		Env: e.Env, Dir: tmp, Binary: bin, Stderr: o.g.Streams.Err,
+		Env: e.Env, Dir: tmp, Binary: bin, Stderr: o.g.Streams.Err, Warn: warnTo(o.g.Streams.Err),
 		Ref: &audit.PluginRef{Name: refName, Source: abs},
 	})
 	if err == nil {
@@ -201,7 +201,7 @@ func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpchost.Manifes
 		if live == nil {
 			var err error
 			live, err = jsonrpchost.Probe(ctx, jsonrpchost.ProbeOptions{
-				Env: e.Env, Dir: dir, Binary: m.Commands[0].Binary, Stderr: out,
+				Env: e.Env, Dir: dir, Binary: m.Commands[0].Binary, Stderr: out, Warn: warnTo(out),
 				Ref: &audit.PluginRef{Name: m.Plugin.Name, Version: m.Plugin.Version, Source: dir, ManifestDigest: m.SHA256()},
 			})
 			if err != nil {
@@ -252,4 +252,8 @@ func paramText(ps []tools.Param) string {
 		parts = append(parts, s)
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func warnTo(w io.Writer) func(string) {
+	return func(msg string) { fmt.Fprintf(w, "fledge: warning: %s\n", msg) }
 }
