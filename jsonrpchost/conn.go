@@ -40,7 +40,9 @@ type RPCError struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-func (e *RPCError) Error() string { return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, clip(e.Message)) }
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, clip(e.Message))
+}
 
 // ReasonOf maps an error of this package to its taxonomy code.
 func ReasonOf(err error) reason.Code {
@@ -328,6 +330,8 @@ func (c *conn) Call(ctx context.Context, method string, params any, timeout time
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// The bound that applies, for the message: the call's own or the caller's deadline.
+	bound := time.Until(deadline)
 	id, ch, err := c.send(method, params, deadline, before)
 	if err != nil {
 		return nil, err
@@ -339,11 +343,11 @@ func (c *conn) Call(ctx context.Context, method string, params any, timeout time
 		return r.result, r.err
 	case <-t.C:
 		c.forget(id, true)
-		return nil, fmt.Errorf("%w (%s)", ErrTimeout, timeout.Round(time.Millisecond))
+		return nil, fmt.Errorf("%w (%s)", ErrTimeout, bound.Round(100*time.Millisecond))
 	case <-ctx.Done():
 		c.forget(id, true)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w (%s)", ErrTimeout, timeout.Round(time.Millisecond))
+			return nil, fmt.Errorf("%w (%s)", ErrTimeout, bound.Round(100*time.Millisecond))
 		}
 		return nil, ctx.Err()
 	}

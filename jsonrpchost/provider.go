@@ -340,8 +340,12 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w: %v", core.ErrLaunch, core.ErrAudit, err))
 	}
+	timeout := s.toolTimeout
+	if d, ok := tools.CallTimeout(ctx); ok {
+		timeout = d
+	}
 	start := time.Now()
-	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, s.toolTimeout, sync)
+	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, timeout, sync)
 	var res *tools.Result
 	if err == nil {
 		res, err = toolResult(raw)

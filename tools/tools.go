@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/plugin"
@@ -357,4 +358,19 @@ func Schema(t *Tool) json.RawMessage {
 	}
 	b, _ := json.Marshal(map[string]any{"type": "object", "properties": props, "required": required})
 	return b
+}
+
+type callTimeoutKey struct{}
+
+// WithCallTimeout asks the adapter to give the tool call itself at most d (already within
+// policy's maximum): a plugin's start and handshake keep their own bounds, so a short
+// timeout is not spent starting the plugin.
+func WithCallTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, callTimeoutKey{}, d)
+}
+
+// CallTimeout is the timeout WithCallTimeout set, if any.
+func CallTimeout(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(callTimeoutKey{}).(time.Duration)
+	return d, ok && d > 0
 }

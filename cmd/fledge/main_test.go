@@ -50,7 +50,7 @@ func TestScripts(t *testing.T) {
 			e.Setenv("TESTDATA", td)
 			return nil
 		},
-		Condition: scriptCondition,
+		Condition:           scriptCondition,
 		RequireExplicitExec: true,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"status": cmdStatus,

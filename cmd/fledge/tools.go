@@ -275,9 +275,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	defer stop()
 	callCtx := ctx
 	if timeout != nil {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+		callCtx = tools.WithCallTimeout(ctx, d)
 	}
 	_, res, err := t.cat.Call(callCtx, o.Tool, args)
 	if err != nil {
