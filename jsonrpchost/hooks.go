@@ -167,11 +167,12 @@ func (p *Provider) runOne(ctx context.Context, sub subscriber, hook string, data
 		p.warn(fmt.Sprintf("hook %s: plugin %s skipped for this event: %v", hook, name, err))
 		return step, nil
 	}
+	details := map[string]any{"hook": hook, "method": "hook/" + hook, "priority": sub.man.Priority}
 	s, err := p.session(ctx, sub.b)
 	if err != nil {
+		p.refuse(sub.b, audit.EventHookCall, err, details)
 		return done(err)
 	}
-	details := map[string]any{"hook": hook, "method": "hook/" + hook, "priority": sub.man.Priority}
 	if !s.man.Subscribes(hook) {
 		s.rec.Record(audit.EventHookCall, audit.Deny, reason.CapabilityNotDeclared, details, true)
 		return done(fmt.Errorf("%w: plugin %s does not subscribe to %s", ErrMalformed, name, hook))

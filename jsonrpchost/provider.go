@@ -234,6 +234,21 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	return s, nil
 }
 
+// refuse records a call that was not sent because the plugin could not be started (or was
+// excluded): a deny record with the reason, in a session of its own.
+func (p *Provider) refuse(b *core.Binding, event string, err error, details map[string]any) {
+	log, aerr := p.host.Env.Audit()
+	if aerr != nil {
+		return
+	}
+	d := make(map[string]any, len(details)+1)
+	for k, v := range details {
+		d[k] = v
+	}
+	d["error"] = err.Error()
+	p.host.Env.NewRecorder(log, b.Ref, p.warn).Record(event, audit.Deny, ReasonOf(err), d, true)
+}
+
 // PluginEnv is the plugin process's own environment on top of what policy lets through:
 // HOME is its private data dir, so a plugin that writes ~/.local/... writes there.
 func PluginEnv(name, dataDir string) map[string]string {
@@ -324,11 +339,12 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	fail := func(err error) (*tools.Result, error) {
 		return &tools.Result{Success: false, Reason: ReasonOf(err), Message: err.Error()}, nil
 	}
+	details := map[string]any{"tool": t.Name, "method": "tool/execute", "plugin_tool": t.Tool}
 	s, err := p.session(ctx, b)
 	if err != nil {
+		p.refuse(b, audit.EventToolCall, err, details)
 		return fail(err)
 	}
-	details := map[string]any{"tool": t.Name, "method": "tool/execute", "plugin_tool": t.Tool}
 	if s.man.Tool(t.Tool) == nil {
 		s.rec.Record(audit.EventToolCall, audit.Deny, reason.CapabilityNotDeclared, details, true)
 		return fail(fmt.Errorf("%w: plugin %s does not declare tool %q", ErrMalformed, b.Entry.Name, t.Tool))

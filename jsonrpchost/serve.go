@@ -67,9 +67,39 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	s := &server{o: o}
 	defer s.shutdown()
-	lr := protocol.NewLineReader(o.In, o.LineMax)
+	// Lines are read in their own goroutine so a signal (ctx) ends the session even while
+	// the host sends nothing.
+	type read struct {
+		line []byte
+		n    int
+		err  error
+	}
+	lines := make(chan read)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		lr := protocol.NewLineReader(o.In, o.LineMax)
+		for {
+			line, n, err := lr.Next()
+			select {
+			case lines <- read{line, n, err}:
+			case <-stop:
+				return
+			}
+			var le *protocol.LineError
+			if err != nil && !errors.As(err, &le) {
+				return
+			}
+		}
+	}()
 	for {
-		line, n, err := lr.Next()
+		var r read
+		select {
+		case r = <-lines:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		line, n, err := r.line, r.n, r.err
 		if err != nil {
 			var le *protocol.LineError
 			if errors.As(err, &le) {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -250,4 +251,40 @@ func TestServeWholeSession(t *testing.T) {
 	}))
 	assert.Len(t, started, 6+6, "six install probes and six serve sessions")
 	assert.Equal(t, started, exited)
+}
+
+// TestServeSIGTERM: the host's shutdown ladder (SIGTERM) ends fledge serve even while it
+// waits for the host, and fledge shuts its plugins down first.
+func TestServeSIGTERM(t *testing.T) {
+	home := setupServeWorld(t)
+	hostile, err := os.ReadFile(filepath.Join("testdata", "jsonrpc", "hostile"))
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "toolbox")
+	require.NoError(t, os.WriteFile(bin, hostile, 0o755))
+	installExe(t, bin, "")
+
+	h := startServe(t, t.TempDir(), "--protocol", "jsonrpc-2.0")
+	result(t, h.call(1, "initialize", map[string]any{"protocol_version": 1}))
+	r := result(t, h.call(2, "tool/execute", map[string]any{"name": "toolbox_home", "arguments": map[string]any{}}))
+	assert.Equal(t, filepath.Join(home, ".config", "fledge", "plugins", "toolbox", "data"), r["result"])
+
+	require.NoError(t, h.cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- h.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, ExitInterrupted, ee.ExitCode())
+	case <-time.After(30 * time.Second):
+		t.Fatal("fledge serve ignored SIGTERM")
+	}
+	var exits []string
+	require.NoError(t, audit.Read(filepath.Join(home, ".local", "state", "fledge", "audit.jsonl"), func(r *audit.Record) error {
+		if r.Event == audit.EventPluginExit && r.Details["stopped_by"] == "shutdown" {
+			exits = append(exits, r.Plugin.Name)
+		}
+		return nil
+	}))
+	assert.Equal(t, []string{"toolbox", "toolbox"}, exits, "the install probe and the serve session both ended with shutdown")
 }
