@@ -19,9 +19,10 @@ import (
 // every installed plugin behind it confined. Each protocol fledge can serve registers a
 // server in servers; flags shared by all of them are parsed here, once.
 type ServeOptions struct {
-	g        *Globals
-	Protocol string
-	Priority int
+	g           *Globals
+	Protocol    string
+	Priority    int
+	PrioritySet bool
 }
 
 // servers are the protocols `fledge serve` speaks on stdin/stdout.
@@ -35,10 +36,13 @@ func newServeCmd(g *Globals) *cobra.Command {
 		Use:   "serve --protocol P",
 		Short: "Be one plugin of another host on stdin/stdout, running every installed plugin confined behind it",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.PrioritySet = cmd.Flags().Changed("priority")
+			return o.Run(cmd.Context())
+		},
 	}
 	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol to speak: "+strings.Join(serverNames(), ", "))
-	c.Flags().IntVar(&o.Priority, "priority", jsonrpchost.DefaultPriority, "jsonrpc-2.0: the priority fledge announces to its host")
+	c.Flags().IntVar(&o.Priority, "priority", jsonrpchost.DefaultPriority, "jsonrpc-2.0: the priority fledge announces to its host (default: [serve] priority in config.toml, else 500)")
 	return c
 }
 
@@ -64,6 +68,9 @@ func (o *ServeOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer t.close()
+	if !o.PrioritySet {
+		o.Priority = t.e.cfg.Serve.Priority
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, o, t)

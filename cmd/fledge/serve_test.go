@@ -263,8 +263,11 @@ func TestServeSIGTERM(t *testing.T) {
 	require.NoError(t, os.WriteFile(bin, hostile, 0o755))
 	installExe(t, bin, "")
 
+	// The priority fledge announces comes from config when --priority is not given.
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".config", "fledge", "config.toml"), []byte("[serve]\npriority = 7\n"), 0o600))
 	h := startServe(t, t.TempDir(), "--protocol", "jsonrpc-2.0")
-	result(t, h.call(1, "initialize", map[string]any{"protocol_version": 1}))
+	man := result(t, h.call(1, "initialize", map[string]any{"protocol_version": 1}))
+	assert.Equal(t, float64(7), man["priority"])
 	r := result(t, h.call(2, "tool/execute", map[string]any{"name": "toolbox_home", "arguments": map[string]any{}}))
 	assert.Equal(t, filepath.Join(home, ".config", "fledge", "plugins", "toolbox", "data"), r["result"])
 
