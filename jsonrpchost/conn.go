@@ -50,7 +50,7 @@ func ReasonOf(err error) reason.Code {
 	switch {
 	case err == nil:
 		return reason.OK
-	case errors.Is(err, ErrHandshake), errors.Is(err, ErrExcluded):
+	case errors.Is(err, ErrHandshake):
 		return reason.HandshakeFailed
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return reason.Timeout
@@ -66,6 +66,8 @@ func ReasonOf(err error) reason.Code {
 		return reason.SandboxUnavailable
 	case errors.Is(err, core.ErrLaunch):
 		return reason.LaunchFailed
+	case errors.Is(err, ErrExcluded):
+		return reason.HandshakeFailed
 	}
 	return reason.LaunchFailed
 }

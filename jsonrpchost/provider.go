@@ -159,7 +159,7 @@ func (p *Provider) session(ctx context.Context, b *core.Binding) (*session, erro
 		return nil, fmt.Errorf("%w: fledge is shutting down", ErrGone)
 	}
 	if err := p.excluded[name]; err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrExcluded, err)
+		return nil, fmt.Errorf("%w: %w", ErrExcluded, err)
 	}
 	if s := p.sessions[name]; s != nil {
 		select {
