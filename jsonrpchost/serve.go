@@ -213,7 +213,10 @@ func (s *server) toolExecute(ctx context.Context, id json.RawMessage, params jso
 	}
 	_, res, err := s.o.Catalogue.Call(ctx, "plugin_"+p.Name, args)
 	switch {
-	case errors.Is(err, tools.ErrUnknownTool), errors.Is(err, tools.ErrBadArguments):
+	case errors.Is(err, tools.ErrUnknownTool):
+		s.replyError(id, CodeInvalidParams, fmt.Sprintf("Invalid params: unknown tool %q", clip(p.Name)))
+		return
+	case errors.Is(err, tools.ErrBadArguments):
 		s.replyError(id, CodeInvalidParams, "Invalid params: "+userText(err))
 		return
 	case err != nil:

@@ -204,7 +204,9 @@ func TestServeWholeSession(t *testing.T) {
 	// Bad params, unknown tools, bad argument types: -32602. Unknown methods: -32601. Bad
 	// JSON: -32700 with a null id.
 	assert.Equal(t, float64(-32602), errCode(t, h.call(5, "tool/execute", map[string]any{"arguments": map[string]any{}})))
-	assert.Equal(t, float64(-32602), errCode(t, h.call(6, "tool/execute", map[string]any{"name": "nope_nope"})))
+	unknown := h.call(6, "tool/execute", map[string]any{"name": "nope_nope"})
+	assert.Equal(t, float64(-32602), errCode(t, unknown))
+	assert.Equal(t, `Invalid params: unknown tool "nope_nope"`, unknown["error"].(map[string]any)["message"])
 	assert.Equal(t, float64(-32602), errCode(t, h.call(7, "tool/execute", map[string]any{"name": "toolbox_add", "arguments": map[string]any{"a": "x"}})))
 	assert.Equal(t, float64(-32601), errCode(t, h.call(8, "frobnicate", map[string]any{})))
 	h.send(`{"jsonrpc":"2.0","method":`)
