@@ -252,3 +252,45 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// Diff says how o (live) differs from m (recorded), in words, for the refusal message.
+func (m *Manifest) Diff(o *Manifest) string {
+	var out []string
+	field := func(name, a, b string) {
+		if a != b {
+			out = append(out, fmt.Sprintf("%s %q -> %q", name, clip(a), clip(b)))
+		}
+	}
+	field("name", m.Name, o.Name)
+	field("version", m.Version, o.Version)
+	field("description", m.Description, o.Description)
+	if m.Priority != o.Priority {
+		out = append(out, fmt.Sprintf("priority %d -> %d", m.Priority, o.Priority))
+	}
+	if strings.Join(m.Hooks, ",") != strings.Join(o.Hooks, ",") {
+		out = append(out, fmt.Sprintf("hooks [%s] -> [%s]", strings.Join(m.Hooks, ", "), strings.Join(o.Hooks, ", ")))
+	}
+	for _, t := range o.Tools {
+		old := m.Tool(t.Name)
+		switch {
+		case old == nil:
+			out = append(out, "new tool "+t.Name)
+		case !bytes.Equal(mustJSON(old), mustJSON(&t)):
+			out = append(out, "tool "+t.Name+" changed")
+		}
+	}
+	for _, t := range m.Tools {
+		if o.Tool(t.Name) == nil {
+			out = append(out, "tool "+t.Name+" gone")
+		}
+	}
+	if len(out) == 0 {
+		return "no difference"
+	}
+	return strings.Join(out, "; ")
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}

@@ -162,3 +162,12 @@ func TestReasonOf(t *testing.T) {
 		assert.Equal(t, want, ReasonOf(err), fmt.Sprint(err))
 	}
 }
+
+func TestManifestDiff(t *testing.T) {
+	a, err := ParseManifest([]byte(`{"name":"p","hooks":["h1"],"tools":[{"name":"x"},{"name":"y","parameters":[{"name":"q"}]}]}`))
+	require.NoError(t, err)
+	b, err := ParseManifest([]byte(`{"name":"p","priority":1,"hooks":["h1","h2"],"tools":[{"name":"y","parameters":[{"name":"q","required":true}]},{"name":"z"}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, "priority 500 -> 1; hooks [h1] -> [h1, h2]; tool y changed; new tool z; tool x gone", a.Diff(b))
+	assert.Equal(t, "no difference", a.Diff(a))
+}

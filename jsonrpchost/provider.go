@@ -219,8 +219,8 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}
 	live, err := handshake(ctx, s.conn, HandshakeTimeout)
 	if err == nil && !live.Same(recorded) {
-		err = fmt.Errorf("%w: %w: it now says %s, install recorded %s; reinstall it to review the change",
-			ErrHandshake, ErrManifestChanged, clip(string(live.Encode())), clip(string(recorded.Encode())))
+		err = fmt.Errorf("%w: %w (%s); reinstall it to review the change",
+			ErrHandshake, ErrManifestChanged, recorded.Diff(live))
 	}
 	if err != nil {
 		rec.Record(audit.EventPluginStart, audit.Deny, reason.HandshakeFailed, map[string]any{"error": err.Error()}, true)
