@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/jsonrpchost"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
@@ -256,4 +257,30 @@ func paramText(ps []tools.Param) string {
 
 func warnTo(w io.Writer) func(string) {
 	return func(msg string) { fmt.Fprintf(w, "fledge: warning: %s\n", msg) }
+}
+
+// recordedHandshake is what a jsonrpc-2.0 plugin said at install (nil for other plugins),
+// for `plugins info`.
+func recordedHandshake(en *plugin.Entry, dir string) *jsonrpchost.Manifest {
+	if en.Protocol != plugin.ProtocolJSONRPC {
+		return nil
+	}
+	m, err := jsonrpchost.Recorded(&core.Binding{Entry: en, Dir: dir})
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+func showHandshakeInfo(w io.Writer, m *jsonrpchost.Manifest) {
+	fmt.Fprintf(w, "  jsonrpc-2.0 handshake (recorded at install):\n")
+	fmt.Fprintf(w, "    priority: %d\n", m.Priority)
+	hooks := "none"
+	if len(m.Hooks) > 0 {
+		hooks = strings.Join(m.Hooks, ", ")
+	}
+	fmt.Fprintf(w, "    hooks:    %s\n", hooks)
+	for _, t := range m.Tools {
+		fmt.Fprintf(w, "    tool:     %s  %s%s\n", tools.PublicName(m.Name, t.Name), t.Description, paramText(t.Parameters))
+	}
 }

@@ -312,6 +312,10 @@ func (o *InfoOptions) Run() error {
 		"network": e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
 		"unix_sockets": e.cfg.UnixSocketsAllowed(),
 	}
+	handshake := recordedHandshake(en, dir)
+	if handshake != nil {
+		info["handshake"] = handshake
+	}
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, info)
 	}
@@ -328,6 +332,9 @@ func (o *InfoOptions) Run() error {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
 	} else {
 		fmt.Fprintln(w, "  exec: not granted (every exec request is refused with code 126)")
+	}
+	if handshake != nil {
+		showHandshakeInfo(w, handshake)
 	}
 	return nil
 }
