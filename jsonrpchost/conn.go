@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/core"
@@ -41,7 +43,7 @@ type RPCError struct {
 }
 
 func (e *RPCError) Error() string {
-	return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, clip(e.Message))
+	return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, printable(clip(e.Message)))
 }
 
 // ReasonOf maps an error of this package to its taxonomy code.
@@ -361,4 +363,15 @@ func (c *conn) Notify(method string, params any) {
 	if err == nil {
 		c.forget(id, true)
 	}
+}
+
+// printable replaces control characters in plugin text that ends up in fledge's own
+// messages (a terminal must never receive a plugin's escape sequences through them).
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }

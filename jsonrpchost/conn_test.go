@@ -157,3 +157,11 @@ func TestConnEOFFailsPending(t *testing.T) {
 	assert.ErrorIs(t, err, ErrGone, "a dead plugin answers no more")
 	assert.True(t, strings.Contains(err.Error(), "closed its output"))
 }
+
+func TestRPCErrorMessageIsPrintable(t *testing.T) {
+	msg := (&RPCError{Code: 1, Message: "a\x1b]52;c;ZXZpbA==\x07b\nc"}).Error()
+	assert.NotContains(t, msg, "\x1b")
+	assert.NotContains(t, msg, "\x07")
+	assert.NotContains(t, msg, "\n")
+	assert.Contains(t, msg, "a?]52;c;ZXZpbA==?b?c")
+}

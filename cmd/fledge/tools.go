@@ -51,10 +51,11 @@ func ReasonExit(rc reason.Code) int {
 // toolsEnv is what `tools`, `hooks` and `serve` share: the machine, the installed plugins,
 // the project, and one catalogue whose providers keep their plugins up for this invocation.
 type toolsEnv struct {
-	e    *env
-	reg  *plugin.Registry
-	proj *project.Info
-	cat  *tools.Catalogue
+	e     *env
+	reg   *plugin.Registry
+	proj  *project.Info
+	cat   *tools.Catalogue
+	flush func()
 }
 
 func openTools(g *Globals) (*toolsEnv, error) {
@@ -73,13 +74,16 @@ func openTools(g *Globals) (*toolsEnv, error) {
 		e.close()
 		return nil, exitErr(ExitCannotRun, "%v", err)
 	}
-	cat := tools.NewCatalogue(&tools.Host{Env: e.Env, Project: proj, Stderr: g.Streams.Err}, reg)
-	return &toolsEnv{e: e, reg: reg, proj: proj, cat: cat}, nil
+	// Plugins' stderr (and warnings quoting them) reach a terminal only sanitised.
+	stderr, flush := pluginStderr(g.Streams.Err)
+	cat := tools.NewCatalogue(&tools.Host{Env: e.Env, Project: proj, Stderr: stderr}, reg)
+	return &toolsEnv{e: e, reg: reg, proj: proj, cat: cat, flush: flush}, nil
 }
 
 // close shuts every plugin down (shutdown, SIGTERM, SIGKILL) and closes the environment.
 func (t *toolsEnv) close() {
 	_ = t.cat.Close()
+	t.flush()
 	t.e.close()
 }
 
@@ -295,7 +299,10 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 			"tool": tool.Name, "success": res.Success, "result": res.Output, "reason": res.Reason, "message": res.Message,
 		})
 	} else if res.Reason == reason.OK {
-		printResult(o.g.Streams.Out, res.Output)
+		// The result is the plugin's text: sanitised on a terminal, like all plugin output.
+		out, flush := pluginStderr(o.g.Streams.Out)
+		printResult(out, res.Output)
+		flush()
 	}
 	switch {
 	case res.Reason != reason.OK:
