@@ -122,6 +122,8 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	}
 	switch b.Manifest.Plugin.Protocol {
 	case "", protocol.Version:
+	case plugin.ProtocolJSONRPC:
+		return exitErr(ExitUsage, "plugin %s speaks jsonrpc-2.0: run its tools with 'fledge tools call' (see 'fledge tools list') and its hooks with 'fledge hooks run'", entry.Name)
 	default:
 		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
 		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, b.Manifest.Plugin.Protocol, protocol.Version)
