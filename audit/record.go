@@ -35,17 +35,18 @@ const (
 	EventMalformed        = "malformed_lines"
 	EventSandboxDegraded  = "sandbox_degraded"
 	EventLegacyUnconfined = "legacy_unconfined"
-	// EventToolCall is a tool call, before its plugin is asked (durable first): the tool
-	// and its argument keys (values only under [audit] tool_argument_values).
-	EventToolCall = "tool_call"
-	// EventToolOutcome is how that call ended.
-	EventToolOutcome = "tool_outcome"
 	// EventSuppressed sums up, once per session, the records of one repeated kind written
 	// past the per-session bound (so a plugin cannot fill the disk through the log).
 	EventSuppressed = "audit_suppressed"
 	// EventLogRecovered is written by the log itself when it finds a torn tail (a write cut
 	// short by a crash): it names the skipped bytes so verify can tell a crash from an edit.
 	EventLogRecovered = "log_recovered"
+	// Tool and hook calls of the protocols that have them (jsonrpc-2.0, ...): a decision
+	// before the call is sent, an outcome after it answered (or did not).
+	EventToolCall    = "tool_call"
+	EventToolOutcome = "tool_outcome"
+	EventHookCall    = "hook_call"
+	EventHookOutcome = "hook_outcome"
 )
 
 // Events lists every event name, in the order docs/audit.md describes them.
@@ -53,7 +54,8 @@ var Events = []string{
 	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRevoke, EventRemove,
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
-	EventLegacyUnconfined, EventToolCall, EventToolOutcome, EventLogRecovered, EventSuppressed,
+	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,
+	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
 }
 
 // PluginRef identifies the plugin a record is about.

@@ -465,17 +465,21 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		}
 	}
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	timeout := s.callTimeout
+	if d, ok := tools.CallTimeout(ctx); ok {
+		timeout = d // fledge tools call --timeout, already within policy's maximum
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res, err := s.cs.CallTool(cctx, &mcp.CallToolParams{Name: t.Tool, Arguments: json.RawMessage(raw)})
 	out := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds()}
 	if err != nil {
 		rc := reason.Crashed
-		msg := s.explain(cctx, err, fmt.Sprintf("no answer within %s", s.callTimeout))
+		msg := s.explain(cctx, err, fmt.Sprintf("no answer within %s", timeout))
 		switch {
 		case errors.Is(msg, context.DeadlineExceeded):
 			rc = reason.Timeout
-			msg = fmt.Errorf("%w: %s after %s", ErrCallTimeout, t.Name, s.callTimeout)
+			msg = fmt.Errorf("%w: %s after %s", ErrCallTimeout, t.Name, timeout)
 		case errors.Is(cctx.Err(), context.Canceled):
 			rc = reason.Cancelled
 		case errors.Is(msg, ErrLineTooLong), errors.Is(msg, ErrFlood), errors.Is(msg, ErrTooManyPending):

@@ -164,6 +164,9 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	// The call is bounded like an exec (policy's timeout rule, the plugin's own timeout
 	// within it); cancelling it runs the plugin's stop ladder (cancel, TERM, KILL).
 	timeout := pluginTimeout(b, prof.Session, cap.Warn)
+	if d, ok := tools.CallTimeout(ctx); ok {
+		timeout = d // fledge tools call --timeout, already within policy's maximum
+	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sigs := make(chan os.Signal, 2)

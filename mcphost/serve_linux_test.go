@@ -83,8 +83,8 @@ func tsClient(t *testing.T, f *fixture, fledge, sdk string) func(fledgeArgs []st
 }
 
 // The official TypeScript MCP client, configured with the one command `fledge serve
-// --mcp`, gets every tool fledge hosts: a fledge-v1 command with typed args and an MCP
-// server's tool, each run confined and audited.
+// --mcp`, gets every tool fledge hosts: a fledge-v1 command with typed args, an MCP
+// server's tool and a jsonrpc-2.0 plugin's tool, each run confined and audited.
 func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	fledge := buildFledge(t)
 	sdk := npmInstall(t, pkgSDK)
@@ -96,6 +96,13 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	src := f.mcpPlugin("everything", "", "node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio")
 	copyTree(t, filepath.Join(everything, "node_modules"), filepath.Join(src, "node_modules"))
 	f.install(src)
+	// A jsonrpc-2.0 (seed 002) plugin, installed as users do (its handshake is recorded).
+	toolbox := filepath.Join(f.base, "toolbox")
+	copyFile(t, filepath.Join("..", "cmd", "fledge", "testdata", "jsonrpc", "hostile"), toolbox, 0o755)
+	install := exec.Command(fledge, "--ni", "plugins", "install", toolbox, "--protocol", "jsonrpc-2.0", "--grant", "")
+	install.Env = append(os.Environ(), "FLEDGE_CONFIG_DIR="+f.configDir, "FLEDGE_AUDIT_LOG="+f.auditPath)
+	out, err := install.CombinedOutput()
+	require.NoError(t, err, string(out))
 
 	run := tsClient(t, f, fledge, sdk)
 
@@ -104,6 +111,7 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 		{"name": "plugin_greet_ask", "arguments": map[string]any{"topic": "colours"}},
 		{"name": "plugin_everything_echo", "arguments": map[string]any{"message": "through two hops"}},
 		{"name": "plugin_greet_greet", "arguments": map[string]any{"times": 2}},
+		{"name": "plugin_toolbox_add", "arguments": map[string]any{"a": 2, "b": 3.5}},
 	})
 	assert.Equal(t, "fledge", r.Server.Name)
 	names := r.names()
@@ -115,7 +123,7 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 			assert.Equal(t, []any{"name"}, tl.InputSchema["required"])
 		}
 	}
-	require.Len(t, r.Calls, 4)
+	require.Len(t, r.Calls, 5)
 	greetRes := r.Calls[0]
 	require.False(t, greetRes.IsError, "%+v", greetRes)
 	require.Len(t, greetRes.Content, 1)
@@ -128,8 +136,12 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	assert.True(t, r.Calls[3].IsError, "a missing required argument is a tool error")
 	assert.Contains(t, r.Calls[3].Content[0].Text, `missing required parameter "name"`)
 
+	assert.Contains(t, names, "plugin_toolbox_add", "a jsonrpc-2.0 plugin's tools too")
+	require.False(t, r.Calls[4].IsError, "%+v", r.Calls[4])
+	assert.Equal(t, "5.5", r.Calls[4].Content[0].Text)
+
 	outs := f.records(audit.EventToolOutcome)
-	require.Len(t, outs, 3, "three calls reached a plugin, each with its outcome on record")
+	require.Len(t, outs, 4, "four calls reached a plugin, each with its outcome on record")
 
 	// --tools limits what is exposed.
 	r, _ = run([]string{"--project", f.project, "serve", "--mcp", "--tools", "plugin_everything_echo"}, nil)

@@ -69,6 +69,14 @@ type InstallOptions struct {
 	CloneTimeout time.Duration
 	// Now stamps the entry (default time.Now).
 	Now func() time.Time
+	// Handshake, when set, runs after the manifest is read and before grants are decided,
+	// for protocols whose plugins describe themselves (jsonrpc-2.0): it gets the source dir
+	// and the manifest, and returns bytes kept as HandshakeFile in the installed copy (nil:
+	// nothing kept). An error refuses the install.
+	Handshake func(ctx context.Context, dir string, m *Manifest) ([]byte, error)
+	// RecordSource, when set, is the source recorded instead of the dir (a bare executable
+	// fledge wrapped in a dir of its own records the executable's path).
+	RecordSource string
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -88,6 +96,9 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		return nil, err
 	}
 	defer cleanup()
+	if o.RecordSource != "" {
+		source = o.RecordSource
+	}
 
 	m, warnings, err := readManifest(srcDir)
 	for _, w := range warnings {
@@ -101,6 +112,13 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	// Checked now to fail before asking anything, and again under the lock before the swap.
 	if _, _, err := checkConflicts(o.ConfigDir, m, source); err != nil {
 		return nil, err
+	}
+
+	var handshake []byte
+	if o.Handshake != nil {
+		if handshake, err = o.Handshake(ctx, srcDir, m); err != nil {
+			return nil, err
+		}
 	}
 
 	granted, err := decideGrants(o, m, out)
@@ -144,6 +162,11 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	for _, s := range skipped {
 		if s != ".git" {
 			fmt.Fprintf(out, "warning: %s in the source is host-owned; not copied\n", s)
+		}
+	}
+	if handshake != nil {
+		if err := os.WriteFile(filepath.Join(stage, HandshakeFile), handshake, 0o644); err != nil {
+			return nil, err
 		}
 	}
 	if o.RunHooks && len(hooks) > 0 {

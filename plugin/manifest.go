@@ -47,7 +47,7 @@ var (
 // be run and would confuse the user.
 var reservedCommands = map[string]bool{
 	"run": true, "plugins": true, "audit": true, "doctor": true, "help": true,
-	"completion": true, "version": true, "serve": true,
+	"completion": true, "version": true, "tools": true, "hooks": true, "serve": true,
 }
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)

@@ -122,7 +122,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown section",
 			src:  "[sandbox]\npids = 1\n[sandbx]\nx = 1\n",
-			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit])`,
+			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit], [serve])`,
 			line: 3, key: "sandbx",
 		},
 		{
@@ -312,4 +312,14 @@ func TestExecTimeout(t *testing.T) {
 		_, _, err := ExecTimeout(f(bad), c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
 		assert.Error(t, err, bad)
 	}
+}
+
+func TestConfigServePriority(t *testing.T) {
+	c, err := Parse("/cfg/config.toml", []byte("[serve]\npriority = 42\n"), "/cfg", "/home/u")
+	require.NoError(t, err)
+	assert.Equal(t, 42, c.Serve.Priority)
+	assert.Equal(t, 500, Default().Serve.Priority)
+	_, err = Parse("/cfg/config.toml", []byte("[serve]\npriority = \"high\"\n"), "/cfg", "/home/u")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "serve] priority")
 }

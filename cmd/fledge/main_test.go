@@ -2,14 +2,12 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
-	"github.com/fledgehq/fledge/internal/testutil"
 	"github.com/fledgehq/fledge/sandbox/stub"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -44,6 +42,12 @@ func TestScripts(t *testing.T) {
 			e.Setenv("XDG_STATE_HOME", "")
 			// System dirs first: a pyenv-style shim under $HOME is not executable in the sandbox.
 			e.Setenv("PATH", "/usr/local/bin:/usr/bin:/bin:"+e.Getenv("PATH"))
+			// Plugins the scripts install from files (the seed's examples, verbatim).
+			td, err := filepath.Abs("testdata")
+			if err != nil {
+				return err
+			}
+			e.Setenv("TESTDATA", td)
 			return nil
 		},
 		RequireExplicitExec: true,
@@ -54,19 +58,6 @@ func TestScripts(t *testing.T) {
 			"fillfs": cmdFillfs,
 		},
 	})
-}
-
-// scriptCondition adds [root]: the process may mount (tmpfs). CI runs as root, and
-// FLEDGE_REQUIRE_SANDBOX=1 turns the skip into a failure there.
-func scriptCondition(cond string) (bool, error) {
-	switch cond {
-	case "root":
-		if os.Geteuid() != 0 && os.Getenv(testutil.RequireSandboxEnv) == "1" {
-			return false, fmt.Errorf("%s=1 but not root: cannot mount a tmpfs", testutil.RequireSandboxEnv)
-		}
-		return os.Geteuid() == 0, nil
-	}
-	return false, fmt.Errorf("unknown condition %q", cond)
 }
 
 // cmdStatus runs a command and checks its exact exit status: status CODE cmd args...

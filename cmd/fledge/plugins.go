@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/jsonrpchost"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
@@ -37,6 +38,9 @@ type InstallOptions struct {
 	Grant    string
 	GrantSet bool
 	RunHooks bool
+	// Protocol and FromDir install self-describing plugins (install_jsonrpc.go).
+	Protocol string
+	FromDir  string
 }
 
 // uiAsker asks install questions on the terminal.
@@ -49,15 +53,21 @@ func (a uiAsker) Confirm(question string, def bool) (bool, error) {
 func newInstallCmd(g *Globals) *cobra.Command {
 	o := &InstallOptions{g: g}
 	c := &cobra.Command{
-		Use:   "install <dir|git-url>",
+		Use:   "install <dir|git-url> | <executable> --protocol P | --from-dir DIR --protocol P",
 		Short: "Install a plugin, granting only the capabilities you approve",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Source = args[0]
+			if (len(args) == 1) == (o.FromDir != "") {
+				return exitErr(ExitUsage, "install takes one source (a dir, git URL or executable) or --from-dir DIR (see 'fledge plugins install --help')")
+			}
+			if len(args) == 1 {
+				o.Source = args[0]
+			}
 			o.GrantSet = cmd.Flags().Changed("grant")
 			return o.Run(cmd.Context())
 		},
 	}
+	addSelfDescribingFlags(c, o)
 	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant every capability the manifest declares")
 	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|plugin]")
 	c.Flags().BoolVar(&o.RunHooks, "run-hooks", false, "run the plugin's build hooks (shown first)")
@@ -96,14 +106,23 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		return err
 	}
 	io.RunHook = hookRunner(e, log, o.g.Streams.Err)
+	if o.Protocol != "" || o.FromDir != "" {
+		return o.runSelfDescribing(ctx, e, log, io)
+	}
+	io.Handshake = handshakeHook(e, o.g.Streams.Err, nil)
+	return o.installOne(ctx, e, log, io)
+}
+
+// installOne runs one install and records it.
+func (o *InstallOptions) installOne(ctx context.Context, e *env, log *audit.Log, io plugin.InstallOptions) error {
 	entry, err := plugin.Install(ctx, io)
 	// One install is one session: its records share an id and say what the sandbox enforces.
 	session, sb := newSessionID(), sandboxInfo(e.sb.Report())
 	if err != nil {
 		_ = log.Append(&audit.Record{
-			Session: session, Sandbox: sb, Plugin: refusedRef(o.Source),
+			Session: session, Sandbox: sb, Plugin: refusedRef(io.Source),
 			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
-			Details: map[string]any{"source": o.Source, "error": err.Error()},
+			Details: map[string]any{"source": io.Source, "error": err.Error()},
 		}, true)
 		code := ExitFailure
 		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
@@ -114,7 +133,11 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
 			code = ExitInterrupted
 		}
-		return exitErr(code, "install %s: %v", o.Source, err)
+		src := io.Source
+		if io.RecordSource != "" {
+			src = io.RecordSource
+		}
+		return exitErr(code, "install %s: %v", src, err)
 	}
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventInstall, Decision: audit.Allow, Reason: string(reason.OK),
@@ -153,6 +176,8 @@ func installReason(err error) string {
 		return string(reason.ProtocolVersionMismatch)
 	case errors.Is(err, plugin.ErrNotDeclared):
 		return string(reason.CapabilityNotDeclared)
+	case errors.Is(err, jsonrpchost.ErrHandshake), errors.Is(err, jsonrpchost.ErrManifest):
+		return string(reason.HandshakeFailed)
 	}
 	return string(reason.LaunchFailed)
 }
@@ -298,6 +323,10 @@ func (o *InfoOptions) Run() error {
 		"network": e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
 		"unix_sockets": e.cfg.UnixSocketsAllowed(),
 	}
+	handshake := recordedHandshake(en, dir)
+	if handshake != nil {
+		info["handshake"] = handshake
+	}
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, info)
 	}
@@ -317,6 +346,9 @@ func (o *InfoOptions) Run() error {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
 	} else {
 		fmt.Fprintln(w, "  exec: not granted (every exec request is refused with code 126)")
+	}
+	if handshake != nil {
+		showHandshakeInfo(w, handshake)
 	}
 	return nil
 }

@@ -122,9 +122,11 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	}
 	switch b.Manifest.Plugin.Protocol {
 	case "", protocol.Version:
+	case plugin.ProtocolJSONRPC:
+		return exitErr(ExitUsage, "plugin %s speaks jsonrpc-2.0: run its tools with 'fledge tools call' (see 'fledge tools list') and its hooks with 'fledge hooks run'", entry.Name)
 	case plugin.ProtocolMCP:
 		e.Refuse(b.Ref, audit.RefusalOther, command, "an MCP server is not run as a command")
-		return exitErr(ExitCannotRun, "plugin %s is an MCP server: its tools run through 'fledge serve --mcp', not as a command", entry.Name)
+		return exitErr(ExitCannotRun, "plugin %s is an MCP server: its tools run with 'fledge tools call' or through 'fledge serve --mcp', not as a command", entry.Name)
 	default:
 		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
 		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, b.Manifest.Plugin.Protocol, protocol.Version)

@@ -4,76 +4,52 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fledgehq/fledge/mcphost"
 	"github.com/fledgehq/fledge/plugin"
-	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/tools"
 )
 
-// serveMCPOptions are the flags of `fledge serve --mcp`.
-type serveMCPOptions struct {
-	enabled bool
-	tools   []string
+func init() {
+	servers[plugin.ProtocolMCP] = serveMCP
 }
 
 // addServeMCPFlags adds --mcp and --tools to the serve command.
-func addServeMCPFlags(c *cobra.Command) *serveMCPOptions {
-	o := &serveMCPOptions{}
-	c.Flags().BoolVar(&o.enabled, "mcp", false, "be an MCP server on stdio whose tools are every tool fledge hosts")
-	c.Flags().StringSliceVar(&o.tools, "tools", nil, "expose only these tools (plugin_<plugin>_<tool>, comma-separated)")
-	return o
+func addServeMCPFlags(c *cobra.Command, o *ServeOptions) {
+	c.Flags().BoolVar(&o.MCP, "mcp", false, "be an MCP server on stdio whose tools are every tool fledge hosts (the same as --protocol mcp)")
+	c.Flags().StringSliceVar(&o.Tools, "tools", nil, "mcp: expose only these tools (plugin_<plugin>_<tool>, comma-separated)")
 }
 
-// runServeMCP serves the tools catalogue as one MCP server on stdin/stdout. Stdout carries
-// the protocol only: plugins' stderr and fledge's warnings go to stderr.
-func runServeMCP(ctx context.Context, g *Globals, o *serveMCPOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	e, err := openEnv(g)
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	reg, err := plugin.LoadRegistry(e.configDir)
-	if err != nil {
-		return exitErr(ExitCannotRun, "%v", err)
-	}
-	cwd, _ := os.Getwd()
-	proj, err := project.Detect(cwd, g.Project)
-	if err != nil {
-		return exitErr(ExitCannotRun, "%v", err)
-	}
-	if _, err := e.openAudit(); err != nil {
-		return err
-	}
-	mcphost.Version = version
-	stderr, flush := pluginStderr(g.Streams.Err)
-	defer flush()
-	cat := tools.NewCatalogue(&tools.Host{Env: e.Env, Project: proj, Stderr: stderr}, reg)
-	defer func() {
-		if err := cat.Close(); err != nil {
-			fmt.Fprintf(g.Streams.Err, "fledge: warning: %v\n", err)
+// resolveMCP turns --mcp into --protocol mcp; --tools belongs to the MCP server only.
+func (o *ServeOptions) resolveMCP() error {
+	if o.MCP {
+		if o.Protocol != "" && o.Protocol != plugin.ProtocolMCP {
+			return exitErr(ExitUsage, "serve: --mcp and --protocol %s contradict each other", o.Protocol)
 		}
-	}()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	out := nopWriteCloser{g.Streams.Out}
-	err = mcphost.Serve(ctx, cat, g.Streams.In, out, mcphost.ServeOptions{
-		Only:    o.tools,
-		LineMax: int(e.cfg.Limits.LineMax),
-		Warn:    func(m string) { fmt.Fprintf(g.Streams.Err, "fledge: warning: %s\n", m) },
-	})
-	if errors.Is(err, mcphost.ErrNoSuchTool) {
-		return exitErr(ExitUsage, "serve --mcp: %v", err)
+		o.Protocol = plugin.ProtocolMCP
 	}
-	if err != nil {
+	if len(o.Tools) > 0 && o.Protocol != plugin.ProtocolMCP {
+		return exitErr(ExitUsage, "serve: --tools applies to --mcp")
+	}
+	return nil
+}
+
+// serveMCP serves the tools catalogue as one MCP server on stdin/stdout. Stdout carries the
+// protocol only: plugins' stderr and fledge's warnings go to stderr.
+func serveMCP(ctx context.Context, o *ServeOptions, t *toolsEnv) error {
+	mcphost.Version = version
+	err := mcphost.Serve(ctx, t.cat, o.g.Streams.In, nopWriteCloser{o.g.Streams.Out}, mcphost.ServeOptions{
+		Only:    o.Tools,
+		LineMax: int(t.e.cfg.Limits.LineMax),
+		Warn:    func(m string) { fmt.Fprintf(o.g.Streams.Err, "fledge: warning: %s\n", m) },
+	})
+	switch {
+	case errors.Is(err, mcphost.ErrNoSuchTool):
+		return exitErr(ExitUsage, "serve --mcp: %v", err)
+	case err != nil && ctx.Err() != nil:
+		return &ExitError{Code: ExitInterrupted}
+	case err != nil:
 		return exitErr(ExitCannotRun, "serve --mcp: %v", err)
 	}
 	return nil
