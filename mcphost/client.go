@@ -329,7 +329,7 @@ func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(stri
 			s.list = append(s.list, tools.Tool{
 				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
 				Protocol: plugin.ProtocolMCP, Description: safeText(clip(t.Description, plugin.MaxFieldLen)),
-				InputSchema: schema,
+				InputSchema: schema, Params: schemaParams(schema),
 			})
 		}
 		if res.NextCursor == "" {
@@ -398,6 +398,49 @@ func inputSchema(v any) (json.RawMessage, *jsonschema.Resolved, error) {
 		return nil, nil, fmt.Errorf("input schema cannot be resolved: %w", err)
 	}
 	return raw, res, nil
+}
+
+// schemaParams are the top-level properties of an input schema as the catalogue's
+// parameters (name order), so `fledge tools list` shows them and `fledge tools call`
+// types name=value pairs. The catalogue then accepts only these names: an argument the
+// schema does not name is refused before anything is sent.
+func schemaParams(raw json.RawMessage) []tools.Param {
+	var sch jsonschema.Schema
+	if json.Unmarshal(raw, &sch) != nil || len(sch.Properties) == 0 {
+		return nil
+	}
+	required := map[string]bool{}
+	for _, r := range sch.Required {
+		required[r] = true
+	}
+	names := make([]string, 0, len(sch.Properties))
+	for n := range sch.Properties {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]tools.Param, 0, len(names))
+	for _, n := range names {
+		prop := sch.Properties[n]
+		p := tools.Param{Name: n, Required: required[n]}
+		if prop != nil {
+			p.Type = prop.Type
+			if p.Type == "" {
+				// ["string", "null"] is a string that may be left null: "" (any) is honest.
+				var nonNull []string
+				for _, t := range prop.Types {
+					if t != "null" {
+						nonNull = append(nonNull, t)
+					}
+				}
+				if len(nonNull) == 1 && len(prop.Types) == 1 {
+					p.Type = nonNull[0]
+				}
+			}
+			p.Description = clip(safeText(prop.Description), 200)
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // Tools lists the tools of one MCP plugin (starting its server).

@@ -11,6 +11,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/tools"
 )
 
 type discardWC struct{ io.Writer }
@@ -115,4 +117,19 @@ func TestLineConnCancelledRequest(t *testing.T) {
 	assert.Equal(t, "n:2", idKey(resp.ID), "the late answer to 1 was dropped")
 	_, err = c.Read(ctx)
 	require.ErrorIs(t, err, ErrUnknownID, "a second answer to 1 is not excused")
+}
+
+func TestSchemaParams(t *testing.T) {
+	got := schemaParams(json.RawMessage(`{"type":"object","required":["path"],"properties":{
+		"path":{"type":"string","description":"a file"},
+		"head":{"type":"integer"},
+		"maybe":{"type":["string","null"]},
+		"anything":{}}}`))
+	assert.Equal(t, []tools.Param{
+		{Name: "anything"},
+		{Name: "head", Type: "integer"},
+		{Name: "maybe"},
+		{Name: "path", Type: "string", Description: "a file", Required: true},
+	}, got)
+	assert.Nil(t, schemaParams(json.RawMessage(`{"type":"object"}`)))
 }

@@ -143,6 +143,13 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	outs := f.records(audit.EventToolOutcome)
 	require.Len(t, outs, 4, "four calls reached a plugin, each with its outcome on record")
 
+	// The same tools through `fledge tools call`, name=value typed from the MCP schema.
+	call := exec.Command(fledge, "--project", f.project, "tools", "call", "plugin_everything_echo", "message=from the CLI")
+	call.Env = install.Env
+	out, err = call.Output()
+	require.NoError(t, err)
+	assert.Equal(t, "Echo: from the CLI\n", string(out))
+
 	// --tools limits what is exposed.
 	r, _ = run([]string{"--project", f.project, "serve", "--mcp", "--tools", "plugin_everything_echo"}, nil)
 	assert.Equal(t, []string{"plugin_everything_echo"}, r.names())
