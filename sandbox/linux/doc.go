@@ -14,7 +14,7 @@
 // freezer) are joined by the launching thread or the stub before exec, so every process
 // the command ever forks is born inside them.
 //
-// Landlock: the best ABI the kernel has (up to stub.MaxLandlockABI). Read-write:
+// Landlock: the best ABI the kernel has (up to kernel.MaxLandlockABI). Read-write:
 // Access.ReadWrite, the private tmp and /dev/null. Read-only: Access.ReadOnly, /etc,
 // /proc (ps, /dev/fd; other processes' environ/mem stay out of reach because Landlock also
 // scopes ptrace), /dev/{zero,full,random,urandom}. Read+exec: Access.ReadExec (callers

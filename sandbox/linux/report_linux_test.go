@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/internal/testutil"
-	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 func TestReport(t *testing.T) {
@@ -21,7 +21,7 @@ func TestReport(t *testing.T) {
 		r := newSandbox(t, Options{}).Report()
 		assert.Equal(t, "linux", r.OS)
 		assert.NotEmpty(t, r.Kernel)
-		assert.Equal(t, stub.LandlockABI(), r.LandlockABI)
+		assert.Equal(t, kernel.LandlockABI(), r.LandlockABI)
 		assert.Equal(t, wantMode, r.CgroupMode)
 		if r.LandlockABI > 0 {
 			assert.Equal(t, "landlock", r.Confinement)

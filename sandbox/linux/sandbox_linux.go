@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
@@ -94,7 +95,7 @@ func New(opts Options) (*Sandbox, error) {
 		sb.stubPath = p
 	}
 	if !opts.DisableLandlock {
-		sb.abi = stub.LandlockABI()
+		sb.abi = kernel.LandlockABI()
 	}
 	if opts.DisableCgroups {
 		sb.cg = &cgEnv{mode: CgroupNone, v1: map[string]string{}, v2Ctl: map[string]bool{}}
@@ -167,7 +168,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		CgroupPath:     s.cg.unified,
 		UserNamespaces: s.userns,
 		NetworkDeny:    s.networkDeny(),
-		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[stub.UnixSocketFilterSupported()],
+		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
 		TreeKill:       s.cg.killMethod(),
 		Warnings:       append([]string{}, s.cg.warnings...),
 	}
@@ -213,7 +214,7 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 			m.Degraded = append(m.Degraded, "network deny")
 		}
 	}
-	if !stub.SeccompSupported() {
+	if !kernel.SeccompSupported() {
 		m.Degraded = append(m.Degraded, "seccomp filter: unix-socket and setuid-bit deny (no filter for this architecture)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
@@ -267,9 +268,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	}
 
 	pol := &stub.Policy{Path: spec.Path, Args: spec.Args, Env: env, NoFile: spec.Limits.NoFile,
-		DenyUnix: !spec.UnixSockets && stub.UnixSocketFilterSupported()}
+		DenyUnix: !spec.UnixSockets && kernel.UnixSocketFilterSupported()}
 	if s.abi > 0 {
-		pol.Landlock = &stub.Landlock{
+		pol.Landlock = &kernel.Landlock{
 			ABI:       s.abi,
 			ReadWrite: append(rw, implicitReadWrite...),
 			ReadOnly:  append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...),

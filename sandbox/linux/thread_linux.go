@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
@@ -49,7 +50,7 @@ type threadLaunch struct {
 func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	tl.ruleset = -1
 	if tl.pol.Landlock != nil {
-		fd, err := stub.LandlockRuleset(tl.pol.Landlock)
+		fd, err := kernel.LandlockRuleset(tl.pol.Landlock)
 		if err != nil {
 			return nil, threadStep("landlock", err)
 		}
@@ -129,15 +130,15 @@ func (tl *threadLaunch) onThread() (int, error) {
 		return 0, threadStep("exec", err)
 	}
 	if tl.pol.Landlock != nil {
-		if err := stub.RestrictLandlock(tl.pol.Landlock, tl.ruleset); err != nil {
+		if err := kernel.RestrictLandlock(tl.pol.Landlock, tl.ruleset); err != nil {
 			return 0, threadStep("landlock", err)
 		}
 	}
-	if err := stub.DropExecCaps(); err != nil {
+	if err := kernel.DropExecCaps(); err != nil {
 		return 0, threadStep("capabilities", err)
 	}
-	if stub.SeccompSupported() {
-		if err := stub.InstallFilter(tl.pol.DenyUnix); err != nil {
+	if kernel.SeccompSupported() {
+		if err := kernel.InstallFilter(tl.pol.DenyUnix); err != nil {
 			return 0, threadStep("seccomp", err)
 		}
 	}

@@ -7,8 +7,10 @@
 // Every failure before exec is written to a dedicated CLOEXEC error pipe, so the host can
 // report launch_failed with a precise cause instead of a bare exit code.
 //
-// The host half (Launch) lives here too, so every sandbox (linux, darwin, fallback) starts
-// the stub the same way.
+// The host half (Launch) lives here too, so every sandbox that re-executes (darwin,
+// fallback, and linux with LaunchStub) starts the stub the same way. The kernel steps
+// themselves (Landlock, seccomp, capabilities) live in sandbox/kernel, shared with the
+// Linux thread launcher.
 package stub
 
 import (
@@ -19,6 +21,8 @@ import (
 	"os"
 	"runtime"
 	"strings"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // Marker is argv[1] of a stub invocation. It is deliberately unlikely as a user argument.
@@ -71,20 +75,8 @@ type Policy struct {
 	DenyUnix bool `json:"deny_unix,omitempty"`
 }
 
-// Landlock is the Landlock part of a Policy. ABI is the ruleset ABI to build (the host
-// probes the kernel once); the stub never asks for more than the kernel has.
-type Landlock struct {
-	ABI       int      `json:"abi"`
-	ReadWrite []string `json:"rw,omitempty"`
-	ReadOnly  []string `json:"ro,omitempty"`
-	ReadExec  []string `json:"rx,omitempty"`
-	// DenyNet handles TCP (and UDP on ABI >= 10) bind/connect with no port allowed.
-	DenyNet bool `json:"deny_net,omitempty"`
-	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
-	Scope bool `json:"scope,omitempty"`
-	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).
-	LogExec bool `json:"log_exec,omitempty"`
-}
+// Landlock is the Landlock part of a Policy (defined with the primitives that apply it).
+type Landlock = kernel.Landlock
 
 // DefaultNoFile is RLIMIT_NOFILE when the policy does not say.
 const DefaultNoFile = 1024

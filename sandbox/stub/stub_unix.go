@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // apply runs the stub steps in their security order, then execs. The order matters:
@@ -42,14 +44,14 @@ func apply(pol *Policy) error {
 		return &StepError{Step: "exec", Msg: err.Error()}
 	}
 	if pol.Landlock != nil {
-		if err := applyLandlock(pol.Landlock); err != nil {
+		if err := kernel.ApplyLandlock(pol.Landlock); err != nil {
 			return &StepError{Step: "landlock", Msg: err.Error()}
 		}
 	}
-	if err := dropExecCaps(); err != nil {
+	if err := kernel.DropExecCaps(); err != nil {
 		return &StepError{Step: "capabilities", Msg: err.Error()}
 	}
-	if err := seccompStep(pol.DenyUnix); err != nil {
+	if err := kernel.InstallFilter(pol.DenyUnix); err != nil {
 		return &StepError{Step: "seccomp", Msg: err.Error()}
 	}
 	// Tell the host we reached exec: a stub that dies before this point (a crash, the OOM

@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !arm64
 
-package stub
+package kernel
 
 // auditArch 0: no filter for this architecture; the sandbox reports the restrictions it
 // carries as not enforced.

@@ -1,4 +1,4 @@
-package stub
+package kernel
 
 import (
 	"errors"
@@ -146,9 +146,14 @@ func buildFilter(denyUnix bool) ([]unix.SockFilter, error) {
 	return a.resolve()
 }
 
-// installFilter installs the filter on the calling thread (inherited by what it forks and
-// execs). no_new_privs must already be set on this thread.
-func installFilter(denyUnix bool) error {
+// InstallFilter installs the filter on the calling thread only (inherited by what it forks
+// and execs). no_new_privs must already be set on this thread. Where the architecture has
+// no filter (SeccompSupported false) it does nothing: the sandbox reports that as degraded
+// before it gets here.
+func InstallFilter(denyUnix bool) error {
+	if !SeccompSupported() {
+		return nil
+	}
 	prog, err := buildFilter(denyUnix)
 	if err != nil {
 		return err
@@ -160,21 +165,8 @@ func installFilter(denyUnix bool) error {
 	return nil
 }
 
-// InstallFilter is installFilter for the Linux thread launcher (per-thread, like the other
-// launch steps).
-func InstallFilter(denyUnix bool) error { return installFilter(denyUnix) }
-
 // SeccompSupported reports whether this architecture has the filter.
 func SeccompSupported() bool { return auditArch != 0 }
 
 // UnixSocketFilterSupported is SeccompSupported (kept for callers that ask about sockets).
 func UnixSocketFilterSupported() bool { return SeccompSupported() }
-
-// seccompStep installs the filter where the architecture has one (the sandbox reports
-// unsupported architectures as degraded before it gets here).
-func seccompStep(denyUnix bool) error {
-	if !SeccompSupported() {
-		return nil
-	}
-	return installFilter(denyUnix)
-}

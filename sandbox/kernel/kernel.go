@@ -1,0 +1,30 @@
+// Package kernel holds the Linux kernel primitives fledge confines a process with:
+// Landlock rulesets, the seccomp filter and the capability drop. Each is applied to the
+// calling OS thread only (the stub's single thread before execve, or the thread launcher's
+// throwaway thread before fork), never to the whole host process.
+//
+// It is a leaf: it imports nothing of fledge, so both the re-exec stub (sandbox/stub) and
+// the Linux sandbox (sandbox/linux) build on it. On other systems the same API exists and
+// reports the primitives as unavailable.
+package kernel
+
+import "errors"
+
+// Landlock is the Landlock part of a launch policy. ABI is the ruleset ABI to build (the
+// host probes the kernel once); nothing asks for more than the kernel has. It is JSON on
+// the stub's policy pipe.
+type Landlock struct {
+	ABI       int      `json:"abi"`
+	ReadWrite []string `json:"rw,omitempty"`
+	ReadOnly  []string `json:"ro,omitempty"`
+	ReadExec  []string `json:"rx,omitempty"`
+	// DenyNet handles TCP (and UDP on ABI >= 10) bind/connect with no port allowed.
+	DenyNet bool `json:"deny_net,omitempty"`
+	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
+	Scope bool `json:"scope,omitempty"`
+	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).
+	LogExec bool `json:"log_exec,omitempty"`
+}
+
+// ErrUnsupported: the primitive does not exist on this operating system.
+var ErrUnsupported = errors.New("kernel primitive not available on this OS")

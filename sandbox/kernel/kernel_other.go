@@ -1,0 +1,22 @@
+//go:build !linux
+
+package kernel
+
+// MaxLandlockABI: no Landlock outside Linux.
+const MaxLandlockABI = 0
+
+// LandlockABI is 0: Landlock exists only on Linux.
+func LandlockABI() int { return 0 }
+
+// ApplyLandlock fails: Landlock exists only on Linux.
+func ApplyLandlock(*Landlock) error { return ErrUnsupported }
+
+// DropExecCaps does nothing: capability sets are Linux-only.
+func DropExecCaps() error { return nil }
+
+// SeccompSupported is false: the Linux seccomp filter has no equivalent here (Seatbelt's
+// rules cover unix sockets on macOS).
+func SeccompSupported() bool { return false }
+
+// InstallFilter does nothing outside Linux (see SeccompSupported).
+func InstallFilter(denyUnix bool) error { return nil }
