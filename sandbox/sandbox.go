@@ -138,18 +138,34 @@ type Mode struct {
 
 // Report is what this machine can enforce (for `fledge doctor`).
 type Report struct {
-	OS             string   `json:"os"`
-	Kernel         string   `json:"kernel,omitempty"`
-	Confinement    string   `json:"confinement"`
-	LandlockABI    int      `json:"landlock_abi"`
-	CgroupMode     string   `json:"cgroup_mode"` // v2 | hybrid | v1 | none
-	CgroupWritable bool     `json:"cgroup_writable"`
-	CgroupPath     string   `json:"cgroup_path,omitempty"`
-	UserNamespaces bool     `json:"user_namespaces"`
-	NetworkDeny    string   `json:"network_deny"`     // how network=deny is enforced
-	UnixSocketDeny string   `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
-	TreeKill       string   `json:"tree_kill"`
-	Warnings       []string `json:"warnings,omitempty"`
+	OS             string `json:"os"`
+	Kernel         string `json:"kernel,omitempty"`
+	Confinement    string `json:"confinement"`
+	LandlockABI    int    `json:"landlock_abi"`
+	CgroupMode     string `json:"cgroup_mode"` // v2 | hybrid | v1 | none
+	CgroupWritable bool   `json:"cgroup_writable"`
+	CgroupPath     string `json:"cgroup_path,omitempty"`
+	UserNamespaces bool   `json:"user_namespaces"`
+	NetworkDeny    string `json:"network_deny"`     // how network=deny is enforced
+	UnixSocketDeny string `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
+	TreeKill       string `json:"tree_kill"`
+	// HostDeath says what ends every sandboxed process if fledge itself dies by a signal
+	// (kill -9, OOM killer): "watchdog" (a separate process that kills every registered
+	// cgroup and process group when the host's pipe closes) or "none".
+	HostDeath string `json:"host_death"`
+	// SeccompDenied is the seccomp deny-list every command and plugin process runs under
+	// (empty where there is no filter). Unix sockets appear when refused by default.
+	SeccompDenied []DeniedSyscall `json:"seccomp_denied,omitempty"`
+	Warnings      []string        `json:"warnings,omitempty"`
+}
+
+// DeniedSyscall is one row of the seccomp deny-list: the call, when it is refused (always,
+// or for which arguments), the error the caller gets, and why.
+type DeniedSyscall struct {
+	Name  string `json:"name"`
+	When  string `json:"when"`
+	Errno string `json:"errno"`
+	Why   string `json:"why"`
 }
 
 // Sandbox starts confined processes.

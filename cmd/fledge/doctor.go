@@ -67,6 +67,12 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  network deny via: %s\n", rep.NetworkDeny)
 	fmt.Fprintf(w, "  unix sockets:     refused via %s\n", rep.UnixSocketDeny)
 	fmt.Fprintf(w, "  tree kill:        %s\n", rep.TreeKill)
+	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
+	if rep.HostDeath == "watchdog" {
+		fmt.Fprintf(w, "  if fledge dies:   a watchdog process kills every command and plugin it started\n")
+	} else if rep.HostDeath != "" {
+		fmt.Fprintf(w, "  if fledge dies:   commands and plugins it started keep running (%s)\n", rep.HostDeath)
+	}
 	fmt.Fprintf(w, "  strict policy:    %v\n", strict)
 	lim := e.cfg.ExecLimits()
 	fmt.Fprintf(w, "  an exec gets:     rw project + plugin data + private tmp; memory %d MiB, pids %d, network %v\n",
@@ -90,6 +96,23 @@ func (o *DoctorOptions) Run() error {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
 	}
 	return nil
+}
+
+// seccompSummary is the one-line form of the deny-list (doctor --json has every row).
+func seccompSummary(denied []sandbox.DeniedSyscall) string {
+	if len(denied) == 0 {
+		return "nothing (no seccomp filter here)"
+	}
+	names := make([]string, 0, 6)
+	for _, d := range denied {
+		if len(names) == cap(names) {
+			break
+		}
+		if d.Name != "socket" && d.Name != "openat2" {
+			names = append(names, d.Name)
+		}
+	}
+	return fmt.Sprintf("%d syscalls (%s, ...; doctor --json says when and why)", len(denied), strings.Join(names, ", "))
 }
 
 // limitsJSON renders limits with units in the key names (bytes, seconds) for JSON readers.

@@ -26,5 +26,26 @@ type Landlock struct {
 	LogExec bool `json:"log_exec,omitempty"`
 }
 
+// Filter says which optional parts of the filter a launch wants.
+type Filter struct {
+	// DenyUnix refuses to create AF_UNIX sockets (EACCES).
+	DenyUnix bool
+	// GateClone3 sends clone3 to a user-notification listener instead of answering ENOSYS
+	// at once (see InstallGatedFilter). Only the thread launcher sets it, when its own
+	// fork must be a clone3 (CLONE_INTO_CGROUP).
+	GateClone3 bool
+	// AllowClone3 leaves clone3 unfiltered: only for a launcher that must fork with clone3
+	// and has no gate (reported as degraded).
+	AllowClone3 bool
+}
+
+// DeniedSyscall is one row of the table as the sandbox reports it.
+type DeniedSyscall struct {
+	Name  string `json:"name"`
+	When  string `json:"when"`
+	Errno string `json:"errno"`
+	Why   string `json:"why"`
+}
+
 // ErrUnsupported: the primitive does not exist on this operating system.
 var ErrUnsupported = errors.New("kernel primitive not available on this OS")

@@ -19,4 +19,7 @@ func DropExecCaps() error { return nil }
 func SeccompSupported() bool { return false }
 
 // InstallFilter does nothing outside Linux (see SeccompSupported).
-func InstallFilter(denyUnix bool) error { return nil }
+func InstallFilter(Filter) error { return nil }
+
+// DeniedSyscalls is empty: there is no seccomp filter outside Linux.
+func DeniedSyscalls(Filter) []DeniedSyscall { return nil }

@@ -6,4 +6,9 @@ package kernel
 // carries as not enforced.
 const auditArch = 0
 
-var modeRules []modeRule
+const sysKexecLoad = -1
+
+var (
+	modeRules []modeRule
+	archRules []rule
+)

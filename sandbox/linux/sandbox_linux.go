@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,6 +61,7 @@ type Sandbox struct {
 	cleanupErr []error
 
 	spares spares
+	guard  *guard
 }
 
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
@@ -69,9 +71,12 @@ func (s *Sandbox) Close() error {
 	s.cleanups.Wait()
 	s.cleanupMu.Lock()
 	defer s.cleanupMu.Unlock()
-	err := joinErrs(s.cleanupErr)
+	errs := s.cleanupErr
 	s.cleanupErr = nil
-	return err
+	if err := s.guard.close(); err != nil {
+		errs = append(errs, err)
+	}
+	return joinErrs(errs)
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -106,6 +111,7 @@ func New(opts Options) (*Sandbox, error) {
 		sb.netns = canUnshareNet()
 	}
 	sb.userns = userNamespaces()
+	sb.guard = newGuard(sb.stubPath)
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
 		sb.kernel = unix.ByteSliceToString(uts.Release[:])
@@ -170,10 +176,23 @@ func (s *Sandbox) Report() sandbox.Report {
 		NetworkDeny:    s.networkDeny(),
 		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
 		TreeKill:       s.cg.killMethod(),
+		HostDeath:      "none",
 		Warnings:       append([]string{}, s.cg.warnings...),
+	}
+	if s.guard.available() {
+		r.HostDeath = "watchdog"
+	} else {
+		r.Warnings = append(r.Warnings, errNoWatchdog.Error()+": commands outlive a killed host")
 	}
 	if r.CgroupPath == "" {
 		r.CgroupPath = s.cg.v1["memory"]
+	}
+	// The default spec refuses unix sockets, so the table shows that rule too.
+	for _, d := range kernel.DeniedSyscalls(kernel.Filter{DenyUnix: true}) {
+		r.SeccompDenied = append(r.SeccompDenied, sandbox.DeniedSyscall(d))
+	}
+	if !kernel.SeccompSupported() {
+		r.Warnings = append(r.Warnings, "no seccomp filter for this architecture: io_uring, namespaces, keyrings, ptrace attach, set-id bits and unix sockets are not refused")
 	}
 	if s.abi > 0 {
 		r.Confinement = "landlock"
@@ -215,7 +234,10 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 		}
 	}
 	if !kernel.SeccompSupported() {
-		m.Degraded = append(m.Degraded, "seccomp filter: unix-socket and setuid-bit deny (no filter for this architecture)")
+		m.Degraded = append(m.Degraded, "seccomp filter: syscall deny-list, unix-socket and setuid-bit deny (no filter for this architecture)")
+	}
+	if !s.guard.available() {
+		m.Degraded = append(m.Degraded, "host-death cleanup ("+errNoWatchdog.Error()+")")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
@@ -304,6 +326,15 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.mode.Cgroup, p.mode.TreeKill = CgroupNone, KillPgroup
 		} else {
 			p.cg = rc
+			// Registered before the tree exists: a host killed from here on leaves nothing.
+			if err := s.guard.add(rc.guardItems()...); err != nil {
+				if spec.Strict {
+					return nil, fmt.Errorf("%w: host-death watchdog: %w", sandbox.ErrUnavailable, err)
+				}
+				p.mode.Degraded = append(p.mode.Degraded, "host-death cleanup ("+err.Error()+")")
+			} else {
+				p.guarded = rc.guardItems()
+			}
 			if len(degraded) > 0 {
 				if spec.Strict {
 					return nil, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(degraded, "; "))
@@ -342,6 +373,19 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
 		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec}
+		if sys.UseCgroupFD && kernel.SeccompSupported() {
+			// The launch forks with clone3 (CLONE_INTO_CGROUP); the watchdog, already
+			// running for this tree's cgroups, gates it.
+			if p.guarded != nil {
+				tl.gate = s.guard.gate
+			} else if spec.Strict {
+				p.stdio.Started()
+				p.stdio.Abort()
+				return nil, fmt.Errorf("%w: clone3 cannot be filtered without the host-death watchdog", sandbox.ErrUnavailable)
+			} else {
+				p.mode.Degraded = append(p.mode.Degraded, "seccomp: clone3 not filtered (no watchdog to gate it)")
+			}
+		}
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
@@ -352,6 +396,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	p.stdio.Started()
 	if err != nil {
 		return nil, err
+	}
+	if p.cg == nil && s.guard.available() {
+		// No cgroup: the process group (the child is a session leader) is what the
+		// watchdog can reach; registered right after the start.
+		item := "+pg " + strconv.Itoa(p.proc.Pid)
+		if err := s.guard.add(item); err != nil {
+			p.mode.Degraded = append(p.mode.Degraded, "host-death cleanup ("+err.Error()+")")
+		} else {
+			p.guarded = []string{item}
+		}
 	}
 	ok = true
 	s.spareAfterLaunch(spec)
@@ -370,6 +424,8 @@ type process struct {
 	cg    *runCgroup
 	stdio *stub.Stdio
 	tmp   string
+	// guarded are the watchdog registrations of this tree, removed once it is gone.
+	guarded []string
 
 	main chan struct{} // closed when the main process has exited
 	done chan struct{} // closed when the tree is gone and res is set
@@ -522,6 +578,7 @@ func (p *process) wait() {
 
 // cleanup removes the run's cgroups and private tmp.
 func (p *process) cleanup() error {
+	p.sb.guard.remove(p.guarded...)
 	var errs []error
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {

@@ -21,6 +21,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 
 	"github.com/fledgehq/fledge/sandbox/kernel"
 )
@@ -92,12 +93,24 @@ func (e *StepError) Error() string { return "stub: " + e.Step + ": " + e.Msg }
 // ErrStubFailed wraps every StepError the host receives.
 var ErrStubFailed = errors.New("sandbox stub failed before exec")
 
+var maybeRunCalled atomic.Bool
+
+// MaybeRunCalled reports whether this process's main (or TestMain) called MaybeRun, so
+// that re-executing this executable with a marker is safe (it will not run the program's
+// own main instead).
+func MaybeRunCalled() bool { return maybeRunCalled.Load() }
+
 // IsStub reports whether args (os.Args) is a stub invocation.
 func IsStub(args []string) bool { return len(args) > 1 && args[1] == Marker }
 
-// MaybeRun turns this process into the stub when os.Args[1] is Marker and never returns in
-// that case; otherwise it returns at once. Call it first in main and in TestMain.
+// MaybeRun turns this process into the stub when os.Args[1] is Marker, or into the
+// host-death watchdog when it is WatchdogMarker, and never returns in those cases;
+// otherwise it returns at once. Call it first in main and in TestMain.
 func MaybeRun() {
+	maybeRunCalled.Store(true)
+	if isWatchdog(os.Args) {
+		os.Exit(runWatchdog(os.Args))
+	}
 	if !IsStub(os.Args) {
 		return
 	}

@@ -51,7 +51,7 @@ func apply(pol *Policy) error {
 	if err := kernel.DropExecCaps(); err != nil {
 		return &StepError{Step: "capabilities", Msg: err.Error()}
 	}
-	if err := kernel.InstallFilter(pol.DenyUnix); err != nil {
+	if err := kernel.InstallFilter(kernel.Filter{DenyUnix: pol.DenyUnix}); err != nil {
 		return &StepError{Step: "seccomp", Msg: err.Error()}
 	}
 	// Tell the host we reached exec: a stub that dies before this point (a crash, the OOM
