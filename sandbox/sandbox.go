@@ -27,6 +27,12 @@ type Access struct {
 	ReadWrite []string // read, write, create, remove
 	ReadOnly  []string // read files and list directories
 	ReadExec  []string // read and execute
+	// Protected are paths inside ReadWrite roots that stay read-only and cannot be removed
+	// or renamed away (Linux private filesystem view). nil means the default: .git/hooks
+	// and .git/config of every ReadWrite root that is a git repository, so a command
+	// cannot plant a hook or an fsmonitor/alias the user's next git would run. A non-nil
+	// empty slice opts out. (Policy will fill this; until then the sandbox defaults it.)
+	Protected []string
 	// Deny lists paths that must stay unreachable even if an allow entry covers them (the
 	// fledge config and state dirs). Landlock cannot subtract, so the Linux sandbox refuses a
 	// Spec whose allow entries contain a Deny path; Seatbelt emits explicit deny rules.
@@ -153,6 +159,11 @@ type Report struct {
 	// (kill -9, OOM killer): "watchdog" (a separate process that kills every registered
 	// cgroup and process group when the host's pipe closes) or "none".
 	HostDeath string `json:"host_death"`
+	// FilesystemView says how a command's view of the filesystem is built:
+	// "mount-namespace" (only granted paths exist, read-only unless granted writable,
+	// private /tmp, protected paths read-only) or "none" (Landlock alone: the rest of the
+	// filesystem exists but is unreadable).
+	FilesystemView string `json:"filesystem_view"`
 	// SeccompDenied is the seccomp deny-list every command and plugin process runs under
 	// (empty where there is no filter). Unix sockets appear when refused by default.
 	SeccompDenied []DeniedSyscall `json:"seccomp_denied,omitempty"`

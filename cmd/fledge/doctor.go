@@ -67,6 +67,7 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  network deny via: %s\n", rep.NetworkDeny)
 	fmt.Fprintf(w, "  unix sockets:     refused via %s\n", rep.UnixSocketDeny)
 	fmt.Fprintf(w, "  tree kill:        %s\n", rep.TreeKill)
+	fmt.Fprintf(w, "  filesystem view:  %s\n", viewText(rep.FilesystemView))
 	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
 	if rep.HostDeath == "watchdog" {
 		fmt.Fprintf(w, "  if fledge dies:   a watchdog process kills every command and plugin it started\n")
@@ -82,7 +83,7 @@ func (o *DoctorOptions) Run() error {
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
-	if os.Geteuid() == 0 {
+	if os.Geteuid() == 0 && rep.FilesystemView != "mount-namespace" {
 		fmt.Fprintf(w, "  warning: running as root: Landlock does not govern chmod/utime/xattrs, and every system file\n"+
 			"           is root's own, so a command could change modes outside its sandbox (never contents).\n"+
 			"           Run fledge as an unprivileged user where you can.\n")
@@ -96,6 +97,17 @@ func (o *DoctorOptions) Run() error {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
 	}
 	return nil
+}
+
+// viewText says what a command's filesystem looks like.
+func viewText(view string) string {
+	switch view {
+	case "mount-namespace":
+		return "private (mount namespace: only granted paths exist; .git/hooks and .git/config read-only)"
+	case "":
+		return "n/a"
+	}
+	return "the host's (Landlock decides access; other paths exist and their metadata can change)"
 }
 
 // seccompSummary is the one-line form of the deny-list (doctor --json has every row).

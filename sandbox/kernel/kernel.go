@@ -47,5 +47,28 @@ type DeniedSyscall struct {
 	Why   string `json:"why"`
 }
 
+// ViewMount is one granted path.
+type ViewMount struct {
+	Path     string `json:"path"`
+	Writable bool   `json:"w,omitempty"`
+}
+
+// View is what the child sees.
+type View struct {
+	Mounts []ViewMount `json:"mounts"`
+	// Protected paths stay read-only even inside a writable mount; each is made a mount
+	// point so it cannot be removed or renamed away. Missing ones are skipped.
+	Protected []string `json:"protected,omitempty"`
+	// Pin are directories made mount points of their own (rename(2) and rmdir refuse a
+	// mount point): the .git directory holding protected paths, so a command cannot move
+	// it aside and put a fresh one with hooks in its place.
+	Pin []string `json:"pin,omitempty"`
+	// Dir is the working directory (by path, inside the view) with the identity it must
+	// have; a handle opened outside the view would lead back out of it.
+	Dir    string `json:"dir,omitempty"`
+	DirDev uint64 `json:"dir_dev,omitempty"`
+	DirIno uint64 `json:"dir_ino,omitempty"`
+}
+
 // ErrUnsupported: the primitive does not exist on this operating system.
 var ErrUnsupported = errors.New("kernel primitive not available on this OS")

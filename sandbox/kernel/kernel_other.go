@@ -23,3 +23,9 @@ func InstallFilter(Filter) error { return nil }
 
 // DeniedSyscalls is empty: there is no seccomp filter outside Linux.
 func DeniedSyscalls(Filter) []DeniedSyscall { return nil }
+
+// EnterView fails: mount namespaces are Linux-only.
+func EnterView(*View, int) error { return ErrUnsupported }
+
+// ViewSupported is false outside Linux.
+func ViewSupported() bool { return false }

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -29,6 +30,15 @@ func TestReport(t *testing.T) {
 		if r.CgroupWritable {
 			assert.Contains(t, []string{KillCgroup, KillFreezer}, r.TreeKill)
 			assert.NotEmpty(t, r.CgroupPath)
+		}
+		// This test binary calls stub.MaybeRun, so the watchdog can run; as root the view
+		// can be built; on x86-64 and arm64 the deny-list is there.
+		assert.Equal(t, "watchdog", r.HostDeath)
+		if os.Geteuid() == 0 {
+			assert.Equal(t, "mount-namespace", r.FilesystemView)
+		}
+		if kernel.SeccompSupported() {
+			assert.Equal(t, len(kernel.DeniedSyscalls(kernel.Filter{DenyUnix: true})), len(r.SeccompDenied))
 		}
 		_, err := json.Marshal(r)
 		require.NoError(t, err)

@@ -30,6 +30,7 @@ type Options struct {
 	DisableLandlock bool
 	DisableCgroups  bool
 	DisableNetNS    bool
+	DisableView     bool // no private filesystem view (Landlock alone)
 	// Launch picks how the child is confined before exec: LaunchThread (default) or
 	// LaunchStub (re-exec StubPath through stub.MaybeRun).
 	Launch string
@@ -51,6 +52,7 @@ type Sandbox struct {
 	abi      int
 	cg       *cgEnv
 	netns    bool
+	view     bool
 	userns   bool
 	kernel   string
 
@@ -111,6 +113,9 @@ func New(opts Options) (*Sandbox, error) {
 		sb.netns = canUnshareNet()
 	}
 	sb.userns = userNamespaces()
+	if !opts.DisableView {
+		sb.view = canBuildView()
+	}
 	sb.guard = newGuard(sb.stubPath)
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -129,6 +134,20 @@ func canUnshareNet() bool {
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
 		res <- unix.Unshare(unix.CLONE_NEWNET) == nil
+	}()
+	return <-res
+}
+
+// canBuildView tries a mount namespace on a throwaway thread (like canUnshareNet): a view
+// needs CAP_SYS_ADMIN there.
+func canBuildView() bool {
+	if !kernel.ViewSupported() {
+		return false
+	}
+	res := make(chan bool, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
+		res <- unix.Unshare(unix.CLONE_FS|unix.CLONE_NEWNS) == nil
 	}()
 	return <-res
 }
@@ -177,7 +196,16 @@ func (s *Sandbox) Report() sandbox.Report {
 		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
 		TreeKill:       s.cg.killMethod(),
 		HostDeath:      "none",
+		FilesystemView: "none",
 		Warnings:       append([]string{}, s.cg.warnings...),
+	}
+	switch {
+	case s.view:
+		r.FilesystemView = "mount-namespace"
+	case s.userns:
+		r.Warnings = append(r.Warnings, "no private filesystem view: it needs root here (user-namespace views are not implemented yet); Landlock alone, so paths outside the sandbox exist and their metadata (chmod, utime) can change")
+	default:
+		r.Warnings = append(r.Warnings, "no private filesystem view: neither root nor user namespaces")
 	}
 	if s.guard.available() {
 		r.HostDeath = "watchdog"
@@ -238,6 +266,9 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	}
 	if !s.guard.available() {
 		m.Degraded = append(m.Degraded, "host-death cleanup ("+errNoWatchdog.Error()+")")
+	}
+	if !s.view && !s.userns {
+		m.Degraded = append(m.Degraded, "private filesystem view (neither root nor user namespaces)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
@@ -300,6 +331,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			DenyNet:   !spec.Network,
 			Scope:     true,
 			LogExec:   true,
+		}
+	}
+	if s.view {
+		if pol.View, err = buildView(spec, rw); err != nil {
+			return nil, err
 		}
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}

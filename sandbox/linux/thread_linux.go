@@ -112,7 +112,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 	if err := unix.Unshare(unshareFlags); err != nil {
 		return 0, threadStep("unshare", err)
 	}
-	if tl.dir != nil {
+	if tl.dir != nil && tl.pol.View == nil {
 		if err := fchdirVerified(tl.dir, tl.pol); err != nil {
 			return 0, threadStep("fchdir", err)
 		}
@@ -124,6 +124,16 @@ func (tl *threadLaunch) onThread() (int, error) {
 			if err := os.WriteFile(d+"/tasks", tidb, 0); err != nil {
 				return 0, threadStep("cgroup", err)
 			}
+		}
+	}
+	if tl.pol.View != nil {
+		// After the cgroup joins (the view has no /sys); it enters the working directory.
+		dirfd := -1
+		if tl.dir != nil {
+			dirfd = int(tl.dir.Fd())
+		}
+		if err := kernel.EnterView(tl.pol.View, dirfd); err != nil {
+			return 0, threadStep("view", err)
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {

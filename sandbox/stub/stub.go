@@ -71,6 +71,10 @@ type Policy struct {
 	// Landlock is the Linux filesystem/network/IPC policy; nil = none.
 	Landlock *Landlock `json:"landlock,omitempty"`
 
+	// View is the private filesystem view (Linux mount namespace); nil = none. It replaces
+	// the fchdir into fd 5: the view mounts that handle's directory at View.Dir.
+	View *kernel.View `json:"view,omitempty"`
+
 	// DenyUnix refuses to create AF_UNIX sockets (seccomp, Linux): no connecting to
 	// docker.sock, D-Bus or systemd sockets.
 	DenyUnix bool `json:"deny_unix,omitempty"`

@@ -31,7 +31,15 @@ func apply(pol *Policy) error {
 	if _, err := syscall.Setsid(); err != nil && !(errors.Is(err, syscall.EPERM) && isSessionLeader()) {
 		return &StepError{Step: "setsid", Msg: err.Error()}
 	}
-	if pol.HasDir {
+	if pol.View != nil {
+		dirfd := -1
+		if pol.HasDir {
+			dirfd = fdDir
+		}
+		if err := kernel.EnterView(pol.View, dirfd); err != nil {
+			return &StepError{Step: "view", Msg: err.Error()}
+		}
+	} else if pol.HasDir {
 		if err := enterDir(pol); err != nil {
 			return &StepError{Step: "fchdir", Msg: err.Error()}
 		}
