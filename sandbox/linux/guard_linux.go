@@ -109,13 +109,6 @@ func (g *guard) add(items ...string) error {
 	return err
 }
 
-// ensure starts the watchdog if it is not running (before a launch that needs the gate).
-func (g *guard) ensure() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.sendLocked(nil)
-}
-
 func (g *guard) sendLocked(items []string) error {
 	if g.fd < 0 {
 		return g.startLocked() // replays regs, items included

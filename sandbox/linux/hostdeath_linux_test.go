@@ -20,15 +20,10 @@ import (
 // runHostHelper is a small fledge host: it starts one sandboxed tree (a shell running
 // sleep 45 in the foreground and the background, in a subshell, and setsid'd out of the
 // process group) whose every process carries marker, says so, and waits to be killed.
-func runHostHelper(launch, marker string) int {
+func runHostHelper(launch, marker, dir string) int {
 	sb, err := New(Options{Launch: launch})
 	if err != nil {
 		fmt.Println("new:", err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "fledge-hostdeath-")
-	if err != nil {
-		fmt.Println(err)
 		return 1
 	}
 	d, err := os.Open(dir)
@@ -62,7 +57,7 @@ func TestNothingOutlivesAKilledHost(t *testing.T) {
 	for _, launch := range []string{LaunchThread, LaunchStub} {
 		t.Run(launch, func(t *testing.T) {
 			m := marker(t)
-			cmd := exec.Command(self, launch, m)
+			cmd := exec.Command(self, launch, m, t.TempDir())
 			cmd.Env = append(os.Environ(), helperEnv+"=host")
 			out, err := cmd.StdoutPipe()
 			require.NoError(t, err)

@@ -35,7 +35,7 @@ func runHelper(h string) int {
 		fmt.Println("connected")
 		return 0
 	case "host":
-		return runHostHelper(os.Args[1], os.Args[2])
+		return runHostHelper(os.Args[1], os.Args[2], os.Args[3])
 	case "alloc":
 		// Touch memory page by page until the cgroup stops us.
 		var keep [][]byte

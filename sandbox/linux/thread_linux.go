@@ -87,7 +87,7 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	if sp != nil {
 		sp.jobs <- tl
 		lr := <-sp.results
-		r = result{lr.pid, lr.err}
+		r = result(lr)
 	} else {
 		go launch()
 		r = <-ch
