@@ -37,7 +37,11 @@ func (o *DoctorOptions) Run() error {
 	defer e.close()
 	rep := e.sb.Report()
 	strict := e.cfg.Sandbox.Strict
-	refuses := strict && (rep.Confinement == "none" || rep.CgroupMode == "none" || !rep.CgroupWritable)
+	// The same promises the Linux sandbox refuses strict runs for: no Landlock, no writable
+	// cgroup, no host-death watchdog, or no way to build a private filesystem view at all.
+	noView := rep.OS == "linux" && rep.FilesystemView == "none" && os.Geteuid() != 0 && !rep.UserNamespaces
+	refuses := strict && (rep.Confinement == "none" || rep.CgroupMode == "none" || !rep.CgroupWritable ||
+		(rep.OS == "linux" && rep.HostDeath == "none") || noView)
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, map[string]any{
 			"fledge":        version,
