@@ -121,6 +121,16 @@ func enterView(v *View, dirfd int) error {
 			return fmt.Errorf("private /tmp: %w", err)
 		}
 	}
+	// The /dev symlinks programs expect (bash process substitution opens /dev/fd/N), as
+	// bubblewrap makes them; they lead into /proc/self, which is the process's own.
+	if err := mkdirAll("/newroot/dev"); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := unix.Symlinkat(target, unix.AT_FDCWD, "/newroot/dev/"+name); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("/dev/%s: %w", name, err)
+		}
+	}
 	// A working directory outside every grant (Landlock let a command sit in a directory
 	// it could not read) becomes an empty placeholder: it grants nothing.
 	placeholder := false
