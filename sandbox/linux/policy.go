@@ -12,18 +12,6 @@ import (
 // (with the user's PATH entries) to Access.ReadExec; missing ones are skipped.
 var SystemReadExec = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
 
-// Paths every confined command gets besides the Spec's own:
-//   - /etc read-only (resolver, passwd lookups, locale, ssl certs);
-//   - /proc read-only: ps and /dev/fd need it; other processes' environ, mem and fds stay
-//     out of reach because Landlock also denies ptrace-mode access outside the domain;
-//   - the harmless character devices read-only, and /dev/null read-write.
-//
-// Not granted: /dev/tty (no terminal, see stub), /dev/shm, /sys, /run, $HOME.
-var (
-	implicitReadOnly  = []string{"/etc", "/proc", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"}
-	implicitReadWrite = []string{"/dev/null"}
-)
-
 // within reports whether p equals root or lies beneath it (both clean and absolute).
 func within(p, root string) bool {
 	if p == root || root == "/" {
