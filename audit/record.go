@@ -48,6 +48,7 @@ var Events = []string{
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
 	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,
+	EventHandshake, EventToolCall, EventToolOutcome, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
 }
 
 // PluginRef identifies the plugin a record is about.

@@ -15,6 +15,7 @@ type SessionLimits struct {
 	ExecQueue          int           // execs waiting for a slot; past it, an error reply
 	PendingRequests    int           // id-bearing requests in flight
 	PromptTimeout      time.Duration // unanswered prompt -> cancel "timeout"
+	StartupTimeout     time.Duration // plugin not ready in time -> launch_failed (invoke-v1)
 	ExecTimeoutDefault time.Duration
 	ExecTimeoutMax     time.Duration
 	OutputCap          int           // bytes kept per exec stream
@@ -38,6 +39,7 @@ func (c *Config) SessionLimits() SessionLimits {
 		ExecQueue:          c.Limits.ExecQueue,
 		PendingRequests:    c.Limits.PendingRequests,
 		PromptTimeout:      c.Limits.PromptTimeout,
+		StartupTimeout:     c.Limits.StartupTimeout,
 		ExecTimeoutDefault: c.Sandbox.TimeoutDefault,
 		ExecTimeoutMax:     c.Sandbox.TimeoutMax,
 		OutputCap:          int(c.Sandbox.OutputCap),
