@@ -66,6 +66,26 @@ func ExecTimeout(seconds *float64, def, max time.Duration) (d time.Duration, cla
 	return time.Duration(s * float64(time.Second)), false, nil
 }
 
+// CallTimeout is the timeout of one call into a long-lived plugin (a runtime-v1 execute, an
+// invoke-v1 request): the plugin's own [plugin] timeout (a Go duration such as "30s") under
+// the exec timeout rule, else the default. An unusable value gives the default and an error
+// to warn about.
+func CallTimeout(manifestTimeout string, lim SessionLimits) (time.Duration, error) {
+	if manifestTimeout == "" {
+		return lim.ExecTimeoutDefault, nil
+	}
+	d, err := time.ParseDuration(manifestTimeout)
+	if err != nil {
+		return lim.ExecTimeoutDefault, fmt.Errorf("[plugin] timeout = %q is not a duration: the default %s applies", manifestTimeout, lim.ExecTimeoutDefault)
+	}
+	s := d.Seconds()
+	t, _, err := ExecTimeout(&s, lim.ExecTimeoutDefault, lim.ExecTimeoutMax)
+	if err != nil {
+		return lim.ExecTimeoutDefault, fmt.Errorf("[plugin] timeout: %w: the default %s applies", err, lim.ExecTimeoutDefault)
+	}
+	return t, nil
+}
+
 // Profile is everything policy decides about running one plugin: what the plugin process,
 // its execs and the host's git calls may reach, their limits, and the session's bounds.
 // cmd/fledge and every protocol adapter take it as it is; nothing re-derives any of it.

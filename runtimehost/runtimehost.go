@@ -335,25 +335,6 @@ type session struct {
 	timeout  time.Duration
 }
 
-// Timeout is the plugin's call timeout: [plugin] timeout from its manifest within policy's
-// maximum, else policy's default (the exec timeout rule).
-func Timeout(m *plugin.Manifest, lim policy.SessionLimits) (time.Duration, error) {
-	var secs *float64
-	if m.Plugin.Timeout != "" {
-		d, err := time.ParseDuration(m.Plugin.Timeout)
-		if err != nil {
-			return lim.ExecTimeoutDefault, fmt.Errorf("[plugin] timeout = %q is not a duration: the default %s applies", clip(m.Plugin.Timeout), lim.ExecTimeoutDefault)
-		}
-		s := d.Seconds()
-		secs = &s
-	}
-	d, _, err := policy.ExecTimeout(secs, lim.ExecTimeoutDefault, lim.ExecTimeoutMax)
-	if err != nil {
-		return lim.ExecTimeoutDefault, fmt.Errorf("[plugin] timeout: %w: the default %s applies", err, lim.ExecTimeoutDefault)
-	}
-	return d, nil
-}
-
 // withGrants is the binding with its grants replaced (the profile of a run is built from
 // what the handshake declared).
 func withGrants(b *core.Binding, g policy.Grants) *core.Binding {
@@ -387,7 +368,7 @@ func (p *Provider) run(ctx context.Context, b *core.Binding, rs runSpec) *Outcom
 	prof := env.Profile(withGrants(b, rs.caps), os.Environ(), map[string]string{
 		"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.DataDir, "FLEDGE_PROTOCOL": plugin.ProtocolRuntime,
 	}, nil)
-	timeout, terr := Timeout(b.Manifest, prof.Session)
+	timeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, prof.Session)
 	if terr != nil && rs.phase == "execute" {
 		p.warn(fmt.Sprintf("plugin %s: %v", name, terr))
 	}

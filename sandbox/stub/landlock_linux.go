@@ -134,9 +134,27 @@ func buildRuleset(ll *Landlock) (int, error) {
 			}
 		}
 	}
+	if ll.DenyNet && abi >= 4 {
+		for _, port := range ll.BindTCP {
+			attr := landlockNetPortAttr{access: unix.LANDLOCK_ACCESS_NET_BIND_TCP, port: uint64(port)}
+			if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, rfd,
+				landlockRuleNetPort, uintptr(unsafe.Pointer(&attr)), 0, 0, 0); errno != 0 {
+				return -1, fmt.Errorf("add rule bind tcp %d: %w", port, errno)
+			}
+		}
+	}
 	ok = true
 	return int(rfd), nil
 }
+
+// landlockNetPortAttr is struct landlock_net_port_attr (linux/landlock.h), which x/sys
+// does not define.
+type landlockNetPortAttr struct {
+	access uint64
+	port   uint64
+}
+
+const landlockRuleNetPort = 2 // LANDLOCK_RULE_NET_PORT
 
 // restrictSelf enforces the ruleset rfd on the calling thread.
 func restrictSelf(ll *Landlock, rfd int) error {
