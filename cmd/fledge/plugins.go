@@ -294,6 +294,7 @@ func (o *InfoOptions) Run() error {
 	fmt.Fprintf(w, "%s %s\n  source:    %s\n  installed: %s\n  commands:  %s\n  manifest:  sha256:%s\n  granted:   %s\n",
 		en.Name, en.Version, en.Source, en.Installed.UTC().Format(time.RFC3339), strings.Join(en.Commands, ", "),
 		en.ManifestSHA256, grantText(en.Granted))
+	fmt.Fprintf(w, "  protocol:  %s\n", protocolName(en.Protocol))
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
 	fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
