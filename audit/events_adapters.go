@@ -5,10 +5,6 @@ const (
 	// EventHandshake is a runtime-v1 handshake's verdict: the manifest the plugin declared
 	// (allow) or the rule it broke (deny, with the reason code).
 	EventHandshake = "handshake"
-	// EventToolCall is the decision to send a tool call to a plugin, durable before it is
-	// sent; EventToolOutcome is how it ended.
-	EventToolCall    = "tool_call"
-	EventToolOutcome = "tool_outcome"
 	// EventInvokeRequest is the decision to send one invoke-v1 request (durable before it
 	// is sent); EventInvokeOutcome is how that request ended (one per invoke_id).
 	EventInvokeRequest = "invoke_request"

@@ -40,6 +40,12 @@ const (
 	// EventLogRecovered is written by the log itself when it finds a torn tail (a write cut
 	// short by a crash): it names the skipped bytes so verify can tell a crash from an edit.
 	EventLogRecovered = "log_recovered"
+	// Tool and hook calls of the protocols that have them (jsonrpc-2.0, ...): a decision
+	// before the call is sent, an outcome after it answered (or did not).
+	EventToolCall    = "tool_call"
+	EventToolOutcome = "tool_outcome"
+	EventHookCall    = "hook_call"
+	EventHookOutcome = "hook_outcome"
 )
 
 // Events lists every event name, in the order docs/audit.md describes them.
@@ -48,7 +54,8 @@ var Events = []string{
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
 	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,
-	EventHandshake, EventToolCall, EventToolOutcome, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
+	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
+	EventHandshake, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
 }
 
 // PluginRef identifies the plugin a record is about.
