@@ -365,6 +365,11 @@ func (s *Session) connect(host string, port int, chosen uint16, restricted, inNe
 	if port <= 0 || port > 65535 || (restricted && port != int(chosen)) {
 		return fail(reason.LaunchFailed, "plugin %s announced port %d, but may listen only on port %d (FLEDGE_LISTEN_PORT)", s.name, port, chosen)
 	}
+	if restricted && !inNetns {
+		if a := exposedListener(port); a != "" {
+			return fail(reason.LaunchFailed, "plugin %s listens on %s: refused, a TCP plugin must listen on loopback", s.name, a)
+		}
+	}
 	conn, err := dialPlugin(s.proc.Pid(), inNetns, &net.TCPAddr{IP: ip, Port: port}, connectTimeout)
 	if err != nil {
 		return fail(reason.LaunchFailed, "plugin %s: connecting to %s: %v", s.name, net.JoinHostPort(host, strconv.Itoa(port)), err)

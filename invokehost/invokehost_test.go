@@ -451,3 +451,5 @@ func TestTCPPluginRefused(t *testing.T) {
 		})
 	}
 }
+
+func itoa(n int) string { return fmt.Sprint(n) }

@@ -1,10 +1,13 @@
 package invokehost
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -93,4 +96,56 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// exposedListener returns the address of a socket listening on TCP port in fledge's own
+// network namespace on anything but loopback ("" if none). Without a namespace of its own
+// a plugin's port rule cannot restrict the bind address, so fledge checks what it bound
+// before connecting (/proc/net/tcp and tcp6; state 0A is LISTEN).
+func exposedListener(port int) string {
+	// thread-self, not self: /proc/self/net is the main thread's namespace, and a probe
+	// that unshared on a locked thread may have left that one elsewhere.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, file := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 4 || f[3] != "0A" {
+				continue
+			}
+			hexIP, hexPort, ok := strings.Cut(f[1], ":")
+			if !ok {
+				continue
+			}
+			p, err := strconv.ParseUint(hexPort, 16, 16)
+			if err != nil || int(p) != port {
+				continue
+			}
+			ip := procIP(hexIP)
+			if ip == nil || !ip.IsLoopback() {
+				return net.JoinHostPort(fmt.Sprint(ip), strconv.Itoa(port))
+			}
+		}
+	}
+	return ""
+}
+
+// procIP decodes an address of /proc/net/tcp*: 32-bit words in host byte order.
+func procIP(h string) net.IP {
+	if len(h) != 8 && len(h) != 32 {
+		return nil
+	}
+	ip := make(net.IP, len(h)/2)
+	for i := 0; i < len(h); i += 8 {
+		w, err := strconv.ParseUint(h[i:i+8], 16, 32)
+		if err != nil {
+			return nil
+		}
+		binary.NativeEndian.PutUint32(ip[i/2:], uint32(w))
+	}
+	return ip
 }

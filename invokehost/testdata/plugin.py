@@ -24,10 +24,10 @@ if mode == "start_garbage":
     out.write("this is not json\n"); out.flush(); time.sleep(60)
 
 rf, wf = sys.stdin, out
-if mode in ("tcp", "tcp_nonloopback", "tcp_wrong_port"):
+if mode in ("tcp", "tcp_nonloopback", "tcp_wrong_port", "tcp_any"):
     port = int(os.environ["FLEDGE_LISTEN_PORT"])
     srv = socket.socket()
-    srv.bind(("127.0.0.1", port))
+    srv.bind(("0.0.0.0" if mode == "tcp_any" else "127.0.0.1", port))
     srv.listen(4)
     host, announced = "127.0.0.1", port
     if mode == "tcp_nonloopback":
