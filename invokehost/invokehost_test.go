@@ -283,6 +283,7 @@ func TestGlobalErrorFailsEveryOpenRequest(t *testing.T) {
 	for _, o := range append(outs[:], out) {
 		require.NotNil(t, o.Failure)
 		assert.Equal(t, reason.Crashed, o.Failure.Code)
+		assert.Equal(t, 108, reason.ExitStatus(o.Failure.Code))
 		assert.Contains(t, o.Failure.Msg, "plugin runtime failed: heartbeat lost")
 		assert.Equal(t, string(reason.Crashed), outcomeRecord(t, f, o.InvokeID).Reason)
 	}
@@ -440,6 +441,7 @@ func TestTCPPluginRefused(t *testing.T) {
 			require.Nil(t, s)
 			require.NotNil(t, fl)
 			assert.Equal(t, reason.LaunchFailed, fl.Code)
+			assert.Equal(t, 126, reason.ExitStatus(fl.Code))
 			assert.Contains(t, fl.Msg, tc.msg)
 			var found bool
 			for _, r := range f.Find(audit.EventPluginStart) {

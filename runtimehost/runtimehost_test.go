@@ -270,3 +270,28 @@ func TestCheckManifestTable(t *testing.T) {
 		})
 	}
 }
+
+// Without [[tools]] in plugin.toml, the tools are the exposed_tools of a discovery
+// handshake (tool ""), run with no capabilities; the discovery is done once per invocation.
+func TestToolsFromHandshake(t *testing.T) {
+	f := adaptertest.New(t, nil)
+	f.Install(map[string]string{
+		"plugin.toml": "[plugin]\nname = \"rt\"\nversion = \"1.0.0\"\nprotocol = \"runtime-v1\"\n\n[[commands]]\nname = \"rt\"\nbinary = \"plugin.py\"\n",
+		"plugin.py":   pluginScript,
+		"mode":        "ok",
+	}, noGrants)
+	c := f.Catalogue()
+	var names []string
+	for _, x := range c.List(context.Background()) {
+		names = append(names, x.Name)
+	}
+	assert.Equal(t, []string{"plugin_rt_echo", "plugin_rt_readfile", "plugin_rt_slow"}, names)
+	_, res, err := c.Call(context.Background(), "plugin_rt_echo", map[string]any{"anything": true})
+	require.NoError(t, err)
+	require.True(t, res.Success, res.Message)
+	hs := f.Find(audit.EventHandshake)
+	require.Len(t, hs, 2, "one discovery (listing and call share it), one execute")
+	assert.Equal(t, "discovery", hs[0].Details["phase"])
+	assert.Equal(t, "", hs[0].Details["tool"])
+	assert.Equal(t, "execute", hs[1].Details["phase"])
+}
