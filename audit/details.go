@@ -29,6 +29,7 @@ const (
 	DetailSample         = "sample"            // malformed_lines: first bad line, truncated
 	DetailMissing        = "missing"           // sandbox_degraded: what could not be enforced
 	DetailMessage        = "message"           // free text for humans
+	DetailRefusal        = "refusal"           // plugin_start deny: why the run was refused (Refusal* kinds)
 
 	// Written by the log itself.
 	DetailSkippedOffset = "skipped_offset" // log_recovered: byte offset of the torn bytes

@@ -134,6 +134,29 @@ type Log struct {
 	pid    int
 	closed bool
 	tail   *tailCache // the chain position after our last write, while the file is unchanged
+	io     fileIO     // write and fsync; replaced only by tests that inject I/O failures
+}
+
+// fileIO is the two calls an append makes on the live file. Tests inject failures here
+// (a partial write then EIO, a failed fsync) to check the rollback; the zero value is the
+// real thing.
+type fileIO struct {
+	write func(f *os.File, b []byte) (int, error)
+	sync  func(f *os.File) error
+}
+
+func (x fileIO) writeTo(f *os.File, b []byte) (int, error) {
+	if x.write != nil {
+		return x.write(f, b)
+	}
+	return f.Write(b)
+}
+
+func (x fileIO) syncFile(f *os.File) error {
+	if x.sync != nil {
+		return x.sync(f)
+	}
+	return f.Sync()
 }
 
 // tailCache lets an append skip re-reading the tail when nobody touched the file since our
@@ -231,8 +254,7 @@ func (l *Log) Append(r *Record, durable bool) error {
 			return err
 		}
 		sync := l.opts.Fsync == FsyncAlways || (durable && l.opts.Fsync == FsyncDurable)
-		if err := l.write(f, append(s.line, '\n'), sync); err != nil {
-			l.tail = nil
+		if _, err := l.write(f, append(s.line, '\n'), sync, &prev); err != nil {
 			return err
 		}
 		s.commit(r)
@@ -251,6 +273,8 @@ func (l *Log) Append(r *Record, durable bool) error {
 // nil). It syncs the very file the record went to, even if the log rotated in between, and
 // may be called again (from the same goroutine) to get the same result. Under fsync
 // "always" the record is synced before this returns; under "never" the function is a no-op.
+// A failed write is rolled back before this returns; a failed background fsync is rolled
+// back by the returned function if the record is still the live file's last (see write).
 func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
 	if r == nil {
 		return nil, errors.New("audit: nil record")
@@ -276,18 +300,26 @@ func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
 			return err
 		}
 		now := l.opts.Fsync == FsyncAlways
-		if err := l.write(f, append(s.line, '\n'), now); err != nil {
-			l.tail = nil
+		start, err := l.write(f, append(s.line, '\n'), now, &prev)
+		if err != nil {
 			return err
+		}
+		if l.opts.Fsync == FsyncDurable {
+			wait, err := deferredSync(f, l.path, l.io.syncFile)
+			if err != nil {
+				// The record is whole but will not be synced: take it back, as a failed
+				// fsync would.
+				return errors.Join(err, l.rollback(f, start, &prev))
+			}
+			fi, err := f.Stat()
+			if err != nil {
+				_ = wait()
+				return errors.Join(fmt.Errorf("audit: stat %s: %w", l.path, err), l.rollback(f, start, &prev))
+			}
+			sync = l.rollbackOnFailure(wait, fi, start, &prev)
 		}
 		s.commit(r)
 		l.remember(f, chainPos{s.seq, s.hash})
-		if l.opts.Fsync == FsyncDurable {
-			sync, err = deferredSync(f, l.path)
-			if err != nil {
-				return err
-			}
-		}
 		_ = l.maybeRotate(f)
 		return nil
 	})
@@ -352,18 +384,100 @@ func (l *Log) liveFile() (*os.File, error) {
 	return f, nil
 }
 
-func (l *Log) write(f *os.File, b []byte, sync bool) error {
+// write appends b (whole records, or a newline) to f under the lock, fsyncing it if sync,
+// and returns the offset it started at. prev is where the chain stands before b, or nil
+// when the file holds torn bytes that a rollback must leave for the next append to recover.
+//
+// A write that fails part-way (ENOSPC, EIO) or whose fsync fails is rolled back: the file
+// is truncated to where it was, so it still ends on a whole record, `audit verify` passes
+// at once (not only after the next append recovers a torn tail), and the next append
+// continues the chain from prev. A failed fsync is rolled back too: the caller was told the
+// record is not written and will not act on it, so the log must not claim it.
+func (l *Log) write(f *os.File, b []byte, sync bool, prev *chainPos) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		l.tail = nil
+		return 0, fmt.Errorf("audit: stat %s: %w", l.path, err)
+	}
+	start := fi.Size()
 	// os.File.Write is one write(2) unless the kernel writes short; under the lock and with
 	// O_APPEND a retry of the rest still lands contiguously.
-	if _, err := f.Write(b); err != nil {
-		return fmt.Errorf("audit: append to %s: %w", l.path, err)
+	if _, err := l.io.writeTo(f, b); err != nil {
+		return start, errors.Join(fmt.Errorf("audit: append to %s: %w", l.path, err), l.rollback(f, start, prev))
 	}
 	if sync {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("audit: fsync %s: %w", l.path, err)
+		if err := l.io.syncFile(f); err != nil {
+			return start, errors.Join(fmt.Errorf("audit: fsync %s: %w", l.path, err), l.rollback(f, start, prev))
 		}
 	}
+	return start, nil
+}
+
+// ErrRollback says a failed append could not be taken back: its bytes stay at the end of
+// the file as a torn tail, which the next append recovers with a log_recovered record.
+var ErrRollback = errors.New("audit: could not roll back a failed append")
+
+// rollback truncates f back to size start (the end of the last whole record) after a
+// failed write, and puts the cached chain position back at prev (if not nil). Truncating
+// frees space, so it works on a full disk. Must be called under the lock.
+func (l *Log) rollback(f *os.File, start int64, prev *chainPos) error {
+	l.tail = nil
+	if err := f.Truncate(start); err != nil {
+		return fmt.Errorf("%w: truncate %s to %d: %w", ErrRollback, l.path, start, err)
+	}
+	// The torn bytes may have reached the disk already (writeback): make their removal
+	// durable too. If this fails the truncation still holds in the page cache; a crash
+	// could bring the torn bytes back, which the next append then recovers.
+	if l.opts.Fsync != FsyncNever {
+		if err := l.io.syncFile(f); err != nil {
+			return fmt.Errorf("%w: fsync %s after truncating it: %w", ErrRollback, l.path, err)
+		}
+	}
+	if prev != nil {
+		l.remember(f, *prev)
+	}
 	return nil
+}
+
+// rollbackOnFailure wraps the wait of a deferred fsync: if the fsync fails, the record is
+// taken back as Append would, as long as it is still the last thing in the same live file
+// (fi, ending at its size). Once another record chained to it, or the file rotated, it
+// stays: it is whole, so the log still verifies, and the caller still does not act on it.
+func (l *Log) rollbackOnFailure(wait func() error, fi os.FileInfo, start int64, prev *chainPos) func() error {
+	var res error
+	done := false
+	return func() error {
+		if done {
+			return res
+		}
+		done = true
+		res = wait()
+		if res == nil {
+			return nil
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.closed {
+			return res
+		}
+		err := l.locked(func() error {
+			f := l.f
+			if f == nil {
+				return nil // rotated: leave it
+			}
+			cur, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			atPath, err := os.Lstat(l.path)
+			if err != nil || !os.SameFile(cur, fi) || !os.SameFile(atPath, fi) || cur.Size() != fi.Size() {
+				return nil // rotated, replaced, or records chained after it: leave it
+			}
+			return l.rollback(f, start, prev)
+		})
+		res = errors.Join(res, err)
+		return res
+	}
 }
 
 // chainPos is where the chain stands: the last record's seq and hash.
@@ -399,7 +513,8 @@ func (l *Log) prepare(f *os.File) (chainPos, error) {
 	}
 	if ti.needNL {
 		// A complete, valid record lost only its newline: terminate it, nothing was lost.
-		return ti.prev, l.write(f, []byte{'\n'}, l.opts.Fsync != FsyncNever)
+		_, err := l.write(f, []byte{'\n'}, l.opts.Fsync != FsyncNever, nil)
+		return ti.prev, err
 	}
 	if len(ti.region) == 0 {
 		return ti.prev, nil
@@ -430,7 +545,9 @@ func (l *Log) prepare(f *os.File) (chainPos, error) {
 		return chainPos{}, err
 	}
 	buf = append(append(buf, s.line...), '\n')
-	if err := l.write(f, buf, l.opts.Fsync != FsyncNever); err != nil {
+	// A failed write here is rolled back to the torn bytes, which the next append tries to
+	// recover again.
+	if _, err := l.write(f, buf, l.opts.Fsync != FsyncNever, nil); err != nil {
 		return chainPos{}, err
 	}
 	return chainPos{s.seq, s.hash}, nil

@@ -22,6 +22,7 @@ const (
 	EventPluginExit       = "plugin_exit"
 	EventInstall          = "install"
 	EventGrant            = "grant"
+	EventRevoke           = "revoke"
 	EventRemove           = "remove"
 	EventExecDecision     = "exec_decision"
 	EventExecOutcome      = "exec_outcome"
@@ -50,7 +51,7 @@ const (
 
 // Events lists every event name, in the order docs/audit.md describes them.
 var Events = []string{
-	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRemove,
+	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRevoke, EventRemove,
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
 	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,

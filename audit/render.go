@@ -61,34 +61,6 @@ func (t *TableWriter) Write(r *Record) error {
 	return err
 }
 
-// RenderTable writes recs as a table (header included, even when recs is empty).
-func RenderTable(w io.Writer, recs []*Record) error {
-	t := NewTableWriter(w)
-	if err := t.Header(); err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := t.Write(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// RenderJSON writes recs as JSON lines, exactly as stored (see JSONLine).
-func RenderJSON(w io.Writer, recs []*Record) error {
-	for _, r := range recs {
-		b, err := JSONLine(r)
-		if err != nil {
-			return err
-		}
-		if _, err := w.Write(append(b, '\n')); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // ShortDetails renders details as sorted key=value pairs, sanitised, at most max runes.
 func ShortDetails(d map[string]any, max int) string {
 	if len(d) == 0 {

@@ -47,24 +47,30 @@ func renderFixture() []*Record {
 
 func TestRenderTableGolden(t *testing.T) {
 	var b bytes.Buffer
-	require.NoError(t, RenderTable(&b, renderFixture()))
+	tw := NewTableWriter(&b)
+	for _, r := range renderFixture() {
+		require.NoError(t, tw.Write(r))
+	}
 	out := b.String()
 	assert.NotContains(t, out, "\x1b", "terminal escapes are neutralised")
 	assert.NotContains(t, out, "\u202e", "bidi overrides are neutralised")
 	golden(t, "table.golden", b.Bytes())
 
-	// The streaming writer renders the same.
+	// The text format of `audit show` is this table.
 	var s bytes.Buffer
-	tw := NewTableWriter(&s)
+	w, err := NewRecordWriter(&s, FormatText, ExportOptions{})
+	require.NoError(t, err)
 	for _, r := range renderFixture() {
-		require.NoError(t, tw.Write(r))
+		require.NoError(t, w.Write(r))
 	}
 	assert.Equal(t, out, s.String())
 }
 
-func TestRenderTableEmpty(t *testing.T) {
+func TestRenderTableHeaderOnce(t *testing.T) {
 	var b bytes.Buffer
-	require.NoError(t, RenderTable(&b, nil))
+	tw := NewTableWriter(&b)
+	require.NoError(t, tw.Header())
+	require.NoError(t, tw.Header())
 	assert.Equal(t, 1, strings.Count(b.String(), "\n"))
 	assert.True(t, strings.HasPrefix(b.String(), "TIME (UTC)"))
 }
@@ -76,7 +82,9 @@ func TestRenderJSONIsStoredBytes(t *testing.T) {
 	stored, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var b bytes.Buffer
-	require.NoError(t, RenderJSON(&b, readAll(t, path)))
+	w, err := NewRecordWriter(&b, FormatJSON, ExportOptions{})
+	require.NoError(t, err)
+	require.NoError(t, Read(path, w.Write))
 	assert.Equal(t, string(stored), b.String())
 }
 

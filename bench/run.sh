@@ -34,9 +34,9 @@ trap cleanup EXIT
 log() { printf 'bench: %s\n' "$*" >&2; }
 
 if [[ ${FLEDGE_BENCH_QUICK:-} == 1 ]]; then
-	execN=50 count=1 msgs=200000 reps=1
+	execN=50 count=1 msgs=200000 reps=1 rpcN=100
 else
-	execN=200 count=3 msgs=1000000 reps=3
+	execN=200 count=3 msgs=1000000 reps=3 rpcN=500
 fi
 
 # ---- optional peers -----------------------------------------------------------------------
@@ -65,6 +65,9 @@ log "building the bench plugin and measure helper"
 plugin_src=$work/src/fledge-bench
 "$GO" build -o "$plugin_src/fledge-bench" ./bench/plugin
 "$GO" build -o "$work/measure" ./bench/measure
+"$GO" build -o "$work/rpcdrive" ./bench/rpcdrive
+mkdir -p "$work/src/rpc"
+"$GO" build -o "$work/src/rpc/bench-rpc" ./bench/rpcplugin
 cat >"$plugin_src/plugin.toml" <<'EOF'
 [plugin]
 name = "fledge-bench"
@@ -83,6 +86,9 @@ EOF
 "$fledge" plugins install "$plugin_src" --yes >"$work/install.log" 2>&1 ||
 	{ cat "$work/install.log" >&2; exit 1; }
 export FLEDGE_BENCH_PLUGIN=$plugin_src/fledge-bench
+# The jsonrpc-2.0 (seed 002) plugin, installed as the bare executable the seed distributes.
+"$fledge" --ni plugins install "$work/src/rpc/bench-rpc" --protocol jsonrpc-2.0 --grant '' >"$work/install-rpc.log" 2>&1 ||
+	{ cat "$work/install-rpc.log" >&2; exit 1; }
 
 # ---- helpers --------------------------------------------------------------------------------
 # median of the numbers on stdin
@@ -168,8 +174,24 @@ if [[ $got != 1000 ]]; then
 	log "flood: only $got of the 1000 messages after the long line came through"
 	exit 1
 fi
+log "jsonrpc-2.0: $rpcN tool/execute round trips through fledge serve, and to the same plugin directly"
+: >"$work/out/rpc-direct.txt"
+: >"$work/out/rpc-serve.txt"
+: >"$work/out/rpc-serve-nofsync.txt"
+for ((i = 0; i < reps; i++)); do
+	# Back to back in each round, so a load spike hits all three alike.
+	"$work/rpcdrive" -n "$rpcN" -tool echo -- "$work/src/rpc/bench-rpc" >>"$work/out/rpc-direct.txt"
+	"$work/rpcdrive" -n "$rpcN" -tool bench-rpc_echo -- "$fledge" serve --protocol jsonrpc-2.0 >>"$work/out/rpc-serve.txt"
+	printf '[audit]\nfsync = "never"\n' >"$FLEDGE_CONFIG_DIR/config.toml"
+	"$work/rpcdrive" -n "$rpcN" -tool bench-rpc_echo -- "$fledge" serve --protocol jsonrpc-2.0 >>"$work/out/rpc-serve-nofsync.txt"
+	rm -f "$FLEDGE_CONFIG_DIR/config.toml"
+done
 cd "$repo"
 
+rpc_direct=$(mfield rpc-direct median_ns)
+rpc_serve=$(mfield rpc-serve median_ns)
+rpc_nofsync=$(mfield rpc-serve-nofsync median_ns)
+rpc_first=$(mfield rpc-serve first_ns)
 idle_hwm=$(mfield idle hwm_kib)
 gen_wall=$(mfield gen wall_ns)
 raw_wall=$(mfield raw wall_ns)
@@ -206,8 +228,12 @@ row 4 "64 execs of true pipelined, total" "$(fmt_ms "$pipe_par")" "64 one after 
 row 5 "plugin cold start, confined, median" "$(fmt_ms "$cold_conf")" "unconfined os/exec $(fmt_ms "$cold_unconf")" "$(ratio "$cold_conf" "$cold_unconf")" "-" "-"
 row 6a "audit appends/s, fsync on" "$(fmt_rate "$audit_on")" "fsync off $(fmt_rate "$audit_off")" "$(ratio "$audit_on" "$audit_off")" "-" "-"
 row 6b "exec round trip, audit default (fsync), median" "$(fmt_ms "$exec_fledge")" "audit fsync never $(fmt_ms "$exec_nofsync")" "$(ratio "$exec_fledge" "$exec_nofsync")" "-" "-"
+row 7 "jsonrpc tool/execute via fledge serve, median" "$(fmt_ms "$rpc_serve")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_serve" "$rpc_direct")" "-" "-"
+row 7a "  audit fsync off" "$(fmt_ms "$rpc_nofsync")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_nofsync" "$rpc_direct")" "-" "-"
+row 7b "  first call (starts the plugin, handshake)" "$(fmt_ms "$rpc_first")" "-" "-" "-" "-"
 echo
 awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision fsync adds %.0f us to an exec round trip.\n", (a - b) / 1e3}'
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
+echo "Row 7: a host sends $rpcN tool/execute calls one after another; through fledge serve each is an audit decision (durable) and an outcome, and two more pipe hops; the first call is left out (row 7b)."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."

@@ -13,7 +13,6 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -157,7 +156,15 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 	dir := plugin.Dir(e.ConfigDir, entry.Name)
 	man, err := VerifyInstalled(dir, entry)
 	if err != nil {
-		e.Refuse(ref, reason.LaunchFailed, map[string]any{"error": err.Error(), "manifest_changed": errors.Is(err, ErrManifestChanged)})
+		kind := audit.RefusalOther
+		switch {
+		case errors.Is(err, ErrManifestChanged):
+			kind = audit.RefusalManifestChanged
+		case errors.Is(err, plugin.ErrMissingBinary):
+			// LoadManifest checks every command binary is there.
+			kind = audit.RefusalBinaryUnusable
+		}
+		e.Refuse(ref, kind, "", err.Error())
 		return nil, err
 	}
 	dataDir := plugin.DataDir(e.ConfigDir, entry.Name)
@@ -174,21 +181,25 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 func (e *Env) Program(b *Binding, rel string) (string, error) {
 	p, err := BinaryPath(b.Dir, rel)
 	if err != nil {
-		e.Refuse(b.Ref, reason.LaunchFailed, map[string]any{"error": err.Error(), "binary": rel})
+		e.Refuse(b.Ref, audit.RefusalBinaryUnusable, "", err.Error())
 		return "", err
 	}
 	return p, nil
 }
 
 // Refuse records that a run of the plugin was refused before it started (manifest changed,
-// binary missing, strict sandbox unavailable): a plugin_start deny. Best effort: when the
-// audit log itself is the reason, there is nowhere to write it.
-func (e *Env) Refuse(ref *audit.PluginRef, rc reason.Code, details map[string]any) {
+// binary missing, strict sandbox unavailable): a plugin_start deny (audit.RecordRefusal).
+// Best effort: when the audit log itself is the reason, there is nowhere to write it.
+func (e *Env) Refuse(ref *audit.PluginRef, kind, command, message string) {
 	log, err := e.Audit()
 	if err != nil {
 		return
 	}
-	_ = e.NewRecorder(log, ref, nil).RecordNow(audit.EventPluginStart, audit.Deny, rc, details)
+	rep := e.Sandbox.Report()
+	_ = audit.RecordRefusal(log, audit.Refusal{
+		Session: NewSessionID(), Plugin: ref, Command: command, Kind: kind, Message: message,
+		Sandbox: &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
+	})
 }
 
 // Profile builds the plugin's whole profile from policy (policy.Config.Build).

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 )
@@ -100,6 +101,11 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 		rec = NewRecorder(nil, "", nil, sandbox.Report{}, nil)
 	}
 	spec := o.Spec
+	// The Deny rule (fledge's config, state and audit log are never reachable) is checked
+	// here for every backend, not only where the kernel layer would refuse the spec.
+	if err := policy.CheckAccess(spec.Access); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+	}
 	var closeAfter []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -179,6 +185,13 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 		rec.Record(audit.EventPluginExit, audit.Error, code, map[string]any{
 			"program": spec.Path, "started": false, "error": err.Error(),
 		}, true)
+		if code == reason.SandboxUnavailable && rec.log != nil {
+			// A strict policy refused to run here: on file as a refusal, like any other.
+			_ = audit.RecordRefusal(rec.log, audit.Refusal{
+				Session: rec.session, Plugin: rec.plugin, Sandbox: rec.sb,
+				Kind: audit.RefusalSandboxUnavailable, Message: err.Error(),
+			})
+		}
 		return nil, wrapped
 	}
 	p.proc = proc

@@ -69,6 +69,13 @@ func TestDemo(t *testing.T) {
 	assert.Regexp(t, `after editing record on line \d+: `, text, "audit verify fails on the edited copy")
 	assert.Contains(t, text, "All good.")
 
+	// The seed-002 plugin: its tool and hooks through fledge, and through fledge serve.
+	assert.Contains(t, text, "installed project-info 1.0.0 (commands: project-info; granted: filesystem=project)")
+	assert.Contains(t, text, "README.md: 2 lines")
+	assert.Contains(t, text, "context_enhance: the project's files were added to the prompt")
+	assert.Contains(t, text, `{"action":"stop","arguments":"rm -rf /","result":"{\"error\":\"blocked: rm -rf\"}","tool_name":"shell"}`)
+	assert.Contains(t, text, `{"id":2,"jsonrpc":"2.0","result":{"result":"fledge.toml: 2 lines","success":true}}`)
+
 	m := regexp.MustCompile(`sandbox: ([a-z]+) \(landlock ABI (\d+), cgroup ([a-z0-9]+)\)`).FindStringSubmatch(text)
 	require.NotNil(t, m, "escape-artist header missing:\n%s", text)
 	testutil.SkipUnlessSupported(t, m[1] != "none", "no filesystem confinement: the escape artist is expected to get out")
@@ -85,4 +92,5 @@ func TestDemo(t *testing.T) {
 	}
 	assert.Regexp(t, `\[BLOCKED\] setsid daemon \d+: gone with its sandbox`, text)
 	assert.Contains(t, text, "[BLOCKED] plugins.toml is unchanged")
+	assert.Regexp(t, `~/.ssh/id_rsa from the plugin: \S+/.ssh/id_rsa: Permission denied \(exit 1\)`, text)
 }

@@ -691,7 +691,11 @@ func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMe
 		out.Failure = dead
 		return out
 	}
-	timer := time.NewTimer(s.timeout)
+	timeout := s.timeout
+	if d, ok := tools.CallTimeout(ctx); ok {
+		timeout = d // the caller's --timeout, already within policy's maximum
+	}
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		select {
@@ -725,7 +729,7 @@ func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMe
 			out.Failure = r.failure
 			return out
 		case <-timer.C:
-			out.Failure = fail(reason.Timeout, "%s (request %s, %s)", TimeoutMessage, id, s.timeout)
+			out.Failure = fail(reason.Timeout, "%s (request %s, %s)", TimeoutMessage, id, timeout)
 			return out
 		case <-ctx.Done():
 			out.Failure = fail(reason.Cancelled, "request %s cancelled", id)

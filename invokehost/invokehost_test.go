@@ -455,3 +455,14 @@ func TestTCPPluginRefused(t *testing.T) {
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }
+
+// The caller's --timeout (tools.WithCallTimeout) bounds a request.
+func TestCallerTimeout(t *testing.T) {
+	f := adaptertest.New(t, nil)
+	s := start(t, f, install(t, f, "ok", "", noGrants), Limits{})
+	ctx := tools.WithCallTimeout(context.Background(), time.Second)
+	out := s.Invoke(ctx, "tool", "sleep", nil, func(Event) error { return nil })
+	require.NotNil(t, out.Failure)
+	assert.Equal(t, reason.Timeout, out.Failure.Code)
+	assert.Contains(t, out.Failure.Msg, TimeoutMessage+" (request "+out.InvokeID+", 1s)")
+}

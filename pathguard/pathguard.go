@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 )
 
@@ -146,7 +145,8 @@ type root struct {
 	real     string   // symlinks resolved, to match absolute requests that use the real path
 	dev, ino uint64   // of the opened directory
 	r        *os.Root // fallback resolver and diagnostics
-	sys      rootSys  // per-OS handle (the O_PATH fd on Linux)
+	//lint:ignore U1000 empty outside Linux; Linux keeps its O_PATH fd here
+	rootSys // per-OS handle (the O_PATH fd on Linux; nothing elsewhere)
 }
 
 // Guard holds the allowed roots. It is safe for concurrent use.
@@ -154,9 +154,8 @@ type Guard struct {
 	mu     sync.RWMutex
 	closed bool
 	roots  []*root
-	// fallback switches Linux from openat2 to os.Root: set once openat2 turns out to be
-	// missing or forbidden, and by tests to exercise that path directly.
-	fallback atomic.Bool
+	//lint:ignore U1000 empty outside Linux; Linux keeps its openat2 fallback switch here
+	guardSys // per-OS state (Linux: whether openat2 fell back to os.Root)
 }
 
 // New opens each root once. roots[0] is the base for relative requests (the project root, or

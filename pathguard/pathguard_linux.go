@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +17,10 @@ const maxEAGAIN = 128
 
 // rootSys is the root's O_PATH directory fd: every lookup starts from it, never from a path.
 type rootSys struct{ fd int }
+
+// guardSys: fallback switches Linux from openat2 to os.Root, set once openat2 turns out to
+// be missing or forbidden, and by tests to exercise that path directly.
+type guardSys struct{ fallback atomic.Bool }
 
 func openRootSys(rt *root) error {
 	fd, err := unix.Open(rt.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -46,18 +51,18 @@ func openRootSys(rt *root) error {
 		unix.Close(fd)
 		return err
 	}
-	rt.sys = rootSys{fd: fd}
+	rt.rootSys = rootSys{fd: fd}
 	rt.r = r
 	rt.dev, rt.ino = uint64(st.Dev), st.Ino
 	return nil
 }
 
 func closeRootSys(rt *root) error {
-	if rt.sys.fd <= 0 {
+	if rt.fd <= 0 {
 		return nil
 	}
-	err := unix.Close(rt.sys.fd)
-	rt.sys.fd = -1
+	err := unix.Close(rt.fd)
+	rt.fd = -1
 	return err
 }
 
@@ -69,7 +74,7 @@ func (g *Guard) openBeneath(rt *root, rel string) (*os.File, error) {
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 		}
 		for range maxEAGAIN {
-			fd, err := unix.Openat2(rt.sys.fd, rel, &how)
+			fd, err := unix.Openat2(rt.fd, rel, &how)
 			switch {
 			case err == nil:
 				return os.NewFile(uintptr(fd), rt.path+"/"+rel), nil

@@ -21,9 +21,10 @@ func statDevIno(f *os.File) (dev, ino uint64, isDir bool, err error) {
 	return uint64(st.Dev), uint64(st.Ino), fi.IsDir(), nil
 }
 
-// Verify checks that f is still the directory (dev, ino) that Resolve returned. The sandbox
-// child calls it after fchdir, and the host before handing the fd over: what runs must run in
-// exactly the directory that was checked.
+// Verify checks that f is still the directory (dev, ino) that Resolve returned. The host
+// calls it right before handing the fd to the sandbox (protocolhost's exec path): what runs
+// must run in exactly the directory that was checked. The child then fchdir()s to that very
+// fd, so nothing is re-resolved by path after this check.
 func Verify(f *os.File, dev, ino uint64) error {
 	if f == nil {
 		return refuse(ReasonInvalid, "", "no directory handle", ErrMismatch)

@@ -29,7 +29,7 @@ var (
 
 // hostOwned are top-level names in a plugin dir that belong to the host: a source tree that
 // ships them does not get to seed them.
-var hostOwned = map[string]bool{StateFile: true, "data": true, ".git": true}
+var hostOwned = map[string]bool{StateFile: true, "data": true, ".git": true, HandshakeFile: true}
 
 // copyTree copies the plugin tree at src into the empty dir dst: regular files (exec bits
 // kept, setuid/setgid and group/world write dropped) and dirs; a symlink whose target stays

@@ -69,6 +69,14 @@ type InstallOptions struct {
 	CloneTimeout time.Duration
 	// Now stamps the entry (default time.Now).
 	Now func() time.Time
+	// Handshake, when set, runs after the manifest is read and before grants are decided,
+	// for protocols whose plugins describe themselves (jsonrpc-2.0): it gets the source dir
+	// and the manifest, and returns bytes kept as HandshakeFile in the installed copy (nil:
+	// nothing kept). An error refuses the install.
+	Handshake func(ctx context.Context, dir string, m *Manifest) ([]byte, error)
+	// RecordSource, when set, is the source recorded instead of the dir (a bare executable
+	// fledge wrapped in a dir of its own records the executable's path).
+	RecordSource string
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -88,6 +96,9 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		return nil, err
 	}
 	defer cleanup()
+	if o.RecordSource != "" {
+		source = o.RecordSource
+	}
 
 	m, warnings, err := readManifest(srcDir)
 	for _, w := range warnings {
@@ -101,6 +112,13 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	// Checked now to fail before asking anything, and again under the lock before the swap.
 	if _, _, err := checkConflicts(o.ConfigDir, m, source); err != nil {
 		return nil, err
+	}
+
+	var handshake []byte
+	if o.Handshake != nil {
+		if handshake, err = o.Handshake(ctx, srcDir, m); err != nil {
+			return nil, err
+		}
 	}
 
 	granted, err := decideGrants(o, m, out)
@@ -144,6 +162,11 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	for _, s := range skipped {
 		if s != ".git" {
 			fmt.Fprintf(out, "warning: %s in the source is host-owned; not copied\n", s)
+		}
+	}
+	if handshake != nil {
+		if err := os.WriteFile(filepath.Join(stage, HandshakeFile), handshake, 0o644); err != nil {
+			return nil, err
 		}
 	}
 	if o.RunHooks && len(hooks) > 0 {
@@ -201,8 +224,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		return nil, fmt.Errorf("save registry: %w", err)
 	}
 	commit()
-	fmt.Fprintf(out, "Installed %s %s (commands: %s; granted: %s)\n", name, m.Plugin.Version,
-		strings.Join(entry.Commands, ", "), granted.String())
+	// The one "installed" line is the caller's: it knows where results go (stdout).
 	return &entry, nil
 }
 
@@ -290,34 +312,52 @@ func randHex() string {
 	return hex.EncodeToString(b[:])
 }
 
-// decideGrants applies --grant / --yes / interactive questions / refusal, in that order.
+// decideGrants applies --grant / --yes / interactive questions / refusal, in that order. A
+// fledge-v1 plugin whose manifest does not mention filesystem also gets the default level
+// (policy.FilesystemDefault), shown but not asked: it is the rule, not a request.
 func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, error) {
-	declared := m.Declared()
+	declared, asked := m.Declared(), m.Asked()
 	none := policy.Grants{Filesystem: policy.FilesystemNone}
+	withDefault := func(g policy.Grants) policy.Grants {
+		if m.FilesystemDefaulted() && g.FS() == policy.FilesystemNone {
+			g.Filesystem = policy.FilesystemDefault
+		}
+		return g
+	}
+	defaultLine := func() {
+		if m.FilesystemDefaulted() {
+			fmt.Fprintf(out, "  %-20s %s\n", "filesystem", policy.DescribeDefaultFilesystem)
+		}
+	}
 	if declared.Empty() {
 		if o.Grant != nil && !o.Grant.Empty() {
-			if _, err := o.Grant.Resolve(declared); err != nil {
+			g, err := o.Grant.Resolve(asked)
+			if err != nil {
 				return none, err
 			}
+			none = g // only a filesystem level at most the default can get here
 		}
 		fmt.Fprintf(out, "Plugin %s declares no capabilities.\n", m.Plugin.Name)
-		return none, nil
+		defaultLine()
+		return withDefault(none), nil
 	}
 	fmt.Fprintf(out, "Plugin %s declares these capabilities:\n", m.Plugin.Name)
 	for _, n := range declared.Names() {
 		fmt.Fprintf(out, "  %-20s %s\n", n, policy.Describe(n))
 	}
+	defaultLine()
 	switch {
 	case o.Grant != nil:
-		g, err := o.Grant.Resolve(declared)
+		g, err := o.Grant.Resolve(asked)
 		if err != nil {
 			return none, err
 		}
+		g = withDefault(g)
 		fmt.Fprintf(out, "Granting: %s\n", g.String())
 		return g, nil
 	case o.Yes:
-		fmt.Fprintf(out, "Granting all declared: %s\n", declared.String())
-		return declared, nil
+		fmt.Fprintf(out, "Granting all declared: %s\n", asked.String())
+		return asked, nil
 	case o.NonInteractive || o.Asker == nil:
 		return none, fmt.Errorf("%w: plugin %q declares %s; in non-interactive mode pass --yes to grant them all or --grant %s (or a subset)",
 			ErrNeedsGrant, m.Plugin.Name, strings.Join(declared.Names(), ", "), strings.Join(declared.Names(), ","))
@@ -344,6 +384,7 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 			g.Filesystem = declared.Filesystem
 		}
 	}
+	g = withDefault(g)
 	fmt.Fprintf(out, "Granting: %s\n", g.String())
 	return g, nil
 }

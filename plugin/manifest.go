@@ -37,6 +37,8 @@ const (
 var (
 	// ErrInvalidManifest: plugin.toml cannot be used (syntax, types, or a failed check).
 	ErrInvalidManifest = errors.New("invalid plugin.toml")
+	// ErrMissingBinary: a command's binary is not a regular file inside the plugin dir.
+	ErrMissingBinary = errors.New("command binary missing")
 	// ErrUnsupportedProtocol: plugin.toml asks for a protocol this fledge does not speak.
 	ErrUnsupportedProtocol = errors.New("unsupported plugin protocol")
 )
@@ -45,7 +47,7 @@ var (
 // be run and would confuse the user.
 var reservedCommands = map[string]bool{
 	"run": true, "plugins": true, "audit": true, "doctor": true, "help": true,
-	"completion": true, "version": true,
+	"completion": true, "version": true, "tools": true, "hooks": true, "serve": true,
 	"invoke": true,
 }
 
@@ -64,6 +66,9 @@ type Manifest struct {
 	Tools        []ToolDecl     `toml:"tools"`
 
 	raw []byte
+	// fsMentioned: [capabilities] names filesystem (even as "none"); when it does not, a
+	// fledge-v1 plugin gets policy.FilesystemDefault.
+	fsMentioned bool
 }
 
 // Meta is the [plugin] table.
@@ -163,6 +168,21 @@ func (m *Manifest) Declared() policy.Grants {
 	return g
 }
 
+// FilesystemDefaulted reports whether the plugin gets the default filesystem level
+// (policy.FilesystemDefault) because its manifest does not mention filesystem. Only fledge-v1
+// plugins: a legacy plugin runs as a whole program under its own profile, without grants.
+func (m *Manifest) FilesystemDefaulted() bool { return m.IsProtocol() && !m.fsMentioned }
+
+// Asked is what the plugin asks for: the declared capabilities, with the default filesystem
+// level when the manifest does not mention filesystem. Grants within Asked need no warning.
+func (m *Manifest) Asked() policy.Grants {
+	g := m.Declared()
+	if m.FilesystemDefaulted() {
+		g.Filesystem = policy.FilesystemDefault
+	}
+	return g
+}
+
 // IsProtocol reports whether the plugin speaks fledge-v1 (false: a legacy plugin).
 func (m *Manifest) IsProtocol() bool { return m.Plugin.Protocol == protocol.Version }
 
@@ -241,6 +261,7 @@ func ParseManifest(data []byte) (*Manifest, []string, error) {
 		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidManifest, err)
 	}
 	m.raw = append([]byte(nil), data...)
+	m.fsMentioned = md.IsDefined("capabilities", "filesystem")
 
 	var warnings []string
 	var reported []toml.Key
@@ -388,10 +409,10 @@ func LoadManifest(dir string) (*Manifest, []string, error) {
 	for _, c := range m.Commands {
 		st, err := root.Stat(c.Binary)
 		if err != nil {
-			return nil, warnings, fmt.Errorf("%w: command %q: binary %q: %v", ErrInvalidManifest, c.Name, c.Binary, err)
+			return nil, warnings, fmt.Errorf("%w: %w: command %q: binary %q: %v", ErrInvalidManifest, ErrMissingBinary, c.Name, c.Binary, err)
 		}
 		if !st.Mode().IsRegular() {
-			return nil, warnings, fmt.Errorf("%w: command %q: binary %q is not a regular file", ErrInvalidManifest, c.Name, c.Binary)
+			return nil, warnings, fmt.Errorf("%w: %w: command %q: binary %q is not a regular file", ErrInvalidManifest, ErrMissingBinary, c.Name, c.Binary)
 		}
 		if st.Mode().Perm()&0o111 == 0 && m.Plugin.Runtime == "" {
 			warnings = append(warnings, fmt.Sprintf("command %q: binary %q is not executable", c.Name, c.Binary))

@@ -88,6 +88,13 @@ type Config struct {
 	Sandbox SandboxConfig
 	Limits  LimitsConfig
 	Audit   AuditConfig
+	Serve   ServeConfig
+}
+
+// ServeConfig is the [serve] table: how fledge presents itself when it serves another host.
+type ServeConfig struct {
+	// Priority is the jsonrpc-2.0 priority `fledge serve` announces (lower runs first).
+	Priority int
 }
 
 // SandboxConfig is the [sandbox] table.
@@ -138,6 +145,7 @@ func Default() *Config {
 			UnixSockets:    NetworkDeny,
 			Legacy:         LegacyConfined,
 		},
+		Serve: ServeConfig{Priority: 500},
 		Limits: LimitsConfig{
 			LineMax:         1 * MiB,
 			ConcurrentExecs: 4,
@@ -156,12 +164,6 @@ func (c *Config) NetworkAllowed() bool { return c.Sandbox.Network != NetworkDeny
 // UnixSocketsAllowed reports whether confined processes may create unix-domain sockets
 // (off by default: docker.sock, D-Bus and systemd sockets are ways out of any sandbox).
 func (c *Config) UnixSocketsAllowed() bool { return c.Sandbox.UnixSockets == NetworkAllow }
-
-// ExecTimeout applies the exec timeout rule (see the package func ExecTimeout) with this
-// policy's timeout_default and timeout_max.
-func (c *Config) ExecTimeout(seconds *float64) (time.Duration, bool, error) {
-	return ExecTimeout(seconds, c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
-}
 
 // Load reads <configDir>/config.toml. A missing file gives Default(); anything wrong with
 // the file is a *ConfigError naming the file, line and key.
@@ -207,7 +209,7 @@ func Parse(file string, data []byte, configDir, home string) (*Config, error) {
 	for _, table := range sortedKeys(raw) {
 		fields, ok := p.tableFields(table, c)
 		if !ok {
-			return nil, p.errAt(table, "", "unknown section (known: [sandbox], [limits], [audit])")
+			return nil, p.errAt(table, "", "unknown section (known: [sandbox], [limits], [audit], [serve])")
 		}
 		m, ok := raw[table].(map[string]any)
 		if !ok {
@@ -296,6 +298,11 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 		return map[string]setter{
 			"fsync":        enumField(&a.Fsync, FsyncDurable, FsyncAlways, FsyncNever),
 			"rotate_bytes": sizeField(&a.RotateBytes, 0, 1<<50, 0),
+		}, true
+	case "serve":
+		var n int64
+		return map[string]setter{
+			"priority": intInto(&c.Serve.Priority, &n, -1_000_000_000, 1_000_000_000),
 		}, true
 	}
 	return nil, false

@@ -120,7 +120,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown section",
 			src:  "[sandbox]\npids = 1\n[sandbx]\nx = 1\n",
-			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit])`,
+			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit], [serve])`,
 			line: 3, key: "sandbx",
 		},
 		{
@@ -301,13 +301,23 @@ func TestExecTimeout(t *testing.T) {
 		{f(301), 300 * time.Second, true},
 		{f(600), 300 * time.Second, true},
 	} {
-		d, clamped, err := c.ExecTimeout(tc.in)
+		d, clamped, err := ExecTimeout(tc.in, c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, d)
 		assert.Equal(t, tc.clamped, clamped)
 	}
 	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
-		_, _, err := c.ExecTimeout(f(bad))
+		_, _, err := ExecTimeout(f(bad), c.Sandbox.TimeoutDefault, c.Sandbox.TimeoutMax)
 		assert.Error(t, err, bad)
 	}
+}
+
+func TestConfigServePriority(t *testing.T) {
+	c, err := Parse("/cfg/config.toml", []byte("[serve]\npriority = 42\n"), "/cfg", "/home/u")
+	require.NoError(t, err)
+	assert.Equal(t, 42, c.Serve.Priority)
+	assert.Equal(t, 500, Default().Serve.Priority)
+	_, err = Parse("/cfg/config.toml", []byte("[serve]\npriority = \"high\"\n"), "/cfg", "/home/u")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "serve] priority")
 }

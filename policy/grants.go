@@ -16,6 +16,16 @@ const (
 	FilesystemProject = "project" // read-only access to the project
 )
 
+// FilesystemDefault is the level a fledge-v1 plugin gets when its manifest does not mention
+// filesystem at all. Plugins written for the reference host read the project root delivered
+// in init from their own process; the default keeps that working, read-only: writes still go
+// through exec or need nothing less than an explicit grant. An explicit filesystem = "none"
+// is honoured as written.
+const FilesystemDefault = FilesystemProject
+
+// DescribeDefaultFilesystem is how the default rule is shown (install, docs).
+const DescribeDefaultFilesystem = "reads the project (read-only, default)"
+
 // FilesystemDeclared is what a bare "filesystem" item in a grant list parses to: "whatever
 // level the manifest declares". Grants.Resolve replaces it with the declared level.
 const FilesystemDeclared = "declared"
@@ -67,7 +77,7 @@ func (g Grants) Empty() bool { return len(g.Names()) == 0 }
 // exec, store, metadata, network, filesystem=<level>. The filesystem item appears only when
 // the level is above none.
 func (g Grants) Names() []string {
-	var out []string
+	out := []string{} // never nil: audit records list [] for no capabilities, not null
 	if g.Exec {
 		out = append(out, "exec")
 	}
@@ -143,20 +153,34 @@ func (g Grants) Resolve(declared Grants) (Grants, error) {
 	return g, nil
 }
 
+// ErrBadGrantList: a --grant list with an empty, padded or repeated item.
+var ErrBadGrantList = errors.New("invalid capability list")
+
 // ParseGrantList parses a --grant value such as "exec,store" or "metadata,filesystem=project".
 // "" and "none" mean no capabilities. A bare "filesystem" means the declared level (see
-// Resolve). Unknown items fail with ErrUnknownCapability naming the item.
+// Resolve). Unknown items fail with ErrUnknownCapability naming the item; empty items
+// ("exec,,store", a trailing comma), padded ones (" exec") and repeated ones ("exec,exec")
+// fail with ErrBadGrantList naming it: a security decision is not guessed from a typo.
 func ParseGrantList(s string) (Grants, error) {
 	g := Grants{Filesystem: FilesystemNone}
-	s = strings.TrimSpace(s)
 	if s == "" || s == "none" {
 		return g, nil
 	}
-	for _, item := range strings.Split(s, ",") {
-		item = strings.ToLower(strings.TrimSpace(item))
+	seen := map[string]bool{}
+	for i, raw := range strings.Split(s, ",") {
 		switch {
-		case item == "":
-			continue
+		case raw == "":
+			return Grants{}, fmt.Errorf("%w: item %d is empty in %q", ErrBadGrantList, i+1, s)
+		case strings.TrimSpace(raw) != raw:
+			return Grants{}, fmt.Errorf("%w: %q has spaces around it", ErrBadGrantList, raw)
+		}
+		item := strings.ToLower(raw)
+		name, _, _ := strings.Cut(item, "=")
+		if seen[name] {
+			return Grants{}, fmt.Errorf("%w: %q is given twice", ErrBadGrantList, raw)
+		}
+		seen[name] = true
+		switch {
 		case item == "exec":
 			g.Exec = true
 		case item == "store":

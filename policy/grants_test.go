@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,16 +17,30 @@ func TestParseGrantList(t *testing.T) {
 		{"", Grants{Filesystem: "none"}, ""},
 		{"none", Grants{Filesystem: "none"}, ""},
 		{"exec,store", Grants{Exec: true, Store: true, Filesystem: "none"}, ""},
-		{" Exec , METADATA ,network,", Grants{Exec: true, Metadata: true, Network: true, Filesystem: "none"}, ""},
+		{"Exec,METADATA,network", Grants{Exec: true, Metadata: true, Network: true, Filesystem: "none"}, ""},
 		{"filesystem", Grants{Filesystem: FilesystemDeclared}, ""},
 		{"filesystem=project", Grants{Filesystem: "project"}, ""},
 		{"filesystem=plugin,exec", Grants{Exec: true, Filesystem: "plugin"}, ""},
 		{"exec,sudo", Grants{}, `unknown capability: "sudo" (known: exec, store, metadata, network, filesystem)`},
 		{"filesystem=everything", Grants{}, `unknown capability: "filesystem=everything" (filesystem is one of none, plugin, project)`},
 		{"filesystem=", Grants{}, `unknown capability: "filesystem="`},
+		// Issue 19.4: no guessing from a typo in a security decision.
+		{"exec,exec", Grants{}, `bad:"exec" is given twice`},
+		{"exec,EXEC", Grants{}, `bad:"EXEC" is given twice`},
+		{"filesystem=project,filesystem=plugin", Grants{}, `bad:"filesystem=plugin" is given twice`},
+		{" exec", Grants{}, `bad:" exec" has spaces around it`},
+		{"exec ,store", Grants{}, `bad:"exec " has spaces around it`},
+		{"exec,,store", Grants{}, `bad:item 2 is empty`},
+		{"exec,", Grants{}, `bad:item 2 is empty`},
+		{" none", Grants{}, `bad:" none" has spaces around it`},
 	}
 	for _, tc := range cases {
 		got, err := ParseGrantList(tc.in)
+		if strings.HasPrefix(tc.wantErr, "bad:") {
+			require.ErrorIs(t, err, ErrBadGrantList, tc.in)
+			assert.Contains(t, err.Error(), strings.TrimPrefix(tc.wantErr, "bad:"))
+			continue
+		}
 		if tc.wantErr != "" {
 			require.ErrorIs(t, err, ErrUnknownCapability, tc.in)
 			assert.Contains(t, err.Error(), tc.wantErr)

@@ -132,7 +132,8 @@ func decodeSlow(line []byte, inbound bool, w *wire) *LineError {
 	}
 	fields := fieldsOf(typ, inbound)
 	if fields == nil {
-		return skip(UnknownType, typ, nil, "")
+		id, _ := usableID(obj["id"])
+		return skip(UnknownType, typ, id, "")
 	}
 	kept := make(map[string]json.RawMessage, len(fields)+1)
 	kept["type"] = rawType
@@ -212,7 +213,10 @@ func build(w *wire, inbound bool) (*Message, *LineError) {
 		return nil, skip(UnknownType, "", nil, "")
 	}
 	if fieldsOf(t, inbound) == nil {
-		return nil, skip(UnknownType, t, nil, "")
+		// The id, when usable, goes with it: the host's warning about an orphaned
+		// response names the id it carried.
+		id, _ := usableID(w.ID)
+		return nil, skip(UnknownType, t, id, "")
 	}
 	var id ID
 	if RequiresID(t) || t == TypeResponse {

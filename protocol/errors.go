@@ -37,9 +37,6 @@ const (
 	Invalid
 )
 
-// numKinds sizes per-kind counters.
-const numKinds = int(Invalid) + 1
-
 func (k LineErrorKind) String() string {
 	switch k {
 	case TooLong:

@@ -2,9 +2,11 @@ package protocolhost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -40,7 +42,8 @@ func (s *session) readLoop(r io.Reader) {
 					continue
 				}
 				if errors.As(err, &le) && le.Kind == protocol.UnknownType && le.Type == protocol.TypeResponse {
-					s.warnSkipped(fmt.Errorf("line %d: skipped: orphaned response (id %s): it answers no pending request", le.Line, clip(string(le.ID))))
+					// The id is the plugin's text: quoted (control characters escaped) and cut.
+					s.warnSkipped(fmt.Errorf("line %d: skipped: orphaned response (id %s): it answers no pending request", le.Line, idForLog(le.ID)))
 					continue
 				}
 				if errors.As(err, &le) && le.ID != nil && le.Kind != protocol.UnknownType {
@@ -225,6 +228,22 @@ func (s *session) queuePrompt(id protocol.ID, kind string, ask func(ctx context.
 		case err == nil:
 			s.record(audit.EventPrompt, audit.Allow, reason.OK, promptDetails(kind, true, nil), false)
 			s.respond(id, v)
+		case errors.Is(err, ui.ErrInterrupted) && s.opts.Interrupt != nil:
+			// A session interrupt, as SIGINT outside a question: the signal path cancels the
+			// session (so no later question is asked) and escalates. Never block on it: a
+			// full channel already holds an interrupt.
+			select {
+			case s.opts.Interrupt <- os.Interrupt:
+			default:
+			}
+			// Reply only once the session is cancelled: the interrupt is then on record before
+			// the plugin can act on this cancel (exit, or ask its next question).
+			select {
+			case <-s.ctx.Done():
+			case <-time.After(s.lim.CancelGrace):
+			}
+			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, map[string]any{"interrupted": true}), false)
+			s.cancelReq(id, protocol.CancelUserInterrupt)
 		case errors.Is(err, ui.ErrAborted):
 			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, map[string]any{"aborted": true}), false)
 			s.cancelReq(id, protocol.CancelUserInterrupt)
@@ -233,7 +252,11 @@ func (s *session) queuePrompt(id protocol.ID, kind string, ask func(ctx context.
 			s.cancelReq(id, protocol.CancelNonInteractive)
 		case errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil:
 			s.record(audit.EventPrompt, audit.Deny, reason.Timeout, promptDetails(kind, false, map[string]any{"after": s.lim.PromptTimeout.String()}), false)
+			// A timeout cancel ends the session (spec invariant 10): the ladder escalates to
+			// SIGTERM and SIGKILL if the plugin does not exit by itself.
 			s.cancelReq(id, protocol.CancelTimeout)
+			s.cancel()
+			s.proc.Stop(string(reason.Timeout), false, nil)
 		case s.ctx.Err() != nil:
 			s.record(audit.EventPrompt, audit.Deny, reason.Cancelled, promptDetails(kind, false, nil), false)
 			s.cancelReq(id, protocol.CancelUserInterrupt)
@@ -443,6 +466,14 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	}
 	defer dir.Close()
 	details[audit.DetailCwdResolved] = dir.Path
+	// The handle must still be the directory that was checked when it is handed over (a
+	// rename race between Resolve and now is refused, not followed).
+	if err := dir.Verify(); err != nil {
+		details[audit.DetailMessage] = err.Error()
+		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
+		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: cwd "+quoteClip(m.Cwd)+" changed while it was being checked")
+		return
+	}
 	details["timeout_s"] = timeout.Seconds()
 
 	stdout := capbuf.New(s.lim.OutputCap)
@@ -483,13 +514,21 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 			rc = reason.SandboxUnavailable
 		}
 		s.record(audit.EventExecOutcome, audit.Error, rc, map[string]any{audit.DetailCommand: clip(m.Command), "error": err.Error()}, false)
-		s.execRefuse(m.ID, 126, rc, "exec could not start: "+err.Error())
+		// The internal error (paths, errno, cgroup detail) is for the user and the log, not
+		// the plugin: it gets what happened in words of the protocol.
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec could not start: %v", s.opts.Plugin.Name, err))
+		msg := "exec could not start in the sandbox"
+		if rc == reason.SandboxUnavailable {
+			msg = "exec refused: the sandbox cannot be enforced on this machine and the policy is strict"
+		}
+		s.execRefuse(m.ID, 126, rc, msg)
 		return
 	}
 	res, err := proc.Wait()
 	if err != nil || res == nil {
 		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{audit.DetailCommand: clip(m.Command), "error": fmt.Sprint(err)}, false)
-		s.execRefuse(m.ID, 126, reason.Crashed, fmt.Sprintf("exec failed: %v", err))
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec failed: %v", s.opts.Plugin.Name, err))
+		s.execRefuse(m.ID, 126, reason.Crashed, "exec failed: the sandbox lost the command")
 		return
 	}
 	// The cap holds on the wire too: escaping must not grow the reply past it (wireCut).
@@ -550,6 +589,16 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 }
 
 // clip bounds plugin-chosen strings placed in audit records and messages.
+// idForLog renders a plugin's request id for a warning: a string id quoted with control
+// characters escaped, a number as it is, both cut to 64 characters.
+func idForLog(id protocol.ID) string {
+	var str string
+	if json.Unmarshal(id, &str) == nil {
+		return fmt.Sprintf("%.64q", str)
+	}
+	return fmt.Sprintf("%.64s", string(id))
+}
+
 func clip(v string) string {
 	const max = 4096
 	if len(v) <= max {

@@ -113,6 +113,11 @@ type Options struct {
 	Recorder *core.Recorder
 	// StartDetails are added to the plugin_start record (e.g. the runtime of the plugin).
 	StartDetails map[string]any
+	// Interrupt is where the session reports Ctrl+C pressed at a question (ui.ErrInterrupted:
+	// the form read it as a key, so no SIGINT came). Give it the channel Signals reads, so the
+	// interrupt takes the signal's path: cancel user_interrupt, SIGTERM, SIGKILL, exit 130.
+	// Nil: Ctrl+C at a question cancels only that question.
+	Interrupt chan<- os.Signal
 }
 
 // Outcome says how a session ended.

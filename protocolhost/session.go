@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,6 +248,3 @@ func (s *session) warnSkipped(err error) {
 		s.opts.UI.Warn(fmt.Sprintf("plugin %s: %v", s.opts.Plugin.Name, err))
 	}
 }
-
-// displayPath shortens p for messages.
-func displayPath(p string) string { return filepath.Clean(p) }

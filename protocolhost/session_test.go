@@ -176,7 +176,7 @@ func TestErrorTable(t *testing.T) {
 	assert.GreaterOrEqual(t, out.Malformed, 5)
 	warn := f.stderr.String()
 	assert.Contains(t, warn, "malformed")
-	assert.Contains(t, warn, "no pending request")
+	assert.Contains(t, warn, `orphaned response (id "nobody-asked")`, "the warning names the id (issue 19.3)")
 
 	require.Len(t, f.findRecords(audit.EventCwdRefused), 1)
 	assert.Equal(t, "path_escape", f.findRecords(audit.EventCwdRefused)[0].Reason)

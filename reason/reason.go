@@ -2,7 +2,8 @@
 // exit paths. A reason is a stable, machine-readable code; user-facing text lives elsewhere.
 package reason
 
-// Code is one reason code from DESIGN.md's error taxonomy.
+// Code is one reason code of fledge's error taxonomy (docs/architecture.md lists them with
+// the exit status each maps to).
 type Code string
 
 const (

@@ -372,6 +372,9 @@ func (p *Provider) run(ctx context.Context, b *core.Binding, rs runSpec) *Outcom
 	if terr != nil && rs.phase == "execute" {
 		p.warn(fmt.Sprintf("plugin %s: %v", name, terr))
 	}
+	if d, ok := tools.CallTimeout(ctx); ok && rs.phase == "execute" {
+		timeout = d // the caller's --timeout, already within policy's maximum
+	}
 	rec := env.NewRecorder(log, b.Ref, p.warn)
 	spec := prof.Plugin
 	spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindPlugin, name, program, []string{program}

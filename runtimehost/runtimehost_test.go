@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -294,4 +295,15 @@ func TestToolsFromHandshake(t *testing.T) {
 	assert.Equal(t, "discovery", hs[0].Details["phase"])
 	assert.Equal(t, "", hs[0].Details["tool"])
 	assert.Equal(t, "execute", hs[1].Details["phase"])
+}
+
+// The caller's --timeout (tools.WithCallTimeout) bounds the execute.
+func TestCallerTimeout(t *testing.T) {
+	f := adaptertest.New(t, nil)
+	install(t, f, "slow", noGrants, "")
+	ctx := tools.WithCallTimeout(context.Background(), time.Second)
+	_, res, err := f.Catalogue().Call(ctx, "plugin_rt_echo", map[string]any{"text": "x"})
+	require.NoError(t, err)
+	assert.Equal(t, reason.Timeout, res.Reason)
+	assert.Contains(t, res.Message, "within 1s")
 }

@@ -151,6 +151,27 @@ else
 	problem "plugins.toml changed during the escape attempts"
 fi
 
+# ---- a JSON-RPC plugin (seed 002) ----------------------------------------------------------
+section "6b. A plugin written for another host" "project-info speaks JSON-RPC 2.0 (initialize, tool/execute, hook/<name>), as a seed-002 host expects. fledge installs the bare executable (handshake confined, nothing granted), then runs its tool and hooks confined: it reads the project only because it was granted filesystem=project."
+"$fledge" --ni plugins install "$work/src/jsonrpc-project/project-info" --protocol jsonrpc-2.0 --grant filesystem=project 2>&1 |
+	grep -E '^(Plugin|  (priority|hooks|tool):|installed)' || problem "install project-info failed"
+"$fledge" tools list || problem "tools list failed"
+"$fledge" tools call plugin_project-info_lines path=README.md || problem "tools call failed"
+if out=$("$fledge" tools call plugin_project-info_lines path="$HOME/.ssh/id_rsa"); then
+	problem "project-info read ~/.ssh/id_rsa: $out"
+else
+	echo "~/.ssh/id_rsa from the plugin: $out (exit $?)"
+fi
+"$fledge" hooks run context_enhance --params '{"user_message":"hi","dynamic_context":"You are helpful."}' |
+	grep -q 'Files: README.md, fledge.toml' && echo "context_enhance: the project's files were added to the prompt" ||
+	problem "context_enhance did not add the project"
+"$fledge" hooks run pre_tool_execute --params '{"tool_name":"shell","arguments":"rm -rf /"}' || problem "hooks run failed"
+echo "fledge serve: the same plugin behind fledge, as one plugin of a JSON-RPC host:"
+printf '%s\n' '{"jsonrpc":"2.0","method":"initialize","params":{"protocol_version":1},"id":1}' \
+	'{"jsonrpc":"2.0","method":"tool/execute","params":{"name":"project-info_lines","arguments":{"path":"fledge.toml"}},"id":2}' \
+	'{"jsonrpc":"2.0","method":"shutdown","params":{},"id":3}' |
+	"$fledge" serve --protocol jsonrpc-2.0 | cut -c1-160 || problem "serve failed"
+
 # ---- audit -----------------------------------------------------------------------------
 section "7. The audit log" "Every decision is recorded before it takes effect, outside every sandbox. fledge's own refusals:"
 "$fledge" audit show --decision deny | head -n 16 || problem "audit show failed"

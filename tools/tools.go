@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/plugin"
@@ -142,6 +143,10 @@ func (c *Catalogue) provider(protocol string) Provider {
 	c.providers[protocol] = p
 	return p
 }
+
+// Provider is this invocation's provider of a protocol (nil if none is registered), for
+// what a protocol offers beyond tools (jsonrpc-2.0 hook chains share its live plugins).
+func (c *Catalogue) Provider(protocol string) Provider { return c.provider(protocol) }
 
 // Binding returns the verified binding of an installed plugin (cached).
 func (c *Catalogue) Binding(name string) (*core.Binding, error) {
@@ -353,4 +358,19 @@ func Schema(t *Tool) json.RawMessage {
 	}
 	b, _ := json.Marshal(map[string]any{"type": "object", "properties": props, "required": required})
 	return b
+}
+
+type callTimeoutKey struct{}
+
+// WithCallTimeout asks the adapter to give the tool call itself at most d (already within
+// policy's maximum): a plugin's start and handshake keep their own bounds, so a short
+// timeout is not spent starting the plugin.
+func WithCallTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, callTimeoutKey{}, d)
+}
+
+// CallTimeout is the timeout WithCallTimeout set, if any.
+func CallTimeout(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(callTimeoutKey{}).(time.Duration)
+	return d, ok && d > 0
 }

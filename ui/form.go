@@ -51,7 +51,9 @@ func (c *console) runForm(ctx context.Context, field huh.Field, echo func() stri
 	case err == nil:
 		return nil
 	case errors.Is(err, huh.ErrUserAborted):
-		return ErrAborted
+		// The full-screen form reads keys raw, so Ctrl+C reaches it as a key instead of
+		// SIGINT reaching fledge; it must still mean "interrupt", not "skip this question".
+		return ErrInterrupted
 	default:
 		return fmt.Errorf("ui: prompt: %w", err)
 	}

@@ -136,13 +136,24 @@ func TestInteractivePTY(t *testing.T) {
 	s := newTermSession(t, Options{})
 	u := s.ui
 
-	t.Run("prompt default pre-filled and edited", func(t *testing.T) {
+	t.Run("prompt default shown, typed text replaces it", func(t *testing.T) {
+		got, err := ask(s, "Greet whom", func(ctx context.Context) (string, error) {
+			return u.Prompt(ctx, PromptRequest{Plugin: "deploy", Message: "Greet whom?", Default: ptr("world")})
+		}, "B", "o", "b", keyEnter)
+		require.NoError(t, err)
+		assert.Equal(t, "Bob", got, "the default is a hint, not text to append to")
+		drawn := s.screen.String()[s.mark:]
+		assert.Contains(t, drawn, "[deploy]")
+		assert.Contains(t, plainText(drawn), "> world", "the default is shown as a hint")
+	})
+
+	t.Run("prompt enter alone takes the default", func(t *testing.T) {
 		got, err := ask(s, "Deploy target", func(ctx context.Context) (string, error) {
 			return u.Prompt(ctx, PromptRequest{Plugin: "deploy", Message: "Deploy target:", Default: ptr("staging")})
-		}, "-", "e", "u", keyEnter)
+		}, keyEnter)
 		require.NoError(t, err)
-		assert.Equal(t, "staging-eu", got)
-		assert.Contains(t, s.screen.String()[s.mark:], "[deploy]")
+		assert.Equal(t, "staging", got)
+		assert.Contains(t, s.screen.String()[s.mark:], "staging")
 	})
 
 	t.Run("prompt validator rejects then accepts", func(t *testing.T) {
@@ -209,6 +220,7 @@ func TestInteractivePTY(t *testing.T) {
 		_, err := ask(s, "Abort me", func(ctx context.Context) (string, error) {
 			return u.Prompt(ctx, PromptRequest{Plugin: "p", Message: "Abort me"})
 		}, "\x03")
+		require.ErrorIs(t, err, ErrInterrupted, "Ctrl+C interrupts the session, not only the question")
 		require.ErrorIs(t, err, ErrAborted)
 	})
 
@@ -285,6 +297,13 @@ func TestAccessiblePTY(t *testing.T) {
 	}, "\n")
 	require.NoError(t, err)
 	assert.Equal(t, "staging", got, "empty line takes the default")
+	assert.Contains(t, s.screen.String()[s.mark:], "Deploy target: [staging]", "the default is shown")
+
+	got, err = ask(s, "Greet whom", func(ctx context.Context) (string, error) {
+		return u.Prompt(ctx, PromptRequest{Plugin: "p", Message: "Greet whom?", Default: ptr("world")})
+	}, "Bob\n")
+	require.NoError(t, err)
+	assert.Equal(t, "Bob", got, "typed text replaces the default")
 
 	n, err := ask(s, "Count", func(ctx context.Context) (string, error) {
 		return u.Prompt(ctx, PromptRequest{Plugin: "p", Message: "Count:", Validate: ValidateInteger})

@@ -10,7 +10,8 @@ import (
 )
 
 // Prompt implements UI. Non-interactive: the default, else ErrNonInteractive.
-// Interactively, an empty answer means the default (which is also pre-filled).
+// Interactively, as the reference host does: the default is shown (a placeholder in the form,
+// in the question line in accessible mode), typed text replaces it, Enter alone takes it.
 func (c *console) Prompt(ctx context.Context, req PromptRequest) (string, error) {
 	check, err := Validator(req.Validate)
 	if err != nil {
@@ -26,11 +27,18 @@ func (c *console) Prompt(ctx context.Context, req PromptRequest) (string, error)
 		return "", ErrNonInteractive
 	}
 	val := ""
+	title := questionTitle(req.Plugin, req.Message)
+	field := huh.NewInput()
 	if req.Default != nil {
-		val = *req.Default
+		shown := clip(oneLine(plainText(*req.Default)), MaxLineBytes)
+		field.Placeholder(shown)
+		if c.accessible {
+			// The line-based form draws no placeholder: the default goes in the question.
+			title += " [" + shown + "]"
+		}
 	}
-	field := huh.NewInput().
-		Title(questionTitle(req.Plugin, req.Message)).
+	field = field.
+		Title(title).
 		Value(&val).
 		CharLimit(maxAnswerBytes).
 		Validate(func(s string) error {

@@ -5,6 +5,7 @@ package ui
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 var (
@@ -16,6 +17,10 @@ var (
 	// ErrAborted: the user gave up on the question (Ctrl+C in the form, or end of input)
 	// instead of answering it; the host reports it as a user interrupt.
 	ErrAborted = errors.New("prompt aborted by the user")
+	// ErrInterrupted: the user pressed Ctrl+C at a question. It is an ErrAborted, and more:
+	// like Ctrl+C anywhere else it interrupts the whole session (the host cancels the plugin
+	// with user_interrupt), not just the question. The reference host behaves the same.
+	ErrInterrupted = fmt.Errorf("%w: interrupted (Ctrl+C)", ErrAborted)
 )
 
 // PromptRequest asks for one line of text.

@@ -32,7 +32,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: fledge-bench exec|pipeline|gen|flood-nonl|longline|hello ..."))
+		fail(errors.New("usage: fledge-bench exec|pipeline|gen|flood-nonl|longline|hello (args)"))
 	}
 	var err error
 	switch mode, args := os.Args[1], os.Args[2:]; mode {

@@ -28,15 +28,23 @@ type AuditShowOptions struct {
 	Session  string
 	Since    time.Duration
 	JSON     bool
+	Format   string
 }
 
 func newAuditShowCmd(g *Globals) *cobra.Command {
 	o := &AuditShowOptions{g: g}
 	c := &cobra.Command{
 		Use:   "show",
-		Short: "Show audit records (a table, or JSON lines with --json)",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.Run() },
+		Short: "Show audit records (a table, JSON lines as stored, or OCSF/ECS JSON lines)",
+		Long: `Show audit records, oldest first, filtered by --plugin, --decision, --event, --session
+and --since (every filter works with every format).
+
+--format text (default) is a sanitised table; json prints the lines exactly as stored (same
+as --json); ocsf maps each record to an OCSF Process Activity event (class_uid 1007) and ecs
+to an Elastic Common Schema document, one JSON object per line, so a log collector can ship
+the output unchanged. The mappings are described in docs/audit.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return o.Run() },
 	}
 	f := c.Flags()
 	f.StringVar(&o.Plugin, "plugin", "", "only records about this plugin")
@@ -44,8 +52,27 @@ func newAuditShowCmd(g *Globals) *cobra.Command {
 	f.StringVar(&o.Event, "event", "", "only this event (e.g. exec_decision, cwd_refused)")
 	f.StringVar(&o.Session, "session", "", "only this session id")
 	f.DurationVar(&o.Since, "since", 0, "only records newer than this (e.g. 1h, 30m)")
-	f.BoolVar(&o.JSON, "json", false, "print JSON lines, as stored")
+	f.BoolVar(&o.JSON, "json", false, "print JSON lines, as stored (same as --format json)")
+	f.StringVar(&o.Format, "format", "", "output format: text, json, ocsf or ecs (default text)")
 	return c
+}
+
+// format resolves --format and --json; --json with another --format is a contradiction.
+func (o *AuditShowOptions) format() (audit.Format, error) {
+	if o.Format == "" {
+		if o.JSON {
+			return audit.FormatJSON, nil
+		}
+		return audit.FormatText, nil
+	}
+	f, err := audit.ParseFormat(o.Format)
+	if err != nil {
+		return "", exitErr(ExitUsage, "--format must be text, json, ocsf or ecs, not %q", o.Format)
+	}
+	if o.JSON && f != audit.FormatJSON {
+		return "", exitErr(ExitUsage, "--json contradicts --format %s", f)
+	}
+	return f, nil
 }
 
 func (o *AuditShowOptions) Run() error {
@@ -57,6 +84,10 @@ func (o *AuditShowOptions) Run() error {
 	if o.Since < 0 {
 		return exitErr(ExitUsage, "--since must be positive")
 	}
+	format, err := o.format()
+	if err != nil {
+		return err
+	}
 	path, err := audit.DefaultPath()
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
@@ -65,20 +96,14 @@ func (o *AuditShowOptions) Run() error {
 	if o.Since > 0 {
 		f.Since = time.Now().Add(-o.Since)
 	}
-	w := o.g.Streams.Out
-	tw := audit.NewTableWriter(w)
+	rw, err := audit.NewRecordWriter(o.g.Streams.Out, format, audit.ExportOptions{ProductVersion: version})
+	if err != nil {
+		return exitErr(ExitUsage, "%v", err)
+	}
 	n := 0
 	err = audit.Query(path, f, func(r *audit.Record) error {
 		n++
-		if o.JSON {
-			line, err := audit.JSONLine(r)
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(append(line, '\n'))
-			return err
-		}
-		return tw.Write(r)
+		return rw.Write(r)
 	})
 	if errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(o.g.Streams.Err, "no audit log yet at %s\n", path)
@@ -87,7 +112,8 @@ func (o *AuditShowOptions) Run() error {
 	if err != nil {
 		return exitErr(ExitFailure, "audit show: %v", err)
 	}
-	if n == 0 && !o.JSON {
+	// Machine formats stay empty on no match: a collector must not ingest a message.
+	if n == 0 && format == audit.FormatText {
 		fmt.Fprintln(o.g.Streams.Err, "no matching records")
 	}
 	return nil

@@ -42,11 +42,20 @@ func TestScripts(t *testing.T) {
 			e.Setenv("XDG_STATE_HOME", "")
 			// System dirs first: a pyenv-style shim under $HOME is not executable in the sandbox.
 			e.Setenv("PATH", "/usr/local/bin:/usr/bin:/bin:"+e.Getenv("PATH"))
+			// Plugins the scripts install from files (the seed's examples, verbatim).
+			td, err := filepath.Abs("testdata")
+			if err != nil {
+				return err
+			}
+			e.Setenv("TESTDATA", td)
 			return nil
 		},
 		RequireExplicitExec: true,
+		Condition:           scriptCondition,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"status": cmdStatus,
+			"tmpfs":  cmdTmpfs,
+			"fillfs": cmdFillfs,
 		},
 	})
 }

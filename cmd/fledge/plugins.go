@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/jsonrpchost"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
@@ -26,7 +26,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Use:   "plugins",
 		Short: "Install, list, inspect and remove plugins",
 	}
-	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newRemoveCmd(g), newNewCmd(g))
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newNewCmd(g))
 	return c
 }
 
@@ -38,6 +38,9 @@ type InstallOptions struct {
 	Grant    string
 	GrantSet bool
 	RunHooks bool
+	// Protocol and FromDir install self-describing plugins (install_jsonrpc.go).
+	Protocol string
+	FromDir  string
 }
 
 // uiAsker asks install questions on the terminal.
@@ -50,15 +53,21 @@ func (a uiAsker) Confirm(question string, def bool) (bool, error) {
 func newInstallCmd(g *Globals) *cobra.Command {
 	o := &InstallOptions{g: g}
 	c := &cobra.Command{
-		Use:   "install <dir|git-url>",
+		Use:   "install <dir|git-url> | <executable> --protocol P | --from-dir DIR --protocol P",
 		Short: "Install a plugin, granting only the capabilities you approve",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Source = args[0]
+			if (len(args) == 1) == (o.FromDir != "") {
+				return exitErr(ExitUsage, "install takes one source (a dir, git URL or executable) or --from-dir DIR (see 'fledge plugins install --help')")
+			}
+			if len(args) == 1 {
+				o.Source = args[0]
+			}
 			o.GrantSet = cmd.Flags().Changed("grant")
 			return o.Run(cmd.Context())
 		},
 	}
+	addSelfDescribingFlags(c, o)
 	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant every capability the manifest declares")
 	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|plugin]")
 	c.Flags().BoolVar(&o.RunHooks, "run-hooks", false, "run the plugin's build hooks (shown first)")
@@ -97,14 +106,23 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		return err
 	}
 	io.RunHook = hookRunner(e, log, o.g.Streams.Err)
+	if o.Protocol != "" || o.FromDir != "" {
+		return o.runSelfDescribing(ctx, e, log, io)
+	}
+	io.Handshake = handshakeHook(e, o.g.Streams.Err, nil)
+	return o.installOne(ctx, e, log, io)
+}
+
+// installOne runs one install and records it.
+func (o *InstallOptions) installOne(ctx context.Context, e *env, log *audit.Log, io plugin.InstallOptions) error {
 	entry, err := plugin.Install(ctx, io)
 	// One install is one session: its records share an id and say what the sandbox enforces.
 	session, sb := newSessionID(), sandboxInfo(e.sb.Report())
 	if err != nil {
 		_ = log.Append(&audit.Record{
-			Session: session, Sandbox: sb, Plugin: refusedRef(o.Source),
+			Session: session, Sandbox: sb, Plugin: refusedRef(io.Source),
 			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
-			Details: map[string]any{"source": o.Source, "error": err.Error()},
+			Details: map[string]any{"source": io.Source, "error": err.Error()},
 		}, true)
 		code := ExitFailure
 		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
@@ -112,7 +130,14 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
 			code = ExitCannotRun
 		}
-		return exitErr(code, "install %s: %v", o.Source, err)
+		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
+			code = ExitInterrupted
+		}
+		src := io.Source
+		if io.RecordSource != "" {
+			src = io.RecordSource
+		}
+		return exitErr(code, "install %s: %v", src, err)
 	}
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventInstall, Decision: audit.Allow, Reason: string(reason.OK),
@@ -120,7 +145,7 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
 		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
-		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), grantText(entry.Granted))
+		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.configDir, entry))
 	return nil
 }
 
@@ -151,15 +176,22 @@ func installReason(err error) string {
 		return string(reason.ProtocolVersionMismatch)
 	case errors.Is(err, plugin.ErrNotDeclared):
 		return string(reason.CapabilityNotDeclared)
+	case errors.Is(err, jsonrpchost.ErrHandshake), errors.Is(err, jsonrpchost.ErrManifest):
+		return string(reason.HandshakeFailed)
 	}
 	return string(reason.LaunchFailed)
 }
 
-func grantText(gr policy.Grants) string {
-	if gr.Empty() {
-		return "nothing"
+func grantText(gr policy.Grants) string { return gr.String() }
+
+// installedGrantText is grantText saying when the filesystem level is the default rule
+// rather than something the manifest declared.
+func installedGrantText(configDir string, en *plugin.Entry) string {
+	man, _, err := plugin.LoadManifest(plugin.Dir(configDir, en.Name))
+	if err != nil || !man.FilesystemDefaulted() || en.Granted.FS() != policy.FilesystemDefault {
+		return grantText(en.Granted)
 	}
-	return gr.String()
+	return en.Granted.String() + " by default"
 }
 
 // ListOptions is `fledge plugins list`.
@@ -185,15 +217,14 @@ func (o *ListOptions) Run() error {
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	reg, err := plugin.LoadRegistry(cd)
+	list, err := plugin.List(cd)
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	entries := make([]*plugin.Entry, 0, len(reg.Plugins))
-	for i := range reg.Plugins {
-		entries = append(entries, &reg.Plugins[i])
+	entries := make([]*plugin.Entry, 0, len(list))
+	for i := range list {
+		entries = append(entries, &list[i])
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	if o.JSON {
 		out := make([]map[string]any, 0, len(entries))
 		for _, en := range entries {
@@ -256,15 +287,15 @@ func (o *InfoOptions) Run() error {
 		return err
 	}
 	defer e.close()
-	reg, err := plugin.LoadRegistry(e.configDir)
+	pi, err := plugin.GetInfo(e.configDir, o.Name)
+	if errors.Is(err, plugin.ErrNotInstalled) {
+		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
+	}
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	en := reg.Find(o.Name)
-	if en == nil {
-		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
-	}
-	dir := plugin.Dir(e.configDir, en.Name)
+	en := &pi.Entry
+	dir := pi.Dir
 	paths := e.paths(dir, plugin.DataDir(e.configDir, en.Name), nil)
 	paths.ProjectRoot = "<project>"
 	rep := e.sb.Report()
@@ -272,7 +303,12 @@ func (o *InfoOptions) Run() error {
 	xa := policy.ExecAccess(paths, e.cfg)
 	info := entryJSON(en)
 	info["dir"] = dir
-	info["data_dir"] = plugin.DataDir(e.configDir, en.Name)
+	info["data_dir"] = pi.DataDir
+	// Only what was granted counts; a live manifest that changed is refused at run time.
+	info["manifest_changed"] = pi.ManifestChanged
+	if pi.Declared != nil {
+		info["declared"] = pi.Declared.Names()
+	}
 	info["sandbox"] = map[string]any{
 		"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode,
 		"tree_kill": rep.TreeKill, "strict": e.cfg.Sandbox.Strict,
@@ -287,6 +323,10 @@ func (o *InfoOptions) Run() error {
 		"network": e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
 		"unix_sockets": e.cfg.UnixSocketsAllowed(),
 	}
+	handshake := recordedHandshake(en, dir)
+	if handshake != nil {
+		info["handshake"] = handshake
+	}
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, info)
 	}
@@ -294,6 +334,9 @@ func (o *InfoOptions) Run() error {
 	fmt.Fprintf(w, "%s %s\n  source:    %s\n  installed: %s\n  commands:  %s\n  manifest:  sha256:%s\n  granted:   %s\n",
 		en.Name, en.Version, en.Source, en.Installed.UTC().Format(time.RFC3339), strings.Join(en.Commands, ", "),
 		en.ManifestSHA256, grantText(en.Granted))
+	if pi.ManifestChanged {
+		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
+	}
 	fmt.Fprintf(w, "  protocol:  %s\n", protocolName(en.Protocol))
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
@@ -304,6 +347,9 @@ func (o *InfoOptions) Run() error {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
 	} else {
 		fmt.Fprintln(w, "  exec: not granted (every exec request is refused with code 126)")
+	}
+	if handshake != nil {
+		showHandshakeInfo(w, handshake)
 	}
 	return nil
 }

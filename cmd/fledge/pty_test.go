@@ -72,6 +72,32 @@ wait)
     case "$R" in *'"type":"cancel"'*) out "GOT ${R//\"/\'}"; exit 0;; esac
   done
   ;;
+hello)
+  echo '{"type":"prompt","id":"h1","message":"Greet whom?","default":"world"}'
+  out "HELLO1 $(reply h1)"
+  echo '{"type":"prompt","id":"h2","message":"Greet whom again?","default":"world"}'
+  out "HELLO2 $(reply h2)"
+  ;;
+ctrlc)
+  # Like a plugin that goes on to its next question after a cancelled one: only a session
+  # interrupt keeps that question off the screen. A step reached with an answer leaves a marker.
+  echo '{"type":"prompt","id":"c1","message":"Interrupt me:","default":"world"}'
+  R=$(reply c1)
+  case "$R" in *response*) touch "$FLEDGE_DATA_DIR/reached-step2";; esac
+  out "STEP1 ${R}"
+  echo '{"type":"prompt","id":"c2","message":"Second question:","default":"again"}'
+  R=$(reply c2)
+  case "$R" in *response*) touch "$FLEDGE_DATA_DIR/reached-step3";; esac
+  out "STEP2 ${R}"
+  ;;
+exit3)
+  out "FAILING"
+  exit 3
+  ;;
+segv)
+  out "CRASHING"
+  kill -SEGV $$
+  ;;
 stderr)
   printf 'raw:\377\033[31mred\033[0m\tend\r\nsecond\n' >&2
   out "STDERR-DONE"
@@ -245,7 +271,7 @@ func TestPTYInteractivePrompts(t *testing.T) {
 	p.checkPluginOffTerminal()
 
 	p.waitFor("Deploy target")
-	p.press("-", "e", "u", keyEnter)
+	p.press("e", "u", keyEnter)
 	p.waitFor("ANSWER1 ")
 	p.waitFor("Really deploy")
 	p.press(keyLeft, keyEnter)
@@ -259,7 +285,7 @@ func TestPTYInteractivePrompts(t *testing.T) {
 	require.Equal(t, 0, p.exit(), "screen:\n%q", p.screen.String())
 
 	screen := p.screen.String()
-	assert.Contains(t, screen, `ANSWER1 {'type':'response','id':'1','value':'staging-eu'}`)
+	assert.Contains(t, screen, `ANSWER1 {'type':'response','id':'1','value':'eu'}`)
 	assert.Contains(t, screen, `ANSWER2 {'type':'response','id':'2','value':true}`)
 	assert.Contains(t, screen, `ANSWER3 {'type':'response','id':'3','value':'production'}`)
 	assert.Contains(t, screen, `ANSWER4 {'type':'response','id':'4','value':['us','ap']}`)
@@ -308,4 +334,65 @@ func TestPTYStderrUnchanged(t *testing.T) {
 	// plugin's stderr, it does not render it.
 	want := []byte("raw:\xff\x1b[31mred\x1b[0m\tend\r\nsecond\n")
 	assert.True(t, bytes.Contains(p.stderr.Bytes(), want), "stderr: %q", p.stderr.String())
+}
+
+// The default is shown and typed text replaces it (not "worldBob"); Enter alone takes it.
+func TestPTYPromptDefaultReplacedByTyping(t *testing.T) {
+	e := newPtyEnv(t, "")
+	p := e.start(t, "hello", false)
+	p.waitFor("Greet whom\\?")
+	p.press("B", "o", "b", keyEnter)
+	p.waitFor("HELLO1 ")
+	p.waitFor("Greet whom again")
+	p.press(keyEnter)
+	p.waitFor("HELLO2 ")
+	require.Equal(t, 0, p.exit(), "screen:\n%q", p.screen.String())
+	screen := p.screen.String()
+	assert.Contains(t, screen, `HELLO1 {'type':'response','id':'h1','value':'Bob'}`)
+	assert.Contains(t, screen, `HELLO2 {'type':'response','id':'h2','value':'world'}`)
+}
+
+// Ctrl+C at a question is a session interrupt, as outside one: the plugin is cancelled,
+// fledge exits 130, and the plugin never gets an answer to go on with (no marker), nor is
+// its next question shown.
+func TestPTYCtrlCAtPrompt(t *testing.T) {
+	e := newPtyEnv(t, "")
+	dataDir := filepath.Join(e.home, ".config", "fledge", "plugins", "ask", "data")
+	p := e.start(t, "ctrlc", false)
+	p.waitFor("Interrupt me")
+	p.press("\x03")
+	assert.Equal(t, 130, p.exit(), "screen:\n%q", p.screen.String())
+	for _, marker := range []string{"reached-step2", "reached-step3"} {
+		assert.NoFileExists(t, filepath.Join(dataDir, marker), "the plugin went on after Ctrl+C")
+	}
+	screen := p.screen.String()
+	assert.Contains(t, screen, `STEP1 {'type':'cancel','id':'c1','reason':'user_interrupt'}`)
+	assert.Contains(t, screen, `STEP2 {'type':'cancel','id':'c2','reason':'user_interrupt'}`,
+		"a question asked after the interrupt is cancelled at once")
+	assert.NotContains(t, screen, "Second question", "and never shown")
+}
+
+// A plugin's non-zero end is reported on stderr, naming it, and passed on as fledge's status.
+func TestPTYPluginExitReported(t *testing.T) {
+	e := newPtyEnv(t, "")
+	cases := []struct {
+		mode, ready, want string
+		code              int
+	}{
+		{"exit3", "FAILING", "fledge: plugin ask exited with code 3\n", 3},
+		{"segv", "CRASHING", "fledge: plugin ask killed by SIGSEGV\n", 128 + int(syscall.SIGSEGV)},
+		{"stderr", "STDERR-DONE", "", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode, func(t *testing.T) {
+			p := e.start(t, tc.mode, true)
+			p.waitFor(tc.ready)
+			assert.Equal(t, tc.code, p.exit(), "screen:\n%q", p.screen.String())
+			if tc.want == "" {
+				assert.NotContains(t, p.stderr.String(), "fledge: plugin", "success is not reported")
+				return
+			}
+			assert.Contains(t, p.stderr.String(), tc.want)
+		})
+	}
 }

@@ -113,7 +113,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	}
 	cmdSpec := b.Manifest.Command(command)
 	if cmdSpec == nil {
-		e.Refuse(b.Ref, reason.LaunchFailed, map[string]any{"error": "command no longer declared", audit.DetailCommand: command})
+		e.Refuse(b.Ref, audit.RefusalOther, command, "the plugin no longer declares this command")
 		return exitErr(ExitUnknownCmd, "plugin %s no longer declares command %q; reinstall it", entry.Name, command)
 	}
 	program, err := e.Program(b, cmdSpec.Binary)
@@ -122,8 +122,10 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	}
 	switch b.Manifest.Plugin.Protocol {
 	case "", protocol.Version:
+	case plugin.ProtocolJSONRPC:
+		return exitErr(ExitUsage, "plugin %s speaks jsonrpc-2.0: run its tools with 'fledge tools call' (see 'fledge tools list') and its hooks with 'fledge hooks run'", entry.Name)
 	default:
-		e.Refuse(b.Ref, reason.ProtocolVersionMismatch, map[string]any{"protocol": b.Manifest.Plugin.Protocol})
+		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
 		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, b.Manifest.Plugin.Protocol, protocol.Version)
 	}
 
@@ -131,12 +133,9 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	defer u.Close()
 	rec := e.NewRecorder(log, b.Ref, u.Warn)
 	environ := os.Environ()
-	prof := e.Profile(b, environ, map[string]string{
-		"FLEDGE_PLUGIN":   entry.Name,
-		"FLEDGE_COMMAND":  command,
-		"FLEDGE_DATA_DIR": b.DataDir,
-		"FLEDGE_VERSION":  version,
-	}, map[string]string{"FLEDGE_PLUGIN": entry.Name})
+	prof := e.Profile(b, environ,
+		pluginEnvVars(entry.Name, command, b.Paths.PluginDir, b.DataDir, g.nonInteractive()),
+		pluginEnvVars(entry.Name, "", b.Paths.PluginDir, b.DataDir, g.nonInteractive()))
 	rep := e.sb.Report()
 	warnDegraded(u, e, rep)
 
@@ -161,11 +160,8 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		}
 	}
 
-	// The plugin starts in the project when it may read it, else in its data dir.
-	pluginCwd := b.DataDir
-	if proj != nil && entry.Granted.FS() == policy.FilesystemProject {
-		pluginCwd = proj.Root
-	}
+	// The plugin starts where the user is when it may read it (as the reference host does).
+	pluginCwd := policy.PluginCwd(resolved(cwd), b.Paths.ProjectRoot, b.DataDir, prof.Plugin.Access)
 
 	stderr, flushStderr := pluginStderr(g.Streams.Err)
 	defer flushStderr()
@@ -197,6 +193,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		MetadataEnv: prof.MetadataEnv,
 		Limits:      prof.Session,
 		Signals:     sigs,
+		Interrupt:   sigs, // Ctrl+C at a question takes the SIGINT path
 	}
 	out, err := protocolhost.Run(ctx, opts)
 	if err != nil && out == nil {
@@ -211,10 +208,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	if out.Interrupted {
 		return &ExitError{Code: ExitInterrupted}
 	}
-	if out.ExitCode != 0 {
-		return &ExitError{Code: out.ExitCode}
-	}
-	return nil
+	return pluginExit(entry.Name, out.ExitCode, out.Result)
 }
 
 // runLegacy runs a plugin without a protocol as a whole program on the project (the legacy
@@ -248,10 +242,7 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, rec *core.Recor
 	if ex.Interrupted {
 		return &ExitError{Code: ExitInterrupted}
 	}
-	if ex.Code != 0 {
-		return &ExitError{Code: ex.Code}
-	}
-	return nil
+	return pluginExit(b.Entry.Name, ex.Code, ex.Result)
 }
 
 func toWire(g policy.Grants) protocol.Capabilities {

@@ -178,9 +178,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	stdio.Started()
 
 	p := &process{
-		proc: proc, pid: proc.Pid, stdio: stdio, tmp: tmp, mode: mode, start: start,
-		grace: spec.Limits.KillGrace, killed: map[int]bool{}, done: make(chan struct{}),
-		exited: make(chan struct{}), killNow: make(chan struct{}),
+		ProcessBase: sandbox.NewProcessBase(proc),
+		proc:        proc, pid: proc.Pid, stdio: stdio, tmp: tmp, mode: mode, start: start,
+		grace: spec.Limits.KillGrace, killed: map[int]bool{}, killNow: make(chan struct{}),
 	}
 	if p.grace <= 0 {
 		p.grace = defaultKillGrace
@@ -190,6 +190,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 }
 
 type process struct {
+	sandbox.ProcessBase
 	proc  *os.Process
 	pid   int
 	stdio *stub.Stdio
@@ -205,36 +206,17 @@ type process struct {
 	timedOut bool
 	cancel   bool
 
-	exited   chan struct{} // main process reaped
 	killNow  chan struct{} // Kill was called
 	killOnce sync.Once
-	done     chan struct{} // tree gone, Result ready
-	result   *sandbox.Result
-	err      error
-}
-
-func (p *process) Pid() int { return p.pid }
-
-func (p *process) Signal(sig os.Signal) error {
-	select {
-	case <-p.exited:
-		return os.ErrProcessDone
-	default:
-	}
-	return p.proc.Signal(sig)
+	err      error // a failed wait, for Finish
 }
 
 // Kill returns once the main process is dead; the rest of the tree is swept with it, and
 // Wait reports when everything (output copies included) is finished.
 func (p *process) Kill() error {
 	p.killOnce.Do(func() { close(p.killNow) })
-	<-p.exited
+	<-p.Exited()
 	return nil
-}
-
-func (p *process) Wait() (*sandbox.Result, error) {
-	<-p.done
-	return p.result, p.err
 }
 
 // supervise reaps the main process, enforces timeout and cancel (SIGTERM to the tree, grace,
@@ -245,7 +227,7 @@ func (p *process) supervise(ctx context.Context, timeout time.Duration) {
 		p.mu.Lock()
 		p.state, p.waitErr = st, err
 		p.mu.Unlock()
-		close(p.exited)
+		p.MarkExited()
 	}()
 	var timer <-chan time.Time
 	if timeout > 0 {
@@ -254,7 +236,7 @@ func (p *process) supervise(ctx context.Context, timeout time.Duration) {
 		timer = t.C
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-timer:
 		p.mu.Lock()
 		p.timedOut = true
@@ -268,15 +250,15 @@ func (p *process) supervise(ctx context.Context, timeout time.Duration) {
 	case <-p.killNow:
 		p.sweep()
 	}
-	<-p.exited
+	<-p.Exited()
 	// The main process is gone: nothing it started may outlive it.
 	p.sweep()
 	drained := p.stdio.Finish(stdioGrace)
 	if p.tmp != "" {
 		_ = os.RemoveAll(p.tmp)
 	}
-	p.finish(drained)
-	close(p.done)
+	r := p.finish(drained) // sets p.err on a failed wait
+	p.Finish(r, p.err)
 }
 
 // terminate asks the tree to stop, then kills it after the grace period.
@@ -285,7 +267,7 @@ func (p *process) terminate() {
 	t := time.NewTimer(p.grace)
 	defer t.Stop()
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-t.C:
 	case <-p.killNow:
 	}
@@ -345,14 +327,14 @@ func (p *process) members() []int {
 	}
 	root := p.pid
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 		root = 0
 	default:
 	}
 	return TreeMembers(snap, root, p.pid, os.Getpid(), os.Getppid())
 }
 
-func (p *process) finish(drained bool) {
+func (p *process) finish(drained bool) *sandbox.Result {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := &sandbox.Result{
@@ -379,7 +361,7 @@ func (p *process) finish(drained bool) {
 			r.Signal = unix.SignalName(ws.Signal())
 		}
 	}
-	p.result = r
+	return r
 }
 
 func signalled(st *os.ProcessState) bool {

@@ -35,7 +35,7 @@ func (r *Runner) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process
 	if spec.Path == "" || len(spec.Args) == 0 {
 		return nil, fmt.Errorf("%w: empty program", sandbox.ErrInvalidSpec)
 	}
-	p := &process{spec: spec, mode: r.Mode, start: time.Now(), main: make(chan struct{}), done: make(chan struct{})}
+	p := &process{spec: spec, mode: r.Mode, start: time.Now()}
 	p.mode.Degraded = append([]string{}, r.Mode.Degraded...)
 	ok := false
 	defer func() {
@@ -78,6 +78,9 @@ func (r *Runner) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process
 		Sys: &syscall.SysProcAttr{Setsid: true}, // pgid = pid from the first instruction
 	}
 	p.proc, err = l.Start()
+	if err == nil {
+		p.ProcessBase = sandbox.NewProcessBase(p.proc)
+	}
 	stdio.Started()
 	if err != nil {
 		stdio.Abort()
@@ -100,39 +103,20 @@ func setEnv(env []string, key, val string) []string {
 }
 
 type process struct {
+	sandbox.ProcessBase
 	spec  *sandbox.Spec
 	mode  sandbox.Mode
 	start time.Time
 	proc  *os.Process
 	stdio *stub.Stdio
 	tmp   string
-	main  chan struct{}
-	done  chan struct{}
 
 	mu                  sync.Mutex
 	signalled           bool
 	timedOut, cancelled bool
-	res                 *sandbox.Result
-	err                 error
-}
-
-func (p *process) Pid() int { return p.proc.Pid }
-
-func (p *process) Signal(sig os.Signal) error {
-	select {
-	case <-p.main:
-		return os.ErrProcessDone
-	default:
-	}
-	return p.proc.Signal(sig)
 }
 
 func (p *process) Kill() error { p.group(syscall.SIGKILL); return nil }
-
-func (p *process) Wait() (*sandbox.Result, error) {
-	<-p.done
-	return p.res, p.err
-}
 
 // group signals the process group; it reports whether anything was still in it.
 func (p *process) group(sig syscall.Signal) bool {
@@ -146,7 +130,7 @@ func (p *process) group(sig syscall.Signal) bool {
 }
 
 func (p *process) watch(ctx context.Context) {
-	sandbox.Watchdog(ctx, p.spec.Limits, p.main, func(r sandbox.StopReason) {
+	sandbox.Watchdog(ctx, p.spec.Limits, p.Exited(), func(r sandbox.StopReason) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.timedOut = r == sandbox.StopTimeout
@@ -156,7 +140,7 @@ func (p *process) watch(ctx context.Context) {
 
 func (p *process) wait() {
 	st, werr := p.proc.Wait()
-	close(p.main)
+	p.MarkExited()
 	res := &sandbox.Result{Mode: p.mode}
 	if werr == nil {
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok {
@@ -188,6 +172,5 @@ func (p *process) wait() {
 			errs = append(errs, err)
 		}
 	}
-	p.res, p.err = res, errors.Join(errs...)
-	close(p.done)
+	p.Finish(res, errors.Join(errs...))
 }

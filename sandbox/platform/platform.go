@@ -1,5 +1,6 @@
-// Package platform picks the best sandbox for this OS: Landlock + cgroups on Linux, the
-// restricted fallback elsewhere (and on macOS until sandbox/darwin exists).
+// Package platform picks the best sandbox for this OS: Landlock + cgroups (+ seccomp) on
+// Linux, Seatbelt on macOS, the restricted fallback elsewhere. It is the only package that
+// imports a backend; everything else sees the sandbox.Sandbox interface.
 package platform
 
 // Options configure New.

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/jsonrpchost"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/tools"
+)
+
+// maxExecutableBytes bounds a bare executable fledge copies in.
+const maxExecutableBytes = 256 << 20
+
+func addSelfDescribingFlags(c *cobra.Command, o *InstallOptions) {
+	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol of a bare executable (or of every executable of --from-dir): "+plugin.ProtocolJSONRPC)
+	c.Flags().StringVar(&o.FromDir, "from-dir", "", "install every executable of a plugin dir as the seed host scans it (hidden files skipped; needs --protocol)")
+}
+
+// selfDescribing are the protocols whose bare executables describe themselves in a
+// handshake, so fledge can write the manifest it keeps.
+var selfDescribing = map[string]bool{plugin.ProtocolJSONRPC: true}
+
+// runSelfDescribing installs a bare executable or every executable of a dir.
+func (o *InstallOptions) runSelfDescribing(ctx context.Context, e *env, log *audit.Log, base plugin.InstallOptions) error {
+	if !selfDescribing[o.Protocol] {
+		return exitErr(ExitUsage, "--protocol %q: installing bare executables is supported for: %s", o.Protocol, plugin.ProtocolJSONRPC)
+	}
+	if o.FromDir == "" {
+		st, err := os.Stat(o.Source)
+		if err == nil && st.IsDir() {
+			// A plugin dir with its own plugin.toml: the ordinary install, handshake included.
+			if m, _, err := plugin.LoadManifest(o.Source); err == nil && m.Plugin.Protocol != o.Protocol {
+				return exitErr(ExitUsage, "%s declares protocol %q, not %q", o.Source, m.Plugin.Protocol, o.Protocol)
+			}
+			base.Handshake = handshakeHook(e, o.g.Streams.Err, nil)
+			return o.installOne(ctx, e, log, base)
+		}
+		return o.installExecutable(ctx, e, log, base, o.Source)
+	}
+	ents, err := os.ReadDir(o.FromDir)
+	if err != nil {
+		return exitErr(ExitFailure, "--from-dir: %v", err)
+	}
+	var names []string
+	for _, en := range ents {
+		if strings.HasPrefix(en.Name(), ".") {
+			continue // the seed host skips hidden files
+		}
+		st, err := os.Stat(filepath.Join(o.FromDir, en.Name()))
+		if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			continue // only executable files are plugins
+		}
+		names = append(names, en.Name())
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		fmt.Fprintf(o.g.Streams.Err, "no executables in %s\n", o.FromDir)
+		return nil
+	}
+	failed := 0
+	for _, n := range names {
+		if err := o.installExecutable(ctx, e, log, base, filepath.Join(o.FromDir, n)); err != nil {
+			failed++
+			var ee *ExitError
+			if errors.As(err, &ee) && ee.Msg != "" {
+				fmt.Fprintf(o.g.Streams.Err, "fledge: %s\n", ee.Msg)
+			}
+		}
+	}
+	fmt.Fprintf(o.g.Streams.Out, "installed %d of %d plugins from %s\n", len(names)-failed, len(names), o.FromDir)
+	if failed > 0 {
+		return &ExitError{Code: ExitFailure}
+	}
+	return nil
+}
+
+// installExecutable wraps a bare executable in a dir of its own, learns what it is from its
+// handshake (confined, nothing granted), writes the manifest fledge keeps, and installs it.
+// The handshake runs once: its answer is what install records.
+func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *audit.Log, base plugin.InstallOptions, path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return exitErr(ExitFailure, "install %s: %v", path, err)
+	}
+	tmp, err := os.MkdirTemp("", "fledge-exe-")
+	if err != nil {
+		return exitErr(ExitFailure, "install %s: %v", path, err)
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Base(abs)
+	if !filepath.IsLocal(bin) || strings.HasPrefix(bin, ".") || strings.ContainsAny(bin, "\x00\n\r\t") {
+		bin = "plugin"
+	}
+	if err := copyExecutable(abs, filepath.Join(tmp, bin)); err != nil {
+		return exitErr(ExitFailure, "install %s: %v", abs, err)
+	}
+	refName := strings.ToLower(bin)
+	if !plugin.ValidName(refName) {
+		refName = "unnamed"
+	}
+	man, err := jsonrpchost.Probe(ctx, jsonrpchost.ProbeOptions{
+		Env: e.Env, Dir: tmp, Binary: bin, Stderr: o.g.Streams.Err, Warn: warnTo(o.g.Streams.Err),
+		Ref: &audit.PluginRef{Name: refName, Source: abs},
+	})
+	if err == nil {
+		err = checkPluginLimit(e.configDir, man.Name)
+	}
+	if err != nil {
+		_ = log.Append(&audit.Record{
+			Session: newSessionID(), Sandbox: sandboxInfo(e.sb.Report()), Plugin: &audit.PluginRef{Name: refName, Source: abs},
+			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
+			Details: map[string]any{"source": abs, "error": err.Error()},
+		}, true)
+		return exitErr(ExitFailure, "install %s: %v", abs, err)
+	}
+	// A seed plugin runs with full access in its own host; here it declares the two sandbox
+	// capabilities it could use, and the user grants them (or not) as for any plugin.
+	if _, err := plugin.WriteExecutableManifest(tmp, plugin.ExecutableMeta{
+		Name: man.Name, Version: man.Version, Description: man.Description, Protocol: o.Protocol,
+		Binary: bin, Filesystem: policy.FilesystemProject, Network: true,
+	}); err != nil {
+		return exitErr(ExitFailure, "install %s: %v", abs, err)
+	}
+	one := base
+	one.Source, one.RecordSource = tmp, abs
+	one.Handshake = handshakeHook(e, o.g.Streams.Err, map[string]*jsonrpchost.Manifest{tmp: man})
+	return o.installOne(ctx, e, log, one)
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	switch {
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%w: %s is not a regular file", plugin.ErrBadSource, src)
+	case st.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("%w: %s is not executable", plugin.ErrBadSource, src)
+	case st.Size() > maxExecutableBytes:
+		return fmt.Errorf("%w: %s is larger than %d bytes", plugin.ErrBadSource, src, maxExecutableBytes)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, io.LimitReader(in, maxExecutableBytes)); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// checkPluginLimit refuses a jsonrpc-2.0 plugin past the protocol's limit of 16.
+func checkPluginLimit(configDir, name string) error {
+	reg, err := plugin.LoadRegistry(configDir)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, en := range reg.Plugins {
+		if en.Protocol == plugin.ProtocolJSONRPC && en.Name != name {
+			n++
+		}
+	}
+	if n >= jsonrpchost.MaxPlugins {
+		return fmt.Errorf("%w: %d jsonrpc-2.0 plugins are installed, the protocol's limit is %d: %s not installed (remove one first)",
+			jsonrpchost.ErrLimit, n, jsonrpchost.MaxPlugins, name)
+	}
+	return nil
+}
+
+// handshakeHook is install's handshake step for jsonrpc-2.0 plugins: it runs the handshake
+// confined with nothing granted (unless it already ran: probed), checks the manifest agrees
+// with plugin.toml, shows what the plugin is, and returns the handshake install records.
+func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpchost.Manifest) func(context.Context, string, *plugin.Manifest) ([]byte, error) {
+	return func(ctx context.Context, dir string, m *plugin.Manifest) ([]byte, error) {
+		if m.Plugin.Protocol != plugin.ProtocolJSONRPC {
+			return nil, nil
+		}
+		if len(m.Commands) != 1 {
+			return nil, fmt.Errorf("%w: a jsonrpc-2.0 plugin has exactly one [[commands]] entry (its executable), this one has %d", plugin.ErrInvalidManifest, len(m.Commands))
+		}
+		live := probed[dir]
+		if live == nil {
+			var err error
+			live, err = jsonrpchost.Probe(ctx, jsonrpchost.ProbeOptions{
+				Env: e.Env, Dir: dir, Binary: m.Commands[0].Binary, Stderr: out, Warn: warnTo(out),
+				Ref: &audit.PluginRef{Name: m.Plugin.Name, Version: m.Plugin.Version, Source: dir, ManifestDigest: m.SHA256()},
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		if live.Name != m.Plugin.Name {
+			return nil, fmt.Errorf("%w: plugin.toml names the plugin %q but its handshake says %q", jsonrpchost.ErrHandshake, m.Plugin.Name, live.Name)
+		}
+		if err := checkPluginLimit(e.configDir, live.Name); err != nil {
+			return nil, err
+		}
+		showManifest(out, live)
+		return live.Encode(), nil
+	}
+}
+
+// showManifest tells the user what the plugin said it is before anything is granted.
+func showManifest(w io.Writer, m *jsonrpchost.Manifest) {
+	fmt.Fprintf(w, "Plugin %s %s (jsonrpc-2.0): %s\n", m.Name, m.Version, m.Description)
+	fmt.Fprintf(w, "  priority: %d\n", m.Priority)
+	if len(m.Hooks) == 0 {
+		fmt.Fprintln(w, "  hooks:    none")
+	} else {
+		fmt.Fprintf(w, "  hooks:    %s\n", strings.Join(m.Hooks, ", "))
+	}
+	if len(m.Tools) == 0 {
+		fmt.Fprintln(w, "  tools:    none")
+	}
+	for _, t := range m.Tools {
+		fmt.Fprintf(w, "  tool:     %s  %s%s\n", tools.PublicName(m.Name, t.Name), t.Description, paramText(t.Parameters))
+	}
+}
+
+func paramText(ps []tools.Param) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(ps))
+	for _, p := range ps {
+		s := p.Name
+		if p.Type != "" {
+			s += ":" + p.Type
+		}
+		if !p.Required {
+			s += "?"
+		}
+		parts = append(parts, s)
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func warnTo(w io.Writer) func(string) {
+	return func(msg string) { fmt.Fprintf(w, "fledge: warning: %s\n", msg) }
+}
+
+// recordedHandshake is what a jsonrpc-2.0 plugin said at install (nil for other plugins),
+// for `plugins info`.
+func recordedHandshake(en *plugin.Entry, dir string) *jsonrpchost.Manifest {
+	if en.Protocol != plugin.ProtocolJSONRPC {
+		return nil
+	}
+	m, err := jsonrpchost.Recorded(&core.Binding{Entry: en, Dir: dir})
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+func showHandshakeInfo(w io.Writer, m *jsonrpchost.Manifest) {
+	fmt.Fprintf(w, "  jsonrpc-2.0 handshake (recorded at install):\n")
+	fmt.Fprintf(w, "    priority: %d\n", m.Priority)
+	hooks := "none"
+	if len(m.Hooks) > 0 {
+		hooks = strings.Join(m.Hooks, ", ")
+	}
+	fmt.Fprintf(w, "    hooks:    %s\n", hooks)
+	for _, t := range m.Tools {
+		fmt.Fprintf(w, "    tool:     %s  %s%s\n", tools.PublicName(m.Name, t.Name), t.Description, paramText(t.Parameters))
+	}
+}

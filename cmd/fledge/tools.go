@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/jsonrpchost"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/tools"
+)
+
+// Exit statuses of `fledge tools call` beyond the CLI's own (README "Exit codes").
+const (
+	ExitToolFalse = 1   // the tool answered success: false
+	ExitTimeout   = 124 // the tool (or the plugin's start) ran out of time
+)
+
+// ReasonExit is the exit status of a tool or hook call that failed for a reason of
+// fledge's: the one mapping of reason codes to exit statuses (reason.ExitStatus, the
+// README's table): 124 timeout, 130 cancelled, 126 launch_failed, 101-112 the others.
+func ReasonExit(rc reason.Code) int {
+	if rc == "" {
+		return ExitOK
+	}
+	return reason.ExitStatus(rc)
+}
+
+// toolsEnv is what `tools`, `hooks` and `serve` share: the machine, the installed plugins,
+// the project, and one catalogue whose providers keep their plugins up for this invocation.
+type toolsEnv struct {
+	e     *env
+	reg   *plugin.Registry
+	proj  *project.Info
+	cat   *tools.Catalogue
+	flush func()
+}
+
+func openTools(g *Globals) (*toolsEnv, error) {
+	e, err := openEnv(g)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := plugin.LoadRegistry(e.configDir)
+	if err != nil {
+		e.close()
+		return nil, exitErr(ExitCannotRun, "%v", err)
+	}
+	cwd, _ := os.Getwd()
+	proj, err := project.Detect(cwd, g.Project)
+	if err != nil {
+		e.close()
+		return nil, exitErr(ExitCannotRun, "%v", err)
+	}
+	// Plugins' stderr (and warnings quoting them) reach a terminal only sanitised.
+	stderr, flush := pluginStderr(g.Streams.Err)
+	cat := tools.NewCatalogue(&tools.Host{Env: e.Env, Project: proj, Stderr: stderr}, reg)
+	return &toolsEnv{e: e, reg: reg, proj: proj, cat: cat, flush: flush}, nil
+}
+
+// close shuts every plugin down (shutdown, SIGTERM, SIGKILL) and closes the environment.
+func (t *toolsEnv) close() {
+	_ = t.cat.Close()
+	t.flush()
+	t.e.close()
+}
+
+// jsonrpc returns the jsonrpc-2.0 provider and the installed jsonrpc-2.0 plugins, bound, in
+// name order; plugins that cannot be bound are reported and left out.
+func (t *toolsEnv) jsonrpc(warn io.Writer) (*jsonrpchost.Provider, []*core.Binding) {
+	p, _ := t.cat.Provider(plugin.ProtocolJSONRPC).(*jsonrpchost.Provider)
+	var names []string
+	for _, en := range t.reg.Plugins {
+		if en.Protocol == plugin.ProtocolJSONRPC {
+			names = append(names, en.Name)
+		}
+	}
+	sort.Strings(names)
+	var out []*core.Binding
+	for i, n := range names {
+		if i >= jsonrpchost.MaxPlugins {
+			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: at most %d jsonrpc-2.0 plugins run (the protocol's limit)\n", n, jsonrpchost.MaxPlugins)
+			continue
+		}
+		b, err := t.cat.Binding(n)
+		if err != nil {
+			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: %v\n", n, err)
+			continue
+		}
+		out = append(out, b)
+	}
+	return p, out
+}
+
+func newToolsCmd(g *Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "tools",
+		Short: "List and call the tools installed plugins offer (plugin_<plugin>_<tool>)",
+	}
+	c.AddCommand(newToolsListCmd(g), newToolsCallCmd(g))
+	return c
+}
+
+// ToolsListOptions is `fledge tools list`.
+type ToolsListOptions struct {
+	g    *Globals
+	JSON bool
+}
+
+func newToolsListCmd(g *Globals) *cobra.Command {
+	o := &ToolsListOptions{g: g}
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List every tool with its parameters (no plugin is started)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context()) },
+	}
+	c.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	return c
+}
+
+func (o *ToolsListOptions) Run(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	t, err := openTools(o.g)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	list := t.cat.List(ctx)
+	names := make([]string, 0, len(t.cat.Errors))
+	for n := range t.cat.Errors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s: tools not listed: %s\n", n, t.cat.Errors[n])
+	}
+	if o.JSON {
+		if list == nil {
+			list = []tools.Tool{}
+		}
+		for i := range list {
+			if list[i].Params == nil {
+				list[i].Params = []tools.Param{}
+			}
+		}
+		return writeJSON(o.g.Streams.Out, list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(o.g.Streams.Out, "no tools installed")
+		return nil
+	}
+	tw := tabwriter.NewWriter(o.g.Streams.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tPLUGIN\tPARAMETERS\tDESCRIPTION")
+	for _, tl := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", tl.Name, tl.Plugin, strings.TrimSuffix(strings.TrimPrefix(paramText(tl.Params), " ("), ")"), tl.Description)
+		for _, p := range tl.Params {
+			req := "optional"
+			if p.Required {
+				req = "required"
+			}
+			fmt.Fprintf(tw, "\t\t  %s (%s, %s)\t%s\n", p.Name, orAny(p.Type), req, p.Description)
+		}
+	}
+	return tw.Flush()
+}
+
+func orAny(t string) string {
+	if t == "" {
+		return "any"
+	}
+	return t
+}
+
+// ToolsCallOptions is `fledge tools call`.
+type ToolsCallOptions struct {
+	g       *Globals
+	Tool    string
+	Params  string
+	Pairs   []string
+	JSON    bool
+	Timeout string
+}
+
+func newToolsCallCmd(g *Globals) *cobra.Command {
+	o := &ToolsCallOptions{g: g}
+	c := &cobra.Command{
+		Use:   "call <tool> [--params JSON | name=value ...]",
+		Short: "Call one tool: exit 0 on success, 1 when the tool says it failed",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Tool, o.Pairs = args[0], args[1:]
+			return o.Run(cmd.Context())
+		},
+	}
+	c.Flags().StringVar(&o.Params, "params", "", "the arguments as one JSON object")
+	c.Flags().BoolVar(&o.JSON, "json", false, "print the whole result as JSON")
+	c.Flags().StringVar(&o.Timeout, "timeout", "", "how long the tool may take (e.g. 30s; default and maximum from policy)")
+	return c
+}
+
+func (o *ToolsCallOptions) Run(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if o.Params != "" && len(o.Pairs) > 0 {
+		return exitErr(ExitUsage, "give the arguments either as --params JSON or as name=value pairs, not both")
+	}
+	var timeout *float64
+	if o.Timeout != "" {
+		d, err := time.ParseDuration(o.Timeout)
+		if err != nil || d <= 0 {
+			return exitErr(ExitUsage, "--timeout %q: a positive duration such as 30s", o.Timeout)
+		}
+		secs := d.Seconds()
+		timeout = &secs
+	}
+	var args map[string]any
+	if o.Params != "" {
+		m, err := decodeObject(o.Params)
+		if err != nil {
+			return exitErr(ExitUsage, "--params: %v", err)
+		}
+		args = m
+	}
+	t, err := openTools(o.g)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	tool, _, err := t.cat.Find(ctx, o.Tool)
+	if err != nil {
+		if errors.Is(err, tools.ErrUnknownTool) {
+			return exitErr(ExitUnknownCmd, "%v", err)
+		}
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	if args == nil {
+		if args, err = pairArgs(tool, o.Pairs); err != nil {
+			return exitErr(ExitUsage, "%v", err)
+		}
+	}
+	// Checked before anything starts: a usage error never starts a plugin.
+	if err := tools.Check(tool, args); err != nil {
+		return exitErr(ExitUsage, "%v (see 'fledge tools list')", err)
+	}
+	d, clamped, err := policy.ExecTimeout(timeout, t.e.cfg.Sandbox.TimeoutDefault, t.e.cfg.Sandbox.TimeoutMax)
+	if err != nil {
+		return exitErr(ExitUsage, "--timeout: %v", err)
+	}
+	if clamped {
+		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: --timeout %s is over the policy maximum; using %s\n", o.Timeout, d)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	callCtx := ctx
+	if timeout != nil {
+		callCtx = tools.WithCallTimeout(ctx, d)
+	}
+	_, res, err := t.cat.Call(callCtx, o.Tool, args)
+	if err != nil {
+		if errors.Is(err, tools.ErrBadArguments) {
+			return exitErr(ExitUsage, "%v", err)
+		}
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	if res.Reason == "" {
+		res.Reason = reason.OK
+	}
+	if o.JSON {
+		if res.Output == nil {
+			res.Output = json.RawMessage("null")
+		}
+		_ = writeJSON(o.g.Streams.Out, map[string]any{
+			"tool": tool.Name, "success": res.Success, "result": res.Output, "reason": res.Reason, "message": res.Message,
+		})
+	} else if res.Reason == reason.OK {
+		// The result is the plugin's text: sanitised on a terminal, like all plugin output.
+		out, flush := pluginStderr(o.g.Streams.Out)
+		printResult(out, res.Output)
+		flush()
+	}
+	switch {
+	case res.Reason != reason.OK:
+		code := ReasonExit(res.Reason)
+		return &ExitError{Code: code, Msg: fmt.Sprintf("tool %s: %s (reason: %s)", tool.Name, res.Message, res.Reason)}
+	case !res.Success:
+		return &ExitError{Code: ExitToolFalse}
+	}
+	return nil
+}
+
+// printResult prints a string result as text, anything else as JSON.
+func printResult(w io.Writer, out json.RawMessage) {
+	var s string
+	if json.Unmarshal(out, &s) == nil {
+		fmt.Fprintln(w, strings.TrimRight(s, "\n"))
+		return
+	}
+	fmt.Fprintln(w, string(out))
+}
+
+func decodeObject(s string) (map[string]any, error) {
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %v", err)
+	}
+	if m == nil {
+		return nil, errors.New("not a JSON object")
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after the JSON object")
+	}
+	return m, nil
+}
+
+// pairArgs turns name=value pairs into arguments, each value read as its declared type.
+func pairArgs(t *tools.Tool, pairs []string) (map[string]any, error) {
+	types := map[string]string{}
+	for _, p := range t.Params {
+		types[p.Name] = strings.ToLower(p.Type)
+	}
+	args := map[string]any{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: %q: arguments are name=value (or --params JSON)", tools.ErrBadArguments, kv)
+		}
+		if _, dup := args[k]; dup {
+			return nil, fmt.Errorf("%w: %s given twice", tools.ErrBadArguments, k)
+		}
+		typ, known := types[k]
+		if !known {
+			return nil, fmt.Errorf("%w: %s: unknown parameter %q", tools.ErrBadArguments, t.Name, k)
+		}
+		val, err := typedValue(typ, v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: parameter %q: %v", tools.ErrBadArguments, t.Name, k, err)
+		}
+		args[k] = val
+	}
+	return args, nil
+}
+
+func typedValue(typ, v string) (any, error) {
+	switch typ {
+	case "string":
+		return v, nil
+	case "number", "float":
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", v)
+		}
+		return f, nil
+	case "integer", "int":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", v)
+		}
+		return float64(n), nil
+	case "boolean", "bool":
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not true or false", v)
+		}
+		return b, nil
+	case "object", "array":
+		var x any
+		if err := json.Unmarshal([]byte(v), &x); err != nil {
+			return nil, fmt.Errorf("not JSON: %v", err)
+		}
+		return x, nil
+	}
+	// Untyped: JSON if it parses as such, else the text.
+	var x any
+	if json.Unmarshal([]byte(v), &x) == nil {
+		return x, nil
+	}
+	return v, nil
+}

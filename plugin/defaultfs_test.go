@@ -1,0 +1,64 @@
+package plugin
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/policy"
+)
+
+// A fledge-v1 manifest that does not mention filesystem gets the default level (the project,
+// read-only) without being asked; one that says "none" gets nothing; a legacy plugin has no
+// grants at all.
+func TestInstallDefaultFilesystem(t *testing.T) {
+	withCaps := func(caps string) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			dir := copyFixture(t, "envcheck")
+			f, err := os.OpenFile(filepath.Join(dir, ManifestFile), os.O_APPEND|os.O_WRONLY, 0)
+			require.NoError(t, err)
+			_, err = f.WriteString(caps)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			return dir
+		}
+	}
+	cases := []struct {
+		name    string
+		src     func(t *testing.T) string
+		mod     func(*InstallOptions)
+		want    policy.Grants
+		shown   string
+		notShow string
+	}{
+		{"no capabilities table", func(*testing.T) string { return "testdata/envcheck" }, nil,
+			policy.Grants{Filesystem: policy.FilesystemProject}, "reads the project (read-only, default)", ""},
+		{"capabilities without filesystem", withCaps("\n[capabilities]\nstore = true\n"), func(o *InstallOptions) { o.Yes = true },
+			policy.Grants{Store: true, Filesystem: policy.FilesystemProject}, "reads the project (read-only, default)", ""},
+		{"--grant without filesystem keeps the default", withCaps("\n[capabilities]\nstore = true\n"),
+			func(o *InstallOptions) { g := policy.Grants{Store: true}; o.Grant = &g },
+			policy.Grants{Store: true, Filesystem: policy.FilesystemProject}, "default", ""},
+		{"explicit none", withCaps("\n[capabilities]\nfilesystem = \"none\"\n"), nil,
+			policy.Grants{Filesystem: policy.FilesystemNone}, "declares no capabilities", "default"},
+		{"explicit plugin", withCaps("\n[capabilities]\nfilesystem = \"plugin\"\n"), func(o *InstallOptions) { o.Yes = true },
+			policy.Grants{Filesystem: policy.FilesystemPlugin}, "filesystem=plugin", "default"},
+		{"legacy plugin", func(*testing.T) string { return "testdata/legacy" }, nil,
+			policy.Grants{Filesystem: policy.FilesystemNone}, "declares no capabilities", "default"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, out, err := install(t, t.TempDir(), tc.src(t), tc.mod)
+			require.NoError(t, err, out)
+			assert.Equal(t, tc.want, e.Granted)
+			assert.Contains(t, out, tc.shown)
+			if tc.notShow != "" {
+				assert.NotContains(t, out, tc.notShow)
+			}
+			assert.NotContains(t, strings.ToLower(out), "installed", "the one installed line is the CLI's")
+		})
+	}
+}

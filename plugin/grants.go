@@ -1,0 +1,65 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fledgehq/fledge/policy"
+)
+
+var (
+	// ErrManifestChanged: the installed plugin.toml is not the one the user approved.
+	ErrManifestChanged = errors.New("plugin.toml changed since it was approved")
+	// ErrLegacyNoGrants: a legacy plugin (no protocol) runs as a whole program under the
+	// legacy profile; capabilities do not apply to it, so granting one would mislead.
+	ErrLegacyNoGrants = errors.New("a legacy plugin (no protocol) holds no capabilities: it runs under the legacy profile")
+)
+
+// GrantChange decides one change of a plugin's grants from its approved manifest and what it
+// holds now (policy.GrantOne / policy.RevokeOne).
+type GrantChange func(m *Manifest, cur policy.Grants) (policy.Change, error)
+
+// ChangeGrants applies change to the granted set of an installed plugin, under the registry
+// lock. The installed manifest must still be the approved one: a grant is checked against
+// the declarations the user reviewed, never against a plugin.toml edited since. Only Granted
+// changes; the approved digest stays as it was, so an edited manifest is still refused at
+// run time.
+func ChangeGrants(configDir, name string, change GrantChange) (*Entry, policy.Change, error) {
+	if !ValidName(name) {
+		return nil, policy.Change{}, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
+	}
+	unlock, err := lockRegistry(configDir)
+	if err != nil {
+		return nil, policy.Change{}, err
+	}
+	defer unlock()
+	reg, err := LoadRegistry(configDir)
+	if err != nil {
+		return nil, policy.Change{}, err
+	}
+	e := reg.Find(name)
+	if e == nil {
+		return nil, policy.Change{}, fmt.Errorf("%w: %q", ErrNotInstalled, name)
+	}
+	m, _, err := LoadManifest(Dir(configDir, name))
+	if err != nil {
+		return nil, policy.Change{}, err
+	}
+	if got := m.SHA256(); got != e.ManifestSHA256 {
+		return nil, policy.Change{}, fmt.Errorf("%w (sha256 %s, approved %s): reinstall it to review the change",
+			ErrManifestChanged, got[:12], e.ManifestSHA256[:min(12, len(e.ManifestSHA256))])
+	}
+	if !m.IsProtocol() {
+		return nil, policy.Change{}, fmt.Errorf("%w: %s", ErrLegacyNoGrants, name)
+	}
+	c, err := change(m, e.Granted)
+	if err != nil {
+		return nil, policy.Change{}, err
+	}
+	e.Granted = c.After
+	if err := reg.Save(); err != nil {
+		return nil, policy.Change{}, fmt.Errorf("save registry: %w", err)
+	}
+	out := *e
+	return &out, c, nil
+}

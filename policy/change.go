@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrProtocolCapability: a protocol capability (exec, store, metadata) was granted beyond
+// what the manifest declares. The spec keeps these within the declaration: the plugin's
+// code was written (and reviewed) for what it declares.
+var ErrProtocolCapability = fmt.Errorf("%w (exec, store and metadata can only be granted when declared)", ErrNotDeclared)
+
+// Change is the outcome of one `plugins grant` or `plugins revoke`.
+type Change struct {
+	Before, After Grants
+	// Item is the capability as applied, in Names spelling ("network", "filesystem=project").
+	Item string
+	// Unrequested lists sandbox capabilities granted beyond what the plugin asks for
+	// (Manifest.Asked): allowed, but the user must be told the plugin did not ask for them.
+	Unrequested []string
+}
+
+// parseOne parses exactly one capability item (no lists: one change, one audit record).
+func parseOne(item string) (Grants, error) {
+	item = strings.TrimSpace(item)
+	if item == "" || item == "none" || strings.Contains(item, ",") {
+		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, item)
+	}
+	return ParseGrantList(item)
+}
+
+// GrantOne adds one capability to cur. declared is what the manifest declares, asked what it
+// asks for (declared plus the default filesystem level). exec, store and metadata must be
+// declared (ErrProtocolCapability otherwise). network and filesystem are the sandbox's to
+// give: the user may grant more than the plugin asks for, and Change.Unrequested says so. A
+// bare "filesystem" means the level the plugin asks for, or "project" when it asks for none.
+func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
+	g, err := parseOne(item)
+	if err != nil {
+		return Change{}, err
+	}
+	c := Change{Before: cur, After: cur}
+	c.After.Filesystem = cur.FS()
+	switch {
+	case g.Exec || g.Store || g.Metadata:
+		name := "exec"
+		if g.Store {
+			name = "store"
+		} else if g.Metadata {
+			name = "metadata"
+		}
+		if !(Grants{Exec: g.Exec, Store: g.Store, Metadata: g.Metadata}).Subset(declared) {
+			return Change{}, fmt.Errorf("%w: %s (declared: %s)", ErrProtocolCapability, name, declared.String())
+		}
+		c.After.Exec = c.After.Exec || g.Exec
+		c.After.Store = c.After.Store || g.Store
+		c.After.Metadata = c.After.Metadata || g.Metadata
+		c.Item = name
+	case g.Network:
+		c.After.Network, c.Item = true, "network"
+		if !asked.Network {
+			c.Unrequested = append(c.Unrequested, c.Item)
+		}
+	default: // filesystem
+		level := g.Filesystem
+		if level == FilesystemDeclared {
+			level = asked.FS()
+			if level == FilesystemNone {
+				level = FilesystemProject
+			}
+		}
+		c.After.Filesystem, c.Item = level, "filesystem="+level
+		if fsRank(level) > fsRank(asked.FS()) {
+			c.Unrequested = append(c.Unrequested, c.Item)
+		}
+	}
+	return c, nil
+}
+
+// RevokeOne removes one capability from cur: exec, store, metadata, network, or filesystem
+// (any level: the plugin process then reads nothing of the project).
+func RevokeOne(cur Grants, item string) (Change, error) {
+	item = strings.ToLower(strings.TrimSpace(item))
+	if strings.HasPrefix(item, "filesystem=") {
+		return Change{}, fmt.Errorf("%w: %q (revoke takes the name only: filesystem)", ErrUnknownCapability, item)
+	}
+	g, err := parseOne(item)
+	if err != nil {
+		return Change{}, err
+	}
+	c := Change{Before: cur, After: cur, Item: item}
+	c.After.Filesystem = cur.FS()
+	switch {
+	case g.Exec:
+		c.After.Exec = false
+	case g.Store:
+		c.After.Store = false
+	case g.Metadata:
+		c.After.Metadata = false
+	case g.Network:
+		c.After.Network = false
+	case g.Filesystem == FilesystemDeclared:
+		c.After.Filesystem = FilesystemNone
+	default:
+		return Change{}, errors.New("policy: unreachable revoke item " + item)
+	}
+	return c, nil
+}
