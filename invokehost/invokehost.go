@@ -374,8 +374,11 @@ func (s *Session) connect(host string, port int, chosen uint16, restricted, inNe
 	if err != nil {
 		return fail(reason.LaunchFailed, "plugin %s: connecting to %s: %v", s.name, net.JoinHostPort(host, strconv.Itoa(port)), err)
 	}
+	// conn is read under mu (by the readers) and w under wmu (by senders).
 	s.wmu.Lock()
+	s.mu.Lock()
 	s.conn, s.w = conn, conn
+	s.mu.Unlock()
 	s.wmu.Unlock()
 	go s.read(conn, "socket")
 	return nil
