@@ -76,6 +76,11 @@ type Spec struct {
 	Access Access
 	// Network false blocks TCP connect/bind (and, where possible, all networking).
 	Network bool
+	// ListenTCP are TCP ports the process may bind (to listen on) while Network is false;
+	// it still connects nowhere. Linux: Landlock NET_BIND_TCP rules (ABI >= 4), in the
+	// run's own network namespace when there is one (so only the host, entering it, can
+	// reach the port). Other platforms do not support it: the bind is refused there.
+	ListenTCP []uint16
 	// UnixSockets allows creating unix-domain sockets. False (the default) refuses them, on
 	// Linux by seccomp: a path-based unix socket (docker.sock, D-Bus, systemd) is a way out
 	// that neither Landlock below ABI 9 nor a network namespace closes.

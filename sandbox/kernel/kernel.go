@@ -20,6 +20,9 @@ type Landlock struct {
 	ReadExec  []string `json:"rx,omitempty"`
 	// DenyNet handles TCP (and UDP on ABI >= 10) bind/connect with no port allowed.
 	DenyNet bool `json:"deny_net,omitempty"`
+	// BindTCP are ports that may still be bound under DenyNet (ABI >= 4): a plugin serving
+	// its protocol on one loopback port, which connects nowhere.
+	BindTCP []uint16 `json:"bind_tcp,omitempty"`
 	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
 	Scope bool `json:"scope,omitempty"`
 	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).

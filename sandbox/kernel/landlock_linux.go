@@ -137,6 +137,14 @@ func buildRuleset(l *Landlock) (int, error) {
 			}
 		}
 	}
+	if l.DenyNet && abi >= 4 {
+		for _, port := range l.BindTCP {
+			rule := ll.NetPortAttr{AllowedAccess: ll.AccessNetBindTCP, Port: uint64(port)}
+			if err := ll.LandlockAddNetPortRule(rfd, &rule, 0); err != nil {
+				return -1, fmt.Errorf("add rule bind tcp %d: %w", port, err)
+			}
+		}
+	}
 	ok = true
 	return rfd, nil
 }

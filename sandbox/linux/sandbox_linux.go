@@ -329,6 +329,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			ReadOnly:  append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...),
 			ReadExec:  spec.Access.ReadExec,
 			DenyNet:   !spec.Network,
+			BindTCP:   spec.ListenTCP,
 			Scope:     true,
 			LogExec:   true,
 		}
