@@ -10,12 +10,15 @@ build:
 test:
 	$(GO) test -count=1 ./...
 
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 vet:
-	gofmt -l . | tee /dev/stderr | (! read)
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	GOOS=darwin $(GO) build ./...
 	GOOS=freebsd $(GO) build ./...
+	$(GO) mod tidy -diff
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash fuzz/run.sh

@@ -56,6 +56,7 @@ var Events = []string{
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
 	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,
 	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
+	EventHandshake, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
 }
 
 // PluginRef identifies the plugin a record is about.

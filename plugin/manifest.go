@@ -48,6 +48,7 @@ var (
 var reservedCommands = map[string]bool{
 	"run": true, "plugins": true, "audit": true, "doctor": true, "help": true,
 	"completion": true, "version": true, "tools": true, "hooks": true, "serve": true,
+	"invoke": true,
 }
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)

@@ -15,6 +15,7 @@ type SessionLimits struct {
 	ExecQueue          int           // execs waiting for a slot; past it, an error reply
 	PendingRequests    int           // id-bearing requests in flight
 	PromptTimeout      time.Duration // unanswered prompt -> cancel "timeout"
+	StartupTimeout     time.Duration // plugin not ready in time -> launch_failed (invoke-v1)
 	ExecTimeoutDefault time.Duration
 	ExecTimeoutMax     time.Duration
 	OutputCap          int           // bytes kept per exec stream
@@ -38,6 +39,7 @@ func (c *Config) SessionLimits() SessionLimits {
 		ExecQueue:          c.Limits.ExecQueue,
 		PendingRequests:    c.Limits.PendingRequests,
 		PromptTimeout:      c.Limits.PromptTimeout,
+		StartupTimeout:     c.Limits.StartupTimeout,
 		ExecTimeoutDefault: c.Sandbox.TimeoutDefault,
 		ExecTimeoutMax:     c.Sandbox.TimeoutMax,
 		OutputCap:          int(c.Sandbox.OutputCap),
@@ -62,6 +64,26 @@ func ExecTimeout(seconds *float64, def, max time.Duration) (d time.Duration, cla
 		return max, true, nil
 	}
 	return time.Duration(s * float64(time.Second)), false, nil
+}
+
+// CallTimeout is the timeout of one call into a long-lived plugin (a runtime-v1 execute, an
+// invoke-v1 request): the plugin's own [plugin] timeout (a Go duration such as "30s") under
+// the exec timeout rule, else the default. An unusable value gives the default and an error
+// to warn about.
+func CallTimeout(manifestTimeout string, lim SessionLimits) (time.Duration, error) {
+	if manifestTimeout == "" {
+		return lim.ExecTimeoutDefault, nil
+	}
+	d, err := time.ParseDuration(manifestTimeout)
+	if err != nil {
+		return lim.ExecTimeoutDefault, fmt.Errorf("[plugin] timeout = %q is not a duration: the default %s applies", manifestTimeout, lim.ExecTimeoutDefault)
+	}
+	s := d.Seconds()
+	t, _, err := ExecTimeout(&s, lim.ExecTimeoutDefault, lim.ExecTimeoutMax)
+	if err != nil {
+		return lim.ExecTimeoutDefault, fmt.Errorf("[plugin] timeout: %w: the default %s applies", err, lim.ExecTimeoutDefault)
+	}
+	return t, nil
 }
 
 // Profile is everything policy decides about running one plugin: what the plugin process,

@@ -121,6 +121,9 @@ type LimitsConfig struct {
 	ExecQueue       int
 	PendingRequests int
 	PromptTimeout   time.Duration
+	// StartupTimeout bounds how long a plugin may take to say it is ready (invoke-v1's
+	// plugin_ready); past it the start is launch_failed.
+	StartupTimeout time.Duration
 }
 
 // AuditConfig is the [audit] table.
@@ -152,6 +155,7 @@ func Default() *Config {
 			ExecQueue:       64,
 			PendingRequests: 256,
 			PromptTimeout:   5 * time.Minute,
+			StartupTimeout:  30 * time.Second,
 		},
 		Audit: AuditConfig{Fsync: FsyncDurable},
 	}
@@ -291,6 +295,7 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"exec_queue":       intInto(&l.ExecQueue, &n64[1], 0, 4096),
 			"pending_requests": intInto(&l.PendingRequests, &n64[2], 1, 65536),
 			"prompt_timeout":   durationField(&l.PromptTimeout, 24*time.Hour),
+			"startup_timeout":  durationField(&l.StartupTimeout, time.Hour),
 		}, true
 	case "audit":
 		return map[string]setter{

@@ -28,6 +28,7 @@ func TestLoadMissingFileGivesDefaults(t *testing.T) {
 	assert.Equal(t, 64, c.Limits.ExecQueue)
 	assert.Equal(t, 256, c.Limits.PendingRequests)
 	assert.Equal(t, 5*time.Minute, c.Limits.PromptTimeout)
+	assert.Equal(t, 30*time.Second, c.Limits.StartupTimeout)
 	assert.Equal(t, FsyncDurable, c.Audit.Fsync)
 }
 
@@ -54,6 +55,7 @@ concurrent_execs = 2
 exec_queue = 8
 pending_requests = 32
 prompt_timeout = "90s"
+startup_timeout = "45s"
 
 [audit]
 fsync = "always"
@@ -84,6 +86,8 @@ tool_argument_values = true
 	assert.Equal(t, 8, c.Limits.ExecQueue)
 	assert.Equal(t, 32, c.Limits.PendingRequests)
 	assert.Equal(t, 90*time.Second, c.Limits.PromptTimeout)
+	assert.Equal(t, 45*time.Second, c.Limits.StartupTimeout)
+	assert.Equal(t, 45*time.Second, c.SessionLimits().StartupTimeout)
 	assert.Equal(t, FsyncAlways, c.Audit.Fsync)
 	assert.Equal(t, 100*MiB, c.Audit.RotateBytes)
 	assert.True(t, c.Audit.ToolArgumentValues)
@@ -322,4 +326,23 @@ func TestConfigServePriority(t *testing.T) {
 	_, err = Parse("/cfg/config.toml", []byte("[serve]\npriority = \"high\"\n"), "/cfg", "/home/u")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "serve] priority")
+}
+
+func TestCallTimeout(t *testing.T) {
+	lim := SessionLimits{ExecTimeoutDefault: 30 * time.Second, ExecTimeoutMax: time.Minute}
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		err  bool
+	}{
+		{"", 30 * time.Second, false},
+		{"5s", 5 * time.Second, false},
+		{"10m", time.Minute, false}, // clamped to the maximum, as execs are
+		{"soon", 30 * time.Second, true},
+		{"-1s", 30 * time.Second, true},
+	} {
+		d, err := CallTimeout(tc.in, lim)
+		assert.Equal(t, tc.want, d, tc.in)
+		assert.Equal(t, tc.err, err != nil, tc.in)
+	}
 }

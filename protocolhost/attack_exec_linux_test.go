@@ -70,7 +70,7 @@ func TestAttackExecFilesystem(t *testing.T) {
 		{"write_home", "echo pwned > " + homeTarget},
 		{"write_tmp", "echo pwned > " + tmpTarget},
 		{"append_plugins_toml", "printf '[plugin.granted]\\nexec = true\\n' >> " + s.tomlPath},
-		{"remove_plugins_toml", "rm -f " + s.tomlPath},
+		{"remove_plugins_toml", "rm " + s.tomlPath}, // not -f: in a private filesystem view the file does not exist, and rm -f of nothing succeeds
 		{"overwrite_config", "echo '[sandbox]' > " + s.configPath},
 		{"overwrite_other_state", `echo '{"token":"mine"}' > ` + s.otherState},
 		{"forge_audit", `echo '{"event":"forged-` + id + `"}' >> ` + f.auditPath},

@@ -22,16 +22,22 @@ const (
 	SandboxUnavailable      Code = "sandbox_unavailable"
 	Cancelled               Code = "cancelled"
 	NonInteractive          Code = "non_interactive"
-	// MalformedResponse: a plugin's answer broke its protocol (a response to an id that was
-	// never sent, a result that does not decode).
+	// MalformedResponse: a plugin's reply is not one whole JSON object of the expected
+	// shape, or a second line came where exactly one was expected (runtime-v1, invoke-v1).
 	MalformedResponse Code = "malformed_response"
+	// ToolNotExposed: the tool asked for is not among those the plugin's handshake exposes.
+	ToolNotExposed Code = "tool_not_exposed"
+	// CapabilityNotAllowed: a plugin declared a capability outside the host's allow-list for
+	// its binding (or an empty, whitespace-padded or duplicate value).
+	CapabilityNotAllowed Code = "capability_not_allowed"
 )
 
 // All lists every code, in taxonomy order (docs and tests iterate it).
 var All = []Code{
 	OK, LaunchFailed, HandshakeFailed, Timeout, Crashed, MalformedMessage,
 	ProtocolVersionMismatch, CapabilityNotDeclared, CapabilityNotGranted, PathEscape,
-	LimitExceeded, OOMKilled, SandboxUnavailable, Cancelled, NonInteractive, MalformedResponse,
+	LimitExceeded, OOMKilled, SandboxUnavailable, Cancelled, NonInteractive,
+	MalformedResponse, ToolNotExposed, CapabilityNotAllowed,
 }
 
 // Valid reports whether c is a known code.
@@ -42,4 +48,43 @@ func (c Code) Valid() bool {
 		}
 	}
 	return false
+}
+
+// ToolFailed is the exit status of a tool or request that ran and reported its own failure
+// (a plugin's error reply): not one of fledge's reasons.
+const ToolFailed = 1
+
+// exitStatus maps each reason to the exit status of a command that failed for it (the
+// README's table). The values stay clear of 1 (the tool's own failure), 2 (usage), 126
+// (could not run), 127 (unknown command) and 128+n (signals) except where the meaning is
+// that one: a plugin that could not be started is 126, a user interrupt is 130, a time
+// bound is 124 (as timeout(1)).
+var exitStatus = map[Code]int{
+	OK:                      0,
+	LaunchFailed:            126,
+	SandboxUnavailable:      126,
+	HandshakeFailed:         101,
+	ProtocolVersionMismatch: 102,
+	CapabilityNotDeclared:   103,
+	CapabilityNotAllowed:    104,
+	CapabilityNotGranted:    105,
+	ToolNotExposed:          106,
+	MalformedResponse:       107,
+	MalformedMessage:        107,
+	Crashed:                 108,
+	LimitExceeded:           109,
+	OOMKilled:               110,
+	PathEscape:              111,
+	NonInteractive:          112,
+	Timeout:                 124,
+	Cancelled:               130,
+}
+
+// ExitStatus is the exit status fledge ends with when a tool call or plugin request failed
+// for reason c (documented in the README). Unknown codes are 1.
+func ExitStatus(c Code) int {
+	if s, ok := exitStatus[c]; ok {
+		return s
+	}
+	return ToolFailed
 }

@@ -27,6 +27,12 @@ type Access struct {
 	ReadWrite []string // read, write, create, remove
 	ReadOnly  []string // read files and list directories
 	ReadExec  []string // read and execute
+	// Protected are paths inside ReadWrite roots that stay read-only and cannot be removed
+	// or renamed away (Linux private filesystem view). nil means the default: .git/hooks
+	// and .git/config of every ReadWrite root that is a git repository, so a command
+	// cannot plant a hook or an fsmonitor/alias the user's next git would run. A non-nil
+	// empty slice opts out. (Policy will fill this; until then the sandbox defaults it.)
+	Protected []string
 	// Deny lists paths that must stay unreachable even if an allow entry covers them (the
 	// fledge config and state dirs). Landlock cannot subtract, so the Linux sandbox refuses a
 	// Spec whose allow entries contain a Deny path; Seatbelt emits explicit deny rules.
@@ -70,6 +76,11 @@ type Spec struct {
 	Access Access
 	// Network false blocks TCP connect/bind (and, where possible, all networking).
 	Network bool
+	// ListenTCP are TCP ports the process may bind (to listen on) while Network is false;
+	// it still connects nowhere. Linux: Landlock NET_BIND_TCP rules (ABI >= 4), in the
+	// run's own network namespace when there is one (so only the host, entering it, can
+	// reach the port). Other platforms do not support it: the bind is refused there.
+	ListenTCP []uint16
 	// UnixSockets allows creating unix-domain sockets. False (the default) refuses them, on
 	// Linux by seccomp: a path-based unix socket (docker.sock, D-Bus, systemd) is a way out
 	// that neither Landlock below ABI 9 nor a network namespace closes.
@@ -138,18 +149,39 @@ type Mode struct {
 
 // Report is what this machine can enforce (for `fledge doctor`).
 type Report struct {
-	OS             string   `json:"os"`
-	Kernel         string   `json:"kernel,omitempty"`
-	Confinement    string   `json:"confinement"`
-	LandlockABI    int      `json:"landlock_abi"`
-	CgroupMode     string   `json:"cgroup_mode"` // v2 | hybrid | v1 | none
-	CgroupWritable bool     `json:"cgroup_writable"`
-	CgroupPath     string   `json:"cgroup_path,omitempty"`
-	UserNamespaces bool     `json:"user_namespaces"`
-	NetworkDeny    string   `json:"network_deny"`     // how network=deny is enforced
-	UnixSocketDeny string   `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
-	TreeKill       string   `json:"tree_kill"`
-	Warnings       []string `json:"warnings,omitempty"`
+	OS             string `json:"os"`
+	Kernel         string `json:"kernel,omitempty"`
+	Confinement    string `json:"confinement"`
+	LandlockABI    int    `json:"landlock_abi"`
+	CgroupMode     string `json:"cgroup_mode"` // v2 | hybrid | v1 | none
+	CgroupWritable bool   `json:"cgroup_writable"`
+	CgroupPath     string `json:"cgroup_path,omitempty"`
+	UserNamespaces bool   `json:"user_namespaces"`
+	NetworkDeny    string `json:"network_deny"`     // how network=deny is enforced
+	UnixSocketDeny string `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
+	TreeKill       string `json:"tree_kill"`
+	// HostDeath says what ends every sandboxed process if fledge itself dies by a signal
+	// (kill -9, OOM killer): "watchdog" (a separate process that kills every registered
+	// cgroup and process group when the host's pipe closes) or "none".
+	HostDeath string `json:"host_death"`
+	// FilesystemView says how a command's view of the filesystem is built:
+	// "mount-namespace" (only granted paths exist, read-only unless granted writable,
+	// private /tmp, protected paths read-only) or "none" (Landlock alone: the rest of the
+	// filesystem exists but is unreadable).
+	FilesystemView string `json:"filesystem_view"`
+	// SeccompDenied is the seccomp deny-list every command and plugin process runs under
+	// (empty where there is no filter). Unix sockets appear when refused by default.
+	SeccompDenied []DeniedSyscall `json:"seccomp_denied,omitempty"`
+	Warnings      []string        `json:"warnings,omitempty"`
+}
+
+// DeniedSyscall is one row of the seccomp deny-list: the call, when it is refused (always,
+// or for which arguments), the error the caller gets, and why.
+type DeniedSyscall struct {
+	Name  string `json:"name"`
+	When  string `json:"when"`
+	Errno string `json:"errno"`
+	Why   string `json:"why"`
 }
 
 // Sandbox starts confined processes.

@@ -37,7 +37,11 @@ func (o *DoctorOptions) Run() error {
 	defer e.close()
 	rep := e.sb.Report()
 	strict := e.cfg.Sandbox.Strict
-	refuses := strict && (rep.Confinement == "none" || rep.CgroupMode == "none" || !rep.CgroupWritable)
+	// The same promises the Linux sandbox refuses strict runs for: no Landlock, no writable
+	// cgroup, no host-death watchdog, or no way to build a private filesystem view at all.
+	noView := rep.OS == "linux" && rep.FilesystemView == "none" && os.Geteuid() != 0 && !rep.UserNamespaces
+	refuses := strict && (rep.Confinement == "none" || rep.CgroupMode == "none" || !rep.CgroupWritable ||
+		(rep.OS == "linux" && rep.HostDeath == "none") || noView)
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, map[string]any{
 			"fledge":        version,
@@ -67,6 +71,13 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  network deny via: %s\n", rep.NetworkDeny)
 	fmt.Fprintf(w, "  unix sockets:     refused via %s\n", rep.UnixSocketDeny)
 	fmt.Fprintf(w, "  tree kill:        %s\n", rep.TreeKill)
+	fmt.Fprintf(w, "  filesystem view:  %s\n", viewText(rep.FilesystemView))
+	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
+	if rep.HostDeath == "watchdog" {
+		fmt.Fprintf(w, "  if fledge dies:   a watchdog process kills every command and plugin it started\n")
+	} else if rep.HostDeath != "" {
+		fmt.Fprintf(w, "  if fledge dies:   commands and plugins it started keep running (%s)\n", rep.HostDeath)
+	}
 	fmt.Fprintf(w, "  strict policy:    %v\n", strict)
 	lim := e.cfg.ExecLimits()
 	fmt.Fprintf(w, "  an exec gets:     rw project + plugin data + private tmp; memory %d MiB, pids %d, network %v\n",
@@ -76,7 +87,7 @@ func (o *DoctorOptions) Run() error {
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
-	if os.Geteuid() == 0 {
+	if os.Geteuid() == 0 && rep.FilesystemView != "mount-namespace" {
 		fmt.Fprintf(w, "  warning: running as root: Landlock does not govern chmod/utime/xattrs, and every system file\n"+
 			"           is root's own, so a command could change modes outside its sandbox (never contents).\n"+
 			"           Run fledge as an unprivileged user where you can.\n")
@@ -90,6 +101,34 @@ func (o *DoctorOptions) Run() error {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
 	}
 	return nil
+}
+
+// viewText says what a command's filesystem looks like.
+func viewText(view string) string {
+	switch view {
+	case "mount-namespace":
+		return "private (mount namespace: only granted paths exist; .git/hooks and .git/config read-only)"
+	case "":
+		return "n/a"
+	}
+	return "the host's (Landlock decides access; other paths exist and their metadata can change)"
+}
+
+// seccompSummary is the one-line form of the deny-list (doctor --json has every row).
+func seccompSummary(denied []sandbox.DeniedSyscall) string {
+	if len(denied) == 0 {
+		return "nothing (no seccomp filter here)"
+	}
+	names := make([]string, 0, 6)
+	for _, d := range denied {
+		if len(names) == cap(names) {
+			break
+		}
+		if d.Name != "socket" && d.Name != "openat2" {
+			names = append(names, d.Name)
+		}
+	}
+	return fmt.Sprintf("%d syscalls (%s, ...; doctor --json says when and why)", len(denied), strings.Join(names, ", "))
 }
 
 // limitsJSON renders limits with units in the key names (bytes, seconds) for JSON readers.

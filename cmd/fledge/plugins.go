@@ -337,6 +337,7 @@ func (o *InfoOptions) Run() error {
 	if pi.ManifestChanged {
 		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
 	}
+	fmt.Fprintf(w, "  protocol:  %s\n", protocolName(en.Protocol))
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
 	fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))

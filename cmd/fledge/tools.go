@@ -33,19 +33,13 @@ const (
 )
 
 // ReasonExit is the exit status of a tool or hook call that failed for a reason of
-// fledge's: 124 timeout, 130 cancelled, 126 for everything else that kept the call from
-// running or answering (launch_failed, handshake_failed, crashed, malformed_message,
-// limit_exceeded, sandbox_unavailable, oom_killed, ...).
+// fledge's: the one mapping of reason codes to exit statuses (reason.ExitStatus, the
+// README's table): 124 timeout, 130 cancelled, 126 launch_failed, 101-112 the others.
 func ReasonExit(rc reason.Code) int {
-	switch rc {
-	case reason.OK, "":
+	if rc == "" {
 		return ExitOK
-	case reason.Timeout:
-		return ExitTimeout
-	case reason.Cancelled:
-		return ExitInterrupted
 	}
-	return ExitCannotRun
+	return reason.ExitStatus(rc)
 }
 
 // toolsEnv is what `tools`, `hooks` and `serve` share: the machine, the installed plugins,

@@ -1,20 +1,29 @@
 // Package linux is fledge's Linux sandbox. The host process itself is never restricted.
 //
 // Launch (Options.Launch): by default a throwaway OS thread of the host takes on the
-// child's confinement and forks it (thread_linux.go): unshare(CLONE_FS|CLONE_FILES),
-// fchdir into the guarded directory handle, every fd >= 3 close-on-exec, join the run's v1
-// cgroups with its tid, no_new_privs, Landlock, then fork+exec with setsid (no controlling
-// terminal) and CLONE_INTO_CGROUP; RLIMIT_CORE=0 and RLIMIT_NOFILE are set with prlimit
-// right after the fork. LaunchStub re-executes the stub (package stub) instead, which does
-// the same steps in itself (joining v1 groups through cgroup.procs) and has no rlimit
-// window, at the cost of a Go runtime start per run.
+// child's confinement and forks it (thread_linux.go): unshare(CLONE_FS) (and
+// CLONE_NEWNET for network=deny), fchdir into the guarded directory handle, join the run's
+// v1 cgroups with its tid, the private filesystem view (as root: a mount namespace with
+// only the grants, entered by path and checked against the handle), no_new_privs,
+// Landlock, the capability drop, unshare(CLONE_FILES) and every fd >= 3 close-on-exec,
+// the seccomp deny-list, then fork+exec with setsid (no controlling terminal) and
+// CLONE_INTO_CGROUP; RLIMIT_CORE=0 and RLIMIT_NOFILE are set with prlimit right after the
+// fork. LaunchStub re-executes the stub (package stub) instead, which does the same steps
+// in itself (joining v1 groups through cgroup.procs) and has no rlimit window, at the cost
+// of a Go runtime start per run. The kernel steps are package sandbox/kernel, shared by
+// both.
+//
+// Host death (guard_linux.go): each sandbox starts a watchdog process on first use and
+// registers every tree's cgroups with it before the tree starts; if the host dies by any
+// signal the watchdog kills them. It also answers the seccomp clone3 gate the thread
+// launcher's own CLONE_INTO_CGROUP fork needs.
 //
 // Ordering, so that no process escapes its cgroup: the unified group is entered at clone
 // time (CLONE_INTO_CGROUP); v1 controller groups (hybrid/legacy: memory, pids, cpu,
 // freezer) are joined by the launching thread or the stub before exec, so every process
 // the command ever forks is born inside them.
 //
-// Landlock: the best ABI the kernel has (up to stub.MaxLandlockABI). Read-write:
+// Landlock: the best ABI the kernel has (up to kernel.MaxLandlockABI). Read-write:
 // Access.ReadWrite, the private tmp and /dev/null. Read-only: Access.ReadOnly, /etc,
 // /proc (ps, /dev/fd; other processes' environ/mem stay out of reach because Landlock also
 // scopes ptrace), /dev/{zero,full,random,urandom}. Read+exec: Access.ReadExec (callers

@@ -34,6 +34,8 @@ func runHelper(h string) int {
 		c.Close()
 		fmt.Println("connected")
 		return 0
+	case "host":
+		return runHostHelper(os.Args[1], os.Args[2], os.Args[3])
 	case "alloc":
 		// Touch memory page by page until the cgroup stops us.
 		var keep [][]byte

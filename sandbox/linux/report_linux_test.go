@@ -2,6 +2,7 @@ package linux
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/internal/testutil"
-	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 func TestReport(t *testing.T) {
@@ -21,7 +22,7 @@ func TestReport(t *testing.T) {
 		r := newSandbox(t, Options{}).Report()
 		assert.Equal(t, "linux", r.OS)
 		assert.NotEmpty(t, r.Kernel)
-		assert.Equal(t, stub.LandlockABI(), r.LandlockABI)
+		assert.Equal(t, kernel.LandlockABI(), r.LandlockABI)
 		assert.Equal(t, wantMode, r.CgroupMode)
 		if r.LandlockABI > 0 {
 			assert.Equal(t, "landlock", r.Confinement)
@@ -29,6 +30,15 @@ func TestReport(t *testing.T) {
 		if r.CgroupWritable {
 			assert.Contains(t, []string{KillCgroup, KillFreezer}, r.TreeKill)
 			assert.NotEmpty(t, r.CgroupPath)
+		}
+		// This test binary calls stub.MaybeRun, so the watchdog can run; as root the view
+		// can be built; on x86-64 and arm64 the deny-list is there.
+		assert.Equal(t, "watchdog", r.HostDeath)
+		if os.Geteuid() == 0 {
+			assert.Equal(t, "mount-namespace", r.FilesystemView)
+		}
+		if kernel.SeccompSupported() {
+			assert.Equal(t, len(kernel.DeniedSyscalls(kernel.Filter{DenyUnix: true})), len(r.SeccompDenied))
 		}
 		_, err := json.Marshal(r)
 		require.NoError(t, err)

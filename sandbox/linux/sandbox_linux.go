@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
@@ -28,6 +30,7 @@ type Options struct {
 	DisableLandlock bool
 	DisableCgroups  bool
 	DisableNetNS    bool
+	DisableView     bool // no private filesystem view (Landlock alone)
 	// Launch picks how the child is confined before exec: LaunchThread (default) or
 	// LaunchStub (re-exec StubPath through stub.MaybeRun).
 	Launch string
@@ -49,6 +52,7 @@ type Sandbox struct {
 	abi      int
 	cg       *cgEnv
 	netns    bool
+	view     bool
 	userns   bool
 	kernel   string
 
@@ -59,6 +63,7 @@ type Sandbox struct {
 	cleanupErr []error
 
 	spares spares
+	guard  *guard
 }
 
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
@@ -68,9 +73,12 @@ func (s *Sandbox) Close() error {
 	s.cleanups.Wait()
 	s.cleanupMu.Lock()
 	defer s.cleanupMu.Unlock()
-	err := joinErrs(s.cleanupErr)
+	errs := s.cleanupErr
 	s.cleanupErr = nil
-	return err
+	if err := s.guard.close(); err != nil {
+		errs = append(errs, err)
+	}
+	return joinErrs(errs)
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -94,7 +102,7 @@ func New(opts Options) (*Sandbox, error) {
 		sb.stubPath = p
 	}
 	if !opts.DisableLandlock {
-		sb.abi = stub.LandlockABI()
+		sb.abi = kernel.LandlockABI()
 	}
 	if opts.DisableCgroups {
 		sb.cg = &cgEnv{mode: CgroupNone, v1: map[string]string{}, v2Ctl: map[string]bool{}}
@@ -105,6 +113,10 @@ func New(opts Options) (*Sandbox, error) {
 		sb.netns = canUnshareNet()
 	}
 	sb.userns = userNamespaces()
+	if !opts.DisableView {
+		sb.view = canBuildView()
+	}
+	sb.guard = newGuard(sb.stubPath)
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
 		sb.kernel = unix.ByteSliceToString(uts.Release[:])
@@ -122,6 +134,20 @@ func canUnshareNet() bool {
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
 		res <- unix.Unshare(unix.CLONE_NEWNET) == nil
+	}()
+	return <-res
+}
+
+// canBuildView tries a mount namespace on a throwaway thread (like canUnshareNet): a view
+// needs CAP_SYS_ADMIN there.
+func canBuildView() bool {
+	if !kernel.ViewSupported() {
+		return false
+	}
+	res := make(chan bool, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
+		res <- unix.Unshare(unix.CLONE_FS|unix.CLONE_NEWNS) == nil
 	}()
 	return <-res
 }
@@ -167,12 +193,34 @@ func (s *Sandbox) Report() sandbox.Report {
 		CgroupPath:     s.cg.unified,
 		UserNamespaces: s.userns,
 		NetworkDeny:    s.networkDeny(),
-		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[stub.UnixSocketFilterSupported()],
+		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
 		TreeKill:       s.cg.killMethod(),
+		HostDeath:      "none",
+		FilesystemView: "none",
 		Warnings:       append([]string{}, s.cg.warnings...),
+	}
+	switch {
+	case s.view:
+		r.FilesystemView = "mount-namespace"
+	case s.userns:
+		r.Warnings = append(r.Warnings, "no private filesystem view: it needs root here (user-namespace views are not implemented yet); Landlock alone, so paths outside the sandbox exist and their metadata (chmod, utime) can change")
+	default:
+		r.Warnings = append(r.Warnings, "no private filesystem view: neither root nor user namespaces")
+	}
+	if s.guard.available() {
+		r.HostDeath = "watchdog"
+	} else {
+		r.Warnings = append(r.Warnings, errNoWatchdog.Error()+": commands outlive a killed host")
 	}
 	if r.CgroupPath == "" {
 		r.CgroupPath = s.cg.v1["memory"]
+	}
+	// The default spec refuses unix sockets, so the table shows that rule too.
+	for _, d := range kernel.DeniedSyscalls(kernel.Filter{DenyUnix: true}) {
+		r.SeccompDenied = append(r.SeccompDenied, sandbox.DeniedSyscall(d))
+	}
+	if !kernel.SeccompSupported() {
+		r.Warnings = append(r.Warnings, "no seccomp filter for this architecture: io_uring, namespaces, keyrings, ptrace attach, set-id bits and unix sockets are not refused")
 	}
 	if s.abi > 0 {
 		r.Confinement = "landlock"
@@ -213,8 +261,14 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 			m.Degraded = append(m.Degraded, "network deny")
 		}
 	}
-	if !stub.SeccompSupported() {
-		m.Degraded = append(m.Degraded, "seccomp filter: unix-socket and setuid-bit deny (no filter for this architecture)")
+	if !kernel.SeccompSupported() {
+		m.Degraded = append(m.Degraded, "seccomp filter: syscall deny-list, unix-socket and setuid-bit deny (no filter for this architecture)")
+	}
+	if !s.guard.available() {
+		m.Degraded = append(m.Degraded, "host-death cleanup ("+errNoWatchdog.Error()+")")
+	}
+	if !s.view && !s.userns {
+		m.Degraded = append(m.Degraded, "private filesystem view (neither root nor user namespaces)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
@@ -267,16 +321,22 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	}
 
 	pol := &stub.Policy{Path: spec.Path, Args: spec.Args, Env: env, NoFile: spec.Limits.NoFile,
-		DenyUnix: !spec.UnixSockets && stub.UnixSocketFilterSupported()}
+		DenyUnix: !spec.UnixSockets && kernel.UnixSocketFilterSupported()}
 	if s.abi > 0 {
-		pol.Landlock = &stub.Landlock{
+		pol.Landlock = &kernel.Landlock{
 			ABI:       s.abi,
 			ReadWrite: append(rw, implicitReadWrite...),
 			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
 			ReadExec:  spec.Access.ReadExec,
 			DenyNet:   !spec.Network,
+			BindTCP:   spec.ListenTCP,
 			Scope:     true,
 			LogExec:   true,
+		}
+	}
+	if s.view {
+		if pol.View, err = buildView(spec, rw); err != nil {
+			return nil, err
 		}
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
@@ -303,6 +363,15 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.mode.Cgroup, p.mode.TreeKill = CgroupNone, KillPgroup
 		} else {
 			p.cg = rc
+			// Registered before the tree exists: a host killed from here on leaves nothing.
+			if err := s.guard.add(rc.guardItems()...); err != nil {
+				if spec.Strict {
+					return nil, fmt.Errorf("%w: host-death watchdog: %w", sandbox.ErrUnavailable, err)
+				}
+				p.mode.Degraded = append(p.mode.Degraded, "host-death cleanup ("+err.Error()+")")
+			} else {
+				p.guarded = rc.guardItems()
+			}
 			if len(degraded) > 0 {
 				if spec.Strict {
 					return nil, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(degraded, "; "))
@@ -341,6 +410,19 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
 		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec}
+		if sys.UseCgroupFD && kernel.SeccompSupported() {
+			// The launch forks with clone3 (CLONE_INTO_CGROUP); the watchdog, already
+			// running for this tree's cgroups, gates it.
+			if p.guarded != nil {
+				tl.gate = s.guard.gate
+			} else if spec.Strict {
+				p.stdio.Started()
+				p.stdio.Abort()
+				return nil, fmt.Errorf("%w: clone3 cannot be filtered without the host-death watchdog", sandbox.ErrUnavailable)
+			} else {
+				p.mode.Degraded = append(p.mode.Degraded, "seccomp: clone3 not filtered (no watchdog to gate it)")
+			}
+		}
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
@@ -351,6 +433,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	p.stdio.Started()
 	if err != nil {
 		return nil, err
+	}
+	if p.cg == nil && s.guard.available() {
+		// No cgroup: the process group (the child is a session leader) is what the
+		// watchdog can reach; registered right after the start.
+		item := "+pg " + strconv.Itoa(p.proc.Pid)
+		if err := s.guard.add(item); err != nil {
+			p.mode.Degraded = append(p.mode.Degraded, "host-death cleanup ("+err.Error()+")")
+		} else {
+			p.guarded = []string{item}
+		}
 	}
 	ok = true
 	s.spareAfterLaunch(spec)
@@ -369,6 +461,8 @@ type process struct {
 	cg    *runCgroup
 	stdio *stub.Stdio
 	tmp   string
+	// guarded are the watchdog registrations of this tree, removed once it is gone.
+	guarded []string
 
 	main chan struct{} // closed when the main process has exited
 	done chan struct{} // closed when the tree is gone and res is set
@@ -521,6 +615,7 @@ func (p *process) wait() {
 
 // cleanup removes the run's cgroups and private tmp.
 func (p *process) cleanup() error {
+	p.sb.guard.remove(p.guarded...)
 	var errs []error
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {

@@ -214,7 +214,7 @@ func TestFilesystemConfinement(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, "[x]\n", string(b))
 		}},
-		{"replace plugins.toml", `mv "$2/plugins.toml" "$1/" ; rm -f "$2/plugins.toml"`, func(t *testing.T, _ string) {
+		{"replace plugins.toml", `mv "$2/plugins.toml" "$1/" ; rm "$2/plugins.toml"`, func(t *testing.T, _ string) {
 			assert.FileExists(t, filepath.Join(e.config, "plugins.toml"))
 		}},
 	} {

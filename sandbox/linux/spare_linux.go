@@ -105,6 +105,9 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 	if err != nil {
 		return nil
 	}
+	// A killed host must not leave the spare's groups behind either (best effort: a
+	// spare is an optimisation).
+	_ = s.guard.add(rc.guardItems()...)
 	sp := &spare{rc: rc, degraded: degraded, name: name, limits: limits,
 		jobs: make(chan *threadLaunch), results: make(chan launchResult, 1), released: make(chan struct{})}
 	joined := make(chan error, 1)
@@ -149,6 +152,7 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 	}
 	go park()
 	if err := <-joined; err != nil {
+		s.guard.remove(rc.guardItems()...)
 		_ = rc.remove()
 		return nil
 	}
@@ -161,6 +165,7 @@ func (s *Sandbox) disposeSpare(sp *spare, removeGroups bool) {
 	sp.jobs <- nil
 	<-sp.released
 	if removeGroups {
+		s.guard.remove(sp.rc.guardItems()...)
 		_ = sp.rc.remove()
 	}
 }

@@ -51,9 +51,11 @@ a, b = socket.socketpair(); a.send(b"x"); print("pair", b.recv(1))`
 			assert.Contains(t, out, "pair b'x'", "socketpair still works")
 			assert.EqualValues(t, 0, accepted.Load())
 
-			// Policy can allow them; then the same client connects (the test can fail).
+			// Policy can allow them; then the same client connects (the test can fail). In a
+			// private filesystem view the socket must also be a granted path.
 			spec = e.spec(`exec /usr/bin/python3 -c "$1" "$2"`, "sh", client, sock)
 			spec.UnixSockets = true
+			spec.Access.ReadWrite = append(spec.Access.ReadWrite, sock)
 			res, out, errOut = run(t, sb, spec)
 			require.Equal(t, 0, res.ExitCode, errOut)
 			assert.Contains(t, out, "CONNECTED")

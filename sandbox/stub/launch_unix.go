@@ -16,25 +16,33 @@ import (
 	"github.com/fledgehq/fledge/sandbox"
 )
 
-// DefaultConfirmTimeout bounds how long Launch waits for the stub to exec or fail.
+// DefaultConfirmTimeout bounds how long Start waits for the stub to exec or fail.
 const DefaultConfirmTimeout = 30 * time.Second
 
-// Launch describes one stub start on the host side.
+// Launch describes one stub start on the host side. The darwin and fallback sandboxes
+// always start children this way; the Linux sandbox only with its LaunchStub method (its
+// default thread launcher applies the same kernel steps, from sandbox/kernel, on a host
+// thread and never re-executes).
 type Launch struct {
-	StubPath string   // absolute path of the executable holding MaybeRun
-	Wrapper  []string // programs run before the stub (e.g. sandbox-exec -p PROFILE); Wrapper[0] absolute
-	Policy   *Policy
-	Dir      *os.File // guarded working directory; nil = inherit
-	// Stdio for the child; all three must be set (use /dev/null, never a terminal).
+	StubPath string   // absolute path of an executable whose main calls MaybeRun first
+	Wrapper  []string // programs run before the stub (darwin: sandbox-exec -p PROFILE); Wrapper[0] absolute
+	// Policy is sent to the stub as JSON. Start fills in HasDir and, unless the caller set
+	// them, DirDev/DirIno from Dir.
+	Policy *Policy
+	Dir    *os.File // guarded working directory; nil = inherit the host's
+	// Stdio for the child; all three must be set. Use the Files of OpenStdio, which never
+	// hands a terminal to the child.
 	Stdin, Stdout, Stderr *os.File
-	Sys                   *syscall.SysProcAttr
-	ConfirmTimeout        time.Duration // 0 = DefaultConfirmTimeout
+	Sys                   *syscall.SysProcAttr // clone flags, cgroup fd, setsid for the stub
+	ConfirmTimeout        time.Duration        // 0 = DefaultConfirmTimeout
 }
 
-// Start starts the stub and returns once it has exec'd the target program (the returned
-// process is then that program: exec keeps the pid) or failed. A failure before exec comes
-// back as sandbox.ErrLaunch wrapping ErrStubFailed and the stub's *StepError, and the stub
-// has been reaped.
+// Start starts the stub and returns once the stub has written its exec mark and the error
+// pipe closed (close-on-exec: execve succeeded), so the returned process is the target
+// program (exec keeps the pid). A failure before exec, or a stub that neither execs nor
+// fails within ConfirmTimeout, comes back as sandbox.ErrLaunch wrapping ErrStubFailed
+// (and the stub's *StepError when it reported one); the stub has then been killed and
+// reaped.
 func (l *Launch) Start() (*os.Process, error) {
 	if l.Policy == nil || l.StubPath == "" {
 		return nil, fmt.Errorf("%w: no policy or stub path", sandbox.ErrLaunch)

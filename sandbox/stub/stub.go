@@ -7,8 +7,10 @@
 // Every failure before exec is written to a dedicated CLOEXEC error pipe, so the host can
 // report launch_failed with a precise cause instead of a bare exit code.
 //
-// The host half (Launch) lives here too, so every sandbox (linux, darwin, fallback) starts
-// the stub the same way.
+// The host half (Launch) lives here too, so every sandbox that re-executes (darwin,
+// fallback, and linux with LaunchStub) starts the stub the same way. The kernel steps
+// themselves (Landlock, seccomp, capabilities) live in sandbox/kernel, shared with the
+// Linux thread launcher.
 package stub
 
 import (
@@ -19,6 +21,9 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // Marker is argv[1] of a stub invocation. It is deliberately unlikely as a user argument.
@@ -66,25 +71,17 @@ type Policy struct {
 	// Landlock is the Linux filesystem/network/IPC policy; nil = none.
 	Landlock *Landlock `json:"landlock,omitempty"`
 
+	// View is the private filesystem view (Linux mount namespace); nil = none. It replaces
+	// the fchdir into fd 5: the view mounts that handle's directory at View.Dir.
+	View *kernel.View `json:"view,omitempty"`
+
 	// DenyUnix refuses to create AF_UNIX sockets (seccomp, Linux): no connecting to
 	// docker.sock, D-Bus or systemd sockets.
 	DenyUnix bool `json:"deny_unix,omitempty"`
 }
 
-// Landlock is the Landlock part of a Policy. ABI is the ruleset ABI to build (the host
-// probes the kernel once); the stub never asks for more than the kernel has.
-type Landlock struct {
-	ABI       int      `json:"abi"`
-	ReadWrite []string `json:"rw,omitempty"`
-	ReadOnly  []string `json:"ro,omitempty"`
-	ReadExec  []string `json:"rx,omitempty"`
-	// DenyNet handles TCP (and UDP on ABI >= 10) bind/connect with no port allowed.
-	DenyNet bool `json:"deny_net,omitempty"`
-	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
-	Scope bool `json:"scope,omitempty"`
-	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).
-	LogExec bool `json:"log_exec,omitempty"`
-}
+// Landlock is the Landlock part of a Policy (defined with the primitives that apply it).
+type Landlock = kernel.Landlock
 
 // DefaultNoFile is RLIMIT_NOFILE when the policy does not say.
 const DefaultNoFile = 1024
@@ -100,12 +97,24 @@ func (e *StepError) Error() string { return "stub: " + e.Step + ": " + e.Msg }
 // ErrStubFailed wraps every StepError the host receives.
 var ErrStubFailed = errors.New("sandbox stub failed before exec")
 
+var maybeRunCalled atomic.Bool
+
+// MaybeRunCalled reports whether this process's main (or TestMain) called MaybeRun, so
+// that re-executing this executable with a marker is safe (it will not run the program's
+// own main instead).
+func MaybeRunCalled() bool { return maybeRunCalled.Load() }
+
 // IsStub reports whether args (os.Args) is a stub invocation.
 func IsStub(args []string) bool { return len(args) > 1 && args[1] == Marker }
 
-// MaybeRun turns this process into the stub when os.Args[1] is Marker and never returns in
-// that case; otherwise it returns at once. Call it first in main and in TestMain.
+// MaybeRun turns this process into the stub when os.Args[1] is Marker, or into the
+// host-death watchdog when it is WatchdogMarker, and never returns in those cases;
+// otherwise it returns at once. Call it first in main and in TestMain.
 func MaybeRun() {
+	maybeRunCalled.Store(true)
+	if isWatchdog(os.Args) {
+		os.Exit(runWatchdog(os.Args))
+	}
 	if !IsStub(os.Args) {
 		return
 	}

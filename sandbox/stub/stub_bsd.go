@@ -23,12 +23,3 @@ func getsid() (int, error) { return unix.Getsid(0) }
 func fcntl(fd, cmd, arg int) (int, error) { return unix.FcntlInt(uintptr(fd), cmd, arg) }
 
 func cloexecFrom(first int) error { return cloexecFromDir("/dev/fd", first) }
-
-func applyLandlock(*Landlock) error { return errors.New("landlock exists only on Linux") }
-
-// dropExecCaps: capability sets are Linux-only.
-func dropExecCaps() error { return nil }
-
-// seccompStep: the Linux seccomp filter has no BSD equivalent here (Seatbelt's rules cover
-// unix sockets on macOS); nothing to install.
-func seccompStep(bool) error { return nil }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // apply runs the stub steps in their security order, then execs. The order matters:
@@ -29,7 +31,15 @@ func apply(pol *Policy) error {
 	if _, err := syscall.Setsid(); err != nil && !(errors.Is(err, syscall.EPERM) && isSessionLeader()) {
 		return &StepError{Step: "setsid", Msg: err.Error()}
 	}
-	if pol.HasDir {
+	if pol.View != nil {
+		dirfd := -1
+		if pol.HasDir {
+			dirfd = fdDir
+		}
+		if err := kernel.EnterView(pol.View, dirfd); err != nil {
+			return &StepError{Step: "view", Msg: err.Error()}
+		}
+	} else if pol.HasDir {
 		if err := enterDir(pol); err != nil {
 			return &StepError{Step: "fchdir", Msg: err.Error()}
 		}
@@ -42,14 +52,14 @@ func apply(pol *Policy) error {
 		return &StepError{Step: "exec", Msg: err.Error()}
 	}
 	if pol.Landlock != nil {
-		if err := applyLandlock(pol.Landlock); err != nil {
+		if err := kernel.ApplyLandlock(pol.Landlock); err != nil {
 			return &StepError{Step: "landlock", Msg: err.Error()}
 		}
 	}
-	if err := dropExecCaps(); err != nil {
+	if err := kernel.DropExecCaps(); err != nil {
 		return &StepError{Step: "capabilities", Msg: err.Error()}
 	}
-	if err := seccompStep(pol.DenyUnix); err != nil {
+	if err := kernel.InstallFilter(kernel.Filter{DenyUnix: pol.DenyUnix}); err != nil {
 		return &StepError{Step: "seccomp", Msg: err.Error()}
 	}
 	// Tell the host we reached exec: a stub that dies before this point (a crash, the OOM

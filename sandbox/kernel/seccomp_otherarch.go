@@ -1,9 +1,14 @@
 //go:build linux && !amd64 && !arm64
 
-package stub
+package kernel
 
 // auditArch 0: no filter for this architecture; the sandbox reports the restrictions it
 // carries as not enforced.
 const auditArch = 0
 
-var modeRules []modeRule
+const sysKexecLoad = -1
+
+var (
+	modeRules []modeRule
+	archRules []rule
+)

@@ -1,4 +1,4 @@
-package stub
+package kernel
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dropExecCaps makes sure the program about to be exec'd gets no capabilities, even when
+// DropExecCaps makes sure the program about to be exec'd gets no capabilities, even when
 // fledge runs as root (CI, containers). Landlock confines the filesystem, but a root command
 // keeping CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_NET_ADMIN, CAP_MKNOD or CAP_SYS_TIME could reboot
 // the machine, load a module, reconfigure the host network or mknod a raw disk in the
@@ -23,7 +23,7 @@ import (
 // Without CAP_SETPCAP (an unprivileged fledge) the bounding set cannot be changed, but then
 // there is nothing to drop: an unprivileged exec gains no capabilities (no_new_privs also
 // disables file capabilities).
-func dropExecCaps() error {
+func DropExecCaps() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clear ambient: %w", err)
 	}
@@ -59,6 +59,3 @@ func lastCap() int {
 	}
 	return 40 // CAP_CHECKPOINT_RESTORE as of Linux 5.9; unknown higher ones are EINVAL
 }
-
-// DropExecCaps is dropExecCaps for the Linux thread launcher (same per-thread rules).
-func DropExecCaps() error { return dropExecCaps() }

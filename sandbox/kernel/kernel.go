@@ -1,0 +1,77 @@
+// Package kernel holds the Linux kernel primitives fledge confines a process with:
+// Landlock rulesets, the seccomp filter and the capability drop. Each is applied to the
+// calling OS thread only (the stub's single thread before execve, or the thread launcher's
+// throwaway thread before fork), never to the whole host process.
+//
+// It is a leaf: it imports nothing of fledge, so both the re-exec stub (sandbox/stub) and
+// the Linux sandbox (sandbox/linux) build on it. On other systems the same API exists and
+// reports the primitives as unavailable.
+package kernel
+
+import "errors"
+
+// Landlock is the Landlock part of a launch policy. ABI is the ruleset ABI to build (the
+// host probes the kernel once); nothing asks for more than the kernel has. It is JSON on
+// the stub's policy pipe.
+type Landlock struct {
+	ABI       int      `json:"abi"`
+	ReadWrite []string `json:"rw,omitempty"`
+	ReadOnly  []string `json:"ro,omitempty"`
+	ReadExec  []string `json:"rx,omitempty"`
+	// DenyNet handles TCP (and UDP on ABI >= 10) bind/connect with no port allowed.
+	DenyNet bool `json:"deny_net,omitempty"`
+	// BindTCP are ports that may still be bound under DenyNet (ABI >= 4): a plugin serving
+	// its protocol on one loopback port, which connects nowhere.
+	BindTCP []uint16 `json:"bind_tcp,omitempty"`
+	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
+	Scope bool `json:"scope,omitempty"`
+	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).
+	LogExec bool `json:"log_exec,omitempty"`
+}
+
+// Filter says which optional parts of the filter a launch wants.
+type Filter struct {
+	// DenyUnix refuses to create AF_UNIX sockets (EACCES).
+	DenyUnix bool
+	// GateClone3 sends clone3 to a user-notification listener instead of answering ENOSYS
+	// at once (see InstallGatedFilter). Only the thread launcher sets it, when its own
+	// fork must be a clone3 (CLONE_INTO_CGROUP).
+	GateClone3 bool
+	// AllowClone3 leaves clone3 unfiltered: only for a launcher that must fork with clone3
+	// and has no gate (reported as degraded).
+	AllowClone3 bool
+}
+
+// DeniedSyscall is one row of the table as the sandbox reports it.
+type DeniedSyscall struct {
+	Name  string `json:"name"`
+	When  string `json:"when"`
+	Errno string `json:"errno"`
+	Why   string `json:"why"`
+}
+
+// ViewMount is one granted path.
+type ViewMount struct {
+	Path     string `json:"path"`
+	Writable bool   `json:"w,omitempty"`
+}
+
+// View is what the child sees.
+type View struct {
+	Mounts []ViewMount `json:"mounts"`
+	// Protected paths stay read-only even inside a writable mount; each is made a mount
+	// point so it cannot be removed or renamed away. Missing ones are skipped.
+	Protected []string `json:"protected,omitempty"`
+	// Pin are directories made mount points of their own (rename(2) and rmdir refuse a
+	// mount point): the .git directory holding protected paths, so a command cannot move
+	// it aside and put a fresh one with hooks in its place.
+	Pin []string `json:"pin,omitempty"`
+	// Dir is the working directory (by path, inside the view) with the identity it must
+	// have; a handle opened outside the view would lead back out of it.
+	Dir    string `json:"dir,omitempty"`
+	DirDev uint64 `json:"dir_dev,omitempty"`
+	DirIno uint64 `json:"dir_ino,omitempty"`
+}
+
+// ErrUnsupported: the primitive does not exist on this operating system.
+var ErrUnsupported = errors.New("kernel primitive not available on this OS")

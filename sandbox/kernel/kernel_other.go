@@ -1,0 +1,31 @@
+//go:build !linux
+
+package kernel
+
+// MaxLandlockABI: no Landlock outside Linux.
+const MaxLandlockABI = 0
+
+// LandlockABI is 0: Landlock exists only on Linux.
+func LandlockABI() int { return 0 }
+
+// ApplyLandlock fails: Landlock exists only on Linux.
+func ApplyLandlock(*Landlock) error { return ErrUnsupported }
+
+// DropExecCaps does nothing: capability sets are Linux-only.
+func DropExecCaps() error { return nil }
+
+// SeccompSupported is false: the Linux seccomp filter has no equivalent here (Seatbelt's
+// rules cover unix sockets on macOS).
+func SeccompSupported() bool { return false }
+
+// InstallFilter does nothing outside Linux (see SeccompSupported).
+func InstallFilter(Filter) error { return nil }
+
+// DeniedSyscalls is empty: there is no seccomp filter outside Linux.
+func DeniedSyscalls(Filter) []DeniedSyscall { return nil }
+
+// EnterView fails: mount namespaces are Linux-only.
+func EnterView(*View, int) error { return ErrUnsupported }
+
+// ViewSupported is false outside Linux.
+func ViewSupported() bool { return false }

@@ -1,0 +1,387 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The seccomp filter is a deny-list: everything not listed is allowed, so ordinary
+// programs (shells, compilers, git, Python, Go) run unchanged. It closes what Landlock and
+// the dropped capabilities leave open:
+//
+//  1. Unix-domain sockets. A command that can connect to /var/run/docker.sock (any member of
+//     the docker group) or, as root, to the systemd or D-Bus system sockets, can start a
+//     privileged container or a root service — a full escape from every other restriction.
+//     Path-based connect() cannot be filtered by path, so creating AF_UNIX sockets is refused
+//     (EACCES) unless policy allows them. socketpair(AF_UNIX) stays allowed: an anonymous
+//     connected pair (libuv and Python use it for their own pipes) reaches no one. Abstract
+//     sockets are scoped by Landlock (ABI 6) on top.
+//  2. Set-user-ID and set-group-ID bits. Landlock does not govern chmod, and as root every
+//     system file is root's own: a command could plant a setuid-root binary for later. Any
+//     chmod, open(O_CREAT) or mknod asking for S_ISUID or S_ISGID is refused (EPERM);
+//     ordinary modes (chmod +x, 0644) are untouched. openat2, whose mode sits behind a
+//     pointer the filter cannot read, answers ENOSYS (callers fall back to openat).
+//  3. Kernel attack surface no project command needs (the table in denyTable): io_uring,
+//     keyrings, new namespaces and mounts, eBPF, perf, userfaultfd, modules, kexec, file
+//     handles, other processes' memory, ptrace attach, personality changes and host
+//     administration. Modelled on Docker's default profile (what it allows only with a
+//     capability fledge drops) and Codex's Linux sandbox. These answer EPERM, never a
+//     kill, so a program that probes (a runtime checking for io_uring) falls back.
+//
+// Foreign syscall ABIs (i386 via int 0x80, x32) are refused outright: their numbers differ.
+
+// ErrSeccompArch: no filter is defined for this CPU architecture.
+var ErrSeccompArch = errors.New("seccomp filter: unsupported architecture")
+
+// seccomp_data offsets (include/uapi/linux/seccomp.h), little-endian args.
+const (
+	offNr   = 0
+	offArch = 4
+	offArgs = 16
+	// x32 syscalls on x86_64 carry this bit.
+	x32Bit = 0x40000000
+
+	setIDBits = unix.S_ISUID | unix.S_ISGID
+
+	// nsCloneMask is every CLONE_NEW* flag clone(2) takes (Docker's 0x7E020000). The kernel
+	// reads clone's flags as their low 32 bits, which is all the filter compares.
+	nsCloneMask = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+		unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+	// nsUnshareMask adds CLONE_NEWTIME, which only unshare takes (in clone it is CSIGNAL).
+	nsUnshareMask = nsCloneMask | unix.CLONE_NEWTIME
+
+	ptraceSeize = 0x4206 // PTRACE_SEIZE
+)
+
+// personalityAllowed are the personality(2) arguments Docker's default profile allows:
+// PER_LINUX, PER_LINUX32 (0x8), UNAME26 (0x20000), UNAME26|PER_LINUX32 and 0xffffffff
+// (query). Everything else (ADDR_NO_RANDOMIZE turning off ASLR, READ_IMPLIES_EXEC making
+// every readable mapping executable, foreign execution domains) is refused.
+var personalityAllowed = []uint32{0, 0x8, 0x20000, 0x20008, 0xffffffff}
+
+// check is how a rule looks at its syscall's first argument (low 32 bits).
+type check int
+
+const (
+	always       check = iota // deny every call
+	anyBit                    // deny when arg0 & values[0] != 0
+	oneOf                     // deny when arg0 is one of values
+	noneOf                    // deny unless arg0 is one of values
+	setIDMode                 // the set-id rules: mode argument has S_ISUID/S_ISGID
+	unixSocket                // socket(AF_UNIX, ...) when Filter.DenyUnix
+	denyClone3                // clone3: ENOSYS, or the gate
+	enosysAlways              // ENOSYS unconditionally (openat2)
+)
+
+// rule is one row of the deny table.
+type rule struct {
+	name   string
+	nr     int // -1: not on this architecture
+	check  check
+	values []uint32
+	errno  unix.Errno
+	why    string
+	// modeArg/flagsArg for setIDMode (flagsArg >= 0: only with O_CREAT in that argument).
+	modeArg, flagsArg int
+}
+
+const (
+	whyNS      = "new namespaces and mounts: a user namespace hands the command every capability over a fresh kernel surface, and mounts would rearrange its filesystem view"
+	whyKeys    = "kernel keyrings are not namespaced: a command could read or plant keys in the user's session keyring"
+	whyURing   = "io_uring: a large, often-exploited kernel surface whose submitted operations the filter cannot see"
+	whyModule  = "loading or unloading kernel code"
+	whyKexec   = "replacing the running kernel"
+	whyVM      = "reads or writes another process's memory"
+	whyAdmin   = "host administration, never needed by a project command"
+	whyMountFD = "the new mount API (fsopen/fsmount/...): mounts without mount(2)"
+)
+
+// denyTable is the whole deny-list for this architecture, in the order the filter checks
+// it. Every row is enforced; DeniedSyscalls reports it.
+func denyTable(f Filter) []rule {
+	rules := []rule{
+		{name: "socket", nr: unix.SYS_SOCKET, check: unixSocket, errno: unix.EACCES,
+			why: "AF_UNIX sockets reach docker.sock, D-Bus and systemd (unless the policy allows unix sockets)"},
+		{name: "openat2", nr: unix.SYS_OPENAT2, check: enosysAlways, errno: unix.ENOSYS,
+			why: "its mode sits behind a pointer the set-id rule cannot read; libc falls back to openat"},
+		{name: "clone", nr: unix.SYS_CLONE, check: anyBit, values: []uint32{nsCloneMask}, errno: unix.EPERM, why: whyNS},
+		{name: "clone3", nr: unix.SYS_CLONE3, check: denyClone3, errno: unix.ENOSYS,
+			why: "its flags are in memory the filter cannot read, so it cannot be checked for namespace flags; ENOSYS makes libc fall back to clone (as Docker does)"},
+		{name: "unshare", nr: unix.SYS_UNSHARE, check: anyBit, values: []uint32{nsUnshareMask}, errno: unix.EPERM, why: whyNS},
+		{name: "setns", nr: unix.SYS_SETNS, errno: unix.EPERM, why: whyNS},
+		{name: "mount", nr: unix.SYS_MOUNT, errno: unix.EPERM, why: whyNS},
+		{name: "umount2", nr: unix.SYS_UMOUNT2, errno: unix.EPERM, why: whyNS},
+		{name: "pivot_root", nr: unix.SYS_PIVOT_ROOT, errno: unix.EPERM, why: whyNS},
+		{name: "fsopen", nr: unix.SYS_FSOPEN, errno: unix.EPERM, why: whyMountFD},
+		{name: "fsconfig", nr: unix.SYS_FSCONFIG, errno: unix.EPERM, why: whyMountFD},
+		{name: "fsmount", nr: unix.SYS_FSMOUNT, errno: unix.EPERM, why: whyMountFD},
+		{name: "fspick", nr: unix.SYS_FSPICK, errno: unix.EPERM, why: whyMountFD},
+		{name: "move_mount", nr: unix.SYS_MOVE_MOUNT, errno: unix.EPERM, why: whyMountFD},
+		{name: "open_tree", nr: unix.SYS_OPEN_TREE, errno: unix.EPERM, why: whyMountFD},
+		{name: "mount_setattr", nr: unix.SYS_MOUNT_SETATTR, errno: unix.EPERM, why: whyMountFD},
+		{name: "io_uring_setup", nr: unix.SYS_IO_URING_SETUP, errno: unix.EPERM, why: whyURing},
+		{name: "io_uring_enter", nr: unix.SYS_IO_URING_ENTER, errno: unix.EPERM, why: whyURing},
+		{name: "io_uring_register", nr: unix.SYS_IO_URING_REGISTER, errno: unix.EPERM, why: whyURing},
+		{name: "keyctl", nr: unix.SYS_KEYCTL, errno: unix.EPERM, why: whyKeys},
+		{name: "add_key", nr: unix.SYS_ADD_KEY, errno: unix.EPERM, why: whyKeys},
+		{name: "request_key", nr: unix.SYS_REQUEST_KEY, errno: unix.EPERM, why: whyKeys},
+		{name: "bpf", nr: unix.SYS_BPF, errno: unix.EPERM, why: "eBPF programs and maps: kernel attack surface and a view of other processes"},
+		{name: "perf_event_open", nr: unix.SYS_PERF_EVENT_OPEN, errno: unix.EPERM, why: "performance counters: side channels and a long history of kernel bugs"},
+		{name: "userfaultfd", nr: unix.SYS_USERFAULTFD, errno: unix.EPERM, why: "lets an exploit stall the kernel in the middle of a copy (a race-widening primitive)"},
+		{name: "init_module", nr: unix.SYS_INIT_MODULE, errno: unix.EPERM, why: whyModule},
+		{name: "finit_module", nr: unix.SYS_FINIT_MODULE, errno: unix.EPERM, why: whyModule},
+		{name: "delete_module", nr: unix.SYS_DELETE_MODULE, errno: unix.EPERM, why: whyModule},
+		{name: "kexec_load", nr: sysKexecLoad, errno: unix.EPERM, why: whyKexec},
+		{name: "kexec_file_load", nr: unix.SYS_KEXEC_FILE_LOAD, errno: unix.EPERM, why: whyKexec},
+		{name: "open_by_handle_at", nr: unix.SYS_OPEN_BY_HANDLE_AT, errno: unix.EPERM, why: "opens files by handle, past every path check (the \"shocker\" container escape)"},
+		{name: "process_vm_readv", nr: unix.SYS_PROCESS_VM_READV, errno: unix.EPERM, why: whyVM},
+		{name: "process_vm_writev", nr: unix.SYS_PROCESS_VM_WRITEV, errno: unix.EPERM, why: whyVM},
+		{name: "pidfd_getfd", nr: unix.SYS_PIDFD_GETFD, errno: unix.EPERM, why: "copies another process's file descriptors"},
+		// BPF cannot tell whether ptrace's target pid is a descendant. Refusing the two
+		// requests that attach to a process that did not ask for it leaves only tracees
+		// that are descendants: a child that called PTRACE_TRACEME (its parent traces
+		// it), and the children of a tracee auto-attached by PTRACE_O_TRACE{FORK,CLONE}.
+		// Every other request acts on an existing tracee only. (strace -p and attaching a
+		// debugger are refused; gdb ./prog, which uses TRACEME, works.)
+		{name: "ptrace", nr: unix.SYS_PTRACE, check: oneOf, values: []uint32{unix.PTRACE_ATTACH, ptraceSeize}, errno: unix.EPERM,
+			why: "PTRACE_ATTACH and PTRACE_SEIZE would attach to a process that is not the command's own descendant"},
+		{name: "personality", nr: unix.SYS_PERSONALITY, check: noneOf, values: personalityAllowed, errno: unix.EPERM,
+			why: "execution-domain changes (ADDR_NO_RANDOMIZE disables ASLR, READ_IMPLIES_EXEC); Docker's allowed values still work"},
+		{name: "swapon", nr: unix.SYS_SWAPON, errno: unix.EPERM, why: whyAdmin},
+		{name: "swapoff", nr: unix.SYS_SWAPOFF, errno: unix.EPERM, why: whyAdmin},
+		{name: "reboot", nr: unix.SYS_REBOOT, errno: unix.EPERM, why: whyAdmin},
+		{name: "acct", nr: unix.SYS_ACCT, errno: unix.EPERM, why: whyAdmin},
+		{name: "quotactl", nr: unix.SYS_QUOTACTL, errno: unix.EPERM, why: whyAdmin},
+		{name: "quotactl_fd", nr: unix.SYS_QUOTACTL_FD, errno: unix.EPERM, why: whyAdmin},
+		{name: "syslog", nr: unix.SYS_SYSLOG, errno: unix.EPERM, why: "the kernel log leaks kernel addresses and other processes' messages"},
+	}
+	rules = append(rules, archRules...)
+	for _, m := range modeRules {
+		rules = append(rules, rule{name: m.name, nr: m.nr, check: setIDMode, errno: unix.EPERM, modeArg: m.modeArg, flagsArg: m.flagsArg,
+			why: "setting S_ISUID/S_ISGID would plant a set-id program (ordinary modes are untouched)"})
+	}
+	out := rules[:0]
+	for _, r := range rules {
+		if r.nr < 0 || (r.check == unixSocket && !f.DenyUnix) || (r.check == denyClone3 && f.AllowClone3) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (r rule) when() string {
+	hex := func(v uint32) string { return fmt.Sprintf("%#x", v) }
+	switch r.check {
+	case anyBit:
+		return "flags include CLONE_NEW* (" + hex(r.values[0]) + ")"
+	case oneOf:
+		return "request is PTRACE_ATTACH or PTRACE_SEIZE"
+	case noneOf:
+		s := "argument is not one of"
+		for _, v := range r.values {
+			s += " " + hex(v)
+		}
+		return s
+	case setIDMode:
+		if r.flagsArg >= 0 {
+			return "O_CREAT with a mode that has S_ISUID or S_ISGID"
+		}
+		return "mode has S_ISUID or S_ISGID"
+	case unixSocket:
+		return "domain is AF_UNIX"
+	}
+	return "always"
+}
+
+// DeniedSyscalls is the table the filter for f enforces on this architecture (empty where
+// SeccompSupported is false).
+func DeniedSyscalls(f Filter) []DeniedSyscall {
+	if !SeccompSupported() {
+		return nil
+	}
+	var out []DeniedSyscall
+	for _, r := range denyTable(f) {
+		out = append(out, DeniedSyscall{Name: r.name, When: r.when(), Errno: unix.ErrnoName(r.errno), Why: r.why})
+	}
+	return out
+}
+
+// modeRule: syscall nr takes a mode in argument modeArg; flagsArg >= 0 means the mode only
+// counts when that argument has O_CREAT.
+type modeRule struct {
+	name              string
+	nr                int
+	modeArg, flagsArg int
+}
+
+// asm is a tiny BPF assembler with forward labels.
+type asm struct {
+	prog   []unix.SockFilter
+	labels map[string]int
+	fixups []fixup
+}
+
+type fixup struct {
+	at     int
+	jt, jf string
+}
+
+func (a *asm) label(name string) { a.labels[name] = len(a.prog) }
+
+func (a *asm) stmt(code uint16, k uint32) {
+	a.prog = append(a.prog, unix.SockFilter{Code: code, K: k})
+}
+
+// jump adds a conditional jump to labels jt/jf ("" = next instruction).
+func (a *asm) jump(code uint16, k uint32, jt, jf string) {
+	a.fixups = append(a.fixups, fixup{at: len(a.prog), jt: jt, jf: jf})
+	a.prog = append(a.prog, unix.SockFilter{Code: code, K: k})
+}
+
+func (a *asm) resolve() ([]unix.SockFilter, error) {
+	for _, f := range a.fixups {
+		for _, pair := range []struct {
+			name string
+			dst  *uint8
+		}{{f.jt, &a.prog[f.at].Jt}, {f.jf, &a.prog[f.at].Jf}} {
+			if pair.name == "" {
+				continue
+			}
+			to, ok := a.labels[pair.name]
+			if !ok {
+				return nil, fmt.Errorf("seccomp: unknown label %q", pair.name)
+			}
+			off := to - f.at - 1
+			if off < 0 || off > 255 {
+				return nil, fmt.Errorf("seccomp: jump to %q out of range", pair.name)
+			}
+			*pair.dst = uint8(off)
+		}
+	}
+	return a.prog, nil
+}
+
+func argLow(i int) uint32 { return uint32(offArgs + 8*i) }
+
+// retLabel names the return instruction for errno.
+func retLabel(e unix.Errno) string { return "ret_" + unix.ErrnoName(e) }
+
+// buildFilter is the BPF program for the native architecture.
+func buildFilter(f Filter) ([]unix.SockFilter, error) {
+	if auditArch == 0 {
+		return nil, ErrSeccompArch
+	}
+	const (
+		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		ret  = unix.BPF_RET | unix.BPF_K
+	)
+	rules := denyTable(f)
+	a := &asm{labels: map[string]int{}}
+	a.stmt(ld, offArch)
+	a.jump(jeq, auditArch, "", retLabel(unix.ENOSYS))
+	a.stmt(ld, offNr)
+	a.jump(jge, x32Bit, retLabel(unix.ENOSYS), "")
+	// Dispatch: an unconditional rule jumps straight to its return; a conditional one to
+	// its own block. (Dispatch first, blocks after: every jump is forward.)
+	for i, r := range rules {
+		target := fmt.Sprint("rule", i)
+		if r.check == always || r.check == enosysAlways {
+			target = retLabel(r.errno)
+		}
+		a.jump(jeq, uint32(r.nr), target, "")
+	}
+	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	errnos := map[unix.Errno]bool{unix.ENOSYS: true}
+	for i, r := range rules {
+		errnos[r.errno] = true
+		if r.check == always || r.check == enosysAlways {
+			continue
+		}
+		a.label(fmt.Sprint("rule", i))
+		deny := retLabel(r.errno)
+		switch r.check {
+		case anyBit:
+			a.stmt(ld, argLow(0))
+			a.jump(jset, r.values[0], deny, "allow")
+		case oneOf, noneOf:
+			a.stmt(ld, argLow(0))
+			match, miss := deny, "allow"
+			if r.check == noneOf {
+				match, miss = "allow", deny
+			}
+			for j, v := range r.values {
+				if j < len(r.values)-1 {
+					a.jump(jeq, v, match, "")
+				} else {
+					a.jump(jeq, v, match, miss)
+				}
+			}
+		case setIDMode:
+			if r.flagsArg >= 0 {
+				a.stmt(ld, argLow(r.flagsArg))
+				a.jump(jset, unix.O_CREAT, "", "allow")
+			}
+			a.stmt(ld, argLow(r.modeArg))
+			a.jump(jset, setIDBits, deny, "allow")
+		case unixSocket:
+			a.stmt(ld, argLow(0))
+			a.jump(jeq, unix.AF_UNIX, deny, "allow")
+		case denyClone3:
+			if f.GateClone3 {
+				a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
+			} else {
+				a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
+			}
+		}
+	}
+	a.label("allow")
+	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	for _, e := range []unix.Errno{unix.EACCES, unix.EPERM, unix.ENOSYS} {
+		if errnos[e] {
+			a.label(retLabel(e))
+			a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(e))
+		}
+	}
+	return a.resolve()
+}
+
+// InstallFilter installs the filter on the calling thread only (inherited by what it forks
+// and execs). no_new_privs must already be set on this thread. Where the architecture has
+// no filter (SeccompSupported false) it does nothing: the sandbox reports that as degraded
+// before it gets here. f.GateClone3 is not allowed here (use InstallGatedFilter).
+func InstallFilter(f Filter) error {
+	if !SeccompSupported() {
+		return nil
+	}
+	if f.GateClone3 {
+		return errors.New("seccomp: a gated filter needs InstallGatedFilter")
+	}
+	_, err := install(f, 0)
+	return err
+}
+
+func install(f Filter, flags uintptr) (int, error) {
+	prog, err := buildFilter(f)
+	if err != nil {
+		return -1, err
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
+	if errno != 0 {
+		return -1, fmt.Errorf("seccomp: %w", errno)
+	}
+	return int(r), nil
+}
+
+// SeccompSupported reports whether this architecture has the filter.
+func SeccompSupported() bool { return auditArch != 0 }
+
+// UnixSocketFilterSupported is SeccompSupported (kept for callers that ask about sockets).
+func UnixSocketFilterSupported() bool { return SeccompSupported() }

@@ -1,0 +1,330 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A private filesystem view, built the way bubblewrap builds one: a new mount namespace
+// whose root is an empty tmpfs holding only bind mounts of what the policy grants,
+// read-only unless granted writable, a fresh tmpfs on /tmp, and the protected paths inside
+// writable roots bound read-only over themselves. Everything else does not exist in the
+// view, so chmod, utime and xattr calls on it fail with ENOENT and `test -e` tells the
+// truth — which Landlock, governing access but not metadata, cannot give. Landlock stays
+// the second layer on top.
+//
+// EnterView runs on the thread that forks or execs the child (the launch thread or the
+// stub): the mount namespace is per thread after unshare(CLONE_FS|CLONE_NEWNS), and a
+// child inherits the thread's. It needs CAP_SYS_ADMIN (root) on that thread.
+
+// ErrView wraps a failure to build the view.
+var ErrView = errors.New("private filesystem view")
+
+// viewBase is where the view is assembled inside the new namespace, before it becomes the
+// root; any directory that exists everywhere will do (it is covered by a tmpfs there).
+const viewBase = "/tmp"
+
+// EnterView builds v in a new mount namespace of the calling thread and makes it the
+// thread's root and cwd. dirfd (-1: none) is the guarded handle of v.Dir: the directory is
+// taken from the handle, never by re-resolving the path (a path swapped for a symlink
+// after the guard checked it cannot redirect the command). The caller holds
+// runtime.LockOSThread and lets the thread die afterwards (or execs).
+func EnterView(v *View, dirfd int) error {
+	if err := enterView(v, dirfd); err != nil {
+		return fmt.Errorf("%w: %w", ErrView, err)
+	}
+	return nil
+}
+
+func enterView(v *View, dirfd int) error {
+	// A detached copy of the handle's mount, rooted at its directory, taken while the
+	// handle's mount is still in this thread's namespace (open_tree refuses foreign ones).
+	tree := -1
+	var dirNow string // where the handle's directory is right now (it may have moved)
+	if dirfd >= 0 && v.Dir != "" {
+		fd, err := unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("clone working directory: %w", err)
+		}
+		tree = fd
+		defer unix.Close(tree)
+		dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
+	}
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	// Nothing done here may propagate back to the host's mounts.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	// Stage: a tmpfs holding newroot (another tmpfs) and oldroot (the host's tree after
+	// the first pivot), so sources are reached as /oldroot/... even under /tmp.
+	if err := unix.Mount("fledge-stage", viewBase, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("stage tmpfs: %w", err)
+	}
+	for _, d := range []string{"newroot", "oldroot"} {
+		if err := unix.Mkdir(viewBase+"/"+d, 0o755); err != nil {
+			return fmt.Errorf("stage: %w", err)
+		}
+	}
+	if err := unix.Mount("fledge-root", viewBase+"/newroot", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return fmt.Errorf("root tmpfs: %w", err)
+	}
+	if err := unix.Chdir(viewBase); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "oldroot"); err != nil {
+		return fmt.Errorf("pivot_root (stage): %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+
+	mounts := append([]ViewMount{}, v.Mounts...)
+	sort.Slice(mounts, func(i, j int) bool { return mounts[i].Path < mounts[j].Path })
+	var done []ViewMount
+	tmpDone := false
+	for _, m := range mounts {
+		p := filepath.Clean(m.Path)
+		if !tmpDone && (p == "/tmp" || strings.HasPrefix(p, "/tmp/") || p > "/tmp") {
+			// The private /tmp goes under every grant beneath it.
+			if err := mkdirAll("/newroot/tmp"); err != nil {
+				return err
+			}
+			if err := unix.Mount("fledge-tmp", "/newroot/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+				return fmt.Errorf("private /tmp: %w", err)
+			}
+			tmpDone = true
+		}
+		if covered(done, p, m.Writable) {
+			continue
+		}
+		ok, err := bindInto(p, m.Writable)
+		if err != nil {
+			return err
+		}
+		if ok {
+			done = append(done, ViewMount{Path: p, Writable: m.Writable})
+		}
+	}
+	if !tmpDone {
+		if err := mkdirAll("/newroot/tmp"); err != nil {
+			return err
+		}
+		if err := unix.Mount("fledge-tmp", "/newroot/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			return fmt.Errorf("private /tmp: %w", err)
+		}
+	}
+	// The /dev symlinks programs expect (bash process substitution opens /dev/fd/N), as
+	// bubblewrap makes them; they lead into /proc/self, which is the process's own.
+	if err := mkdirAll("/newroot/dev"); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := unix.Symlinkat(target, unix.AT_FDCWD, "/newroot/dev/"+name); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("/dev/%s: %w", name, err)
+		}
+	}
+	// A working directory outside every grant (Landlock let a command sit in a directory
+	// it could not read) becomes an empty placeholder: it grants nothing.
+	placeholder := false
+	cwdfd := -1
+	if v.Dir != "" && !covered(done, filepath.Clean(v.Dir), false) {
+		if err := mkdirAll("/newroot" + filepath.Clean(v.Dir)); err != nil {
+			return err
+		}
+		placeholder = true
+	} else if tree >= 0 {
+		// The guarded directory itself is mounted where its path leads in the view, with
+		// the rights of the grant that covers it, and becomes the cwd through an fd, so
+		// wherever a racing rename or symlink swap makes the path lead, the command runs
+		// in the directory the guard proved, inside the view.
+		var err error
+		where := func() []string {
+			// Where the handle's directory is now, asked again on every attempt.
+			now, _ := os.Readlink(fmt.Sprintf("/oldroot/proc/self/fd/%d", dirfd))
+			return []string{now, dirNow, v.Dir}
+		}
+		if cwdfd, err = mountDir(tree, where, v); err != nil {
+			return err
+		}
+		if !covered(done, filepath.Clean(v.Dir), true) {
+			if err := unix.MountSetattr(cwdfd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,
+				&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
+				return fmt.Errorf("read-only working directory: %w", err)
+			}
+		}
+	}
+	for _, p := range v.Pin {
+		dst := "/newroot" + filepath.Clean(p)
+		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
+			continue
+		}
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("pin %s: %w", p, err)
+		}
+	}
+	for _, p := range v.Protected {
+		dst := "/newroot" + filepath.Clean(p)
+		if _, err := os.Lstat(dst); err != nil {
+			continue
+		}
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("protect %s: %w", p, err)
+		}
+		if err := readOnly(dst); err != nil {
+			return fmt.Errorf("protect %s: %w", p, err)
+		}
+	}
+
+	// The private /tmp only holds mount points: it is read-only like Landlock had it
+	// (TMPDIR is the run's own writable directory, bound beneath it).
+	if err := unix.Mount("", "/newroot/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("read-only /tmp: %w", err)
+	}
+	// The view becomes the root; the stage and the host's tree are detached.
+	if err := unix.Chdir("/newroot"); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root (view): %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach host tree: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	// The root tmpfs itself (the directories leading to the grants) is read-only.
+	if err := unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("read-only root: %w", err)
+	}
+	if cwdfd >= 0 {
+		if err := unix.Fchdir(cwdfd); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
+	} else if v.Dir != "" {
+		if err := unix.Chdir(v.Dir); err != nil {
+			return fmt.Errorf("working directory %s is not in the view: %w", v.Dir, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(".", &st); err != nil {
+			return err
+		}
+		if !placeholder && (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
+			return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
+		}
+	}
+	return nil
+}
+
+// mountAttempts bounds the retries of mountDir while a path keeps changing under it.
+const mountAttempts = 256
+
+// mountDir attaches the detached tree at the first candidate path that is a directory in
+// the view and returns the tree's fd (now the mounted directory, checked to be the
+// handle's; the caller closes tree).
+func mountDir(tree int, candidates func() []string, v *View) (int, error) {
+	var last error = errors.New("no candidate path")
+	for i := 0; i < mountAttempts; i++ {
+		cs := candidates()
+		c := cs[i%len(cs)]
+		if c == "" || !filepath.IsAbs(c) {
+			continue
+		}
+		dst := "/newroot" + filepath.Clean(c)
+		if st, err := os.Stat(dst); err != nil || !st.IsDir() {
+			last = fmt.Errorf("%s is not a directory in the view", c)
+			continue
+		}
+		if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			last = err
+			continue
+		}
+		// The tree's fd is now the attached mount's root: the proven directory, wherever
+		// its path has moved since.
+		var st unix.Stat_t
+		if err := unix.Fstat(tree, &st); err != nil || ((v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno)) {
+			return -1, fmt.Errorf("working directory %s changed identity in the view", v.Dir)
+		}
+		return tree, nil
+	}
+	return -1, fmt.Errorf("working directory %s: %w", v.Dir, last)
+}
+
+// covered: p is already visible with at least the wanted rights through an earlier mount.
+func covered(done []ViewMount, p string, writable bool) bool {
+	for _, d := range done {
+		if (p == d.Path || strings.HasPrefix(p, d.Path+"/") || d.Path == "/") && (d.Writable || !writable) {
+			return true
+		}
+	}
+	return false
+}
+
+// bindInto binds /oldroot/p at /newroot/p (false when p does not exist).
+func bindInto(p string, writable bool) (bool, error) {
+	src, dst := "/oldroot"+p, "/newroot"+p
+	st, err := os.Stat(src)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return false, nil
+		}
+		return false, fmt.Errorf("grant %s: %w", p, err)
+	}
+	if st.IsDir() {
+		if err := mkdirAll(dst); err != nil {
+			return false, err
+		}
+	} else {
+		if err := mkdirAll(filepath.Dir(dst)); err != nil {
+			return false, err
+		}
+		if _, err := os.Lstat(dst); err != nil {
+			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return false, fmt.Errorf("mount point %s: %w", p, err)
+			}
+			f.Close()
+		}
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return false, fmt.Errorf("bind %s: %w", p, err)
+	}
+	if !writable {
+		if err := readOnly(dst); err != nil {
+			return false, fmt.Errorf("read-only %s: %w", p, err)
+		}
+	}
+	return true, nil
+}
+
+// readOnly makes the mount at dst and every mount beneath it read-only (nosuid too).
+func readOnly(dst string) error {
+	return unix.MountSetattr(-1, dst, unix.AT_RECURSIVE,
+		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID})
+}
+
+func mkdirAll(p string) error {
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	return nil
+}
+
+// ViewSupported reports whether this process can build views: it needs CAP_SYS_ADMIN
+// (root), and is probed on a throwaway thread by the caller.
+func ViewSupported() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[0].Effective&(1<<unix.CAP_SYS_ADMIN) != 0
+}

@@ -1,0 +1,186 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox/stub"
+)
+
+// guard is the host side of the host-death watchdog (see sandbox/stub/watchdog_linux.go):
+// it starts the watchdog on first use and registers every running tree's cgroups (or
+// process group) with it before the tree starts, so a host killed by any signal leaves
+// nothing running. It also hands the watchdog the clone3 gate of each launch that needs
+// one (thread launcher, CLONE_INTO_CGROUP).
+type guard struct {
+	mu     sync.Mutex
+	exe    string
+	fd     int // host end of the SOCK_SEQPACKET socket (-1: not started)
+	proc   *os.Process
+	exited chan struct{}
+	regs   map[string]bool // "+cg DIR" / "+pg N" records currently registered
+}
+
+// errNoWatchdog: this executable cannot be re-executed as the watchdog.
+var errNoWatchdog = errors.New("no host-death watchdog: the executable's main does not call stub.MaybeRun")
+
+// guardCloseBound bounds how long Close waits for the watchdog to exit.
+const guardCloseBound = 10 * time.Second
+
+func newGuard(stubPath string) *guard {
+	g := &guard{exe: stubPath, fd: -1, regs: map[string]bool{}}
+	if g.exe == "" && stub.MaybeRunCalled() {
+		if p, err := os.Executable(); err == nil {
+			g.exe = p
+		}
+	}
+	return g
+}
+
+// available says whether a watchdog can be started here.
+func (g *guard) available() bool { return g.exe != "" }
+
+// startLocked starts the watchdog and replays the current registrations.
+func (g *guard) startLocked() error {
+	if g.exe == "" {
+		return errNoWatchdog
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("watchdog socket: %w", err)
+	}
+	child := os.NewFile(uintptr(fds[1]), "watchdog")
+	defer child.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		unix.Close(fds[0])
+		return fmt.Errorf("watchdog: %w", err)
+	}
+	defer null.Close()
+	proc, err := os.StartProcess(g.exe, []string{g.exe, stub.WatchdogMarker, strconv.Itoa(os.Getpid())}, &os.ProcAttr{
+		Files: []*os.File{child, null, null},
+		Env:   []string{},
+		// Its own session: a terminal's ^C or hangup reaches fledge, not the watchdog.
+		Sys: &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		unix.Close(fds[0])
+		return fmt.Errorf("start watchdog: %w", err)
+	}
+	g.fd, g.proc, g.exited = fds[0], proc, make(chan struct{})
+	go func(p *os.Process, done chan struct{}) { _, _ = p.Wait(); close(done) }(proc, g.exited)
+	for rec := range g.regs {
+		if err := g.send(rec, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send writes one record (MSG_NOSIGNAL: a dead watchdog is an error, not a SIGPIPE).
+func (g *guard) send(rec string, rights []byte) error {
+	if err := unix.Sendmsg(g.fd, []byte(rec), rights, nil, unix.MSG_NOSIGNAL); err != nil {
+		return fmt.Errorf("watchdog: %w", err)
+	}
+	return nil
+}
+
+// add registers items ("+cg DIR", "+pg N") before the tree they name starts, starting the
+// watchdog if needed. A watchdog that died is replaced once.
+func (g *guard) add(items ...string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, it := range items {
+		g.regs[it] = true
+	}
+	err := g.sendLocked(items)
+	if err != nil {
+		for _, it := range items {
+			delete(g.regs, it)
+		}
+	}
+	return err
+}
+
+func (g *guard) sendLocked(items []string) error {
+	if g.fd < 0 {
+		return g.startLocked() // replays regs, items included
+	}
+	for _, it := range items {
+		if err := g.send(it, nil); err != nil {
+			// The watchdog is gone (killed by someone): start a new one.
+			unix.Close(g.fd)
+			g.fd = -1
+			return g.startLocked()
+		}
+	}
+	return nil
+}
+
+// gate hands the clone3 gate listener of launch thread tid to the watchdog, which lets
+// that thread's clone3 through and refuses every other. Called on the launch thread: it
+// only sends on the socket (the fd number is the same in the thread's private table).
+func (g *guard) gate(tid, listener int) error {
+	g.mu.Lock()
+	fd := g.fd
+	g.mu.Unlock()
+	if fd < 0 {
+		return errNoWatchdog
+	}
+	if err := unix.Sendmsg(fd, []byte("gate "+strconv.Itoa(tid)), unix.UnixRights(listener), nil, unix.MSG_NOSIGNAL); err != nil {
+		return fmt.Errorf("watchdog gate: %w", err)
+	}
+	return nil
+}
+
+// remove unregisters items once their tree is gone (best effort).
+func (g *guard) remove(items ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, it := range items {
+		if g.regs[it] {
+			delete(g.regs, it)
+			if g.fd >= 0 {
+				_ = g.send("-"+it[1:], nil)
+			}
+		}
+	}
+}
+
+// close ends the watchdog (it kills whatever is still registered, normally nothing) and
+// reaps it.
+func (g *guard) close() error {
+	g.mu.Lock()
+	fd, exited := g.fd, g.exited
+	g.fd = -1
+	g.mu.Unlock()
+	if fd < 0 {
+		return nil
+	}
+	unix.Close(fd)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(guardCloseBound):
+		return fmt.Errorf("watchdog did not exit within %v", guardCloseBound)
+	}
+}
+
+// guardItems are the watchdog records for a run's groups.
+func (rc *runCgroup) guardItems() []string {
+	var out []string
+	if rc.unified != "" {
+		out = append(out, "+cg "+rc.unified)
+	}
+	for _, d := range rc.v1 {
+		out = append(out, "+cg "+d)
+	}
+	return out
+}

@@ -1,0 +1,92 @@
+package linux
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// runHostHelper is a small fledge host: it starts one sandboxed tree (a shell running
+// sleep 45 in the foreground and the background, in a subshell, and setsid'd out of the
+// process group) whose every process carries marker, says so, and waits to be killed.
+func runHostHelper(launch, marker, dir string) int {
+	sb, err := New(Options{Launch: launch})
+	if err != nil {
+		fmt.Println("new:", err)
+		return 1
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	// sleep runs under the marker's name, so every process of the tree carries it.
+	script := `cp /bin/sleep "./$0" && { "./$0" 45 & setsid "./$0" 45 & sh -c '"./$0" 45; echo' "$0" & "./$0" 45; echo; }`
+	p, err := sb.Start(context.Background(), &sandbox.Spec{
+		Kind: sandbox.KindExec, Name: "hostdeath", Path: "/bin/sh", Args: []string{"sh", "-c", script, marker},
+		Dir: d, DirPath: dir, Env: []string{"PATH=/usr/bin:/bin"},
+		Access: sandbox.Access{ReadWrite: []string{dir}, ReadExec: SystemReadExec},
+		Limits: sandbox.Limits{Timeout: time.Minute},
+	})
+	if err != nil {
+		fmt.Println("start:", err)
+		return 1
+	}
+	fmt.Println("started", p.Pid(), sb.Report().HostDeath)
+	select {} // until kill -9
+}
+
+// TestNothingOutlivesAKilledHost: kill -9 of the host while a command runs `sleep 45`
+// (with a child and a setsid'd grandchild) leaves no process of the tree alive a second
+// later: the watchdog sees the host's socket close and kills the run's cgroups.
+func TestNothingOutlivesAKilledHost(t *testing.T) {
+	testutil.RequireContained(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) {
+			m := marker(t)
+			cmd := exec.Command(self, launch, m, t.TempDir())
+			cmd.Env = append(os.Environ(), helperEnv+"=host")
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			cmd.Stderr = os.Stderr
+			require.NoError(t, cmd.Start())
+			line, err := bufio.NewReader(out).ReadString('\n')
+			require.NoError(t, err, "host helper said %q", line)
+			require.True(t, strings.HasPrefix(line, "started "), line)
+			assert.Contains(t, line, " watchdog")
+			// The whole tree is up: the helper host itself, the shell, the subshell and the
+			// four sleeps carry the marker.
+			deadline := time.Now().Add(waitBound)
+			for len(survivors(m)) < 7 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			require.Len(t, survivors(m), 7, "tree started")
+
+			require.NoError(t, cmd.Process.Kill()) // SIGKILL: no cleanup code runs in the host
+			_ = cmd.Wait()
+			killed := time.Now()
+			var left []int
+			for {
+				left = survivors(m)
+				if len(left) == 0 || time.Since(killed) > time.Second {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			assert.Empty(t, left, "processes of the tree still alive 1 s after kill -9 of the host")
+		})
+	}
+}
