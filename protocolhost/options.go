@@ -122,6 +122,13 @@ type Options struct {
 	Store   StateStore // nil: storage unavailable (load answers null)
 	Stderr  io.Writer  // where the plugin's stderr is forwarded (live, unchanged)
 
+	// PluginSandbox starts the plugin itself when it is not a native process (a WASM module:
+	// wasmhost); nil means Sandbox. Execs and git always go through Sandbox.
+	PluginSandbox sandbox.Sandbox
+	// PluginStartDetails are added to the plugin_start record (a WASM module's runtime,
+	// sha256, preopens and limits).
+	PluginStartDetails map[string]any
+
 	// PluginSpec is the sandbox spec for the plugin process; Path, Args, Dir, stdio are set
 	// by the session.
 	PluginSpec sandbox.Spec

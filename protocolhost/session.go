@@ -128,7 +128,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	// Audit before act, as for an exec: the start decision, with the confinement the plugin
 	// is about to get, is on disk before it runs (a denial inside the kernel leaves no fledge
 	// record, so the log keeps the profile). No record, no plugin.
-	sync, err := s.recordBeforeAct(audit.EventPluginStart, map[string]any{
+	startDetails := map[string]any{
 		audit.DetailCommand: s.opts.Command, "program": s.opts.Program, audit.DetailArgv: spec.Args,
 		audit.DetailCwdResolved: s.opts.PluginCwd, "grants": s.opts.Grants,
 		"profile": map[string]any{
@@ -136,7 +136,11 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 			"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
 			"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
 		},
-	})
+	}
+	for k, v := range s.opts.PluginStartDetails {
+		startDetails[k] = v
+	}
+	sync, err := s.recordBeforeAct(audit.EventPluginStart, startDetails)
 	if err != nil {
 		cwd.Close()
 		stdinR.Close()
@@ -148,7 +152,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	start := time.Now()
 	// The plugin process is not tied to ctx: interrupts go through cancel + SIGTERM + SIGKILL
 	// so it gets its grace period.
-	proc, err := s.opts.Sandbox.Start(context.Background(), &spec)
+	proc, err := s.pluginSandbox().Start(context.Background(), &spec)
 	if sync != nil {
 		_ = sync()
 	}
@@ -246,6 +250,14 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		if res.Signal != "" {
 			rc = reason.Crashed
 		}
+		if res.Trap != "" { // a WASM module's trap (wasmhost)
+			details["trap"] = res.Trap
+			rc = reason.Crashed
+		}
+		if res.TimedOut {
+			details["timed_out"] = true
+			rc = reason.Timeout
+		}
 		if res.OOMKilled {
 			rc = reason.OOMKilled
 		}
@@ -281,6 +293,14 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	return out, nil
 }
 
+// pluginSandbox starts the plugin: PluginSandbox when set (a WASM runtime), else Sandbox.
+func (s *session) pluginSandbox() sandbox.Sandbox {
+	if s.opts.PluginSandbox != nil {
+		return s.opts.PluginSandbox
+	}
+	return s.opts.Sandbox
+}
+
 // git is how this session runs git for metadata: confined like an exec, read-only.
 func (s *session) git() project.Runner {
 	return SandboxedGit(s.opts.Sandbox, s.opts.GitAccess)
@@ -304,7 +324,7 @@ func (s *session) initMessage() protocol.Init {
 		Fledge:       protocol.FledgeInfo{Version: s.opts.FledgeVersion},
 		Capabilities: s.opts.Grants,
 	}
-	rep := s.opts.Sandbox.Report()
+	rep := s.pluginSandbox().Report()
 	in.Sandbox = &protocol.SandboxInfo{
 		Confinement: rep.Confinement,
 		LandlockABI: rep.LandlockABI,
