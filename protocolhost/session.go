@@ -255,7 +255,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 			rc = reason.Crashed
 		}
 		if res.TimedOut {
-			details["timed_out"] = true
+			details[audit.DetailTimedOut] = true
 			rc = reason.Timeout
 		}
 		if res.OOMKilled {
