@@ -88,6 +88,13 @@ type Config struct {
 	Sandbox SandboxConfig
 	Limits  LimitsConfig
 	Audit   AuditConfig
+	Wasm    WasmConfig
+}
+
+// WasmConfig is the [wasm] table: bounds of a WASM plugin's module (wasmhost).
+type WasmConfig struct {
+	Memory  int64         // linear memory, bytes
+	Timeout time.Duration // wall clock of one run
 }
 
 // SandboxConfig is the [sandbox] table.
@@ -143,6 +150,7 @@ func Default() *Config {
 			PromptTimeout:   5 * time.Minute,
 		},
 		Audit: AuditConfig{Fsync: FsyncDurable},
+		Wasm:  WasmConfig{Memory: 256 * MiB, Timeout: 60 * time.Second},
 	}
 }
 
@@ -213,7 +221,7 @@ func Parse(file string, data []byte, configDir, home string) (*Config, error) {
 	for _, table := range sortedKeys(raw) {
 		fields, ok := p.tableFields(table, c)
 		if !ok {
-			return nil, p.errAt(table, "", "unknown section (known: [sandbox], [limits], [audit])")
+			return nil, p.errAt(table, "", "unknown section (known: [sandbox], [limits], [audit], [wasm])")
 		}
 		m, ok := raw[table].(map[string]any)
 		if !ok {
@@ -270,7 +278,7 @@ func (p *cfgParser) errAt(table, key string, msg string) *ConfigError {
 }
 
 func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, bool) {
-	s, l, a := &c.Sandbox, &c.Limits, &c.Audit
+	s, l, a, w := &c.Sandbox, &c.Limits, &c.Audit, &c.Wasm
 	switch table {
 	case "sandbox":
 		return map[string]setter{
@@ -296,6 +304,11 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"exec_queue":       intInto(&l.ExecQueue, &n64[1], 0, 4096),
 			"pending_requests": intInto(&l.PendingRequests, &n64[2], 1, 65536),
 			"prompt_timeout":   durationField(&l.PromptTimeout, 24*time.Hour),
+		}, true
+	case "wasm":
+		return map[string]setter{
+			"memory":  sizeField(&w.Memory, 1*MiB, 4*GiB, MiB),
+			"timeout": durationField(&w.Timeout, 24*time.Hour),
 		}, true
 	case "audit":
 		return map[string]setter{

@@ -119,7 +119,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown section",
 			src:  "[sandbox]\npids = 1\n[sandbx]\nx = 1\n",
-			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit])`,
+			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit], [wasm])`,
 			line: 3, key: "sandbx",
 		},
 		{
@@ -301,4 +301,17 @@ func TestExecTimeout(t *testing.T) {
 		_, err = c.ExecTimeout(f(bad))
 		assert.Error(t, err, bad)
 	}
+}
+
+func TestWasmSection(t *testing.T) {
+	c, err := Parse("/cfg/config.toml", []byte("[wasm]\nmemory = \"64MiB\"\ntimeout = \"5s\"\n"), "", "")
+	require.NoError(t, err)
+	assert.Equal(t, 64*MiB, c.Wasm.Memory)
+	assert.Equal(t, 5*time.Second, c.Wasm.Timeout)
+	d := Default().Wasm
+	assert.Equal(t, 256*MiB, d.Memory)
+	assert.Equal(t, 60*time.Second, d.Timeout)
+	_, err = Parse("/cfg/config.toml", []byte("[wasm]\nmemory = \"10GiB\"\n"), "", "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "[wasm] memory")
 }

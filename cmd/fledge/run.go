@@ -180,7 +180,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	if cmdSpec == nil {
 		return exitErr(ExitUnknownCmd, "plugin %s no longer declares command %q; reinstall it", entry.Name, command)
 	}
-	program, err := binaryPath(pluginDir, cmdSpec.Binary)
+	program, err := binaryPath(pluginDir, cmdSpec.Binary, !man.IsWasm())
 	if err != nil {
 		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
 	}
@@ -313,6 +313,13 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		},
 		Signals: sigs,
 	}
+	if man.IsWasm() {
+		w, err := wasmRuntime(e, grants, proj, dataDir, program, &opts)
+		if err != nil {
+			return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+		}
+		defer w.Close()
+	}
 	out, err := protocolhost.Run(ctx, opts)
 	if err != nil && out == nil {
 		if errors.Is(err, protocolhost.ErrSandbox) {
@@ -379,8 +386,9 @@ func verifyInstalled(dir string, entry *plugin.Entry) (*plugin.Manifest, error) 
 	return man, nil
 }
 
-// binaryPath resolves a command binary inside the installed plugin dir.
-func binaryPath(dir, rel string) (string, error) {
+// binaryPath resolves a command binary inside the installed plugin dir; exec says it must be
+// executable (a WASM module is data for the runtime).
+func binaryPath(dir, rel string, exec bool) (string, error) {
 	p := filepath.Join(dir, rel)
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
@@ -397,7 +405,7 @@ func binaryPath(dir, rel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+	if !st.Mode().IsRegular() || (exec && st.Mode()&0o111 == 0) {
 		return "", fmt.Errorf("command binary %q is not an executable file", rel)
 	}
 	return real, nil
