@@ -135,6 +135,15 @@ done
 log "64 pipelined execs"
 "$GO" test -run '^$' -bench 'ExecPipeline' -benchtime 3x -count 1 \
 	./protocolhost/ >"$work/out/pipeline.txt" 2>&1 || { cat "$work/out/pipeline.txt" >&2; exit 1; }
+log "WASM plugin: cold start (first compile, cached) and exec round trip ($count rounds)"
+: >"$work/out/wasm.txt"
+wasmStarts=$((reps + 2))
+for ((r = 0; r < count; r++)); do
+	"$GO" test -run '^$' -bench 'WasmColdStart' -benchtime "${wasmStarts}x" -count 1 \
+		./wasmhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+	"$GO" test -run '^$' -bench 'WasmExecRoundTrip' -benchtime "${execN}x" -count 1 \
+		./wasmhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+done
 log "audit appends"
 "$GO" test -run '^$' -bench 'AppendFsync$|AppendNoFsync$' -benchtime 500x -count "$count" \
 	./audit/ >"$work/out/audit.txt" 2>&1 || { cat "$work/out/audit.txt" >&2; exit 1; }
@@ -149,6 +158,9 @@ cold_conf=$(metric "$ex" BenchmarkColdStart/confined median-ns/start)
 cold_unconf=$(metric "$ex" BenchmarkColdStart/unconfined median-ns/start)
 pipe_par=$(metric "$work/out/pipeline.txt" BenchmarkExecPipeline pipelined-ns)
 pipe_seq=$(metric "$work/out/pipeline.txt" BenchmarkExecPipeline sequential-ns)
+wasm_first=$(metric "$work/out/wasm.txt" BenchmarkWasmColdStart/first-compile median-ns/start)
+wasm_cached=$(metric "$work/out/wasm.txt" BenchmarkWasmColdStart/cached median-ns/start)
+wasm_exec=$(metric "$work/out/wasm.txt" BenchmarkWasmExecRoundTrip median-ns/exec)
 audit_on=$(metric "$work/out/audit.txt" BenchmarkAppendFsync records/s)
 audit_off=$(metric "$work/out/audit.txt" BenchmarkAppendNoFsync records/s)
 
@@ -206,8 +218,12 @@ row 4 "64 execs of true pipelined, total" "$(fmt_ms "$pipe_par")" "64 one after 
 row 5 "plugin cold start, confined, median" "$(fmt_ms "$cold_conf")" "unconfined os/exec $(fmt_ms "$cold_unconf")" "$(ratio "$cold_conf" "$cold_unconf")" "-" "-"
 row 6a "audit appends/s, fsync on" "$(fmt_rate "$audit_on")" "fsync off $(fmt_rate "$audit_off")" "$(ratio "$audit_on" "$audit_off")" "-" "-"
 row 6b "exec round trip, audit default (fsync), median" "$(fmt_ms "$exec_fledge")" "audit fsync never $(fmt_ms "$exec_nofsync")" "$(ratio "$exec_fledge" "$exec_nofsync")" "-" "-"
+row 7a "WASM plugin cold start, first compile, median" "$(fmt_ms "$wasm_first")" "native plugin, confined $(fmt_ms "$cold_conf")" "$(ratio "$wasm_first" "$cold_conf")" "-" "-"
+row 7b "WASM plugin cold start, cached compile, median" "$(fmt_ms "$wasm_cached")" "native plugin, confined $(fmt_ms "$cold_conf")" "$(ratio "$wasm_cached" "$cold_conf")" "-" "-"
+row 7c "exec round trip from a WASM plugin, median" "$(fmt_ms "$wasm_exec")" "from a native plugin $(fmt_ms "$exec_fledge")" "$(ratio "$wasm_exec" "$exec_fledge")" "-" "-"
 echo
 awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision fsync adds %.0f us to an exec round trip.\n", (a - b) / 1e3}'
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
+echo "WASM rows: the Go SDK guest (wasmhost/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a fresh runtime on a warm cache dir."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."

@@ -22,14 +22,17 @@ func fledgeSend(ptr unsafe.Pointer, n uint32)
 //go:wasmimport fledge recv
 func fledgeRecv(ptr unsafe.Pointer, max uint32) uint32
 
-func transport() (io.Reader, io.Writer) { return &wasmReader{}, &wasmWriter{} }
+func transport() (io.Reader, io.Writer) {
+	wake := make(chan struct{}, 1)
+	return &wasmReader{wake: wake}, &wasmWriter{wake: wake}
+}
 
-// maxIdle bounds the pause between two empty recv calls. fledge's recv waits by itself while
-// a request of ours is unanswered, so the pause only delays messages nobody asked for
-// (a session-wide cancel).
+// maxIdle bounds the pause between two empty recv calls. Every message we send wakes the
+// reader at once, and fledge's recv waits by itself while a request of ours is unanswered, so
+// the pause only delays messages nobody asked for (a session-wide cancel).
 const maxIdle = 20 * time.Millisecond
 
-type wasmReader struct{}
+type wasmReader struct{ wake chan struct{} }
 
 // Read returns what recv delivers; fledge ends every message with a newline, so the
 // protocol reader above finds the message boundaries however the bytes were split.
@@ -42,13 +45,23 @@ func (r *wasmReader) Read(p []byte) (int, error) {
 		if n := fledgeRecv(unsafe.Pointer(&p[0]), uint32(len(p))); n > 0 {
 			return int(n), nil
 		}
-		// Nothing pending: let the plugin's other goroutines run.
-		time.Sleep(idle)
-		idle = min(2*idle, maxIdle)
+		// Nothing pending: let the plugin's other goroutines run until one sends something
+		// (a request whose answer recv will then wait for) or the pause is over.
+		t := time.NewTimer(idle)
+		select {
+		case <-r.wake:
+			idle = time.Millisecond
+		case <-t.C:
+			idle = min(2*idle, maxIdle)
+		}
+		t.Stop()
 	}
 }
 
-type wasmWriter struct{ pending []byte }
+type wasmWriter struct {
+	pending []byte
+	wake    chan struct{}
+}
 
 // Write sends each complete line as one message (the protocol writer writes whole lines).
 func (w *wasmWriter) Write(p []byte) (int, error) {
@@ -60,6 +73,10 @@ func (w *wasmWriter) Write(p []byte) (int, error) {
 		}
 		if i > 0 {
 			fledgeSend(unsafe.Pointer(&w.pending[0]), uint32(i))
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
 		}
 		w.pending = w.pending[i+1:]
 	}

@@ -33,14 +33,14 @@ var (
 
 // guest returns the path of a test guest (testdata/guests/<name>) built for wasip1 with the
 // Go toolchain running the tests; they are built once per test binary.
-func guest(t *testing.T, name string) string {
+func guest(t testing.TB, name string) string {
 	t.Helper()
 	guestOnce.Do(func() {
 		guestDir, guestErr = os.MkdirTemp("", "fledge-wasm-guests-")
 		if guestErr != nil {
 			return
 		}
-		for _, g := range []string{"probe", "hostfn"} {
+		for _, g := range []string{"probe", "hostfn", "benchguest"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(guestDir, g+".wasm"), "./testdata/guests/"+g)
 			cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 			if guestOut, guestErr = cmd.CombinedOutput(); guestErr != nil {

@@ -31,7 +31,7 @@ import (
 // cmd/fledge wires a wasm plugin: the plugin starts in wasmhost, its execs and git calls go
 // through the platform sandbox, every decision is in a real audit log.
 type fixture struct {
-	t         *testing.T
+	t         testing.TB
 	root      string
 	home      string
 	project   string
@@ -44,7 +44,7 @@ type fixture struct {
 	wopts     wasmhost.Options
 }
 
-func newFixture(t *testing.T, module string, grants protocol.Capabilities) *fixture {
+func newFixture(t testing.TB, module string, grants protocol.Capabilities) *fixture {
 	t.Helper()
 	root := t.TempDir()
 	f := &fixture{
