@@ -72,6 +72,15 @@ func TestWasmPluginEndToEnd(t *testing.T) {
 	require.NoError(t, err, "install:\n%s\n%s", out, errOut)
 	assert.Contains(t, out+errOut, "installed hello-wasm 0.1.0")
 
+	out, _, err = fledge("plugins", "info", "hello-wasm")
+	require.NoError(t, err)
+	assert.Contains(t, out, "runtime:   wasm: confined by the runtime on every OS")
+	assert.Contains(t, out, "/project = <project> (ro)")
+	assert.Contains(t, out, "/plugin = "+filepath.Join(home, ".config", "fledge", "plugins", "hello-wasm", "data")+" (rw)")
+	out, _, err = fledge("doctor")
+	require.NoError(t, err)
+	assert.Contains(t, out, "a wasm plugin:    confined by the runtime on every OS")
+
 	out, errOut, err = fledge("--ni", "hello-wasm", "Ada")
 	require.NoError(t, err, "run:\n%s\n%s", out, errOut)
 	assert.Contains(t, out, "Hello, Ada, from WebAssembly! Run #1.\n")

@@ -287,6 +287,11 @@ func (o *InfoOptions) Run() error {
 		"network": e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
 		"unix_sockets": e.cfg.UnixSocketsAllowed(),
 	}
+	var wasm map[string]any
+	if man, _, err := plugin.LoadManifest(dir); err == nil && man.IsWasm() {
+		wasm = wasmInfo(e, &en.Granted, plugin.DataDir(e.configDir, en.Name))
+		info["runtime"], info["plugin_process"] = plugin.RuntimeWasm, wasm
+	}
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, info)
 	}
@@ -296,9 +301,13 @@ func (o *InfoOptions) Run() error {
 		en.ManifestSHA256, grantText(en.Granted))
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
-	fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
-	fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(pa.ReadOnly, ", "))
-	fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && e.cfg.NetworkAllowed())
+	if wasm != nil {
+		fmt.Fprintf(w, "  runtime:   wasm: %s\n", wasmInfoText(wasm))
+	} else {
+		fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
+		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(pa.ReadOnly, ", "))
+		fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && e.cfg.NetworkAllowed())
+	}
 	if en.Granted.Exec {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
 	} else {

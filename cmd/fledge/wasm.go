@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
@@ -44,4 +46,45 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 	opts.PluginSandbox = w
 	opts.PluginStartDetails = details
 	return w, nil
+}
+
+// wasmInfo is what doctor and plugins info say about WASM plugins: confined by the runtime
+// itself, the same on every OS, with the policy's bounds (and, for one plugin, its preopens).
+func wasmInfo(e *env, grants *policy.Grants, dataDir string) map[string]any {
+	wo := wasmhost.Options{MemoryBytes: e.cfg.Wasm.Memory, Timeout: e.cfg.Wasm.Timeout}
+	info := map[string]any{
+		"confinement":  wasmhost.Confinement,
+		"note":         "confined by the WASM runtime on every OS: no environment, no sockets, no processes, only the preopened directories",
+		"memory_bytes": e.cfg.Wasm.Memory,
+		"timeout_ms":   e.cfg.Wasm.Timeout.Milliseconds(),
+	}
+	if grants != nil {
+		wo.Grants = toWire(*grants)
+		wo.ProjectRoot = "<project>"
+		wo.DataDir = dataDir
+		pre := wo.Preopens()
+		if pre == nil {
+			pre = []wasmhost.Preopen{}
+		}
+		info["preopens"] = pre
+	}
+	return info
+}
+
+// wasmInfoText is wasmInfo on one line.
+func wasmInfoText(info map[string]any) string {
+	s := "confined by the runtime on every OS (no env, sockets or processes)"
+	if pre, ok := info["preopens"].([]wasmhost.Preopen); ok {
+		if len(pre) == 0 {
+			s += "; no directories"
+		}
+		for _, p := range pre {
+			mode := "rw"
+			if p.ReadOnly {
+				mode = "ro"
+			}
+			s += fmt.Sprintf("; %s = %s (%s)", p.Guest, p.Host, mode)
+		}
+	}
+	return s + fmt.Sprintf("; memory %d MiB, time %v", info["memory_bytes"].(int64)>>20, time.Duration(info["timeout_ms"].(int64))*time.Millisecond)
 }
