@@ -121,3 +121,60 @@ func TestWasmPluginEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, ents)
 }
+
+// TestGoWasmScaffoldBuiltByConfinedHook: `fledge plugins new --lang go-wasm`, vendored, is
+// built by its [hooks] build step only when install is asked to (--run-hooks), confined, and
+// then runs.
+func TestGoWasmScaffoldBuiltByConfinedHook(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds fledge and a wasm module")
+	}
+	repo, err := filepath.Abs("..")
+	require.NoError(t, err)
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "fledge")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fledge")
+	build.Dir = repo
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	home := filepath.Join(tmp, "home")
+	proj := filepath.Join(tmp, "proj")
+	require.NoError(t, os.MkdirAll(home, 0o700))
+	require.NoError(t, os.MkdirAll(proj, 0o755))
+	env := append(os.Environ(), "HOME="+home, "FLEDGE_CONFIG_DIR="+filepath.Join(home, "cfg"),
+		"FLEDGE_AUDIT_LOG="+filepath.Join(home, "audit.jsonl"), "XDG_CONFIG_HOME=", "XDG_STATE_HOME=")
+	run := func(dir, name string, args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s %v:\n%s", name, args, out)
+		return string(out)
+	}
+	src := filepath.Join(tmp, "gw")
+	run(tmp, bin, "plugins", "new", "gw", "--lang", "go-wasm", "--sdk", repo, "--dir", src)
+
+	// Without --run-hooks nothing is built, and the missing module refuses the install.
+	cmd := exec.Command(bin, "--ni", "plugins", "install", src, "--yes")
+	cmd.Env = env
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "they were not run")
+
+	// Offline, from this checkout and the module cache, as the scaffold test builds it.
+	goEnv := []string{"GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off"}
+	gocmd := func(args ...string) {
+		c := exec.Command("go", args...)
+		c.Dir, c.Env = src, append(os.Environ(), goEnv...)
+		out, err := c.CombinedOutput()
+		require.NoError(t, err, "go %v:\n%s", args, out)
+	}
+	gocmd("mod", "tidy")
+	gocmd("mod", "vendor")
+	out2 := run(tmp, bin, "--ni", "plugins", "install", src, "--yes", "--run-hooks")
+	assert.Contains(t, out2, "installed gw 0.1.0")
+	_, err = os.Stat(filepath.Join(src, "bin"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the hook built in the staged copy, not in the source dir")
+	assert.Contains(t, run(proj, bin, "--ni", "gw"), "Hello, world! This is run #1 of gw.")
+}
