@@ -206,6 +206,9 @@ func (p *process) run(rt wazero.Runtime) {
 	p.g.flushOutput()
 	res := p.result(err)
 	res.Duration = time.Since(start)
+	// The module is gone: release the line reader (it may wait to hand over a line nobody
+	// will receive). Recorded as no stop reason, since the result is already made.
+	p.stop(stopNone)
 	_ = rt.Close(context.Background())
 	p.release()
 	for _, f := range p.onExit {
