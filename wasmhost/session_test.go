@@ -87,7 +87,8 @@ func newFixture(t testing.TB, module string, grants protocol.Capabilities) *fixt
 	environ := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + f.home, "LANG=C.UTF-8", "GITHUB_TOKEN=ghp_secret"}
 	store, err := plugin.OpenStore(filepath.Join(f.pluginDir, "state.json"), plugin.DefaultStoreLimits)
 	require.NoError(t, err)
-	f.wopts = wasmhost.Options{Grants: grants, ProjectRoot: f.project, DataDir: f.dataDir}
+	// One compilation cache for every test of this binary: each guest is compiled once.
+	f.wopts = wasmhost.Options{Grants: grants, ProjectRoot: f.project, DataDir: f.dataDir, CacheDir: filepath.Join(guestDir, "cache")}
 	f.opts = protocolhost.Options{
 		SessionID: "wasm-session", FledgeVersion: "test",
 		Plugin:  protocolhost.PluginMeta{Name: "wp", Version: "1.0.0", Dir: f.pluginDir, DataDir: f.dataDir, Source: "testdata"},
