@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
 
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocol"
@@ -380,6 +379,3 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	go p.run(rt)
 	return p, nil
 }
-
-// apiFunction is the guest's entry point.
-type apiFunction = api.Function
