@@ -44,7 +44,10 @@ func TestWasmPluginEndToEnd(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(src, f), b, 0o644))
 	}
-	goBuild([]string{"GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0"}, "-o", filepath.Join(src, "bin", "hello-wasm.wasm"), "./examples/hello-wasm")
+	module := filepath.Join(src, "bin", "hello-wasm.wasm")
+	goBuild([]string{"GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0"}, "-o", module, "./examples/hello-wasm")
+	// A module is data for the runtime: install and run need no execute bit.
+	require.NoError(t, os.Chmod(module, 0o644))
 
 	home := filepath.Join(tmp, "home")
 	proj := filepath.Join(tmp, "proj")
@@ -71,6 +74,7 @@ func TestWasmPluginEndToEnd(t *testing.T) {
 	out, errOut, err := fledge("--ni", "plugins", "install", src, "--yes")
 	require.NoError(t, err, "install:\n%s\n%s", out, errOut)
 	assert.Contains(t, out+errOut, "installed hello-wasm 0.1.0")
+	assert.NotContains(t, out+errOut, "not executable")
 
 	out, _, err = fledge("plugins", "info", "hello-wasm")
 	require.NoError(t, err)
