@@ -59,6 +59,11 @@ func section(id byte, body []byte) []byte {
 // assemble builds a module importing imports, with one exported memory of memPages pages and
 // an exported _start whose body is code (without the final end).
 func assemble(imports []wimport, memPages uint32, code []byte) []byte {
+	return assembleData(imports, memPages, code, nil)
+}
+
+// assembleData is assemble with data placed at address 0 of the memory.
+func assembleData(imports []wimport, memPages uint32, code, data []byte) []byte {
 	m := []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00}
 	types := []byte{4,
 		0x60, 0, 0,
@@ -86,6 +91,11 @@ func assemble(imports []wimport, memPages uint32, code []byte) []byte {
 	body := append([]byte{0}, code...)
 	body = append(body, opEnd)
 	m = append(m, section(10, append([]byte{1}, append(leb(uint32(len(body))), body...)...))...)
+	if data != nil {
+		seg := []byte{1, 0, 0x41, 0, opEnd}
+		seg = append(seg, leb(uint32(len(data)))...)
+		m = append(m, section(11, append(seg, data...))...)
+	}
 	return m
 }
 
@@ -307,4 +317,23 @@ func TestCompilationCache(t *testing.T) {
 	assert.Equal(t, first, cacheFiles(t, cache), "the same module reuses its entry")
 	assert.Equal(t, 9, run(9), "a changed module never runs a stale compile")
 	assert.Greater(t, cacheFiles(t, cache), first, "the changed module has its own entry")
+}
+
+// TestMalformedExecRequestStaysInTheModule: an exec argument that is not JSON is answered by
+// the runtime with an error result (its length returned), and nothing reaches the session.
+func TestMalformedExecRequestStaysInTheModule(t *testing.T) {
+	bad := []byte("{not json")
+	// exit(exec(0, len(bad)))
+	code := []byte{0x41, 0}
+	code = append(code, 0x41)
+	code = append(code, leb(uint32(len(bad)))...)
+	code = append(code, 0x10, 0, 0x10, 1)
+	mod := assembleData([]wimport{{"fledge", "exec", tPPtoI}, {"fledge", "exit", tI}}, 1, code, bad)
+	var stdout bytes.Buffer
+	p, err := startModule(t, wasmhost.Options{Grants: protocol.Capabilities{Exec: true}}, writeModule(t, t.TempDir(), "m.wasm", mod), &stdout, nil)
+	require.NoError(t, err)
+	r := waitResult(t, p)
+	assert.Empty(t, r.Trap)
+	assert.Greater(t, r.ExitCode, len(`{"code":-1,"stdout":"","stderr":"fledge: malformed exec request: "}`), "exec returned the error reply's length")
+	assert.Empty(t, stdout.String(), "no request was sent to the session")
 }
