@@ -75,6 +75,11 @@ func TestWasmPluginEndToEnd(t *testing.T) {
 	require.NoError(t, err, "install:\n%s\n%s", out, errOut)
 	assert.Contains(t, out+errOut, "installed hello-wasm 0.1.0")
 	assert.NotContains(t, out+errOut, "not executable")
+	// Install compiled the module into the cache: the first run only loads it.
+	assert.Contains(t, errOut, "compiling bin/hello-wasm.wasm (WebAssembly)")
+	cached, err := os.ReadDir(filepath.Join(home, ".local", "state", "fledge", "wasm-cache"))
+	require.NoError(t, err)
+	assert.NotEmpty(t, cached)
 
 	out, _, err = fledge("plugins", "info", "hello-wasm")
 	require.NoError(t, err)

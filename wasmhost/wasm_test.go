@@ -316,7 +316,21 @@ func TestCompilationCache(t *testing.T) {
 	assert.Equal(t, 7, run(7))
 	assert.Equal(t, first, cacheFiles(t, cache), "the same module reuses its entry")
 	assert.Equal(t, 9, run(9), "a changed module never runs a stale compile")
-	assert.Greater(t, cacheFiles(t, cache), first, "the changed module has its own entry")
+	second := cacheFiles(t, cache)
+	assert.Greater(t, second, first, "the changed module has its own entry")
+
+	// Precompile (install) fills the cache; the run then finds its entry.
+	writeModule(t, dir, "m.wasm", assemble([]wimport{{"fledge", "exit", tI}}, 1, callExit(0, 11)))
+	w, err := wasmhost.New(wasmhost.Options{CacheDir: cache})
+	require.NoError(t, err)
+	require.NoError(t, w.Precompile(context.Background(), path))
+	require.NoError(t, w.Close())
+	third := cacheFiles(t, cache)
+	assert.Greater(t, third, second)
+	p, err := startModule(t, wasmhost.Options{CacheDir: cache}, path, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 11, waitResult(t, p).ExitCode)
+	assert.Equal(t, third, cacheFiles(t, cache), "the run used the precompiled entry")
 }
 
 // TestMalformedExecRequestStaysInTheModule: an exec argument that is not JSON is answered by

@@ -316,6 +316,31 @@ func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
 	return nil
 }
 
+func (s *Sandbox) runtimeConfig() wazero.RuntimeConfig {
+	cfg := wazero.NewRuntimeConfig()
+	if s.opts.Interpreter {
+		cfg = wazero.NewRuntimeConfigInterpreter()
+	}
+	// CloseOnContextDone: a module in a tight loop is stopped when its context ends (the
+	// wall-clock bound, Kill, the caller's cancel).
+	return cfg.WithCloseOnContextDone(true).WithCompilationCache(s.cache)
+}
+
+// Precompile compiles the module at path into the compilation cache, so that the first run
+// only loads it (install does this). Nothing of the module runs.
+func (s *Sandbox) Precompile(ctx context.Context, path string) error {
+	data, err := readModule(path)
+	if err != nil {
+		return err
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, s.runtimeConfig())
+	defer rt.Close(context.Background())
+	if _, err := rt.CompileModule(ctx, data); err != nil {
+		return fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	return nil
+}
+
 // Start compiles (or loads from the cache) and instantiates the module at spec.Path, then
 // runs its _start in a goroutine. Everything that can refuse the plugin (an unreadable or
 // invalid module, an ungranted import) fails here, before the plugin runs.
@@ -336,14 +361,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want[:12])
 	}
 
-	cfg := wazero.NewRuntimeConfig()
-	if s.opts.Interpreter {
-		cfg = wazero.NewRuntimeConfigInterpreter()
-	}
-	// CloseOnContextDone: a module in a tight loop is stopped when its context ends (the
-	// wall-clock bound, Kill, the caller's cancel).
-	cfg = cfg.WithCloseOnContextDone(true).WithCompilationCache(s.cache)
-	rt := wazero.NewRuntimeWithConfig(context.Background(), cfg)
+	rt := wazero.NewRuntimeWithConfig(context.Background(), s.runtimeConfig())
 	fail := func(err error) (sandbox.Process, error) {
 		_ = rt.Close(context.Background())
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)

@@ -119,6 +119,7 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		Details: map[string]any{"source": entry.Source, "commands": entry.Commands}}, true)
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
 		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
+	precompileWasm(ctx, e, entry.Name, o.g.Streams.Err)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
 		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), grantText(entry.Granted))
 	return nil

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
+	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocolhost"
@@ -26,10 +29,8 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 	if proj != nil {
 		wo.ProjectRoot = proj.Root
 	}
-	if e.stateDir != "" {
-		// Compiled modules, keyed by content (wazero): never shared with a changed module.
-		wo.CacheDir = filepath.Join(e.stateDir, "wasm-cache")
-	}
+	// Compiled modules, keyed by content (wazero): never shared with a changed module.
+	wo.CacheDir = wasmCacheDir(e)
 	w, err := wasmhost.New(wo)
 	if err != nil {
 		// A cache that cannot be used costs compile time, not safety.
@@ -46,6 +47,45 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 	opts.PluginSandbox = w
 	opts.PluginStartDetails = details
 	return w, nil
+}
+
+// wasmCacheDir is where compiled modules are kept ("" when there is no state dir).
+func wasmCacheDir(e *env) string {
+	if e.stateDir == "" {
+		return ""
+	}
+	return filepath.Join(e.stateDir, "wasm-cache")
+}
+
+// precompileWasm compiles an installed WASM plugin's modules into the cache, as the reference
+// does at install, so its first run does not pay the compile. A failure only costs that.
+func precompileWasm(ctx context.Context, e *env, name string, out io.Writer) {
+	dir := plugin.Dir(e.configDir, name)
+	man, _, err := plugin.LoadManifest(dir)
+	if err != nil || !man.IsWasm() || wasmCacheDir(e) == "" {
+		return
+	}
+	w, err := wasmhost.New(wasmhost.Options{CacheDir: wasmCacheDir(e)})
+	if err != nil {
+		fmt.Fprintf(out, "warning: wasm compilation cache: %v\n", err)
+		return
+	}
+	defer w.Close()
+	done := map[string]bool{}
+	for _, c := range man.Commands {
+		if done[c.Binary] {
+			continue
+		}
+		done[c.Binary] = true
+		program, err := binaryPath(dir, c.Binary, false)
+		if err == nil {
+			fmt.Fprintf(out, "compiling %s (WebAssembly)...\n", c.Binary)
+			err = w.Precompile(ctx, program)
+		}
+		if err != nil {
+			fmt.Fprintf(out, "warning: %s: %v (it is compiled when it first runs)\n", c.Binary, err)
+		}
+	}
 }
 
 // wasmInfo is what doctor and plugins info say about WASM plugins: confined by the runtime
