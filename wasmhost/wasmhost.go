@@ -13,6 +13,7 @@
 package wasmhost
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -251,7 +252,13 @@ func readModule(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxModuleBytes+1))
+	// Sized from stat (one read for a multi-megabyte module), still bounded by the limit.
+	var buf bytes.Buffer
+	if st, err := f.Stat(); err == nil && st.Size() > 0 && st.Size() <= MaxModuleBytes {
+		buf.Grow(int(st.Size()) + 1)
+	}
+	_, err = buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))
+	data := buf.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
@@ -323,7 +330,8 @@ func (s *Sandbox) runtimeConfig() wazero.RuntimeConfig {
 	}
 	// CloseOnContextDone: a module in a tight loop is stopped when its context ends (the
 	// wall-clock bound, Kill, the caller's cancel).
-	return cfg.WithCloseOnContextDone(true).WithCompilationCache(s.cache)
+	// No DWARF: only the first line of a trap is kept, and parsing it costs every start.
+	return cfg.WithCloseOnContextDone(true).WithCompilationCache(s.cache).WithDebugInfoEnabled(false)
 }
 
 // Precompile compiles the module at path into the compilation cache, so that the first run
