@@ -231,6 +231,11 @@ func (s *Sandbox) Describe(path string) (map[string]any, error) {
 		"memory_bytes":   s.opts.MemoryBytes,
 		"timeout_ms":     s.opts.Timeout.Milliseconds(),
 		"host_functions": s.hostFunctions(),
+		// Replaces the native plugin's profile in the record: this is what the module gets.
+		"profile": map[string]any{
+			"confinement": Confinement, "network": false, "unix_sockets": false, "environment": []string{},
+			"processes": false, "preopens": pre, "memory_bytes": s.opts.MemoryBytes, "timeout_ms": s.opts.Timeout.Milliseconds(),
+		},
 	}, nil
 }
 

@@ -46,6 +46,8 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 	}
 	opts.PluginSandbox = w
 	opts.PluginStartDetails = details
+	// What init tells the plugin: a module has no sockets, whatever the network grant.
+	opts.PluginSpec.Network, opts.PluginSpec.UnixSockets = false, false
 	return w, nil
 }
 
