@@ -141,6 +141,20 @@ done
 log "64 pipelined execs"
 "$GO" test -run '^$' -bench 'ExecPipeline' -benchtime 3x -count 1 \
 	./protocolhost/ >"$work/out/pipeline.txt" 2>&1 || { cat "$work/out/pipeline.txt" >&2; exit 1; }
+log "WASM plugin: cold start (first compile, cached) and exec round trip ($count rounds)"
+: >"$work/out/wasm.txt"
+wasmStarts=$((reps + 2))
+# Each WASM figure right after its native counterpart, so both see the same machine load.
+for ((r = 0; r < count; r++)); do
+	"$GO" test -run '^$' -bench 'ColdStart/confined' -benchtime "${wasmStarts}x" -count 1 \
+		./protocolhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+	"$GO" test -run '^$' -bench 'WasmColdStart' -benchtime "${wasmStarts}x" -count 1 \
+		./wasmhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+	"$GO" test -run '^$' -bench 'ExecRoundTrip/fledge$' -benchtime "${execN}x" -count 1 \
+		./protocolhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+	"$GO" test -run '^$' -bench 'WasmExecRoundTrip' -benchtime "${execN}x" -count 1 \
+		./wasmhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+done
 log "audit appends"
 "$GO" test -run '^$' -bench 'AppendFsync$|AppendNoFsync$' -benchtime 500x -count "$count" \
 	./audit/ >"$work/out/audit.txt" 2>&1 || { cat "$work/out/audit.txt" >&2; exit 1; }
@@ -155,6 +169,11 @@ cold_conf=$(metric "$ex" BenchmarkColdStart/confined median-ns/start)
 cold_unconf=$(metric "$ex" BenchmarkColdStart/unconfined median-ns/start)
 pipe_par=$(metric "$work/out/pipeline.txt" BenchmarkExecPipeline pipelined-ns)
 pipe_seq=$(metric "$work/out/pipeline.txt" BenchmarkExecPipeline sequential-ns)
+wasm_first=$(metric "$work/out/wasm.txt" BenchmarkWasmColdStart/first-compile median-ns/start)
+wasm_cached=$(metric "$work/out/wasm.txt" BenchmarkWasmColdStart/cached median-ns/start)
+wasm_exec=$(metric "$work/out/wasm.txt" BenchmarkWasmExecRoundTrip median-ns/exec)
+wasm_native_cold=$(metric "$work/out/wasm.txt" BenchmarkColdStart/confined median-ns/start)
+wasm_native_exec=$(metric "$work/out/wasm.txt" BenchmarkExecRoundTrip/fledge median-ns/exec)
 audit_on=$(metric "$work/out/audit.txt" BenchmarkAppendFsync records/s)
 audit_off=$(metric "$work/out/audit.txt" BenchmarkAppendNoFsync records/s)
 
@@ -231,9 +250,13 @@ row 6b "exec round trip, audit default (fsync), median" "$(fmt_ms "$exec_fledge"
 row 7 "jsonrpc tool/execute via fledge serve, median" "$(fmt_ms "$rpc_serve")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_serve" "$rpc_direct")" "-" "-"
 row 7a "  audit fsync off" "$(fmt_ms "$rpc_nofsync")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_nofsync" "$rpc_direct")" "-" "-"
 row 7b "  first call (starts the plugin, handshake)" "$(fmt_ms "$rpc_first")" "-" "-" "-" "-"
+row 8a "WASM plugin cold start, first compile, median" "$(fmt_ms "$wasm_first")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_first" "$wasm_native_cold")" "-" "-"
+row 8b "WASM plugin cold start, cached compile, median" "$(fmt_ms "$wasm_cached")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_cached" "$wasm_native_cold")" "-" "-"
+row 8c "exec round trip from a WASM plugin, median" "$(fmt_ms "$wasm_exec")" "from a native plugin $(fmt_ms "$wasm_native_exec")" "$(ratio "$wasm_exec" "$wasm_native_exec")" "-" "-"
 echo
 awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision fsync adds %.0f us to an exec round trip.\n", (a - b) / 1e3}'
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
 echo "Row 7: a host sends $rpcN tool/execute calls one after another; through fledge serve each is an audit decision (durable) and an outcome, and two more pipe hops; the first call is left out (row 7b)."
+echo "Rows 8a-8c (WASM): the Go SDK guest (wasmhost/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a fresh runtime on a warm cache dir; each beside the native figure measured right before it."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."

@@ -179,7 +179,7 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 
 // Program resolves the binary of a command of the bound plugin; a refusal is recorded.
 func (e *Env) Program(b *Binding, rel string) (string, error) {
-	p, err := BinaryPath(b.Dir, rel)
+	p, err := BinaryPath(b.Dir, rel, !b.Manifest.IsWasm())
 	if err != nil {
 		e.Refuse(b.Ref, audit.RefusalBinaryUnusable, "", err.Error())
 		return "", err
@@ -222,8 +222,9 @@ func VerifyInstalled(dir string, entry *plugin.Entry) (*plugin.Manifest, error) 
 	return man, nil
 }
 
-// BinaryPath resolves a command binary inside the installed plugin dir.
-func BinaryPath(dir, rel string) (string, error) {
+// BinaryPath resolves a command binary inside the installed plugin dir; exec says it must be
+// executable (a WASM module is data for the runtime).
+func BinaryPath(dir, rel string, exec bool) (string, error) {
 	p := filepath.Join(dir, rel)
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
@@ -240,7 +241,7 @@ func BinaryPath(dir, rel string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %q: %w", ErrBinary, rel, err)
 	}
-	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+	if !st.Mode().IsRegular() || (exec && st.Mode()&0o111 == 0) {
 		return "", fmt.Errorf("%w: %q is not an executable file", ErrBinary, rel)
 	}
 	return real, nil

@@ -339,7 +339,12 @@ func (p *Proc) Finish(extra map[string]any) *Exit {
 		if res.Signal != "" {
 			rc = reason.Crashed
 		}
+		if res.Trap != "" { // a WASM module's trap (wasmhost)
+			details["trap"] = res.Trap
+			rc = reason.Crashed
+		}
 		if res.TimedOut {
+			details[audit.DetailTimedOut] = true
 			rc = reason.Timeout
 		}
 		if res.OOMKilled {

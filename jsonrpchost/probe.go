@@ -40,7 +40,7 @@ func Probe(ctx context.Context, o ProbeOptions) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w: %v", core.ErrLaunch, core.ErrAudit, err)
 	}
-	program, err := core.BinaryPath(o.Dir, o.Binary)
+	program, err := core.BinaryPath(o.Dir, o.Binary, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", core.ErrLaunch, err)
 	}

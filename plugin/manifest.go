@@ -43,6 +43,11 @@ var (
 	ErrUnsupportedProtocol = errors.New("unsupported plugin protocol")
 )
 
+// RuntimeWasm is [plugin] runtime for a plugin compiled to WebAssembly (wasm32-wasip1): its
+// command binaries are .wasm modules run by fledge's WASM runtime (wasmhost), not executed.
+// No runtime means a native executable.
+const RuntimeWasm = "wasm"
+
 // reservedCommands are fledge's own subcommands: a plugin command by these names could never
 // be run and would confuse the user.
 var reservedCommands = map[string]bool{
@@ -183,6 +188,9 @@ func (m *Manifest) Asked() policy.Grants {
 	return g
 }
 
+// IsWasm reports whether the plugin's commands are WASM modules.
+func (m *Manifest) IsWasm() bool { return m.Plugin.Runtime == RuntimeWasm }
+
 // IsProtocol reports whether the plugin speaks fledge-v1 (false: a legacy plugin).
 func (m *Manifest) IsProtocol() bool { return m.Plugin.Protocol == protocol.Version }
 
@@ -313,11 +321,6 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("%w: plugin %q declares protocol %q, but this fledge only speaks %s; upgrade fledge to run it",
 			ErrUnsupportedProtocol, p.Name, clip(p.Protocol), strings.Join(Protocols, ", "))
 	}
-	switch p.Runtime {
-	case "", "native", "wasm":
-	default:
-		return bad("[plugin] runtime = %q: expected \"wasm\" or none", clip(p.Runtime))
-	}
 	switch p.Transport {
 	case "", "stdio", "tcp":
 	default:
@@ -327,6 +330,16 @@ func (m *Manifest) validate() error {
 		if badText(v) {
 			return bad("[plugin] %s contains control characters or is longer than %d bytes", field, MaxFieldLen)
 		}
+	}
+	switch p.Runtime {
+	case "":
+	case RuntimeWasm:
+		// A module talks fledge-v1 through its host functions; there is no legacy WASM plugin.
+		if p.Protocol != protocol.Version {
+			return bad("[plugin] runtime = %q needs protocol = %q", RuntimeWasm, protocol.Version)
+		}
+	default:
+		return bad("[plugin] runtime = %q: this fledge runs native plugins (no runtime) and runtime = %q", clip(p.Runtime), RuntimeWasm)
 	}
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
 		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip(m.Capabilities.Filesystem))

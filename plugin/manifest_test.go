@@ -50,6 +50,8 @@ func TestParseManifestErrors(t *testing.T) {
 		msg       string
 	}{
 		{"syntax", "[plugin\nname=", ErrInvalidManifest, "line 2: expected"},
+		{"unknown runtime", okHead + "runtime = \"jvm\"\nprotocol = \"fledge-v1\"\n" + okCmd, ErrInvalidManifest, `runtime = "jvm"`},
+		{"wasm without protocol", okHead + "runtime = \"wasm\"\n" + okCmd, ErrInvalidManifest, `needs protocol = "fledge-v1"`},
 		{"wrong type", okHead + okCmd + "[capabilities]\nexec = \"yes\"\n", ErrInvalidManifest, "capabilities.exec"},
 		{"missing name", "[plugin]\nversion = \"1\"\n" + okCmd, ErrInvalidManifest, "[plugin] name is missing"},
 		{"uppercase name", "[plugin]\nname = \"Hello\"\n" + okCmd, ErrInvalidManifest, `name "Hello" must match`},
@@ -186,4 +188,16 @@ func FuzzParseManifest(f *testing.F) {
 		require.LessOrEqual(t, len(data), MaxManifestBytes)
 		_ = m.HookList()
 	})
+}
+
+func TestWasmManifest(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ManifestFile), []byte(okHead+"protocol = \"fledge-v1\"\nruntime = \"wasm\"\n[[commands]]\nname = \"c\"\nbinary = \"c.wasm\"\n"), 0o644))
+	// A module is data, not a program: no executable bit, and no warning about it.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "c.wasm"), []byte("\x00asm\x01\x00\x00\x00"), 0o644))
+	m, warnings, err := LoadManifest(dir)
+	require.NoError(t, err)
+	assert.True(t, m.IsWasm())
+	assert.True(t, m.IsProtocol())
+	assert.Empty(t, warnings)
 }

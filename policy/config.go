@@ -89,12 +89,19 @@ type Config struct {
 	Limits  LimitsConfig
 	Audit   AuditConfig
 	Serve   ServeConfig
+	Wasm    WasmConfig
 }
 
 // ServeConfig is the [serve] table: how fledge presents itself when it serves another host.
 type ServeConfig struct {
 	// Priority is the jsonrpc-2.0 priority `fledge serve` announces (lower runs first).
 	Priority int
+}
+
+// WasmConfig is the [wasm] table: bounds of a WASM plugin's module (wasmhost).
+type WasmConfig struct {
+	Memory  int64         // linear memory, bytes
+	Timeout time.Duration // wall clock of one run
 }
 
 // SandboxConfig is the [sandbox] table.
@@ -158,6 +165,7 @@ func Default() *Config {
 			StartupTimeout:  30 * time.Second,
 		},
 		Audit: AuditConfig{Fsync: FsyncDurable},
+		Wasm:  WasmConfig{Memory: 256 * MiB, Timeout: 60 * time.Second},
 	}
 }
 
@@ -212,7 +220,7 @@ func Parse(file string, data []byte, configDir, home string) (*Config, error) {
 	for _, table := range sortedKeys(raw) {
 		fields, ok := p.tableFields(table, c)
 		if !ok {
-			return nil, p.errAt(table, "", "unknown section (known: [sandbox], [limits], [audit], [serve])")
+			return nil, p.errAt(table, "", "unknown section (known: [sandbox], [limits], [audit], [serve], [wasm])")
 		}
 		m, ok := raw[table].(map[string]any)
 		if !ok {
@@ -269,7 +277,7 @@ func (p *cfgParser) errAt(table, key string, msg string) *ConfigError {
 }
 
 func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, bool) {
-	s, l, a := &c.Sandbox, &c.Limits, &c.Audit
+	s, l, a, w := &c.Sandbox, &c.Limits, &c.Audit, &c.Wasm
 	switch table {
 	case "sandbox":
 		return map[string]setter{
@@ -296,6 +304,11 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"pending_requests": intInto(&l.PendingRequests, &n64[2], 1, 65536),
 			"prompt_timeout":   durationField(&l.PromptTimeout, 24*time.Hour),
 			"startup_timeout":  durationField(&l.StartupTimeout, time.Hour),
+		}, true
+	case "wasm":
+		return map[string]setter{
+			"memory":  sizeField(&w.Memory, 1*MiB, 4*GiB, MiB),
+			"timeout": durationField(&w.Timeout, 24*time.Hour),
 		}, true
 	case "audit":
 		return map[string]setter{

@@ -126,7 +126,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown section",
 			src:  "[sandbox]\npids = 1\n[sandbx]\nx = 1\n",
-			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit], [serve])`,
+			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit], [serve], [wasm])`,
 			line: 3, key: "sandbx",
 		},
 		{
@@ -345,4 +345,17 @@ func TestCallTimeout(t *testing.T) {
 		assert.Equal(t, tc.want, d, tc.in)
 		assert.Equal(t, tc.err, err != nil, tc.in)
 	}
+}
+
+func TestWasmSection(t *testing.T) {
+	c, err := Parse("/cfg/config.toml", []byte("[wasm]\nmemory = \"64MiB\"\ntimeout = \"5s\"\n"), "", "")
+	require.NoError(t, err)
+	assert.Equal(t, 64*MiB, c.Wasm.Memory)
+	assert.Equal(t, 5*time.Second, c.Wasm.Timeout)
+	d := Default().Wasm
+	assert.Equal(t, 256*MiB, d.Memory)
+	assert.Equal(t, 60*time.Second, d.Timeout)
+	_, err = Parse("/cfg/config.toml", []byte("[wasm]\nmemory = \"10GiB\"\n"), "", "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "[wasm] memory")
 }

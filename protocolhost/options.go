@@ -89,6 +89,13 @@ type Options struct {
 	Store   StateStore // nil: storage unavailable (load answers null)
 	Stderr  io.Writer  // where the plugin's stderr is forwarded (live, unchanged)
 
+	// PluginSandbox starts the plugin itself when it is not a native process (a WASM module:
+	// wasmhost); nil means Sandbox. Execs and git always go through Sandbox.
+	PluginSandbox sandbox.Sandbox
+	// PluginStartDetails are added to the plugin_start record (a WASM module's runtime,
+	// sha256, preopens and limits).
+	PluginStartDetails map[string]any
+
 	// PluginSpec is the sandbox spec for the plugin process; Path, Args, Dir, stdio are set
 	// by the session.
 	PluginSpec sandbox.Spec
@@ -111,8 +118,6 @@ type Options struct {
 	// Recorder writes this session's audit records; nil makes one from Audit, SessionID
 	// and Plugin.
 	Recorder *core.Recorder
-	// StartDetails are added to the plugin_start record (e.g. the runtime of the plugin).
-	StartDetails map[string]any
 	// Interrupt is where the session reports Ctrl+C pressed at a question (ui.ErrInterrupted:
 	// the form read it as a key, so no SIGINT came). Give it the channel Signals reads, so the
 	// interrupt takes the signal's path: cancel user_interrupt, SIGTERM, SIGKILL, exit 130.

@@ -96,11 +96,11 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	spec.Path = s.opts.Program
 	spec.Args = append([]string{s.opts.Program}, s.opts.Args...)
 	startDetails := map[string]any{audit.DetailCommand: s.opts.Command, "grants": s.opts.Grants}
-	for k, v := range s.opts.StartDetails {
+	for k, v := range s.opts.PluginStartDetails {
 		startDetails[k] = v
 	}
 	proc, err := core.Spawn(core.SpawnOptions{
-		Sandbox: s.opts.Sandbox, Spec: spec, Cwd: s.opts.PluginCwd, Pipes: true,
+		Sandbox: s.pluginSandbox(), Spec: spec, Cwd: s.opts.PluginCwd, Pipes: true,
 		Stderr: s.opts.Stderr, Recorder: s.rec, StartDetails: startDetails,
 		Ladder:       core.Ladder{CancelGrace: s.lim.CancelGrace, KillAfter: s.lim.KillAfter},
 		DrainTimeout: s.lim.DrainTimeout,
@@ -169,6 +169,15 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 	return out, nil
 }
 
+// pluginSandbox starts the plugin itself: PluginSandbox (a WASM runtime) when set, else the
+// OS sandbox. Execs and git always go through the OS sandbox.
+func (s *session) pluginSandbox() sandbox.Sandbox {
+	if s.opts.PluginSandbox != nil {
+		return s.opts.PluginSandbox
+	}
+	return s.opts.Sandbox
+}
+
 // sendInterrupt tells the plugin the user interrupted the session (the ladder's first step)
 // and cancels every request in flight.
 func (s *session) sendInterrupt() {
@@ -199,7 +208,7 @@ func (s *session) initMessage() protocol.Init {
 		Fledge:       protocol.FledgeInfo{Version: s.opts.FledgeVersion},
 		Capabilities: s.opts.Grants,
 	}
-	rep := s.opts.Sandbox.Report()
+	rep := s.pluginSandbox().Report()
 	in.Sandbox = &protocol.SandboxInfo{
 		Confinement: rep.Confinement,
 		LandlockABI: rep.LandlockABI,

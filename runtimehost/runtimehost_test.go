@@ -218,7 +218,8 @@ func TestProfileFromDeclaredCapabilities(t *testing.T) {
 	require.True(t, res.Success, res.Message)
 	var out map[string]string
 	require.NoError(t, json.Unmarshal(res.Output, &out))
-	assert.Equal(t, "Permission denied", out["error"], "declared network only: no project access")
+	// Refused by Landlock, or absent from the private filesystem view: never read.
+	assert.Contains(t, []string{"Permission denied", "No such file or directory"}, out["error"], "declared network only: no project access")
 	starts := f.Find(audit.EventPluginStart)
 	require.Len(t, starts, 2)
 	prof := starts[1].Details["profile"].(map[string]any)

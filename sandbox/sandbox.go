@@ -133,8 +133,10 @@ type Result struct {
 	OOMKilled  bool
 	Killed     int   // processes the sandbox had to kill (survivors, timeout, cancel)
 	PeakMemory int64 // bytes; 0 when unknown
-	Duration   time.Duration
-	Mode       Mode
+	// Trap is why a WASM module trapped (unreachable, out-of-bounds access, ...); "" otherwise.
+	Trap     string
+	Duration time.Duration
+	Mode     Mode
 }
 
 // Mode describes the confinement actually applied to one run (for results and audit).

@@ -33,14 +33,14 @@ var (
 )
 
 // Languages are the supported --lang values.
-var Languages = []string{"bash", "python", "go"}
+var Languages = []string{"bash", "python", "go", "go-wasm"}
 
 // Options says what to create.
 type Options struct {
 	Name string // plugin and command name: [a-z0-9][a-z0-9_-]*, at most 64 bytes
-	Lang string // one of Languages
+	Lang string // one of Languages ("go-wasm": Go built for GOOS=wasip1, runtime = "wasm")
 	Dir  string // the plugin directory to create (Create only); must not exist
-	// SDKDir (go only) is a local fledge checkout for a replace directive in go.mod; the
+	// SDKDir (go, go-wasm) is a local fledge checkout for a replace directive in go.mod; the
 	// SDK module is not published, so without it go.mod carries a commented example.
 	SDKDir string
 }
@@ -57,8 +57,11 @@ type data struct {
 	Name, Lang, LangTitle, Main, GoVersion, SDKDir string
 }
 
-var mains = map[string]string{"bash": "main.sh", "python": "main.py", "go": "main.go"}
-var titles = map[string]string{"bash": "bash", "python": "Python 3, standard library only", "go": "Go, with the fledge SDK"}
+var mains = map[string]string{"bash": "main.sh", "python": "main.py", "go": "main.go", "go-wasm": "main.go"}
+var titles = map[string]string{
+	"bash": "bash", "python": "Python 3, standard library only", "go": "Go, with the fledge SDK",
+	"go-wasm": "Go compiled to WebAssembly (wasip1), with the fledge SDK",
+}
 
 // executables are the rendered files fledge or the user runs.
 var executables = map[string]bool{"main.sh": true, "main.py": true, "run.sh": true}
@@ -85,6 +88,9 @@ func goVersion() string {
 	return v
 }
 
+// IsGo reports whether lang is built with the Go toolchain and the SDK (go.mod, --sdk).
+func IsGo(lang string) bool { return lang == "go" || lang == "go-wasm" }
+
 // Render returns the files of a new plugin, sorted by path. It validates the name and
 // language and checks that the rendered plugin.toml is one fledge would install.
 func Render(o Options) ([]File, error) {
@@ -97,7 +103,7 @@ func Render(o Options) ([]File, error) {
 		return nil, fmt.Errorf("%w %q: choose one of %s", ErrUnknownLang, o.Lang, strings.Join(Languages, ", "))
 	}
 	sdk := ""
-	if o.Lang == "go" && o.SDKDir != "" {
+	if IsGo(o.Lang) && o.SDKDir != "" {
 		abs, err := filepath.Abs(o.SDKDir)
 		if err != nil {
 			return nil, fmt.Errorf("sdk dir: %w", err)

@@ -58,6 +58,7 @@ func TestRenderFiles(t *testing.T) {
 		{"bash", []string{"README.md", "main.sh", "plugin.toml"}, []string{"main.sh"}},
 		{"python", []string{"README.md", "main.py", "plugin.toml"}, []string{"main.py"}},
 		{"go", []string{".gitignore", "README.md", "go.mod", "main.go", "plugin.toml", "run.sh"}, []string{"run.sh"}},
+		{"go-wasm", []string{".gitignore", "README.md", "go.mod", "main.go", "plugin.toml"}, nil},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			files, err := Render(Options{Name: "x1", Lang: tc.lang})
@@ -235,4 +236,34 @@ func TestGoTemplateBuilds(t *testing.T) {
 	st, err := os.Stat(filepath.Join(dir, "bin", "gp"))
 	require.NoError(t, err)
 	assert.NotZero(t, st.Mode()&0o111)
+}
+
+// TestGoWasmTemplateBuilds compiles the go-wasm template for wasip1 against this checkout's
+// SDK, and checks that the manifest declares the module it builds.
+func TestGoWasmTemplateBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles a module")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go not on PATH")
+	}
+	repo, err := filepath.Abs("..")
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "gw")
+	_, err = Create(Options{Name: "gw", Lang: "go-wasm", Dir: dir, SDKDir: repo})
+	require.NoError(t, err)
+	cmd := exec.Command(goBin, "build", "-o", filepath.Join("bin", "gw.wasm"), ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off", "GOOS=wasip1", "GOARCH=wasm")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	mod, err := os.ReadFile(filepath.Join(dir, "bin", "gw.wasm"))
+	require.NoError(t, err)
+	assert.Equal(t, []byte("\x00asm"), mod[:4])
+	m, warnings, err := plugin.LoadManifest(dir)
+	require.NoError(t, err)
+	assert.Empty(t, warnings)
+	assert.True(t, m.IsWasm())
+	assert.Equal(t, "bin/gw.wasm", m.Command("gw").Binary)
 }

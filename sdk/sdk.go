@@ -107,9 +107,12 @@ type Plugin struct {
 	cancelReason string
 }
 
-// New connects over stdin and stdout and waits for init. Skipped lines are reported on stderr.
+// New connects to fledge and waits for init: over stdin and stdout for a native plugin, over
+// the fledge host functions (send, recv) in a WASM plugin built with GOOS=wasip1. Skipped
+// lines are reported on stderr.
 func New(opts ...Option) (*Plugin, error) {
-	return Connect(context.Background(), os.Stdin, os.Stdout, append([]Option{WithWarnings(os.Stderr)}, opts...)...)
+	r, w := transport()
+	return Connect(context.Background(), r, w, append([]Option{WithWarnings(os.Stderr)}, opts...)...)
 }
 
 // NewIO connects over r (what fledge writes) and w (what fledge reads), and waits for init.

@@ -59,6 +59,7 @@ func (o *DoctorOptions) Run() error {
 			"plugin": map[string]any{
 				"limits": limitsJSON(e.cfg.PluginLimits()),
 			},
+			"wasm_plugin": wasmInfo(e, nil, ""),
 		})
 	}
 	w := o.g.Streams.Out
@@ -83,6 +84,7 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  an exec gets:     rw project + plugin data + private tmp; memory %d MiB, pids %d, network %v\n",
 		lim.MemoryBytes>>20, lim.Pids, e.cfg.NetworkAllowed())
 	fmt.Fprintf(w, "  a plugin gets:    ro its own dir, rw its data dir; project and network per grant\n")
+	fmt.Fprintf(w, "  a wasm plugin:    %s\n", wasmInfoText(wasmInfo(e, nil, "")))
 	fmt.Fprintf(w, "  config:           %s\n  audit log:        %s\n", e.configDir, e.auditPath)
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)

@@ -22,7 +22,7 @@ type NewOptions struct {
 func newNewCmd(g *Globals) *cobra.Command {
 	o := &NewOptions{g: g}
 	c := &cobra.Command{
-		Use:   "new <name> [--lang bash|python|go] [--dir DIR]",
+		Use:   "new <name> [--lang bash|python|go|go-wasm] [--dir DIR]",
 		Short: "Create a working plugin from a template, ready to install",
 		Long: `Create a new fledge-v1 plugin in DIR (default ./<name>), which must not exist yet.
 The plugin declares only the store capability; it installs with
@@ -44,8 +44,8 @@ func (o *NewOptions) Run() error {
 	if dir == "" {
 		dir = o.Name
 	}
-	if o.SDK != "" && o.Lang != "go" {
-		return exitErr(ExitUsage, "--sdk only applies to --lang go")
+	if o.SDK != "" && !scaffold.IsGo(o.Lang) {
+		return exitErr(ExitUsage, "--sdk only applies to --lang go and go-wasm")
 	}
 	files, err := scaffold.Create(scaffold.Options{Name: o.Name, Lang: o.Lang, Dir: dir, SDKDir: o.SDK})
 	switch {
@@ -66,11 +66,15 @@ func (o *NewOptions) Run() error {
 	show = shellWord(show)
 	fmt.Fprintf(w, "created %s plugin %q in %s: %s\n\nnext:\n", o.Lang, o.Name, show, strings.Join(names, ", "))
 	var steps [][2]string
-	if o.Lang == "go" {
+	if scaffold.IsGo(o.Lang) {
 		if o.SDK == "" {
 			steps = append(steps, [2]string{"$EDITOR " + show + "/go.mod", "point the replace line at a fledge checkout (the SDK is not published yet)"})
 		}
-		steps = append(steps, [2]string{fmt.Sprintf("(cd %s && go mod tidy && go build -o bin/%s .)", show, o.Name), "fledge installs a copy: build first"})
+		build := fmt.Sprintf("(cd %s && go mod tidy && go build -o bin/%s .)", show, o.Name)
+		if o.Lang == "go-wasm" {
+			build = fmt.Sprintf("(cd %s && go mod tidy && GOOS=wasip1 GOARCH=wasm go build -o bin/%s.wasm .)", show, o.Name)
+		}
+		steps = append(steps, [2]string{build, "fledge installs a copy: build first"})
 	}
 	steps = append(steps,
 		[2]string{"fledge plugins install " + show + " --yes", "grants what plugin.toml declares: store"},

@@ -144,6 +144,7 @@ func (o *InstallOptions) installOne(ctx context.Context, e *env, log *audit.Log,
 		Details: map[string]any{"source": entry.Source, "commands": entry.Commands}}, true)
 	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
 		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
+	precompileWasm(ctx, e, entry.Name, o.g.Streams.Err)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
 		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.configDir, entry))
 	return nil
@@ -327,6 +328,11 @@ func (o *InfoOptions) Run() error {
 	if handshake != nil {
 		info["handshake"] = handshake
 	}
+	var wasm map[string]any
+	if pi.Manifest != nil && pi.Manifest.IsWasm() {
+		wasm = wasmInfo(e, &en.Granted, plugin.DataDir(e.configDir, en.Name))
+		info["runtime"], info["plugin_process"] = plugin.RuntimeWasm, wasm
+	}
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, info)
 	}
@@ -340,9 +346,13 @@ func (o *InfoOptions) Run() error {
 	fmt.Fprintf(w, "  protocol:  %s\n", protocolName(en.Protocol))
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
-	fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
-	fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(pa.ReadOnly, ", "))
-	fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && e.cfg.NetworkAllowed())
+	if wasm != nil {
+		fmt.Fprintf(w, "  runtime:   wasm: %s\n", wasmInfoText(wasm))
+	} else {
+		fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
+		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(pa.ReadOnly, ", "))
+		fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && e.cfg.NetworkAllowed())
+	}
 	if en.Granted.Exec {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
 	} else {

@@ -198,6 +198,13 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		Signals:     sigs,
 		Interrupt:   sigs, // Ctrl+C at a question takes the SIGINT path
 	}
+	if b.Manifest.IsWasm() {
+		w, err := wasmRuntime(e, entry.Granted, proj, b.DataDir, program, &opts)
+		if err != nil {
+			return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+		}
+		defer w.Close()
+	}
 	out, err := protocolhost.Run(ctx, opts)
 	if err != nil && out == nil {
 		if errors.Is(err, protocolhost.ErrSandbox) {

@@ -92,6 +92,10 @@ caps = init.get("capabilities") or {}
 home = os.environ.get("HOME", "")
 args = init.get("args") or []
 victim = args[0] if args else "hello-bash"
+# Paths the caller knows exist outside the sandbox (the demo made them). fledge's own
+# plugins.toml always exists: this plugin was installed into it. Not finding one of these
+# means the sandbox hid it (a private filesystem view), which is a block, not a skip.
+known_present = set(args[1:]) | {os.path.join(config_dir, "plugins.toml")}
 counts = {"BLOCKED": 0, "ESCAPED": 0, "SKIPPED": 0}
 
 
@@ -190,14 +194,20 @@ def read_file(what, path):
             n = len(f.read(1 << 20))
         report("ESCAPED", what + ", from the plugin process", "read %d bytes (not shown)" % n)
     except FileNotFoundError:
-        report("SKIPPED", what + ", from the plugin process", "%s does not exist here" % short(path))
+        if path in known_present:
+            report("BLOCKED", what + ", from the plugin process", "%s is not in its view of the filesystem (hidden, not just denied)" % short(path))
+        else:
+            report("SKIPPED", what + ", from the plugin process", "%s does not exist here" % short(path))
     except OSError as e:
         report("BLOCKED", what + ", from the plugin process", oserr(e))
     res = io.exec("wc -c < %s" % shlex.quote(path))
     if res.get("code") == 0:
         report("ESCAPED", what + ", from an exec", "read %s bytes (not shown)" % res.get("stdout", "").strip())
     elif "No such file" in (res.get("stderr") or "") or "nonexistent" in (res.get("stderr") or ""):
-        report("SKIPPED", what + ", from an exec", "%s does not exist here" % short(path))
+        if path in known_present:
+            report("BLOCKED", what + ", from an exec", "%s is not in its view of the filesystem (hidden, not just denied)" % short(path))
+        else:
+            report("SKIPPED", what + ", from an exec", "%s does not exist here" % short(path))
     else:
         report("BLOCKED", what + ", from an exec", why(res))
 

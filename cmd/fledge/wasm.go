@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/wasmhost"
+)
+
+// wasmRuntime makes the runtime of a `runtime = "wasm"` plugin from policy and its grants and
+// wires it into the session: the module starts there, its execs and git calls still go
+// through the platform sandbox (opts.Sandbox), and plugin_start records the module's sha256,
+// preopens and limits. The caller closes the runtime after the session.
+func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, program string, opts *protocolhost.Options) (*wasmhost.Sandbox, error) {
+	wo := wasmhost.Options{
+		Grants:      toWire(grants),
+		DataDir:     dataDir,
+		MemoryBytes: e.cfg.Wasm.Memory,
+		Timeout:     e.cfg.Wasm.Timeout,
+		MessageMax:  int(e.cfg.Limits.LineMax),
+	}
+	if proj != nil {
+		wo.ProjectRoot = proj.Root
+	}
+	// Compiled modules, keyed by content (wazero): never shared with a changed module.
+	wo.CacheDir = wasmCacheDir(e)
+	w, err := wasmhost.New(wo)
+	if err != nil {
+		// A cache that cannot be used costs compile time, not safety.
+		wo.CacheDir = ""
+		if w, err = wasmhost.New(wo); err != nil {
+			return nil, err
+		}
+	}
+	details, err := w.Describe(program)
+	if err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	opts.PluginSandbox = w
+	opts.PluginStartDetails = details
+	// What init tells the plugin: a module has no sockets, whatever the network grant.
+	opts.PluginSpec.Network, opts.PluginSpec.UnixSockets = false, false
+	return w, nil
+}
+
+// wasmCacheDir is where compiled modules are kept ("" when there is no state dir).
+func wasmCacheDir(e *env) string {
+	if e.stateDir == "" {
+		return ""
+	}
+	return filepath.Join(e.stateDir, "wasm-cache")
+}
+
+// precompileWasm compiles an installed WASM plugin's modules into the cache, as the reference
+// does at install, so its first run does not pay the compile. A failure only costs that.
+func precompileWasm(ctx context.Context, e *env, name string, out io.Writer) {
+	dir := plugin.Dir(e.configDir, name)
+	man, _, err := plugin.LoadManifest(dir)
+	if err != nil || !man.IsWasm() || wasmCacheDir(e) == "" {
+		return
+	}
+	w, err := wasmhost.New(wasmhost.Options{CacheDir: wasmCacheDir(e)})
+	if err != nil {
+		fmt.Fprintf(out, "warning: wasm compilation cache: %v\n", err)
+		return
+	}
+	defer w.Close()
+	done := map[string]bool{}
+	for _, c := range man.Commands {
+		if done[c.Binary] {
+			continue
+		}
+		done[c.Binary] = true
+		program, err := core.BinaryPath(dir, c.Binary, false)
+		if err == nil {
+			fmt.Fprintf(out, "compiling %s (WebAssembly)...\n", c.Binary)
+			err = w.Precompile(ctx, program)
+		}
+		if err != nil {
+			fmt.Fprintf(out, "warning: %s: %v (it is compiled when it first runs)\n", c.Binary, err)
+		}
+	}
+}
+
+// wasmInfo is what doctor and plugins info say about WASM plugins: confined by the runtime
+// itself, the same on every OS, with the policy's bounds (and, for one plugin, its preopens).
+func wasmInfo(e *env, grants *policy.Grants, dataDir string) map[string]any {
+	wo := wasmhost.Options{MemoryBytes: e.cfg.Wasm.Memory, Timeout: e.cfg.Wasm.Timeout}
+	info := map[string]any{
+		"confinement":  wasmhost.Confinement,
+		"note":         "confined by the WASM runtime on every OS: no environment, no sockets, no processes, only the preopened directories",
+		"memory_bytes": e.cfg.Wasm.Memory,
+		"timeout_ms":   e.cfg.Wasm.Timeout.Milliseconds(),
+	}
+	if grants != nil {
+		wo.Grants = toWire(*grants)
+		wo.ProjectRoot = "<project>"
+		wo.DataDir = dataDir
+		pre := wo.Preopens()
+		if pre == nil {
+			pre = []wasmhost.Preopen{}
+		}
+		info["preopens"] = pre
+	}
+	return info
+}
+
+// wasmInfoText is wasmInfo on one line.
+func wasmInfoText(info map[string]any) string {
+	s := "confined by the runtime on every OS (no env, sockets or processes)"
+	if pre, ok := info["preopens"].([]wasmhost.Preopen); ok {
+		if len(pre) == 0 {
+			s += "; no directories"
+		}
+		for _, p := range pre {
+			mode := "rw"
+			if p.ReadOnly {
+				mode = "ro"
+			}
+			s += fmt.Sprintf("; %s = %s (%s)", p.Guest, p.Host, mode)
+		}
+	}
+	return s + fmt.Sprintf("; memory %d MiB, time %v", info["memory_bytes"].(int64)>>20, time.Duration(info["timeout_ms"].(int64))*time.Millisecond)
+}
