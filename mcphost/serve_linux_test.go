@@ -84,7 +84,7 @@ func tsClient(t *testing.T, f *fixture, fledge, sdk string) func(fledgeArgs []st
 
 // The official TypeScript MCP client, configured with the one command `fledge serve
 // --mcp`, gets every tool fledge hosts: a fledge-v1 command with typed args, an MCP
-// server's tool and a jsonrpc-2.0 plugin's tool, each run confined and audited.
+// server's tool, a jsonrpc-2.0 and a runtime-v1 plugin's tool, each run confined and audited.
 func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	fledge := buildFledge(t)
 	sdk := npmInstall(t, pkgSDK)
@@ -104,14 +104,18 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	out, err := install.CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	run := tsClient(t, f, fledge, sdk)
+	rt, err := filepath.Abs(filepath.Join("testdata", "rt"))
+	require.NoError(t, err)
+	f.install(rt) // a runtime-v1 (seed 003) plugin
 
+	run := tsClient(t, f, fledge, sdk)
 	r, _ := run([]string{"--project", f.project, "serve", "--mcp"}, []map[string]any{
 		{"name": "plugin_greet_greet", "arguments": map[string]any{"name": "Ada", "shout": true, "times": 2}},
 		{"name": "plugin_greet_ask", "arguments": map[string]any{"topic": "colours"}},
 		{"name": "plugin_everything_echo", "arguments": map[string]any{"message": "through two hops"}},
 		{"name": "plugin_greet_greet", "arguments": map[string]any{"times": 2}},
 		{"name": "plugin_toolbox_add", "arguments": map[string]any{"a": 2, "b": 3.5}},
+		{"name": "plugin_rt_echo", "arguments": map[string]any{"text": "through runtime-v1"}},
 	})
 	assert.Equal(t, "fledge", r.Server.Name)
 	names := r.names()
@@ -123,7 +127,7 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 			assert.Equal(t, []any{"name"}, tl.InputSchema["required"])
 		}
 	}
-	require.Len(t, r.Calls, 5)
+	require.Len(t, r.Calls, 6)
 	greetRes := r.Calls[0]
 	require.False(t, greetRes.IsError, "%+v", greetRes)
 	require.Len(t, greetRes.Content, 1)
@@ -140,8 +144,12 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	require.False(t, r.Calls[4].IsError, "%+v", r.Calls[4])
 	assert.Equal(t, "5.5", r.Calls[4].Content[0].Text)
 
+	assert.Contains(t, names, "plugin_rt_echo", "a runtime-v1 plugin's tools too")
+	require.False(t, r.Calls[5].IsError, "%+v", r.Calls[5])
+	assert.JSONEq(t, `{"text":"through runtime-v1"}`, r.Calls[5].Content[0].Text)
+
 	outs := f.records(audit.EventToolOutcome)
-	require.Len(t, outs, 4, "four calls reached a plugin, each with its outcome on record")
+	require.Len(t, outs, 5, "five calls reached a plugin, each with its outcome on record")
 
 	// The same tools through `fledge tools call`, name=value typed from the MCP schema.
 	call := exec.Command(fledge, "--project", f.project, "tools", "call", "plugin_everything_echo", "message=from the CLI")
