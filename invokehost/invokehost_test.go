@@ -454,8 +454,6 @@ func TestTCPPluginRefused(t *testing.T) {
 	}
 }
 
-func itoa(n int) string { return fmt.Sprint(n) }
-
 // The caller's --timeout (tools.WithCallTimeout) bounds a request.
 func TestCallerTimeout(t *testing.T) {
 	f := adaptertest.New(t, nil)

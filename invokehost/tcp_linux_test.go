@@ -3,6 +3,7 @@ package invokehost
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,7 +27,7 @@ func TestTCPWithoutNetworkNamespace(t *testing.T) {
 	assert.JSONEq(t, `{"type":"tool","request":{"a":1}}`, string(c.events[1].Response))
 	port, got := hostListener(t)
 	var c2 collector
-	out = s.Invoke(context.Background(), "tool", "connect_out", json.RawMessage(`{"port":`+itoa(port)+`}`), c2.sink)
+	out = s.Invoke(context.Background(), "tool", "connect_out", json.RawMessage(`{"port":`+strconv.Itoa(port)+`}`), c2.sink)
 	require.Nil(t, out.Failure)
 	var res map[string]string
 	require.NoError(t, json.Unmarshal(c2.events[1].Response, &res))

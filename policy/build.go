@@ -160,3 +160,16 @@ func (c *Config) Build(in ProfileInput) Profile {
 		Session:     c.SessionLimits(),
 	}
 }
+
+// HookSpec is the profile of an install hook the user asked for (--run-hooks): a confined
+// exec whose only writable place is the staged plugin dir (p.PluginDir = p.PluginDataDir),
+// bounded by timeout_max. Kind, Name, Path, Args, Dir and stdio are the caller's.
+func (c *Config) HookSpec(p Paths, environ []string) sandbox.Spec {
+	limits := c.ExecLimits()
+	limits.Timeout = c.Sandbox.TimeoutMax
+	return sandbox.Spec{
+		Env:    ChildEnv(environ, c.Sandbox.EnvAllow, nil),
+		Access: ExecAccess(p, c), Network: c.NetworkAllowed(), UnixSockets: c.UnixSocketsAllowed(),
+		Limits: limits, PrivateTmp: true, Strict: c.Sandbox.Strict,
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/fledgehq/fledge/jsonrpchost"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/tools"
 )
 
@@ -118,11 +119,8 @@ func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *aud
 		err = checkPluginLimit(e.configDir, man.Name)
 	}
 	if err != nil {
-		_ = log.Append(&audit.Record{
-			Session: newSessionID(), Sandbox: sandboxInfo(e.sb.Report()), Plugin: &audit.PluginRef{Name: refName, Source: abs},
-			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
-			Details: map[string]any{"source": abs, "error": err.Error()},
-		}, true)
+		_ = e.NewRecorder(log, &audit.PluginRef{Name: refName, Source: abs}, nil).RecordNow(audit.EventInstall, audit.Deny,
+			reason.Code(installReason(err)), map[string]any{"source": abs, "error": err.Error()})
 		return exitErr(ExitFailure, "install %s: %v", abs, err)
 	}
 	// A seed plugin runs with full access in its own host; here it declares the two sandbox

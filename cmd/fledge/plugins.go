@@ -117,13 +117,9 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 func (o *InstallOptions) installOne(ctx context.Context, e *env, log *audit.Log, io plugin.InstallOptions) error {
 	entry, err := plugin.Install(ctx, io)
 	// One install is one session: its records share an id and say what the sandbox enforces.
-	session, sb := newSessionID(), sandboxInfo(e.sb.Report())
 	if err != nil {
-		_ = log.Append(&audit.Record{
-			Session: session, Sandbox: sb, Plugin: refusedRef(io.Source),
-			Event: audit.EventInstall, Decision: audit.Deny, Reason: installReason(err),
-			Details: map[string]any{"source": io.Source, "error": err.Error()},
-		}, true)
+		_ = e.NewRecorder(log, refusedRef(io.Source), nil).RecordNow(audit.EventInstall, audit.Deny, reason.Code(installReason(err)),
+			map[string]any{"source": io.Source, "error": err.Error()})
 		code := ExitFailure
 		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
 		// protocol) is "could not run", like the same refusal at run time.
@@ -140,10 +136,9 @@ func (o *InstallOptions) installOne(ctx context.Context, e *env, log *audit.Log,
 		return exitErr(code, "install %s: %v", src, err)
 	}
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
-	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventInstall, Decision: audit.Allow, Reason: string(reason.OK),
-		Details: map[string]any{"source": entry.Source, "commands": entry.Commands}}, true)
-	_ = log.Append(&audit.Record{Session: session, Sandbox: sb, Plugin: ref, Event: audit.EventGrant, Decision: audit.Allow, Reason: string(reason.OK),
-		Details: map[string]any{audit.DetailCapabilities: entry.Granted.Names()}}, true)
+	rec := e.NewRecorder(log, ref, nil)
+	_ = rec.RecordNow(audit.EventInstall, audit.Allow, reason.OK, map[string]any{"source": entry.Source, "commands": entry.Commands})
+	_ = rec.RecordNow(audit.EventGrant, audit.Allow, reason.OK, map[string]any{audit.DetailCapabilities: entry.Granted.Names()})
 	precompileWasm(ctx, e, entry.Name, o.g.Streams.Err)
 	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
 		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.configDir, entry))
@@ -151,10 +146,6 @@ func (o *InstallOptions) installOne(ctx context.Context, e *env, log *audit.Log,
 }
 
 // sandboxInfo is the sandbox part of an audit record.
-func sandboxInfo(rep sandbox.Report) *audit.SandboxInfo {
-	return &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode}
-}
-
 // refusedRef names the plugin a refused install was about, when the source is a local dir
 // whose manifest still parses, so `audit show --plugin NAME` finds refusals too.
 func refusedRef(source string) *audit.PluginRef {
@@ -400,11 +391,8 @@ func (o *RemoveOptions) Run() error {
 		}
 		return exitErr(ExitFailure, "remove %s: %v", o.Name, err)
 	}
-	_ = log.Append(&audit.Record{
-		Session: newSessionID(), Sandbox: sandboxInfo(e.sb.Report()),
-		Plugin: &audit.PluginRef{Name: en.Name, Version: en.Version, Source: en.Source, ManifestDigest: en.ManifestSHA256},
-		Event:  audit.EventRemove, Decision: audit.Allow, Reason: string(reason.OK),
-	}, true)
+	_ = e.NewRecorder(log, &audit.PluginRef{Name: en.Name, Version: en.Version, Source: en.Source, ManifestDigest: en.ManifestSHA256}, nil).
+		RecordNow(audit.EventRemove, audit.Allow, reason.OK, nil)
 	fmt.Fprintf(o.g.Streams.Out, "removed %s\n", en.Name)
 	return nil
 }
@@ -418,22 +406,19 @@ func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
 			return err
 		}
 		defer d.Close()
-		paths := e.paths(dir, dir, nil)
-		limits := e.cfg.ExecLimits()
-		limits.Timeout = e.cfg.Sandbox.TimeoutMax
-		spec := &sandbox.Spec{
-			Kind: sandbox.KindExec, Name: "install-hook", Path: "/bin/sh",
-			Args: []string{"sh", "-c", h.Command}, Dir: d, DirPath: dir,
-			Env:    policy.ChildEnv(os.Environ(), e.cfg.Sandbox.EnvAllow, nil),
-			Stdout: out, Stderr: out,
-			Access: policy.ExecAccess(paths, e.cfg), Network: e.cfg.NetworkAllowed(), UnixSockets: e.cfg.UnixSocketsAllowed(),
-			Limits: limits, PrivateTmp: true, Strict: e.cfg.Sandbox.Strict,
-		}
-		details := map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir}
-		if err := log.Append(&audit.Record{Event: audit.EventExecDecision, Decision: audit.Allow, Reason: string(reason.OK), Details: details}, true); err != nil {
+		spec := e.cfg.HookSpec(e.paths(dir, dir, nil), os.Environ())
+		spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindExec, "install-hook", "/bin/sh", []string{"sh", "-c", h.Command}
+		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, out, out
+		rec := e.NewRecorder(log, nil, nil)
+		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir})
+		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
-		proc, err := e.sb.Start(ctx, spec)
+		spec.BeforeExec = sync
+		proc, err := e.sb.Start(ctx, &spec)
+		if sync != nil {
+			_ = sync()
+		}
 		if err != nil {
 			return err
 		}
@@ -445,8 +430,8 @@ func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
 		if res.TimedOut {
 			rc = reason.Timeout
 		}
-		_ = log.Append(&audit.Record{Event: audit.EventExecOutcome, Decision: audit.Allow, Reason: string(rc),
-			Details: map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds()}}, false)
+		rec.Record(audit.EventExecOutcome, audit.Allow, rc,
+			map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds()}, false)
 		if res.ExitCode != 0 {
 			return fmt.Errorf("hook %s exited with status %d", h.Name, res.ExitCode)
 		}

@@ -83,7 +83,6 @@ func (o *GrantOptions) Run() error {
 		}
 	}
 	entry, c, err := plugin.ChangeGrants(e.configDir, o.Name, change)
-	rec := &audit.Record{Session: newSessionID(), Sandbox: sandboxInfo(e.sb.Report()), Event: event}
 	if err != nil {
 		code, rc := ExitFailure, reason.LaunchFailed
 		switch {
@@ -96,14 +95,11 @@ func (o *GrantOptions) Run() error {
 		case errors.Is(err, plugin.ErrManifestChanged):
 			code = ExitCannotRun
 		}
-		rec.Plugin, rec.Decision, rec.Reason = refusedRefByName(e.configDir, o.Name), audit.Deny, string(rc)
-		rec.Details = map[string]any{audit.DetailCapability: o.Item, "error": err.Error()}
-		_ = log.Append(rec, true)
+		_ = e.NewRecorder(log, refusedRefByName(e.configDir, o.Name), nil).RecordNow(event, audit.Deny, rc,
+			map[string]any{audit.DetailCapability: o.Item, "error": err.Error()})
 		return exitErr(code, "%s %s %s: %v", verb, o.Name, o.Item, err)
 	}
-	rec.Plugin = &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
-	rec.Decision, rec.Reason = audit.Allow, string(reason.OK)
-	rec.Details = map[string]any{
+	details := map[string]any{
 		audit.DetailCapabilities: c.After.Names(), audit.DetailCapability: c.Item,
 		"previous": c.Before.Names(), "changed": c.Before != c.After,
 	}
@@ -112,9 +108,10 @@ func (o *GrantOptions) Run() error {
 		if unrequested == nil {
 			unrequested = []string{}
 		}
-		rec.Details["unrequested"] = unrequested
+		details["unrequested"] = unrequested
 	}
-	if err := log.Append(rec, true); err != nil {
+	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
+	if err := e.NewRecorder(log, ref, nil).RecordNow(event, audit.Allow, reason.OK, details); err != nil {
 		// The registry already changed: say so rather than pretend it did not.
 		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: the audit log could not record this %s: %v\n", verb, err)
 	}

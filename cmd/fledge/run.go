@@ -32,8 +32,6 @@ type env struct {
 	sb        sandbox.Sandbox
 }
 
-func newSessionID() string { return core.NewSessionID() }
-
 // openEnv loads policy, the sandbox and the audit log. Commands that only read (list, info)
 // do not need it.
 func openEnv(g *Globals) (*env, error) {

@@ -296,8 +296,6 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		spec:  spec,
 		mode:  mode,
 		start: time.Now(),
-		done:  make(chan struct{}),
-		main:  make(chan struct{}),
 	}
 	// Counted from here: Close waits for the run's cleanup (synchronous on failure, after
 	// Wait otherwise).
@@ -434,6 +432,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if err != nil {
 		return nil, err
 	}
+	p.ProcessBase = sandbox.NewProcessBase(p.proc)
 	if p.cg == nil && s.guard.available() {
 		// No cgroup: the process group (the child is a session leader) is what the
 		// watchdog can reach; registered right after the start.
@@ -453,6 +452,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 
 // process is one running tree.
 type process struct {
+	// ProcessBase: Pid, Signal, Wait, and the two moments of the end (main process reaped;
+	// tree gone and Result set), as every backend has them.
+	sandbox.ProcessBase
 	sb    *Sandbox
 	spec  *sandbox.Spec
 	mode  sandbox.Mode
@@ -464,40 +466,19 @@ type process struct {
 	// guarded are the watchdog registrations of this tree, removed once it is gone.
 	guarded []string
 
-	main chan struct{} // closed when the main process has exited
-	done chan struct{} // closed when the tree is gone and res is set
-
 	mu        sync.Mutex
 	killed    map[int]bool
 	timedOut  bool
 	cancelled bool
-	res       *sandbox.Result
-	err       error
-}
-
-func (p *process) Pid() int { return p.proc.Pid }
-
-func (p *process) Signal(sig os.Signal) error {
-	select {
-	case <-p.main:
-		return os.ErrProcessDone
-	default:
-	}
-	return p.proc.Signal(sig)
 }
 
 func (p *process) Kill() error {
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return nil
 	default:
 	}
 	return p.killTree()
-}
-
-func (p *process) Wait() (*sandbox.Result, error) {
-	<-p.done
-	return p.res, p.err
 }
 
 func (p *process) note(pids []int, main bool) {
@@ -529,7 +510,7 @@ func (p *process) signalTree(sig syscall.Signal) {
 func (p *process) killTree() error {
 	mainAlive := true
 	select {
-	case <-p.main:
+	case <-p.Exited():
 		mainAlive = false
 	default:
 	}
@@ -551,7 +532,7 @@ func (p *process) killTree() error {
 
 // watch enforces the timeout and context cancellation: SIGTERM to all, KillGrace, SIGKILL.
 func (p *process) watch(ctx context.Context) {
-	sandbox.Watchdog(ctx, p.spec.Limits, p.main, func(r sandbox.StopReason) {
+	sandbox.Watchdog(ctx, p.spec.Limits, p.Exited(), func(r sandbox.StopReason) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.timedOut = r == sandbox.StopTimeout
@@ -565,7 +546,7 @@ const copyGrace = 2 * time.Second
 // wait reaps the main process, kills every survivor, collects the result and cleans up.
 func (p *process) wait() {
 	st, werr := p.proc.Wait()
-	close(p.main)
+	p.MarkExited()
 	res := &sandbox.Result{Mode: p.mode}
 	var errs []error
 	if werr != nil {
@@ -596,13 +577,13 @@ func (p *process) wait() {
 	p.mu.Lock()
 	res.TimedOut, res.Cancelled, res.Killed = p.timedOut, p.cancelled, len(p.killed)
 	p.mu.Unlock()
-	p.res = res
+	var err error
 	if len(errs) > 0 {
-		p.err = fmt.Errorf("sandbox cleanup: %w", joinErrs(errs))
+		err = fmt.Errorf("sandbox cleanup: %w", joinErrs(errs))
 	}
 	// The tree is gone (killed, and the cgroup checked empty above): the reply need not
 	// wait for removing the empty cgroups and the temp dir.
-	close(p.done)
+	p.Finish(res, err)
 	defer p.sb.cleanups.Done()
 	if err := p.cleanup(); err != nil {
 		p.sb.cleanupMu.Lock()
