@@ -256,7 +256,12 @@ func TestAttackExecForkBomb(t *testing.T) {
 	f.assertAlive(rep)
 	assert.Empty(t, survivors(m), "no bomb process survives its reply")
 	out := f.outcomeFor(bomb)
-	assert.LessOrEqual(t, num(out.Details[audit.DetailProcsKilled]), float64(pids+1), "pids.max held: %v", out.Details)
+	// The kernel refusing forks ("Cannot fork" above) is the proof that pids.max held. The
+	// killed count is distinct pids signalled over the whole TERM-grace-KILL sequence, during
+	// which a bomb refills freed slots, so it may pass pids a little (seen: 58-71 for 64);
+	// without a limit it would be in the thousands.
+	assert.Greater(t, num(out.Details[audit.DetailProcsKilled]), float64(0), "the tree was killed: %v", out.Details)
+	assert.LessOrEqual(t, num(out.Details[audit.DetailProcsKilled]), float64(2*pids), "pids.max held: %v", out.Details)
 	t.Logf("fork bomb outcome: reason=%s details=%v", out.Reason, out.Details)
 }
 
