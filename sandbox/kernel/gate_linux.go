@@ -96,7 +96,15 @@ func AnswerClone3(listener, tid int, timeout time.Duration) error {
 		} else {
 			resp.Error = -int32(unix.ENOSYS)
 		}
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp))); errno != 0 && errno != unix.ENOENT {
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp))); errno != 0 {
+			if errno == unix.ENOENT {
+				// Withdrawn: a signal (SIGCHLD, Go's preemption) interrupted the caller's
+				// wait after we received it. The kernel restarts the clone3 (Go's handlers
+				// are SA_RESTART), which arrives as a new notification: keep waiting for
+				// it. Returning here closed the listener, and the restarted clone3 of the
+				// launch thread got ENOSYS ("exec: /bin/sh: function not implemented").
+				continue
+			}
 			return fmt.Errorf("seccomp gate: send: %w", errno)
 		}
 		if ours {
