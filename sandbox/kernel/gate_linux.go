@@ -82,25 +82,48 @@ func AnswerClone3(listener, tid int, timeout time.Duration) error {
 			}
 			continue
 		}
-		var req seccompNotif // must be zeroed for NOTIF_RECV
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&req))); errno != 0 {
-			if errno == unix.EINTR || errno == unix.ENOENT {
-				continue // the caller died or the notification was withdrawn
-			}
-			return fmt.Errorf("seccomp gate: recv: %w", errno)
-		}
-		resp := seccompNotifResp{ID: req.ID}
-		ours := int(req.Pid) == tid
-		if ours {
-			resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
-		} else {
-			resp.Error = -int32(unix.ENOSYS)
-		}
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp))); errno != 0 && errno != unix.ENOENT {
-			return fmt.Errorf("seccomp gate: send: %w", errno)
+		ours, err := AnswerClone3Ready(listener, tid)
+		if err != nil {
+			return err
 		}
 		if ours {
 			return nil
 		}
 	}
+}
+
+// AnswerClone3Ready receives and answers one notification on listener, which poll has
+// reported readable: thread tid's clone3 continues (true), any other caller's gets ENOSYS.
+// A notification withdrawn before it could be answered is not an error (false): the
+// caller's clone3 comes again as a new one. It never blocks for long, so a watchdog can
+// serve the gates of several launches at once from one poll loop: served one after
+// another, a launch thread stuck behind another's pending clone3 (a stop-the-world waits
+// for the thread in raw vfork, and every other goroutine waits for the stop-the-world)
+// held up the gate in front of it until its timeout, and its own clone3 then got ENOSYS.
+func AnswerClone3Ready(listener, tid int) (bool, error) {
+	var req seccompNotif // must be zeroed for NOTIF_RECV
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&req))); errno != 0 {
+		if errno == unix.EINTR || errno == unix.ENOENT || errno == unix.EAGAIN {
+			return false, nil // the caller died or the notification was withdrawn
+		}
+		return false, fmt.Errorf("seccomp gate: recv: %w", errno)
+	}
+	resp := seccompNotifResp{ID: req.ID}
+	ours := int(req.Pid) == tid
+	if ours {
+		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+	} else {
+		resp.Error = -int32(unix.ENOSYS)
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp))); errno != 0 {
+		if errno == unix.ENOENT {
+			// Withdrawn: a signal (SIGCHLD, Go's preemption) interrupted the caller's wait
+			// after we received it. The kernel restarts the clone3 (Go's handlers are
+			// SA_RESTART), which arrives as a new notification: the gate must stay open
+			// for it, or the restarted clone3 of the launch thread gets ENOSYS.
+			return false, nil
+		}
+		return false, fmt.Errorf("seccomp gate: send: %w", errno)
+	}
+	return ours, nil
 }

@@ -286,12 +286,15 @@ func bindInto(p string, writable bool) (bool, error) {
 		if err := mkdirAll(filepath.Dir(dst)); err != nil {
 			return false, err
 		}
-		if _, err := os.Lstat(dst); err != nil {
-			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err != nil {
-				return false, fmt.Errorf("mount point %s: %w", p, err)
-			}
-			f.Close()
+		// mknod, not open(O_CREAT|O_WRONLY)+close: a file opened for writing on the root
+		// tmpfs holds a write reference on that mount, and making "/" read-only at the end
+		// fails with EBUSY while any exists. On the thread launcher the fd would sit in the
+		// host's shared fd table, where another launch thread's fork (a child between fork
+		// and exec) or its unshare(CLONE_FILES) copies it and keeps the file open after our
+		// close, so the remount failed whenever launches ran concurrently. mknod creates
+		// the mount point without ever opening it.
+		if err := unix.Mknod(dst, unix.S_IFREG|0o644, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+			return false, fmt.Errorf("mount point %s: %w", p, err)
 		}
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {

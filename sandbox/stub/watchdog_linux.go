@@ -52,9 +52,27 @@ func isWatchdog(args []string) bool { return len(args) > 2 && args[1] == Watchdo
 
 // gateTimeout bounds one clone3 gate: the launch thread forks right after handing over
 // the listener, and a launch that fails first drops the filter's last user (poll HUP).
+// Gates are served concurrently, so one launch never waits for another's gate.
 const gateTimeout = 10 * time.Second
 
+// maxGates bounds the gates open at once (one per launch between its hand-over and its
+// fork); a gate beyond it is closed at once, so that launch's clone3 fails with ENOSYS.
+const maxGates = 1024
+
+// pendingGate is a clone3 gate handed over and not yet passed by its launch thread.
+type pendingGate struct {
+	fd, tid  int
+	deadline time.Time
+}
+
 // runWatchdog is the watchdog's whole life; it returns the exit code.
+//
+// One poll loop serves the control socket and every open gate at once. Gates must not be
+// served one after another: launch threads of the same host hand over their gates in one
+// order and reach clone3 in another, and a thread waiting in its clone3 (raw vfork, not
+// preemptible) blocks every stop-the-world of the host, so the other launch threads stop
+// too; a watchdog waiting for one of those to fork never answered the clone3 that was
+// pending, until the gate's timeout, and that launch then failed with ENOSYS.
 func runWatchdog(args []string) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGPIPE)
 	host, err := strconv.Atoi(args[2])
@@ -63,11 +81,35 @@ func runWatchdog(args []string) int {
 	}
 	cgs := map[string]bool{}
 	pgs := map[int]bool{}
+	var gates []pendingGate
+	defer func() {
+		for _, g := range gates {
+			unix.Close(g.fd)
+		}
+	}()
 	buf := make([]byte, maxWatchLine)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
+		pfds := make([]unix.PollFd, 0, 1+len(gates))
+		pfds = append(pfds, unix.PollFd{Fd: 0, Events: unix.POLLIN})
+		wait := -1
+		now := time.Now()
+		for _, g := range gates {
+			pfds = append(pfds, unix.PollFd{Fd: int32(g.fd), Events: unix.POLLIN})
+			ms := int(g.deadline.Sub(now)/time.Millisecond) + 1
+			if wait < 0 || ms < wait {
+				wait = max(ms, 0)
+			}
+		}
+		if _, err := unix.Poll(pfds, wait); err != nil && err != unix.EINTR {
+			break
+		}
+		gates = serveGates(gates, pfds[1:])
+		if pfds[0].Revents == 0 {
+			continue
+		}
 		n, oobn, _, _, err := unix.Recvmsg(0, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
+		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}
 		if err != nil || n == 0 {
@@ -86,8 +128,9 @@ func runWatchdog(args []string) int {
 		op, val, _ := strings.Cut(string(buf[:n]), " ")
 		switch op {
 		case "gate":
-			if tid, err := strconv.Atoi(val); err == nil && len(fds) == 1 {
-				_ = kernel.AnswerClone3(fds[0], tid, gateTimeout)
+			if tid, err := strconv.Atoi(val); err == nil && len(fds) == 1 && len(gates) < maxGates {
+				gates = append(gates, pendingGate{fd: fds[0], tid: tid, deadline: time.Now().Add(gateTimeout)})
+				fds = nil // kept open until the gate is passed
 			}
 		case "+cg":
 			if filepath.IsAbs(val) && len(cgs) < maxWatchEntries {
@@ -112,6 +155,35 @@ func runWatchdog(args []string) int {
 	}
 	killRegistered(cgs, pgs, host)
 	return 0
+}
+
+// serveGates answers the notifications poll reported on the gates (ready[i] belongs to
+// gates[i]) and returns the gates still open. A gate closes once its thread's clone3 has
+// been let through, when its filter has no user left (the launch failed before its fork),
+// on an error, or at its deadline; closing the listener makes the kernel answer any later
+// clone3 under that filter with ENOSYS.
+func serveGates(gates []pendingGate, ready []unix.PollFd) []pendingGate {
+	now := time.Now()
+	open := gates[:0]
+	for i, g := range gates {
+		done := false
+		switch re := ready[i].Revents; {
+		case re&unix.POLLIN != 0:
+			passed, err := kernel.AnswerClone3Ready(g.fd, g.tid)
+			done = passed || err != nil
+		case re&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0:
+			done = true
+		}
+		if !done && !now.Before(g.deadline) {
+			done = true
+		}
+		if done {
+			unix.Close(g.fd)
+			continue
+		}
+		open = append(open, g)
+	}
+	return open
 }
 
 func killRegistered(cgs map[string]bool, pgs map[int]bool, host int) {
