@@ -42,6 +42,10 @@ type threadLaunch struct {
 	dir     *os.File
 	v1Tasks []string // v1 cgroup dirs the launch thread joins (children inherit them)
 	v1Back  []string // where the thread returns to after the fork (same order)
+	// backFDs are v1Back's tasks files, opened before the thread enters the private
+	// filesystem view (which has no /sys): without them the thread could not leave the
+	// run's groups, and a freezer-based tree kill would freeze a thread of fledge itself.
+	backFDs []int
 	files   []*os.File
 	sys     *syscall.SysProcAttr
 	// gate hands a clone3 gate listener to the watchdog (nil: none available).
@@ -104,7 +108,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 	// host's other threads. A network namespace asked for by the spec is entered here, by
 	// the thread, because the seccomp filter below refuses namespace flags on the fork.
 	sys := *tl.sys
-	unshareFlags := unix.CLONE_FS
+	// A private fd table from the start too: whatever this thread opens (the cgroup fds it
+	// leaves by, the view's mount handles) exists in no other thread's table, and fds the
+	// host inherited without CLOEXEC (a parent's jobserver pipe, ...) are made close-on-exec
+	// below before the fork.
+	unshareFlags := unix.CLONE_FS | unix.CLONE_FILES
 	if sys.Cloneflags&unix.CLONE_NEWNET != 0 {
 		unshareFlags |= unix.CLONE_NEWNET
 		sys.Cloneflags &^= unix.CLONE_NEWNET
@@ -124,6 +132,16 @@ func (tl *threadLaunch) onThread() (int, error) {
 			if err := os.WriteFile(d+"/tasks", tidb, 0); err != nil {
 				return 0, threadStep("cgroup", err)
 			}
+		}
+	}
+	if tl.pol.View != nil && len(tl.v1Back) > 0 {
+		for _, d := range tl.v1Back {
+			fd, err := unix.Open(d+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				tl.closeBack()
+				return 0, threadStep("cgroup", err)
+			}
+			tl.backFDs = append(tl.backFDs, fd)
 		}
 	}
 	if tl.pol.View != nil {
@@ -151,12 +169,9 @@ func (tl *threadLaunch) onThread() (int, error) {
 	if err := kernel.DropExecCaps(); err != nil {
 		return 0, threadStep("capabilities", err)
 	}
-	// A private fd table: fds the host inherited without CLOEXEC (a parent's jobserver
-	// pipe, ...) must not reach the child, so in this table every fd >= 3 is now
-	// close-on-exec; the child's stdio is dup'ed onto 0-2 by ForkExec.
-	if err := unix.Unshare(unix.CLONE_FILES); err != nil {
-		return 0, threadStep("unshare", err)
-	}
+	// In the private fd table (unshared above), every fd >= 3 is now close-on-exec: fds the
+	// host inherited without CLOEXEC must not reach the child; its stdio is dup'ed onto 0-2
+	// by ForkExec.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return 0, threadStep("close_fds", err)
 	}
@@ -265,7 +280,21 @@ func setChildRlimits(pid int, nofile uint64) error {
 // leaveCgroups moves the launch thread back to the host's v1 groups. Best effort: the
 // thread also leaves every group when it exits, just later.
 func (tl *threadLaunch) leaveCgroups(tid []byte) {
+	if len(tl.backFDs) > 0 {
+		for _, fd := range tl.backFDs {
+			_, _ = unix.Write(fd, tid)
+		}
+		tl.closeBack()
+		return
+	}
 	for _, d := range tl.v1Back {
 		_ = os.WriteFile(d+"/tasks", tid, 0)
 	}
+}
+
+func (tl *threadLaunch) closeBack() {
+	for _, fd := range tl.backFDs {
+		_ = unix.Close(fd)
+	}
+	tl.backFDs = nil
 }

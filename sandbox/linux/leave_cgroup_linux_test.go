@@ -1,0 +1,44 @@
+package linux
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The launch thread joins a run's v1 groups so the child forks into them, then enters the
+// private filesystem view (no /sys) before the fork. It must still leave those groups once
+// the child is started: a thread of fledge left in a run's freezer group would be frozen by
+// a freezer tree kill (and a frozen Go thread stalls every stop-the-world of the host).
+func TestLaunchThreadLeavesRunGroups(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no writable v1 hierarchy")
+	testutil.SkipUnlessSupported(t, sb.Report().FilesystemView != "" && os.Geteuid() == 0, "no private filesystem view here")
+	e := newEnv(t)
+	for i := 0; i < 20; i++ {
+		spec := e.spec("sleep 5")
+		p, err := sb.Start(context.Background(), spec)
+		require.NoError(t, err)
+		proc := p.(*process)
+		require.NotNil(t, proc.cg)
+		run, _ := proc.cg.v1Dirs()
+		for _, d := range run {
+			data, err := os.ReadFile(filepath.Join(d, "tasks"))
+			require.NoError(t, err)
+			for _, f := range strings.Fields(string(data)) {
+				_, err := os.Stat(filepath.Join("/proc/self/task", f))
+				assert.True(t, os.IsNotExist(err), "thread %s of fledge still in the run's group %s", f, d)
+			}
+		}
+		require.NoError(t, p.Kill())
+		_, _ = p.Wait()
+		_ = strconv.Itoa(i)
+	}
+}
