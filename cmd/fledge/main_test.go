@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fledgehq/fledge/sandbox/stub"
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/stretchr/testify/assert"
 )
 
 func TestMain(m *testing.M) {
@@ -81,4 +84,17 @@ func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 	}
+}
+
+// A plugin's words in fledge's final error line (a tool's error message, say) cannot drive
+// the terminal: escape sequences are stripped, a bare CR cannot overwrite the line.
+func TestPrintErrorSanitizesPluginText(t *testing.T) {
+	var b bytes.Buffer
+	printError(&b, "tool plugin_x_y: \x1b]0;pwned\x07the tool failed\rOK (reason: tool_failed)")
+	out := b.String()
+	assert.NotContains(t, out, "\x1b]")
+	assert.NotContains(t, out, "\x07")
+	assert.NotContains(t, out, "\r")
+	assert.Contains(t, out, "the tool failed")
+	assert.True(t, strings.HasPrefix(out, "fledge: tool plugin_x_y: "), out)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fledgehq/fledge/ui"
 	"github.com/spf13/cobra"
 )
 
@@ -86,15 +87,23 @@ func Main(args []string, streams Streams) int {
 	var ee *ExitError
 	if errors.As(err, &ee) {
 		if ee.Msg != "" || (ee.Err != nil && ee.Code != ExitOK) {
-			fmt.Fprintf(streams.Err, "fledge: %s\n", ee.Error())
+			printError(streams.Err, ee.Error())
 		}
 		return ee.Code
 	}
-	fmt.Fprintf(streams.Err, "fledge: %v\n", err)
+	printError(streams.Err, err.Error())
 	if errors.Is(err, ErrUsage) || isCobraUsage(err) {
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+// printError writes fledge's final error line. It often carries a plugin's own words (a
+// tool's error message, an invoke-v1 error, a handshake's refusal), so it goes through the
+// terminal sanitiser like every other plugin text: no OSC/DCS/CSI from a plugin reaches
+// the user's terminal through an error, whatever the adapter.
+func printError(w io.Writer, msg string) {
+	fmt.Fprintf(w, "fledge: %s\n", ui.Sanitize(msg))
 }
 
 // isCobraUsage recognises cobra's flag and argument errors, which are usage errors.
