@@ -18,8 +18,6 @@ import (
 	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/protocolhost"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/tools"
@@ -180,34 +178,11 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	}()
 
 	start := time.Now()
-	out, runErr := protocolhost.Run(ctx, protocolhost.Options{
-		SessionID:     rec.SessionID(),
-		FledgeVersion: fledgeVersion(),
-		Plugin: protocolhost.PluginMeta{
-			Name: b.Entry.Name, Version: b.Entry.Version, Dir: b.Dir, DataDir: b.DataDir,
-			Source: b.Entry.Source, ManifestDigest: b.Entry.ManifestSHA256,
-		},
-		Command:     cmd.Name,
-		Program:     program,
-		Args:        argv,
-		Grants:      protocol.Capabilities{Exec: b.Entry.Granted.Exec, Store: b.Entry.Granted.Store, Metadata: b.Entry.Granted.Metadata, Network: b.Entry.Granted.Network, Filesystem: b.Entry.Granted.FS()},
-		Project:     b.Project,
-		InitProject: initProject(ctx, protocolhost.SandboxedGit(env.Sandbox, prof.Git), b.Project),
-		GitAccess:   prof.Git,
-		UI:          cap,
-		Sandbox:     env.Sandbox,
-		Audit:       log,
-		Recorder:    rec,
-		Store:       store,
-		Stderr:      stderr,
-		PluginSpec:  prof.Plugin,
-		PluginCwd:   cwd,
-		ExecSpec:    prof.Exec,
-		ExecRoots:   prof.ExecRoots,
-		MetadataEnv: prof.MetadataEnv,
-		Limits:      prof.Session,
-		Signals:     sigs,
-	})
+	opts := protocolhost.SessionOptions(ctx, env, b, prof, log, rec, fledgeVersion())
+	opts.Command, opts.Program, opts.Args = cmd.Name, program, argv
+	opts.UI, opts.Store, opts.Stderr, opts.PluginCwd = cap, store, stderr, cwd
+	opts.Signals = sigs
+	out, runErr := protocolhost.Run(ctx, opts)
 	close(runDone)
 	details := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds()}
 	text, truncated := cap.output()
@@ -247,22 +222,6 @@ func (p *FledgeV1Provider) Close() error { return nil }
 func mustJSON(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
 	return b
-}
-
-// initProject is what init tells the plugin about the project (git info read by a
-// confined git, credentials stripped from the remote URL).
-func initProject(ctx context.Context, git project.Runner, p *project.Info) *protocol.Project {
-	if p == nil {
-		return nil
-	}
-	out := &protocol.Project{Name: p.Name, Root: p.Root, Language: p.Language}
-	if gi := project.ReadGitInfoWith(ctx, git, p.Root); gi != nil {
-		out.Git = &protocol.GitInfo{
-			Branch: gi.Branch, Dirty: gi.Dirty, Remote: gi.Remote,
-			RemoteURL: policy.StripURLCredentials(gi.RemoteURL),
-		}
-	}
-	return out
 }
 
 // captureUI is the UI of a command run as a tool: output is collected (bounded), logs and

@@ -3,6 +3,7 @@
 package protocolhost
 
 import (
+	"context"
 	"io"
 	"os"
 	"time"
@@ -132,4 +133,54 @@ type Outcome struct {
 	StoppedBy   string // why fledge stopped the plugin ("" if it ended by itself)
 	Result      *sandbox.Result
 	Malformed   int
+}
+
+// SessionOptions are the Options every fledge-v1 session of an installed plugin starts
+// from, whoever runs it (`fledge <cmd>`, a command offered as a tool over MCP): the plugin,
+// its grants, what init says about the project, and the whole profile policy built. The
+// caller adds what is its own: Command, Program, Args, UI, Store, Stderr, PluginCwd,
+// Signals.
+func SessionOptions(ctx context.Context, env *core.Env, b *core.Binding, prof policy.Profile,
+	log audit.Recorder, rec *core.Recorder, fledgeVersion string) Options {
+	return Options{
+		SessionID:     rec.SessionID(),
+		FledgeVersion: fledgeVersion,
+		Plugin: PluginMeta{
+			Name: b.Entry.Name, Version: b.Entry.Version, Dir: b.Dir, DataDir: b.DataDir,
+			Source: b.Entry.Source, ManifestDigest: b.Entry.ManifestSHA256,
+		},
+		Grants:      Capabilities(b.Entry.Granted),
+		Project:     b.Project,
+		InitProject: InitProject(ctx, SandboxedGit(env.Sandbox, prof.Git), b.Project),
+		GitAccess:   prof.Git,
+		Sandbox:     env.Sandbox,
+		Audit:       log,
+		Recorder:    rec,
+		PluginSpec:  prof.Plugin,
+		ExecSpec:    prof.Exec,
+		ExecRoots:   prof.ExecRoots,
+		MetadataEnv: prof.MetadataEnv,
+		Limits:      prof.Session,
+	}
+}
+
+// Capabilities is what init tells the plugin it was granted.
+func Capabilities(g policy.Grants) protocol.Capabilities {
+	return protocol.Capabilities{Exec: g.Exec, Store: g.Store, Metadata: g.Metadata, Network: g.Network, Filesystem: g.FS()}
+}
+
+// InitProject is what init tells the plugin about the project: git info read by a confined
+// git, credentials stripped from the remote URL.
+func InitProject(ctx context.Context, git project.Runner, p *project.Info) *protocol.Project {
+	if p == nil {
+		return nil
+	}
+	out := &protocol.Project{Name: p.Name, Root: p.Root, Language: p.Language}
+	if gi := project.ReadGitInfoWith(ctx, git, p.Root); gi != nil {
+		out.Git = &protocol.GitInfo{
+			Branch: gi.Branch, Dirty: gi.Dirty, Remote: gi.Remote,
+			RemoteURL: policy.StripURLCredentials(gi.RemoteURL),
+		}
+	}
+	return out
 }

@@ -167,35 +167,11 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	stderr, flushStderr := pluginStderr(g.Streams.Err)
 	defer flushStderr()
 
-	opts := protocolhost.Options{
-		SessionID:     rec.SessionID(),
-		FledgeVersion: version,
-		Plugin: protocolhost.PluginMeta{
-			Name: entry.Name, Version: entry.Version, Dir: b.Dir, DataDir: b.DataDir,
-			Source: entry.Source, ManifestDigest: entry.ManifestSHA256,
-		},
-		Command:     command,
-		Program:     program,
-		Args:        args,
-		Grants:      toWire(entry.Granted),
-		Project:     proj,
-		InitProject: initProject(ctx, protocolhost.SandboxedGit(e.sb, prof.Git), proj),
-		GitAccess:   prof.Git,
-		UI:          u,
-		Sandbox:     e.sb,
-		Audit:       log,
-		Recorder:    rec,
-		Store:       storeIface,
-		Stderr:      stderr,
-		PluginSpec:  prof.Plugin,
-		PluginCwd:   pluginCwd,
-		ExecSpec:    prof.Exec,
-		ExecRoots:   prof.ExecRoots,
-		MetadataEnv: prof.MetadataEnv,
-		Limits:      prof.Session,
-		Signals:     sigs,
-		Interrupt:   sigs, // Ctrl+C at a question takes the SIGINT path
-	}
+	opts := protocolhost.SessionOptions(ctx, e.Env, b, prof, log, rec, version)
+	opts.Command, opts.Program, opts.Args = command, program, args
+	opts.UI, opts.Store, opts.Stderr, opts.PluginCwd = u, storeIface, stderr, pluginCwd
+	opts.Signals = sigs
+	opts.Interrupt = sigs // Ctrl+C at a question takes the SIGINT path
 	if b.Manifest.IsWasm() {
 		w, err := wasmRuntime(e, entry.Granted, proj, b.DataDir, program, &opts)
 		if err != nil {
@@ -251,24 +227,6 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, rec *core.Recor
 		return &ExitError{Code: ExitInterrupted}
 	}
 	return pluginExit(b.Entry.Name, ex.Code, ex.Result)
-}
-
-func toWire(g policy.Grants) protocol.Capabilities {
-	return protocol.Capabilities{Exec: g.Exec, Store: g.Store, Metadata: g.Metadata, Network: g.Network, Filesystem: g.FS()}
-}
-
-func initProject(ctx context.Context, git project.Runner, p *project.Info) *protocol.Project {
-	if p == nil {
-		return nil
-	}
-	out := &protocol.Project{Name: p.Name, Root: p.Root, Language: p.Language}
-	if gi := project.ReadGitInfoWith(ctx, git, p.Root); gi != nil {
-		out.Git = &protocol.GitInfo{
-			Branch: gi.Branch, Dirty: gi.Dirty, Remote: gi.Remote,
-			RemoteURL: policy.StripURLCredentials(gi.RemoteURL),
-		}
-	}
-	return out
 }
 
 // warnDegraded says once per session what the sandbox cannot enforce here.

@@ -21,7 +21,7 @@ import (
 // preopens and limits. The caller closes the runtime after the session.
 func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, program string, opts *protocolhost.Options) (*wasmhost.Sandbox, error) {
 	wo := wasmhost.Options{
-		Grants:      toWire(grants),
+		Grants:      protocolhost.Capabilities(grants),
 		DataDir:     dataDir,
 		MemoryBytes: e.cfg.Wasm.Memory,
 		Timeout:     e.cfg.Wasm.Timeout,
@@ -102,7 +102,7 @@ func wasmInfo(e *env, grants *policy.Grants, dataDir string) map[string]any {
 		"timeout_ms":   e.cfg.Wasm.Timeout.Milliseconds(),
 	}
 	if grants != nil {
-		wo.Grants = toWire(*grants)
+		wo.Grants = protocolhost.Capabilities(*grants)
 		wo.ProjectRoot = "<project>"
 		wo.DataDir = dataDir
 		pre := wo.Preopens()
