@@ -60,17 +60,11 @@ const (
 // ErrInvoke is wrapped by every *Failure.
 var ErrInvoke = errors.New("invoke-v1 plugin failed")
 
-// Failure is a failure of fledge's taxonomy.
-type Failure struct {
-	Code reason.Code
-	Msg  string
-}
-
-func (f *Failure) Error() string { return fmt.Sprintf("%s (reason: %s)", f.Msg, f.Code) }
-func (f *Failure) Unwrap() error { return ErrInvoke }
+// Failure is a failure of fledge's taxonomy (reason.Failure), wrapping ErrInvoke.
+type Failure = reason.Failure
 
 func fail(code reason.Code, format string, a ...any) *Failure {
-	return &Failure{Code: code, Msg: fmt.Sprintf(format, a...)}
+	return &Failure{Code: code, Msg: fmt.Sprintf(format, a...), Of: ErrInvoke}
 }
 
 // Message is one line from the plugin.

@@ -88,3 +88,14 @@ func ExitStatus(c Code) int {
 	}
 	return ToolFailed
 }
+
+// Failure is a failure of fledge's taxonomy: its code and the words for the user. Of is
+// the adapter's sentinel it wraps (errors.Is(err, runtimehost.ErrRuntime), ...).
+type Failure struct {
+	Code Code
+	Msg  string
+	Of   error
+}
+
+func (f *Failure) Error() string { return f.Msg + " (reason: " + string(f.Code) + ")" }
+func (f *Failure) Unwrap() error { return f.Of }

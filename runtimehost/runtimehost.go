@@ -42,17 +42,11 @@ const exitGrace = 2 * time.Second
 // ErrRuntime is wrapped by every *Failure.
 var ErrRuntime = errors.New("runtime-v1 plugin failed")
 
-// Failure is a runtime-v1 failure with its taxonomy code.
-type Failure struct {
-	Code reason.Code
-	Msg  string
-}
-
-func (f *Failure) Error() string { return fmt.Sprintf("%s (reason: %s)", f.Msg, f.Code) }
-func (f *Failure) Unwrap() error { return ErrRuntime }
+// Failure is a failure of fledge's taxonomy (reason.Failure), wrapping ErrRuntime.
+type Failure = reason.Failure
 
 func fail(code reason.Code, format string, a ...any) *Failure {
-	return &Failure{Code: code, Msg: fmt.Sprintf(format, a...)}
+	return &Failure{Code: code, Msg: fmt.Sprintf(format, a...), Of: ErrRuntime}
 }
 
 // HandshakeRequest is the host's first line.
