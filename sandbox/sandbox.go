@@ -171,6 +171,9 @@ type Report struct {
 	// private /tmp, protected paths read-only) or "none" (Landlock alone: the rest of the
 	// filesystem exists but is unreadable).
 	FilesystemView string `json:"filesystem_view"`
+	// PidNamespace says whose processes a command sees in /proc: "per-plugin" (its own
+	// plugin's session, in a pid namespace of their own) or "none" (the host's, read-only).
+	PidNamespace string `json:"pid_namespace,omitempty"`
 	// SeccompDenied is the seccomp deny-list every command and plugin process runs under
 	// (empty where there is no filter). Unix sockets appear when refused by default.
 	SeccompDenied []DeniedSyscall `json:"seccomp_denied,omitempty"`

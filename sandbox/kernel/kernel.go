@@ -27,6 +27,11 @@ type Landlock struct {
 	Scope bool `json:"scope,omitempty"`
 	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).
 	LogExec bool `json:"log_exec,omitempty"`
+	// ProcFD, when above 2 (stdio never is one), is a detached procfs that views mount
+	// copies of at /proc (View.ProcTree): it is granted read-only like a path. Copies
+	// share its superblock, so the one rule covers them all. It is part of the cache key
+	// (a ruleset per procfs), and only the thread launcher sets it (an fd of the host).
+	ProcFD int `json:"proc_fd,omitempty"`
 }
 
 // Filter says which optional parts of the filter a launch wants.
@@ -71,6 +76,10 @@ type View struct {
 	Dir    string `json:"dir,omitempty"`
 	DirDev uint64 `json:"dir_dev,omitempty"`
 	DirIno uint64 `json:"dir_ino,omitempty"`
+	// ProcTree, when above 2, is a detached procfs of the run's pid namespace (made by the
+	// namespace's holder): a copy of it is mounted at /proc instead of binding the host's,
+	// so a command sees its own session's processes only. An fd of the launching process.
+	ProcTree int `json:"-"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

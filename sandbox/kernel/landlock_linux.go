@@ -137,6 +137,11 @@ func buildRuleset(l *Landlock) (int, error) {
 			}
 		}
 	}
+	if l.ProcFD > 2 {
+		if err := addFDRule(rfd, l.ProcFD, readRights&fs, "/proc"); err != nil {
+			return -1, err
+		}
+	}
 	if l.DenyNet && abi >= 4 {
 		for _, port := range l.BindTCP {
 			rule := ll.NetPortAttr{AllowedAccess: ll.AccessNetBindTCP, Port: uint64(port)}
@@ -157,6 +162,14 @@ func restrictSelf(l *Landlock, rfd int) error {
 	}
 	if err := ll.LandlockRestrictSelf(rfd, flags); err != nil {
 		return fmt.Errorf("restrict_self: %w", err)
+	}
+	return nil
+}
+
+// addFDRule allows rights beneath the directory fd refers to (name is for errors).
+func addFDRule(rfd, fd int, rights uint64, name string) error {
+	if err := ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: rights, ParentFd: fd}, 0); err != nil {
+		return fmt.Errorf("add rule %s: %w", name, err)
 	}
 	return nil
 }

@@ -92,6 +92,9 @@ func enterView(v *View, dirfd int) error {
 	tmpDone := false
 	for _, m := range mounts {
 		p := filepath.Clean(m.Path)
+		if p == "/proc" && v.ProcTree > 2 {
+			continue // the run's own procfs goes there instead (below)
+		}
 		if !tmpDone && (p == "/tmp" || strings.HasPrefix(p, "/tmp/") || p > "/tmp") {
 			// The private /tmp goes under every grant beneath it.
 			if err := mkdirAll("/newroot/tmp"); err != nil {
@@ -119,6 +122,11 @@ func enterView(v *View, dirfd int) error {
 		}
 		if err := unix.Mount("fledge-tmp", "/newroot/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 			return fmt.Errorf("private /tmp: %w", err)
+		}
+	}
+	if v.ProcTree > 2 {
+		if err := attachProc(v.ProcTree); err != nil {
+			return err
 		}
 	}
 	// The /dev symlinks programs expect (bash process substitution opens /dev/fd/N), as
@@ -220,6 +228,28 @@ func enterView(v *View, dirfd int) error {
 		if !placeholder && (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
 			return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
 		}
+	}
+	return nil
+}
+
+// attachProc mounts a copy of the detached procfs tree at /newroot/proc.
+func attachProc(tree int) error {
+	if err := mkdirAll("/newroot/proc"); err != nil {
+		return err
+	}
+	fd, err := unix.OpenTree(tree, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("copy procfs: %w", err)
+	}
+	defer unix.Close(fd)
+	// Read-only like the host's /proc was: a command cannot write /proc/self/* (comm,
+	// oom_score_adj, attr) or /proc/sys, whatever its capabilities.
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{
+		Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+		return fmt.Errorf("read-only procfs: %w", err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, "/newroot/proc", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount procfs: %w", err)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ type Options struct {
 	DisableCgroups  bool
 	DisableNetNS    bool
 	DisableView     bool // no private filesystem view (Landlock alone)
+	DisablePidNS    bool // no pid namespace of the run's own (the host's /proc, read-only)
 	// Launch picks how the child is confined before exec: LaunchThread (default) or
 	// LaunchStub (re-exec StubPath through stub.MaybeRun).
 	Launch string
@@ -64,12 +65,15 @@ type Sandbox struct {
 
 	spares spares
 	guard  *guard
+	// pidns are the pid-namespace holders of the thread launcher's runs (nil: none here).
+	pidns *pidNamespaces
 }
 
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
 // errors. Start must not be called afterwards.
 func (s *Sandbox) Close() error {
 	s.closeSpares()
+	s.pidns.close()
 	s.cleanups.Wait()
 	s.cleanupMu.Lock()
 	defer s.cleanupMu.Unlock()
@@ -117,6 +121,9 @@ func New(opts Options) (*Sandbox, error) {
 		sb.view = canBuildView()
 	}
 	sb.guard = newGuard(sb.stubPath)
+	if sb.view && sb.launch == LaunchThread && !opts.DisablePidNS && canClonePidNS() {
+		sb.pidns = newPidNamespaces(sb.guard.exe)
+	}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
 		sb.kernel = unix.ByteSliceToString(uts.Release[:])
@@ -148,6 +155,42 @@ func canBuildView() bool {
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
 		res <- unix.Unshare(unix.CLONE_FS|unix.CLONE_NEWNS) == nil
+	}()
+	return <-res
+}
+
+// canClonePidNS: a new pid namespace can be made (CAP_SYS_ADMIN) and a detached mount
+// can be copied (open_tree of an fsmount tree: Linux 6.15). Probed with a tmpfs on a
+// throwaway thread, so nothing is mounted anywhere.
+func canClonePidNS() bool {
+	res := make(chan bool, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if unix.Unshare(unix.CLONE_NEWPID) != nil {
+			res <- false
+			return
+		}
+		fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+		if err != nil {
+			res <- false
+			return
+		}
+		defer unix.Close(fs)
+		if unix.FsconfigCreate(fs) != nil {
+			res <- false
+			return
+		}
+		mfd, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, 0)
+		if err != nil {
+			res <- false
+			return
+		}
+		defer unix.Close(mfd)
+		c, err := cloneProc(mfd)
+		if err == nil {
+			unix.Close(c)
+		}
+		res <- err == nil
 	}()
 	return <-res
 }
@@ -197,6 +240,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		TreeKill:       s.cg.killMethod(),
 		HostDeath:      "none",
 		FilesystemView: "none",
+		PidNamespace:   "none",
 		Warnings:       append([]string{}, s.cg.warnings...),
 	}
 	switch {
@@ -206,6 +250,11 @@ func (s *Sandbox) Report() sandbox.Report {
 		r.Warnings = append(r.Warnings, "no private filesystem view: it needs root here (user-namespace views are not implemented yet); Landlock alone, so paths outside the sandbox exist and their metadata (chmod, utime) can change")
 	default:
 		r.Warnings = append(r.Warnings, "no private filesystem view: neither root nor user namespaces")
+	}
+	if s.pidns.available() {
+		r.PidNamespace = "per-plugin"
+	} else if s.view {
+		r.Warnings = append(r.Warnings, "no pid namespace of the run's own: commands see the host's processes in a read-only /proc (needs Linux 6.15)")
 	}
 	if s.guard.available() {
 		r.HostDeath = "watchdog"
@@ -269,6 +318,9 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	}
 	if !s.view && !s.userns {
 		m.Degraded = append(m.Degraded, "private filesystem view (neither root nor user namespaces)")
+	}
+	if s.view && !s.pidns.available() {
+		m.Degraded = append(m.Degraded, "pid namespace (the host's processes are visible in /proc)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
@@ -407,7 +459,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
-		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec}
+		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1}
+		if pol.View != nil && s.pidns.available() {
+			release, err := s.joinPidNS(spec, tl)
+			if err != nil {
+				p.stdio.Started()
+				p.stdio.Abort()
+				return nil, err
+			}
+			defer release()
+		}
 		if sys.UseCgroupFD && kernel.SeccompSupported() {
 			// The launch forks with clone3 (CLONE_INTO_CGROUP); the watchdog, already
 			// running for this tree's cgroups, gates it.
@@ -448,6 +509,27 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	go p.wait()
 	go p.watch(ctx)
 	return p, nil
+}
+
+// joinPidNS points tl at the pid namespace of spec's name: the launch thread joins it and
+// the view mounts its procfs. The holder's fds are duplicated for the launch (a holder
+// replaced meanwhile closes its own); release closes the copies.
+func (s *Sandbox) joinPidNS(spec *sandbox.Spec, tl *threadLaunch) (release func(), err error) {
+	h, err := s.pidns.get(spec.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	ns, err := unix.FcntlInt(uintptr(h.nsFD), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pid namespace: %w", sandbox.ErrLaunch, err)
+	}
+	tl.pidNS = ns
+	tl.pol.View.ProcTree = h.procFD
+	if tl.pol.Landlock != nil {
+		// The cached ruleset per procfs: the holder's fd number is stable while it lives.
+		tl.pol.Landlock.ProcFD = h.procFD
+	}
+	return func() { unix.Close(ns) }, nil
 }
 
 // process is one running tree.

@@ -50,6 +50,10 @@ type threadLaunch struct {
 	sys     *syscall.SysProcAttr
 	// gate hands a clone3 gate listener to the watchdog (nil: none available).
 	gate func(tid, listener int) error
+	// pidNS is the run's pid namespace (an fd of its holder, -1: none): the thread joins it
+	// for its children only (setns CLONE_NEWPID changes the namespace of the children a
+	// task forks from then on, never its own), so the child is born inside it.
+	pidNS int
 }
 
 // start launches on a fresh thread, or on the spare's parked thread when sp is set.
@@ -119,6 +123,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 	}
 	if err := unix.Unshare(unshareFlags); err != nil {
 		return 0, threadStep("unshare", err)
+	}
+	if tl.pidNS >= 0 {
+		if err := unix.Setns(tl.pidNS, unix.CLONE_NEWPID); err != nil {
+			return 0, threadStep("pid namespace", err)
+		}
 	}
 	if tl.dir != nil && tl.pol.View == nil {
 		if err := fchdirVerified(tl.dir, tl.pol); err != nil {

@@ -107,13 +107,17 @@ func MaybeRunCalled() bool { return maybeRunCalled.Load() }
 // IsStub reports whether args (os.Args) is a stub invocation.
 func IsStub(args []string) bool { return len(args) > 1 && args[1] == Marker }
 
-// MaybeRun turns this process into the stub when os.Args[1] is Marker, or into the
-// host-death watchdog when it is WatchdogMarker, and never returns in those cases;
+// MaybeRun turns this process into the stub when os.Args[1] is Marker, into the
+// host-death watchdog when it is WatchdogMarker, or into a pid-namespace holder when it is
+// PidNSMarker, and never returns in those cases;
 // otherwise it returns at once. Call it first in main and in TestMain.
 func MaybeRun() {
 	maybeRunCalled.Store(true)
 	if isWatchdog(os.Args) {
 		os.Exit(runWatchdog(os.Args))
+	}
+	if isPidNS(os.Args) {
+		os.Exit(runPidNS())
 	}
 	if !IsStub(os.Args) {
 		return

@@ -1,0 +1,178 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox/stub"
+)
+
+// pidNamespaces are the host side of the pid-namespace holders (sandbox/stub/pidns_linux.go):
+// one per sandbox name (a plugin and the commands it runs share one; two plugins never do),
+// started on first use. A launch joins its holder's namespace (setns on the launch thread,
+// so only its child is born there) and attaches a clone of the holder's procfs at /proc of
+// its view: a command sees its own session's processes and nothing of the host's.
+type pidNamespaces struct {
+	exe string
+
+	mu      sync.Mutex
+	holders map[string]*pidHolder
+	closed  bool
+}
+
+// maxPidNamespaces bounds the holders of one sandbox (one process and three fds each). A
+// name beyond it gets an error, which Start reports as a degraded (or, strict, refused) run.
+const maxPidNamespaces = 64
+
+// pidNSStartBound bounds how long a holder may take to send its procfs.
+const pidNSStartBound = 10 * time.Second
+
+var errNoPidNS = errors.New("no pid namespace")
+
+type pidHolder struct {
+	proc   *os.Process
+	sock   int // host end of the holder's stdin socket: closing it ends the namespace
+	nsFD   int // /proc/<holder>/ns/pid
+	procFD int // the holder's detached procfs
+}
+
+func newPidNamespaces(exe string) *pidNamespaces {
+	return &pidNamespaces{exe: exe, holders: map[string]*pidHolder{}}
+}
+
+func (n *pidNamespaces) available() bool { return n != nil && n.exe != "" }
+
+// get returns the holder of name, starting it on first use.
+func (n *pidNamespaces) get(name string) (*pidHolder, error) {
+	if !n.available() {
+		return nil, fmt.Errorf("%w: %w", errNoPidNS, errNoWatchdog)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, fmt.Errorf("%w: sandbox closed", errNoPidNS)
+	}
+	if h := n.holders[name]; h != nil {
+		if h.alive() {
+			return h, nil
+		}
+		h.close()
+		delete(n.holders, name)
+	}
+	if len(n.holders) >= maxPidNamespaces {
+		return nil, fmt.Errorf("%w: %d pid namespaces in use (limit)", errNoPidNS, maxPidNamespaces)
+	}
+	h, err := startPidHolder(n.exe)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoPidNS, err)
+	}
+	n.holders[name] = h
+	return h, nil
+}
+
+// close ends every holder: the kernel kills whatever is left in their namespaces.
+func (n *pidNamespaces) close() {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.closed = true
+	for name, h := range n.holders {
+		h.close()
+		delete(n.holders, name)
+	}
+}
+
+func startPidHolder(exe string) (*pidHolder, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	child := os.NewFile(uintptr(fds[1]), "pidns")
+	defer child.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		unix.Close(fds[0])
+		return nil, err
+	}
+	defer null.Close()
+	proc, err := os.StartProcess(exe, []string{exe, stub.PidNSMarker}, &os.ProcAttr{
+		Files: []*os.File{child, null, null},
+		Env:   []string{},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID},
+	})
+	if err != nil {
+		unix.Close(fds[0])
+		return nil, fmt.Errorf("start holder: %w", err)
+	}
+	h := &pidHolder{proc: proc, sock: fds[0], nsFD: -1, procFD: -1}
+	go func() { _, _ = proc.Wait() }()
+	if err := h.receiveProc(); err != nil {
+		h.close()
+		return nil, err
+	}
+	if h.nsFD, err = unix.Open(fmt.Sprintf("/proc/%d/ns/pid", proc.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		h.close()
+		return nil, fmt.Errorf("holder namespace: %w", err)
+	}
+	return h, nil
+}
+
+func (h *pidHolder) receiveProc() error {
+	tv := unix.NsecToTimeval(pidNSStartBound.Nanoseconds())
+	_ = unix.SetsockoptTimeval(h.sock, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	buf := make([]byte, 512)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(h.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("holder did not send its procfs within %s: %w", pidNSStartBound, err)
+		}
+		msg := string(buf[:n])
+		if n == 0 {
+			return errors.New("holder exited before sending its procfs")
+		}
+		if msg != "proc" {
+			return fmt.Errorf("holder: %s", strings.TrimPrefix(msg, "proc "))
+		}
+		cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(cmsgs) != 1 {
+			return errors.New("holder sent no procfs")
+		}
+		fds, err := unix.ParseUnixRights(&cmsgs[0])
+		if err != nil || len(fds) != 1 {
+			return errors.New("holder sent no procfs")
+		}
+		h.procFD = fds[0]
+		return nil
+	}
+}
+
+// alive: the holder still runs (a killed holder took its namespace down with it).
+func (h *pidHolder) alive() bool { return h.proc.Signal(syscall.Signal(0)) == nil }
+
+func (h *pidHolder) close() {
+	for _, fd := range []*int{&h.sock, &h.nsFD, &h.procFD} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// cloneProc returns a fresh detached copy of the holder's procfs (same superblock: the
+// Landlock rule made on the holder's tree covers every copy).
+func cloneProc(procFD int) (int, error) {
+	return unix.OpenTree(procFD, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+}

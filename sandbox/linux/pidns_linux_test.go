@@ -1,0 +1,180 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+func requirePidNS(t *testing.T, sb *Sandbox) {
+	t.Helper()
+	requireView(t, sb)
+	testutil.SkipUnlessSupported(t, sb.pidns.available(), "no pid namespace (needs root and Linux 6.15)")
+}
+
+// TestPidNamespaceHidesHostProcesses: a command's /proc is its own session's. It must not
+// see the test process (whose cmdline it could otherwise read), nor pid 1 of the host, and
+// `kill` of the host's pid must fail; it sees itself, and a second run of the same plugin
+// shares the namespace (the plugin and its commands), while another plugin's does not.
+func TestPidNamespaceHidesHostProcesses(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	requirePidNS(t, sb)
+	e := newEnv(t)
+	// A process of the host with a secret on its command line, that the command must not
+	// find (it is passed to the command through a file, not argv).
+	marker := "fledge-host-secret-" + strconv.Itoa(os.Getpid())
+	host := exec.Command("sh", "-c", "sleep 300", marker)
+	require.NoError(t, host.Start())
+	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+	require.NoError(t, os.WriteFile(e.project+"/marker", []byte(marker), 0o644))
+	script := `
+for d in /proc/[0-9]*; do
+  echo "PID ${d#/proc/} $(cat "$d/comm" 2>/dev/null)"
+done
+tr '\0' ' ' < /proc/1/cmdline | grep -q __fledge_sandbox_pidns__ && echo HOLDER-IS-1
+m=$(cat marker)
+for d in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" in *"$m"*) echo "MARKER-SEEN";; esac
+done
+echo "SELF $$"
+ps -e -o pid=,comm= >/dev/null 2>&1 && echo PS-OK
+echo write > /proc/self/comm 2>/dev/null && echo PROC-WRITABLE
+exit 0`
+	spec := e.spec(script)
+	res, out, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.NotContains(t, out, "MARKER-SEEN")
+	assert.NotContains(t, out, "PROC-WRITABLE")
+	assert.Contains(t, out, "PS-OK")
+	assert.Contains(t, out, "HOLDER-IS-1", "pid 1 is the namespace's holder")
+	var pids []int
+	self := -1
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "PID "); ok {
+			n, err := strconv.Atoi(strings.Fields(rest)[0])
+			require.NoError(t, err)
+			pids = append(pids, n)
+		}
+		if rest, ok := strings.CutPrefix(line, "SELF "); ok {
+			self, _ = strconv.Atoi(rest)
+		}
+	}
+	assert.Contains(t, pids, 1)
+	assert.Contains(t, pids, self, "the command sees itself")
+	assert.NotEqual(t, 1, self, "the command is not the namespace's init")
+	// Only the holder, the shell and its command substitution: nothing of the host's
+	// (this test alone runs the fledge test binary, sh and sleep there).
+	assert.LessOrEqual(t, len(pids), 3, "processes seen: %v\n%s", pids, out)
+
+	// A long-running command of the same plugin is visible to the next; another plugin's
+	// is not.
+	long := e.spec(`echo started; exec sleep 30`)
+	started := &lineWaiter{want: "started", ch: make(chan struct{})}
+	long.Stdout = started
+	p, err := sb.Start(context.Background(), long)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Kill(); _, _ = p.Wait() })
+	select {
+	case <-started.ch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the long command did not start")
+	}
+	look := `cat /proc/[0-9]*/comm 2>/dev/null | grep -cx sleep`
+	_, same, _ := run(t, sb, e.spec(look))
+	assert.Equal(t, "1", strings.TrimSpace(same), "the same plugin's sleep is visible")
+	other := e.spec(look)
+	other.Name = "another plugin"
+	_, diff, _ := run(t, sb, other)
+	assert.Equal(t, "0", strings.TrimSpace(diff), "another plugin's processes are not")
+}
+
+// TestPidNamespaceEndsWithSandbox: closing the sandbox ends its namespaces, and a process
+// a command left behind (reparented to the holder) is gone with them.
+func TestPidNamespaceEndsWithSandbox(t *testing.T) {
+	sb, err := New(Options{Launch: LaunchThread})
+	require.NoError(t, err)
+	requirePidNS(t, sb)
+	e := newEnv(t)
+	pidFile := e.project + "/bg.pid"
+	// setsid + double fork: an orphan outside the run's process group, left running.
+	spec := e.spec(`setsid sh -c 'sleep 300 & echo $! > "$1"' sh "$1"; sleep 0.2`, pidFile)
+	spec.Limits.Timeout = 20 * time.Second
+	res, out, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	require.NoError(t, sb.Close())
+	// The pid the command saw is its namespace's; find the host's sleep by its holder.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := holderChildren(t)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of a closed sandbox's pid namespace still run: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// holderChildren lists processes whose parent is a pid-namespace holder of this test.
+func holderChildren(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	holders := map[string]bool{}
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), "__fledge_sandbox_pidns__") {
+			holders[e.Name()] = true
+		}
+	}
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 1 && holders[f[1]] {
+			out = append(out, fmt.Sprintf("%s (parent %s)", e.Name(), f[1]))
+		}
+	}
+	if len(holders) > 0 && len(out) == 0 {
+		// The holders themselves must be gone too.
+		for h := range holders {
+			out = append(out, "holder "+h)
+		}
+	}
+	return out
+}
+
+// lineWaiter closes ch once want was written.
+type lineWaiter struct {
+	want string
+	ch   chan struct{}
+	buf  strings.Builder
+	done bool
+}
+
+func (w *lineWaiter) Write(b []byte) (int, error) {
+	w.buf.Write(b)
+	if !w.done && strings.Contains(w.buf.String(), w.want) {
+		w.done = true
+		close(w.ch)
+	}
+	return len(b), nil
+}
+
+var _ = sandbox.KindExec
