@@ -73,6 +73,9 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  unix sockets:     refused via %s\n", rep.UnixSocketDeny)
 	fmt.Fprintf(w, "  tree kill:        %s\n", rep.TreeKill)
 	fmt.Fprintf(w, "  filesystem view:  %s\n", viewText(rep.FilesystemView))
+	if rep.OS == "linux" {
+		fmt.Fprintf(w, "  processes seen:   %s\n", pidNSText(rep.PidNamespace))
+	}
 	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
 	if rep.HostDeath == "watchdog" {
 		fmt.Fprintf(w, "  if fledge dies:   a watchdog process kills every command and plugin it started\n")
@@ -160,4 +163,12 @@ func homePATHEntries(e *env) []string {
 		}
 	}
 	return out
+}
+
+// pidNSText says what a command finds in /proc.
+func pidNSText(ns string) string {
+	if ns == "per-plugin" {
+		return "its own plugin's only (a pid namespace per plugin, /proc its own)"
+	}
+	return "the host's, in a read-only /proc (no pid namespace)"
 }

@@ -80,6 +80,9 @@ type View struct {
 	// namespace's holder): a copy of it is mounted at /proc instead of binding the host's,
 	// so a command sees its own session's processes only. An fd of the launching process.
 	ProcTree int `json:"-"`
+	// RunTmp is the run's own TMPDIR (also among Mounts, writable): a view template
+	// leaves it out and binds it per run.
+	RunTmp string `json:"run_tmp,omitempty"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

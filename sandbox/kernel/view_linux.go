@@ -36,13 +36,15 @@ const viewBase = "/tmp"
 // after the guard checked it cannot redirect the command). The caller holds
 // runtime.LockOSThread and lets the thread die afterwards (or execs).
 func EnterView(v *View, dirfd int) error {
-	if err := enterView(v, dirfd); err != nil {
+	if err := enterView(v, dirfd, nil); err != nil {
 		return fmt.Errorf("%w: %w", ErrView, err)
 	}
 	return nil
 }
 
-func enterView(v *View, dirfd int) error {
+// enterView builds v; with tmpl set it builds a template instead (see BuildTemplate): it
+// records the namespace and its /tmp, and leaves /tmp writable for the runs' mount points.
+func enterView(v *View, dirfd int, tmpl *Template) error {
 	// A detached copy of the handle's mount, rooted at its directory, taken while the
 	// handle's mount is still in this thread's namespace (open_tree refuses foreign ones).
 	tree := -1
@@ -58,6 +60,13 @@ func enterView(v *View, dirfd int) error {
 	}
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare: %w", err)
+	}
+	if tmpl != nil {
+		fd, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("template namespace: %w", err)
+		}
+		tmpl.ns = fd
 	}
 	// Nothing done here may propagate back to the host's mounts.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -169,32 +178,18 @@ func enterView(v *View, dirfd int) error {
 			}
 		}
 	}
-	for _, p := range v.Pin {
-		dst := "/newroot" + filepath.Clean(p)
-		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
-			continue
-		}
-		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("pin %s: %w", p, err)
-		}
-	}
-	for _, p := range v.Protected {
-		dst := "/newroot" + filepath.Clean(p)
-		if _, err := os.Lstat(dst); err != nil {
-			continue
-		}
-		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("protect %s: %w", p, err)
-		}
-		if err := readOnly(dst); err != nil {
-			return fmt.Errorf("protect %s: %w", p, err)
-		}
+	if err := protect("/newroot", v, "/"); err != nil {
+		return err
 	}
 
 	// The private /tmp only holds mount points: it is read-only like Landlock had it
-	// (TMPDIR is the run's own writable directory, bound beneath it).
-	if err := unix.Mount("", "/newroot/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("read-only /tmp: %w", err)
+	// (TMPDIR is the run's own writable directory, bound beneath it). A template's stays
+	// writable for the host, which makes the runs' mount points in it; each run makes its
+	// own copy read-only.
+	if tmpl == nil {
+		if err := unix.Mount("", "/newroot/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("read-only /tmp: %w", err)
+		}
 	}
 	// The view becomes the root; the stage and the host's tree are detached.
 	if err := unix.Chdir("/newroot"); err != nil {
@@ -213,6 +208,14 @@ func enterView(v *View, dirfd int) error {
 	if err := unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("read-only root: %w", err)
 	}
+	if tmpl != nil {
+		fd, err := unix.Open("/tmp", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("template /tmp: %w", err)
+		}
+		tmpl.tmp = fd
+		return nil
+	}
 	if cwdfd >= 0 {
 		if err := unix.Fchdir(cwdfd); err != nil {
 			return fmt.Errorf("working directory: %w", err)
@@ -227,6 +230,44 @@ func enterView(v *View, dirfd int) error {
 		}
 		if !placeholder && (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
 			return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
+		}
+	}
+	return nil
+}
+
+// protect makes v's pinned directories and protected paths beneath under (inside the view
+// rooted at prefix) mount points of their own, the protected ones read-only.
+func protect(prefix string, v *View, under string) error {
+	beneath := func(p string) bool {
+		return under == "/" || p == under || strings.HasPrefix(p, under+"/")
+	}
+	for _, p := range v.Pin {
+		p = filepath.Clean(p)
+		dst := prefix + p
+		if !beneath(p) {
+			continue
+		}
+		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
+			continue
+		}
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("pin %s: %w", p, err)
+		}
+	}
+	for _, p := range v.Protected {
+		p = filepath.Clean(p)
+		dst := prefix + p
+		if !beneath(p) {
+			continue
+		}
+		if _, err := os.Lstat(dst); err != nil {
+			continue
+		}
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("protect %s: %w", p, err)
+		}
+		if err := readOnly(dst); err != nil {
+			return fmt.Errorf("protect %s: %w", p, err)
 		}
 	}
 	return nil
@@ -261,6 +302,13 @@ const mountAttempts = 256
 // the view and returns the tree's fd (now the mounted directory, checked to be the
 // handle's; the caller closes tree).
 func mountDir(tree int, candidates func() []string, v *View) (int, error) {
+	fd, _, err := mountDirAt("/newroot", tree, candidates, v)
+	return fd, err
+}
+
+// mountDirAt is mountDir into the view rooted at prefix ("" once it is the root).
+// It also returns the path (in the view) where the tree went.
+func mountDirAt(prefix string, tree int, candidates func() []string, v *View) (int, string, error) {
 	var last error = errors.New("no candidate path")
 	for i := 0; i < mountAttempts; i++ {
 		cs := candidates()
@@ -268,7 +316,7 @@ func mountDir(tree int, candidates func() []string, v *View) (int, error) {
 		if c == "" || !filepath.IsAbs(c) {
 			continue
 		}
-		dst := "/newroot" + filepath.Clean(c)
+		dst := prefix + filepath.Clean(c)
 		if st, err := os.Stat(dst); err != nil || !st.IsDir() {
 			last = fmt.Errorf("%s is not a directory in the view", c)
 			continue
@@ -281,11 +329,11 @@ func mountDir(tree int, candidates func() []string, v *View) (int, error) {
 		// its path has moved since.
 		var st unix.Stat_t
 		if err := unix.Fstat(tree, &st); err != nil || ((v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno)) {
-			return -1, fmt.Errorf("working directory %s changed identity in the view", v.Dir)
+			return -1, "", fmt.Errorf("working directory %s changed identity in the view", v.Dir)
 		}
-		return tree, nil
+		return tree, filepath.Clean(c), nil
 	}
-	return -1, fmt.Errorf("working directory %s: %w", v.Dir, last)
+	return -1, "", fmt.Errorf("working directory %s: %w", v.Dir, last)
 }
 
 // covered: p is already visible with at least the wanted rights through an earlier mount.

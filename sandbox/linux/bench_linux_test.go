@@ -35,6 +35,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		{"full", Options{}, true},
 		{"full-stub", Options{Launch: LaunchStub}, true},
 		{"no-tmp", Options{}, false},
+		{"fresh-view", Options{DisableViewTemplate: true}, true},
 		{"no-view", Options{DisableView: true}, true},
 		{"no-cgroup", Options{DisableCgroups: true}, false},
 		{"no-landlock", Options{DisableLandlock: true}, false},

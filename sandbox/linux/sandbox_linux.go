@@ -32,6 +32,9 @@ type Options struct {
 	DisableNetNS    bool
 	DisableView     bool // no private filesystem view (Landlock alone)
 	DisablePidNS    bool // no pid namespace of the run's own (the host's /proc, read-only)
+	// DisableViewTemplate builds every view afresh instead of copying a session's template
+	// (the same view, slower: for benchmarks and tests of both paths).
+	DisableViewTemplate bool
 	// Launch picks how the child is confined before exec: LaunchThread (default) or
 	// LaunchStub (re-exec StubPath through stub.MaybeRun).
 	Launch string
@@ -67,6 +70,8 @@ type Sandbox struct {
 	guard  *guard
 	// pidns are the pid-namespace holders of the thread launcher's runs (nil: none here).
 	pidns *pidNamespaces
+	// templates are the thread launcher's view templates (nil: every view built afresh).
+	templates *viewTemplates
 }
 
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
@@ -74,6 +79,7 @@ type Sandbox struct {
 func (s *Sandbox) Close() error {
 	s.closeSpares()
 	s.pidns.close()
+	s.templates.close()
 	s.cleanups.Wait()
 	s.cleanupMu.Lock()
 	defer s.cleanupMu.Unlock()
@@ -123,6 +129,9 @@ func New(opts Options) (*Sandbox, error) {
 	sb.guard = newGuard(sb.stubPath)
 	if sb.view && sb.launch == LaunchThread && !opts.DisablePidNS && canClonePidNS() {
 		sb.pidns = newPidNamespaces(sb.guard.exe)
+	}
+	if sb.view && sb.launch == LaunchThread && !opts.DisableViewTemplate {
+		sb.templates = newViewTemplates()
 	}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -388,6 +397,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if pol.View, err = buildView(spec, rw); err != nil {
 			return nil, err
 		}
+		pol.View.RunTmp = p.tmp
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
 	var sp *spare
@@ -469,6 +479,12 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 			defer release()
 		}
+		if pol.View != nil && s.templates != nil {
+			// After the pid namespace: the template holds that namespace's /proc.
+			if p.tmpl = s.templates.acquire(pol.View); p.tmpl != nil {
+				tl.tmpl = p.tmpl.t
+			}
+		}
 		if sys.UseCgroupFD && kernel.SeccompSupported() {
 			// The launch forks with clone3 (CLONE_INTO_CGROUP); the watchdog, already
 			// running for this tree's cgroups, gates it.
@@ -545,6 +561,7 @@ type process struct {
 	cg    *runCgroup
 	stdio *stub.Stdio
 	tmp   string
+	tmpl  *viewTemplate // the view template the run was launched from (nil: none)
 	// guarded are the watchdog registrations of this tree, removed once it is gone.
 	guarded []string
 
@@ -684,6 +701,12 @@ func (p *process) cleanup() error {
 		if err := p.cg.remove(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if p.tmpl != nil {
+		if err := p.sb.templates.release(p.tmpl, p.tmp); err != nil {
+			errs = append(errs, err)
+		}
+		p.tmpl = nil
 	}
 	if p.tmp != "" {
 		if err := os.RemoveAll(p.tmp); err != nil {

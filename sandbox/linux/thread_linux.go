@@ -54,6 +54,8 @@ type threadLaunch struct {
 	// for its children only (setns CLONE_NEWPID changes the namespace of the children a
 	// task forks from then on, never its own), so the child is born inside it.
 	pidNS int
+	// tmpl is the view template to copy (nil: build the view afresh).
+	tmpl *kernel.Template
 }
 
 // start launches on a fresh thread, or on the spare's parked thread when sp is set.
@@ -159,7 +161,14 @@ func (tl *threadLaunch) onThread() (int, error) {
 		if tl.dir != nil {
 			dirfd = int(tl.dir.Fd())
 		}
-		if err := kernel.EnterView(tl.pol.View, dirfd); err != nil {
+		err := kernel.ErrTemplateUnfit
+		if tl.tmpl != nil {
+			err = kernel.EnterTemplate(tl.tmpl, tl.pol.View, dirfd)
+		}
+		if errors.Is(err, kernel.ErrTemplateUnfit) {
+			err = kernel.EnterView(tl.pol.View, dirfd)
+		}
+		if err != nil {
 			return 0, threadStep("view", err)
 		}
 	}

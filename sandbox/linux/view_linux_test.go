@@ -14,6 +14,17 @@ import (
 	"github.com/fledgehq/fledge/internal/testutil"
 )
 
+// viewLaunchers build views every way there is: the thread launcher from a session's
+// template and afresh, and the stub.
+var viewLaunchers = []struct {
+	name string
+	opts Options
+}{
+	{"thread", Options{Launch: LaunchThread}},
+	{"thread-fresh", Options{Launch: LaunchThread, DisableViewTemplate: true}},
+	{"stub", Options{Launch: LaunchStub}},
+}
+
 func requireView(t *testing.T, sb *Sandbox) {
 	t.Helper()
 	testutil.SkipUnlessSupported(t, sb.view, "no private filesystem view (needs root)")
@@ -26,9 +37,9 @@ func requireView(t *testing.T, sb *Sandbox) {
 func TestViewHidesEverythingElse(t *testing.T) {
 	_, err := os.Stat("/bin/bash")
 	testutil.SkipUnlessSupported(t, err == nil, "needs /bin/bash for process substitution")
-	for _, launch := range []string{LaunchThread, LaunchStub} {
-		t.Run(launch, func(t *testing.T) {
-			sb := newSandbox(t, Options{Launch: launch})
+	for _, l := range viewLaunchers {
+		t.Run(l.name, func(t *testing.T) {
+			sb := newSandbox(t, l.opts)
 			requireView(t, sb)
 			e := newEnv(t)
 			key := filepath.Join(e.home, ".ssh", "id_rsa")
@@ -79,9 +90,9 @@ echo project > ./written && cat ./written`
 func TestViewProtectsGitMetadata(t *testing.T) {
 	git, err := exec.LookPath("git")
 	testutil.SkipUnlessSupported(t, err == nil, "needs git")
-	for _, launch := range []string{LaunchThread, LaunchStub} {
-		t.Run(launch, func(t *testing.T) {
-			sb := newSandbox(t, Options{Launch: launch})
+	for _, l := range viewLaunchers {
+		t.Run(l.name, func(t *testing.T) {
+			sb := newSandbox(t, l.opts)
 			requireView(t, sb)
 			e := newEnv(t)
 			gitEnv := []string{"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t.invalid", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t.invalid"}

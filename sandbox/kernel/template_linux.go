@@ -1,0 +1,223 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// A view template: the part of a private filesystem view that is the same for every run of
+// a session (the grants, the system paths, /dev, /proc, the protected paths), built once in
+// a mount namespace of its own and kept by an fd. A run then enters a copy of it (setns to
+// the template, unshare for a private copy: one syscall copies the dozen mounts) and adds
+// only what is its own: its working directory and its TMPDIR. Building the view afresh
+// per run (two tmpfs, a bind and a setattr per grant, two pivot_roots, and the teardown of
+// a copy of the host's mount table) is most of what the view costs a short exec.
+//
+// A template holds the mounts of the paths it was built from: a grant replaced on disk
+// afterwards (removed and made again) is not the one in the template, so the caller checks
+// the grants' identities before each use and builds a new template when one changed.
+
+// ErrTemplateUnfit: this run cannot use the template (the caller builds its view afresh).
+var ErrTemplateUnfit = errors.New("view template does not fit this run")
+
+// Template is a built view template.
+type Template struct {
+	ns      int // the template's mount namespace
+	tmp     int // its /tmp (the private tmpfs), where runs' TMPDIR mount points are made
+	entered atomic.Int64
+}
+
+// Entered counts the runs that entered a copy of t.
+func (t *Template) Entered() int64 { return t.entered.Load() }
+
+// BuildTemplate builds v's run-independent part (v.Dir and v.RunTmp are ignored) as a
+// template. Like EnterView it needs CAP_SYS_ADMIN; it must run on a throwaway locked
+// thread that does not share its fd table privately (the template's fds stay with the
+// process), which the caller lets die afterwards.
+func BuildTemplate(v *View) (*Template, error) {
+	if !templateFits(v) {
+		return nil, ErrTemplateUnfit
+	}
+	base := *v
+	base.Dir, base.DirDev, base.DirIno, base.RunTmp = "", 0, 0, ""
+	base.Mounts = nil
+	for _, m := range v.Mounts {
+		if filepath.Clean(m.Path) != filepath.Clean(v.RunTmp) || v.RunTmp == "" {
+			base.Mounts = append(base.Mounts, m)
+		}
+	}
+	t := &Template{ns: -1, tmp: -1}
+	if err := enterView(&base, -1, t); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("%w: template: %w", ErrView, err)
+	}
+	return t, nil
+}
+
+// templateFits: the run's TMPDIR lies directly in /tmp, which is the view's private tmpfs
+// (no grant covers /tmp itself).
+func templateFits(v *View) bool {
+	if v.RunTmp != "" && filepath.Dir(filepath.Clean(v.RunTmp)) != "/tmp" {
+		return false
+	}
+	for _, m := range v.Mounts {
+		if p := filepath.Clean(m.Path); p == "/" || p == "/tmp" {
+			return false
+		}
+	}
+	return true
+}
+
+// Close releases the template (its namespace goes once no run uses a copy).
+func (t *Template) Close() {
+	for _, fd := range []*int{&t.ns, &t.tmp} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// RemoveRunTmp removes the mount point EnterTemplate made for a run's TMPDIR (after the
+// run; the run's copies of the namespace drop their mount with it).
+func (t *Template) RemoveRunTmp(runTmp string) error {
+	if runTmp == "" || t.tmp < 0 {
+		return nil
+	}
+	err := unix.Unlinkat(t.tmp, filepath.Base(runTmp), unix.AT_REMOVEDIR)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("view template: remove %s: %w", runTmp, err)
+	}
+	return nil
+}
+
+// EnterTemplate gives the calling thread a private copy of t with v's own parts added: its
+// TMPDIR (v.RunTmp) bound writable at its path, and its working directory (dirfd, the
+// guarded handle of v.Dir) mounted at its path with the rights of the grant covering it,
+// the protected paths beneath it made read-only again, and entered. The same rules as
+// EnterView apply (locked thread, CLONE_FS unshared by the caller or here, thread dies
+// after the fork). v must be the view t was built from. ErrTemplateUnfit means nothing was
+// changed and the caller should use EnterView.
+func EnterTemplate(t *Template, v *View, dirfd int) error {
+	if err := enterTemplate(t, v, dirfd); err != nil {
+		if errors.Is(err, ErrTemplateUnfit) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrView, err)
+	}
+	t.entered.Add(1)
+	return nil
+}
+
+func enterTemplate(t *Template, v *View, dirfd int) error {
+	if !templateFits(v) {
+		return ErrTemplateUnfit
+	}
+	dir := filepath.Clean(v.Dir)
+	writable, grantedDir := false, v.Dir == ""
+	for _, m := range v.Mounts {
+		p := filepath.Clean(m.Path)
+		if v.Dir != "" && (dir == p || isBeneath(dir, p)) && (v.RunTmp == "" || p != filepath.Clean(v.RunTmp)) {
+			grantedDir = true
+			writable = writable || m.Writable
+		}
+	}
+	if !grantedDir {
+		return ErrTemplateUnfit // a placeholder working directory: only a fresh view makes it
+	}
+	// The detached copies are taken in the host's namespace, before leaving it.
+	tree, dirNow := -1, ""
+	if dirfd >= 0 && v.Dir != "" {
+		fd, err := unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("clone working directory: %w", err)
+		}
+		tree = fd
+		defer unix.Close(tree)
+		dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
+	}
+	tmpTree := -1
+	if v.RunTmp != "" {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, v.RunTmp, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			return fmt.Errorf("clone TMPDIR: %w", err)
+		}
+		tmpTree = fd
+		defer unix.Close(tmpTree)
+		// Its mount point in the template's tmpfs (shared by every copy; the host removes
+		// it after the run).
+		if err := unix.Mkdirat(t.tmp, filepath.Base(v.RunTmp), 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("TMPDIR mount point: %w", err)
+		}
+	}
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	if err := unix.Setns(t.ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter template: %w", err)
+	}
+	// A private copy: what this run mounts stays its own.
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("copy template: %w", err)
+	}
+	if tmpTree >= 0 {
+		if err := unix.MoveMount(tmpTree, "", unix.AT_FDCWD, filepath.Clean(v.RunTmp), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount TMPDIR: %w", err)
+		}
+	}
+	cwdfd := -1
+	if tree >= 0 {
+		var err error
+		// The path only: this thread's /proc is the view's now (maybe another pid
+		// namespace's), so the handle's current path was read before.
+		var where string
+		if cwdfd, where, err = mountDirAt("", tree, func() []string { return []string{dirNow, v.Dir} }, v); err != nil {
+			return err
+		}
+		if !writable {
+			if err := unix.MountSetattr(cwdfd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,
+				&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
+				return fmt.Errorf("read-only working directory: %w", err)
+			}
+		}
+		// The working directory's tree came from the host: the protected paths beneath it
+		// are protected again on top of it.
+		if err := protect("", v, where); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("", "/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("read-only /tmp: %w", err)
+	}
+	if cwdfd >= 0 {
+		if err := unix.Fchdir(cwdfd); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
+	} else if v.Dir != "" {
+		if err := unix.Chdir(v.Dir); err != nil {
+			return fmt.Errorf("working directory %s is not in the view: %w", v.Dir, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(".", &st); err != nil {
+			return err
+		}
+		if (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
+			return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
+		}
+	} else if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	return nil
+}
+
+func isBeneath(p, root string) bool {
+	return root == "/" || len(p) > len(root) && p[:len(root)] == root && p[len(root)] == '/'
+}
+
+// TmpFD is the template's /tmp directory fd (for tests that look into it).
+func (t *Template) TmpFD() int { return t.tmp }

@@ -1,0 +1,191 @@
+package linux
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
+)
+
+// viewTemplates caches the view templates of the thread launcher (kernel.Template): the
+// runs of a session share their grants, so after the first run's template each run only
+// copies it and adds its working directory and TMPDIR. A template is keyed by everything
+// it is built from, and checked before each use: a granted path replaced on disk since
+// (another inode at the same path) makes a new one.
+type viewTemplates struct {
+	mu    sync.Mutex
+	m     map[string]*viewTemplate
+	order []string
+}
+
+// maxViewTemplates bounds the cache (each holds two fds and a mount namespace).
+const maxViewTemplates = 16
+
+type viewTemplate struct {
+	t       *kernel.Template
+	ids     map[string]fileID
+	refs    int  // runs that hold it (launching, or with a TMPDIR mount point in it)
+	evicted bool // out of the cache: closed once refs reach 0
+}
+
+type fileID struct{ dev, ino uint64 }
+
+func newViewTemplates() *viewTemplates { return &viewTemplates{m: map[string]*viewTemplate{}} }
+
+// templateKey is v without what is the run's own.
+func templateKey(v *kernel.View) (string, error) {
+	base := struct {
+		Mounts    []kernel.ViewMount
+		Protected []string
+		Pin       []string
+		Proc      fileID
+	}{Protected: v.Protected, Pin: v.Pin}
+	for _, m := range v.Mounts {
+		if m.Path != v.RunTmp || v.RunTmp == "" {
+			base.Mounts = append(base.Mounts, m)
+		}
+	}
+	if v.ProcTree > 2 {
+		var st unix.Stat_t
+		if err := unix.Fstat(v.ProcTree, &st); err != nil {
+			return "", err
+		}
+		base.Proc = fileID{st.Dev, st.Ino}
+	}
+	b, err := json.Marshal(base)
+	return string(b), err
+}
+
+// identities are the (dev, ino) of every granted path right now (zero: absent).
+func identities(v *kernel.View) map[string]fileID {
+	ids := map[string]fileID{}
+	for _, m := range v.Mounts {
+		if m.Path == v.RunTmp && v.RunTmp != "" {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(m.Path, &st) == nil {
+			ids[m.Path] = fileID{st.Dev, st.Ino}
+		} else {
+			ids[m.Path] = fileID{}
+		}
+	}
+	return ids
+}
+
+func sameIDs(a, b map[string]fileID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// acquire returns a template for v (built now if needed), held until release. A view that
+// no template fits, or a build that fails, gives nil: the run builds its view afresh.
+func (c *viewTemplates) acquire(v *kernel.View) *viewTemplate {
+	key, err := templateKey(v)
+	if err != nil {
+		return nil
+	}
+	ids := identities(v)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if vt := c.m[key]; vt != nil {
+		if sameIDs(vt.ids, ids) {
+			vt.refs++
+			return vt
+		}
+		c.evictLocked(key)
+	}
+	t, err := buildTemplate(v)
+	if err != nil {
+		return nil
+	}
+	vt := &viewTemplate{t: t, ids: ids, refs: 1}
+	if len(c.order) >= maxViewTemplates {
+		c.evictLocked(c.order[0])
+	}
+	c.m[key] = vt
+	c.order = append(c.order, key)
+	return vt
+}
+
+func (c *viewTemplates) evictLocked(key string) {
+	vt := c.m[key]
+	delete(c.m, key)
+	for i, k := range c.order {
+		if k == key {
+			c.order = append(c.order[:i], c.order[i+1:]...)
+			break
+		}
+	}
+	if vt != nil {
+		vt.evicted = true
+		if vt.refs == 0 {
+			vt.t.Close()
+		}
+	}
+}
+
+// release ends a run's hold, after removing its TMPDIR mount point (runTmp, "" for none).
+func (c *viewTemplates) release(vt *viewTemplate, runTmp string) error {
+	err := vt.t.RemoveRunTmp(runTmp)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	vt.refs--
+	if vt.refs == 0 && vt.evicted {
+		vt.t.Close()
+	}
+	return err
+}
+
+// close drops every cached template (runs still holding one close it on release).
+func (c *viewTemplates) close() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.order) > 0 {
+		c.evictLocked(c.order[0])
+	}
+}
+
+// buildTemplate builds on a throwaway thread (its namespace is left behind in the fd).
+func buildTemplate(v *kernel.View) (*kernel.Template, error) {
+	type result struct {
+		t   *kernel.Template
+		err error
+	}
+	ch := make(chan result, 1)
+	var build func()
+	build = func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread is never discarded; retry on another (as the launcher does).
+			defer runtime.UnlockOSThread()
+			done := make(chan struct{})
+			go func() { build(); close(done) }()
+			<-done
+			return
+		}
+		// Never unlocked: the thread's root and namespace are the template's now.
+		t, err := kernel.BuildTemplate(v)
+		ch <- result{t, err}
+	}
+	go build()
+	r := <-ch
+	if r.err != nil {
+		return nil, fmt.Errorf("view template: %w", r.err)
+	}
+	return r.t, nil
+}
