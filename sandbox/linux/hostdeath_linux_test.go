@@ -70,10 +70,15 @@ func TestNothingOutlivesAKilledHost(t *testing.T) {
 			// The whole tree is up: the helper host itself, the shell, the subshell and the
 			// four sleeps carry the marker.
 			deadline := time.Now().Add(waitBound)
-			for len(survivors(m)) < 7 && time.Now().Before(deadline) {
+			// (cp, which copies sleep under the marker's name, carries it for a moment too.)
+			for len(treeOf(m)) < 7 && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
-			require.Len(t, survivors(m), 7, "tree started")
+			require.Len(t, treeOf(m), 7, "tree started")
+			holders := holdersOf(t, cmd.Process.Pid)
+			if launch == LaunchThread {
+				require.Len(t, holders, 1, "the run's pid namespace has its holder")
+			}
 
 			require.NoError(t, cmd.Process.Kill()) // SIGKILL: no cleanup code runs in the host
 			_ = cmd.Wait()
@@ -87,6 +92,53 @@ func TestNothingOutlivesAKilledHost(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			assert.Empty(t, left, "processes of the tree still alive 1 s after kill -9 of the host")
+			for _, h := range holders {
+				for time.Since(killed) < 2*time.Second && processAlive(h) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				assert.False(t, processAlive(h), "pid-namespace holder %d outlived the host", h)
+			}
 		})
 	}
+}
+
+// holdersOf lists the pid-namespace holders host started.
+func holdersOf(t *testing.T, host int) []int {
+	t.Helper()
+	var out []int
+	for _, pid := range testutil.ProcessesMatching("__fledge_sandbox_pidns__") {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 1 && f[1] == fmt.Sprint(host) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// processAlive: pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// treeOf is survivors(m) without the cp that makes the marker's copy of sleep.
+func treeOf(m string) []int {
+	var out []int
+	for _, pid := range survivors(m) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && !strings.HasPrefix(string(b), "cp\x00") {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
