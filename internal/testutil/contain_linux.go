@@ -205,6 +205,9 @@ func killGroup(dir string) {
 }
 
 // containInit is pid 1 of the harness namespace.
+// containFirstPid is where the contained test's pids start (pid_max is 32768 at least).
+const containFirstPid = 20000
+
 func containInit() int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "containment init:", err)
@@ -223,6 +226,12 @@ func containInit() int {
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fail(fmt.Errorf("mount /proc: %w", err))
+	}
+	// The test's pids start high: a sandbox's own pid namespace numbers its processes from
+	// 1, and a test handing a sandboxed attacker "the host's pid" must not have it name one
+	// of the attacker's own processes there by coincidence (it would kill itself).
+	if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(containFirstPid)), 0); err != nil {
+		return fail(fmt.Errorf("ns_last_pid: %w", err))
 	}
 	exe, err := os.Executable()
 	if err != nil {
