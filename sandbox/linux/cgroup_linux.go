@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,14 +41,23 @@ const (
 )
 
 const (
-	cgroupRoot       = "/sys/fs/cgroup"
-	emptyWait        = 5 * time.Second // bound on waiting for a killed cgroup to empty
+	cgroupRoot = "/sys/fs/cgroup"
+	emptyWait  = 5 * time.Second // bound on waiting for a killed cgroup to empty
+	// freezeWait bounds one freeze of a v1 group. Past it the kill goes on without the
+	// freezer (repeated SIGKILL passes until the group is empty), so it bounds a delay,
+	// never decides whether the tree dies.
+	freezeWait       = 2 * time.Second
 	cpuPeriodMicros  = 100000
 	v1ControllerList = "memory,pids,cpu,freezer"
 )
 
 // ErrCgroupNotEmpty: a cgroup still had processes after being killed and waited for.
 var ErrCgroupNotEmpty = errors.New("cgroup not empty after kill")
+
+// errNotFrozen: a v1 freezer group stayed FREEZING past freezeWait. Internal: the kill
+// falls back to SIGKILL passes, and only a group still populated after them and after
+// waitEmpty is an error (ErrCgroupNotEmpty, with the task states at that bound).
+var errNotFrozen = errors.New("freezer did not reach FROZEN")
 
 // cgEnv is what the host found at probe time.
 type cgEnv struct {
@@ -162,6 +172,10 @@ func randomID() string {
 
 // runCgroup is the set of groups of one run.
 type runCgroup struct {
+	// killMu serialises kill: the watchdog's kill and the one after the main process is
+	// reaped (or a caller's Kill) can overlap, and one's THAWED must not land inside the
+	// other's freeze (a group left FREEZING keeps its killed tasks from dying).
+	killMu  sync.Mutex
 	env     *cgEnv
 	unified string            // run group in the unified tree ("" = none)
 	fd      *os.File          // open unified group for CLONE_INTO_CGROUP
@@ -349,13 +363,40 @@ func (rc *runCgroup) kill() ([]int, error) {
 		return rc.killAll(syscall.SIGKILL), nil
 	}
 	if fz := rc.v1["freezer"]; fz != "" {
-		if err := rc.freezeV1(fz); err != nil {
-			return rc.killAll(syscall.SIGKILL), err
-		}
-		pids = rc.killAll(syscall.SIGKILL)
-		return pids, writeFile(fz, "freezer.state", "THAWED")
+		return rc.killV1(fz)
 	}
 	return rc.killAll(syscall.SIGKILL), nil
+}
+
+// killV1 is the v1 freezer kill: freeze, SIGKILL every member, thaw. The group is thawed
+// on every path, a failed freeze included: a killed task that froze dies only once
+// thawed. If the group does not freeze within freezeWait, the members are killed without
+// it, pass after pass until none is left (runc's signalAllProcesses does the same after
+// a failed freeze); waitEmpty then keeps killing what remains, up to its bound.
+func (rc *runCgroup) killV1(fz string) ([]int, error) {
+	rc.killMu.Lock()
+	defer rc.killMu.Unlock()
+	ferr := freezeV1(fz, freezeWait)
+	seen := map[int]bool{}
+	for _, p := range rc.members() {
+		seen[p] = true
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	err := writeFile(fz, "freezer.state", "THAWED")
+	if ferr != nil {
+		// Not frozen: a member could fork between the listing and its signal.
+		for _, p := range rc.killAll(syscall.SIGKILL) {
+			seen[p] = true
+		}
+		if !errors.Is(ferr, errNotFrozen) {
+			err = errors.Join(ferr, err) // the freezer refused a write: worth reporting
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	return out, err
 }
 
 // killAll kills members repeatedly until none is left or the bound runs out (the path
@@ -385,8 +426,7 @@ func (rc *runCgroup) killAll(sig syscall.Signal) []int {
 
 func (rc *runCgroup) frozen() bool {
 	if fz := rc.v1["freezer"]; fz != "" {
-		b, _ := os.ReadFile(filepath.Join(fz, "freezer.state"))
-		return strings.TrimSpace(string(b)) == "FROZEN"
+		return freezerState(fz) == "FROZEN"
 	}
 	if rc.unified != "" {
 		b, _ := os.ReadFile(filepath.Join(rc.unified, "cgroup.freeze"))
@@ -395,18 +435,69 @@ func (rc *runCgroup) frozen() bool {
 	return false
 }
 
-func (rc *runCgroup) freezeV1(dir string) error {
-	if err := writeFile(dir, "freezer.state", "FROZEN"); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(emptyWait)
-	for time.Now().Before(deadline) {
-		if rc.frozen() {
+// freezeV1 freezes a v1 freezer group and waits for FROZEN, bounded by wait.
+//
+// The kernel tries each task once per write of FROZEN. A task caught on its way into an
+// uninterruptible but freezable sleep is only sent a wake-up that sleep ignores, and is
+// never tried again: seen under load with a shell's vfork, the parent stuck in its wait
+// for the child (D in kernel_clone) unfrozen, the child frozen before its exec, the group
+// FREEZING for ever. So FROZEN is written again on every poll, which tries the stragglers
+// once more (now asleep, they freeze), and every 50th try thaws for a moment first, so a
+// burst of forks can settle: what runc's freezer does (libcontainer cgroups/fs/freezer.go).
+func freezeV1(dir string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	delay := 50 * time.Microsecond
+	for try := 1; ; try++ {
+		if try%50 == 0 {
+			if err := writeFile(dir, "freezer.state", "THAWED"); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := writeFile(dir, "freezer.state", "FROZEN"); err != nil {
+			return err
+		}
+		if freezerState(dir) == "FROZEN" {
 			return nil
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w within %v (%d tries): %s", errNotFrozen, wait, try, taskStates(dir))
+		}
+		time.Sleep(delay)
+		delay = min(delay*2, 5*time.Millisecond)
 	}
-	return errors.New("freezer did not reach FROZEN")
+}
+
+func freezerState(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "freezer.state"))
+	return strings.TrimSpace(string(b))
+}
+
+// taskStates describes the tasks of a v1 group for an error at a bound (which task held
+// it up, and in which kernel function it sleeps): "FREEZING; tasks: 439 sh D kernel_clone, 440 sh D __refrigerator".
+func taskStates(dir string) string {
+	data, _ := os.ReadFile(filepath.Join(dir, "tasks"))
+	var tasks []string
+	for _, tid := range strings.Fields(string(data)) {
+		desc := tid
+		stat, _ := os.ReadFile("/proc/" + tid + "/stat")
+		// "tid (comm) S ...": comm may hold spaces and parentheses, the last ')' ends it.
+		if st := string(stat); strings.Contains(st, "(") {
+			open, end := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+			if end > open && end+2 < len(st) {
+				desc += " " + st[open+1:end] + " " + st[end+2:end+3]
+			}
+		}
+		if wchan, _ := os.ReadFile("/proc/" + tid + "/wchan"); len(wchan) > 0 && string(wchan) != "0" {
+			desc += " " + string(wchan)
+		}
+		tasks = append(tasks, desc)
+	}
+	out := "tasks: " + strings.Join(tasks, ", ")
+	if st := freezerState(dir); st != "" {
+		out = st + "; " + out
+	}
+	return out
 }
 
 // empty reports whether no process is left in the run's groups.
@@ -420,13 +511,23 @@ func (rc *runCgroup) empty() bool {
 	return len(rc.members()) == 0
 }
 
-// waitEmpty polls until the groups are empty, bounded by emptyWait.
+// waitEmpty polls until the groups are empty, bounded by emptyWait. Without cgroup.kill
+// it SIGKILLs what is left now and then: after a kill without the freezer (see killV1) a
+// member may have forked after the last listing.
 func (rc *runCgroup) waitEmpty() error {
 	deadline := time.Now().Add(emptyWait)
 	delay := 100 * time.Microsecond
+	lastKill := time.Now()
 	for !rc.empty() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %v", ErrCgroupNotEmpty, rc.members())
+			if d := rc.membersDir(); d != "" && rc.unified == "" {
+				return fmt.Errorf("%w after %v: %s", ErrCgroupNotEmpty, emptyWait, taskStates(d))
+			}
+			return fmt.Errorf("%w after %v: %v", ErrCgroupNotEmpty, emptyWait, rc.members())
+		}
+		if rc.unified == "" && time.Since(lastKill) > 50*time.Millisecond {
+			rc.signal(syscall.SIGKILL)
+			lastKill = time.Now()
 		}
 		time.Sleep(delay)
 		delay = min(delay*2, 10*time.Millisecond)

@@ -57,12 +57,7 @@ func TestReport(t *testing.T) {
 // TestLegacyFreezerKill runs the tree-kill tests the way a cgroup v1-only machine does
 // them: no unified group, the v1 freezer freezes, kills and thaws.
 func TestLegacyFreezerKill(t *testing.T) {
-	sb := newSandbox(t, Options{})
-	testutil.SkipUnlessSupported(t, sb.cg.v1["freezer"] != "", "no writable v1 freezer hierarchy")
-	env := *sb.cg
-	env.unified = ""
-	sb.cg = &env
-	require.Equal(t, KillFreezer, sb.Report().TreeKill)
+	sb := legacyFreezerSandbox(t)
 	e := newEnv(t)
 
 	m := marker(t)
@@ -78,6 +73,55 @@ func TestLegacyFreezerKill(t *testing.T) {
 	res, _, _ = run(t, sb, e.spec(`(setsid sh -c 'sleep 1000' "$1" </dev/null >/dev/null 2>&1 &); exit 0`, m))
 	assert.Equal(t, 0, res.ExitCode)
 	assert.Empty(t, survivors(m))
+}
+
+// legacyFreezerSandbox is a sandbox that kills trees the way a cgroup v1-only machine
+// does: no unified group, the v1 freezer.
+func legacyFreezerSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	sb := newSandbox(t, Options{})
+	testutil.SkipUnlessSupported(t, sb.cg.v1["freezer"] != "", "no writable v1 freezer hierarchy")
+	env := *sb.cg
+	env.unified = ""
+	sb.cg = &env
+	require.Equal(t, KillFreezer, sb.Report().TreeKill)
+	return sb
+}
+
+// TestLegacyFreezerKillWhileForking kills trees that fork without pause, so the freeze
+// meets tasks mid-fork and shells in vfork (a parent caught entering its wait for the
+// child used to keep the group FREEZING, and the failed freeze left the killed tasks
+// frozen: "cgroup not empty after kill"). Every kill must leave nothing and report no
+// cleanup error. The pids limit bounds the churn.
+func TestLegacyFreezerKillWhileForking(t *testing.T) {
+	sb := legacyFreezerSandbox(t)
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name, script string
+		timeout      time.Duration
+		runs         int
+	}{
+		// The kill comes as the subshell vforks its background child: the flake's case.
+		{"main exits as a child forks", `(setsid sh -c 'sleep 1000' "$1" </dev/null >/dev/null 2>&1 &); exit 0`, 0, 20},
+		{"timeout in a fork loop", `while :; do (sh -c : "$1" &); done`, 200 * time.Millisecond, 5},
+		{"main exits, a fork loop goes on", `(setsid sh -c 'while :; do (sh -c : "$1" &); done' "$1" </dev/null >/dev/null 2>&1 &); sleep 0.1; exit 0`, 0, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range tc.runs {
+				m := marker(t)
+				spec := e.spec(tc.script, m)
+				spec.Limits.Pids = 64
+				if tc.timeout > 0 {
+					spec.Limits.Timeout = tc.timeout
+				}
+				res, _, _ := run(t, sb, spec) // fails on a cleanup error (freeze, not empty)
+				assert.Equal(t, tc.timeout > 0, res.TimedOut)
+				assert.Equal(t, KillFreezer, res.Mode.TreeKill)
+				assert.GreaterOrEqual(t, res.Killed, 1)
+				assert.Empty(t, survivors(m))
+			}
+		})
+	}
 }
 
 // TestNoCgroupProcessGroupKill: without cgroups the process group still dies on timeout
