@@ -71,6 +71,10 @@ type View struct {
 	Dir    string `json:"dir,omitempty"`
 	DirDev uint64 `json:"dir_dev,omitempty"`
 	DirIno uint64 `json:"dir_ino,omitempty"`
+	// ProcNew mounts a fresh proc at /proc (read-only, nosuid, nodev, noexec) instead of
+	// binding the host's: it shows the pid namespace the view is built in, so a run in its
+	// own pid namespace sees only its own processes. Mounts must then not list /proc.
+	ProcNew bool `json:"proc_new,omitempty"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

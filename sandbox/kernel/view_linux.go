@@ -161,6 +161,13 @@ func enterView(v *View, dirfd int) error {
 			}
 		}
 	}
+	if v.ProcNew {
+		// Before the host's tree is detached: the kernel lets a user namespace mount proc
+		// only while a fully visible proc is still in its mount namespace.
+		if err := mountProc("/newroot/proc"); err != nil {
+			return err
+		}
+	}
 	for _, p := range v.Pin {
 		dst := "/newroot" + filepath.Clean(p)
 		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
@@ -220,6 +227,18 @@ func enterView(v *View, dirfd int) error {
 		if !placeholder && (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
 			return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
 		}
+	}
+	return nil
+}
+
+// mountProc mounts a fresh proc of the calling thread's pid namespace at dst, read-only
+// like the host's /proc bind it replaces.
+func mountProc(dst string) error {
+	if err := mkdirAll(dst); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", dst, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
 	}
 	return nil
 }

@@ -54,7 +54,13 @@ type Sandbox struct {
 	netns    bool
 	view     bool
 	userns   bool
-	kernel   string
+	// userView: the view is built in a user namespace (an unprivileged fledge; every run is
+	// an init stub in its own user, mount and pid namespaces). userViewErr says why an
+	// unprivileged fledge with user namespaces cannot build one.
+	userView    bool
+	userViewErr error
+	viewOff     bool // Options.DisableView
+	kernel      string
 
 	// Removing a finished run's (empty) cgroups and temp dir happens after Wait has
 	// returned, off the reply's path; Close waits for it and reports what failed.
@@ -113,8 +119,13 @@ func New(opts Options) (*Sandbox, error) {
 		sb.netns = canUnshareNet()
 	}
 	sb.userns = userNamespaces()
+	sb.viewOff = opts.DisableView
 	if !opts.DisableView {
 		sb.view = canBuildView()
+		if !sb.view && sb.userns {
+			sb.userView, sb.userViewErr = sb.tryUserView(opts)
+			sb.view = sb.userView
+		}
 	}
 	sb.guard = newGuard(sb.stubPath)
 	var uts unix.Utsname
@@ -122,6 +133,39 @@ func New(opts Options) (*Sandbox, error) {
 		sb.kernel = unix.ByteSliceToString(uts.Release[:])
 	}
 	return sb, nil
+}
+
+// tryUserView probes for a view in user namespaces; on success every run goes through the
+// init stub (with a network namespace of its own when the spec denies the network, which
+// an unprivileged process can have only there).
+func (s *Sandbox) tryUserView(opts Options) (bool, error) {
+	stubPath := s.stubPath
+	if stubPath == "" {
+		if !stub.MaybeRunCalled() {
+			return false, errNoStub
+		}
+		p, err := os.Executable()
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", errNoStub, err)
+		}
+		stubPath = p
+	}
+	netns := !opts.DisableNetNS
+	err := probeUserView(stubPath, netns)
+	if err != nil && netns {
+		// Some kernels allow the user namespace but not a network namespace in it.
+		if probeUserView(stubPath, false) == nil {
+			netns, err = false, nil
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	s.stubPath, s.launch = stubPath, LaunchStub
+	if netns {
+		s.netns = true
+	}
+	return true, nil
 }
 
 // LandlockABI is the ABI this sandbox applies (0 = none).
@@ -200,12 +244,12 @@ func (s *Sandbox) Report() sandbox.Report {
 		Warnings:       append([]string{}, s.cg.warnings...),
 	}
 	switch {
+	case s.userView:
+		r.FilesystemView = ViewUserNS
 	case s.view:
 		r.FilesystemView = "mount-namespace"
-	case s.userns:
-		r.Warnings = append(r.Warnings, "no private filesystem view: it needs root here (user-namespace views are not implemented yet); Landlock alone, so paths outside the sandbox exist and their metadata (chmod, utime) can change")
 	default:
-		r.Warnings = append(r.Warnings, "no private filesystem view: neither root nor user namespaces")
+		r.Warnings = append(r.Warnings, "no private filesystem view ("+s.noViewReason()+"): Landlock alone, so paths outside the sandbox exist and their metadata (chmod, utime) can change, and /proc shows the host's processes")
 	}
 	if s.guard.available() {
 		r.HostDeath = "watchdog"
@@ -239,6 +283,21 @@ func (s *Sandbox) Report() sandbox.Report {
 	return r
 }
 
+// ViewUserNS is Report.FilesystemView of a view built in a user namespace: the same view
+// as "mount-namespace", plus /proc of the run's own pid namespace.
+const ViewUserNS = "mount-namespace+userns"
+
+// noViewReason says why this sandbox builds no view.
+func (s *Sandbox) noViewReason() string {
+	switch {
+	case s.viewOff:
+		return "disabled"
+	case s.userViewErr != nil:
+		return "not root, and user namespaces cannot build one here: " + s.userViewErr.Error()
+	}
+	return "neither root nor user namespaces"
+}
+
 // plan works out the Mode of one run and refuses it under Strict when a promise fails.
 func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	m := sandbox.Mode{Confinement: "none", Cgroup: CgroupNone, TreeKill: KillPgroup}
@@ -267,8 +326,10 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	if !s.guard.available() {
 		m.Degraded = append(m.Degraded, "host-death cleanup ("+errNoWatchdog.Error()+")")
 	}
-	if !s.view && !s.userns {
-		m.Degraded = append(m.Degraded, "private filesystem view (neither root nor user namespaces)")
+	if !s.view {
+		// Strict refuses whenever no view will be built, whatever the reason.
+		m.Degraded = append(m.Degraded, "private filesystem view ("+s.noViewReason()+")",
+			"pid namespace (/proc shows the host's processes)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
@@ -338,6 +399,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		}
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
+	if s.userView {
+		ownProc(pol.View)
+		pol.Init = true
+		userSys(sys)
+	}
 	var sp *spare
 	defer func() {
 		if sp != nil && !ok {
@@ -404,6 +470,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Sys: sys,
 		}
 		p.proc, err = l.Start()
+		p.status = l.Status
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
@@ -463,6 +530,9 @@ type process struct {
 	cg    *runCgroup
 	stdio *stub.Stdio
 	tmp   string
+	// status is an init stub's status pipe (userView): proc is the stub, the program's
+	// wait status comes through here.
+	status *os.File
 	// guarded are the watchdog registrations of this tree, removed once it is gone.
 	guarded []string
 
@@ -549,9 +619,21 @@ func (p *process) wait() {
 	p.MarkExited()
 	res := &sandbox.Result{Mode: p.mode}
 	var errs []error
+	ws, ok := syscall.WaitStatus(0), false
+	if werr == nil {
+		ws, ok = st.Sys().(syscall.WaitStatus)
+	}
+	if p.status != nil {
+		// The init stub's own status says only that it ended; the program's is in the pipe
+		// (absent when the stub was killed first: then the tree died of that signal).
+		if cmd, got := stub.ReadStatus(p.status, statusBound); got {
+			ws, ok, werr = cmd, true, nil
+		}
+		p.status.Close()
+	}
 	if werr != nil {
 		errs = append(errs, werr)
-	} else if ws, ok := st.Sys().(syscall.WaitStatus); ok {
+	} else if ok {
 		switch {
 		case ws.Signaled():
 			res.ExitCode = 128 + int(ws.Signal())
