@@ -238,7 +238,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		UserNamespaces: s.userns,
 		NetworkDeny:    s.networkDeny(),
 		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
-		TreeKill:       s.cg.killMethod(),
+		TreeKill:       s.treeKill(),
 		HostDeath:      "none",
 		FilesystemView: "none",
 		Warnings:       append([]string{}, s.cg.warnings...),
@@ -275,7 +275,11 @@ func (s *Sandbox) Report() sandbox.Report {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("Landlock ABI %d: signals and abstract sockets not scoped (needs 6)", s.abi))
 	}
 	if !r.CgroupWritable {
-		r.Warnings = append(r.Warnings, "no writable cgroup: no memory/pids/cpu limits; setsid or daemonized children can escape the process-group kill")
+		if s.userView {
+			r.Warnings = append(r.Warnings, "no writable cgroup: no memory/pids/cpu limits (the run's pid namespace still ends every process it started)")
+		} else {
+			r.Warnings = append(r.Warnings, "no writable cgroup: no memory/pids/cpu limits; setsid or daemonized children can escape the process-group kill")
+		}
 	}
 	if r.NetworkDeny == "none" {
 		r.Warnings = append(r.Warnings, "network deny cannot be enforced")
@@ -300,7 +304,7 @@ func (s *Sandbox) noViewReason() string {
 
 // plan works out the Mode of one run and refuses it under Strict when a promise fails.
 func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
-	m := sandbox.Mode{Confinement: "none", Cgroup: CgroupNone, TreeKill: KillPgroup}
+	m := sandbox.Mode{Confinement: "none", Cgroup: CgroupNone, TreeKill: s.noCgroupKill()}
 	if s.abi > 0 {
 		m.Confinement, m.LandlockABI = "landlock", s.abi
 	} else {
@@ -312,7 +316,11 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	if s.cg.writable() {
 		m.Cgroup, m.TreeKill = s.cg.mode, s.cg.killMethod()
 	} else {
-		m.Degraded = append(m.Degraded, "cgroup (no limits; process-group kill only)")
+		if s.userView {
+			m.Degraded = append(m.Degraded, "cgroup (no memory, pids or cpu limits)")
+		} else {
+			m.Degraded = append(m.Degraded, "cgroup (no limits; process-group kill only)")
+		}
 	}
 	if !spec.Network {
 		m.NetNS = s.netns
@@ -424,7 +432,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 			}
 			p.mode.Degraded = append(p.mode.Degraded, "cgroup ("+err.Error()+")")
-			p.mode.Cgroup, p.mode.TreeKill = CgroupNone, KillPgroup
+			p.mode.Cgroup, p.mode.TreeKill = CgroupNone, s.noCgroupKill()
 		} else {
 			p.cg = rc
 			// Registered before the tree exists: a host killed from here on leaves nothing.

@@ -41,6 +41,27 @@ var userCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
 // userProbeBound bounds the probe run in New.
 const userProbeBound = 10 * time.Second
 
+// KillPidNS is the tree kill of a run in its own pid namespace without a writable cgroup:
+// SIGKILL to its init stub (reached through the process group, which nothing in the run
+// can leave without leaving the namespace too) makes the kernel kill every process in it.
+const KillPidNS = "pid-namespace"
+
+// noCgroupKill is how a run's tree is killed when it has no cgroup.
+func (s *Sandbox) noCgroupKill() string {
+	if s.userView {
+		return KillPidNS
+	}
+	return KillPgroup
+}
+
+// treeKill is how this sandbox kills a run's tree.
+func (s *Sandbox) treeKill() string {
+	if s.cg.writable() {
+		return s.cg.killMethod()
+	}
+	return s.noCgroupKill()
+}
+
 // errNoStub: an unprivileged view needs the re-exec stub, which this executable is not.
 var errNoStub = errors.New("no stub: the executable's main does not call stub.MaybeRun")
 

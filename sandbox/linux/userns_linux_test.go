@@ -46,6 +46,7 @@ type nsRun struct {
 	Survivors []int    `json:"survivors,omitempty"`
 	View      string   `json:"view,omitempty"`
 	NetDeny   string   `json:"net_deny,omitempty"`
+	TreeKill  string   `json:"tree_kill,omitempty"`
 }
 
 // nsEnv is the fake user's tree (under root, owned by the user): $HOME with an ssh key,
@@ -82,7 +83,7 @@ func runUserNSHelper(root, m string) int {
 		}
 	}
 	report := func(name string, s *sandbox.Spec, during func(p sandbox.Process, stdout *bufio.Reader) error) {
-		r := nsRun{Name: name, View: rep.FilesystemView, NetDeny: rep.NetworkDeny}
+		r := nsRun{Name: name, View: rep.FilesystemView, NetDeny: rep.NetworkDeny, TreeKill: rep.TreeKill}
 		defer func() { _ = out.Encode(r) }()
 		var errb bytes.Buffer
 		pr, pw, err := os.Pipe()
@@ -232,6 +233,7 @@ func TestUserNamespaceView(t *testing.T) {
 		r := runs["secret"]
 		assert.Equal(t, ViewUserNS, r.View)
 		assert.Contains(t, r.NetDeny, "netns")
+		assert.Equal(t, KillPidNS, r.TreeKill, "no writable cgroup for this user: the pid namespace ends the tree")
 	})
 	t.Run("secret outside the grants does not exist", func(t *testing.T) {
 		r := runs["secret"]

@@ -28,6 +28,12 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 // filter. It returns only when the program could not be started; otherwise it exits once
 // the program has ended, after writing its wait status to fd 6.
 func runInit(path string, pol *Policy) error {
+	// Not dumpable: the stub keeps capabilities over the run's namespaces and threads
+	// outside its view until it exits, so nothing in the run may open its /proc entries
+	// (root, fds, memory) or attach to it. The program's execve makes it dumpable again.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return &StepError{Step: "init", Msg: "not dumpable: " + err.Error()}
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
 	// The program stays in the stub's session and process group, so the host's group
