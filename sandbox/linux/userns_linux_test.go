@@ -141,6 +141,29 @@ func runUserNSHelper(root, m string) int {
 	// process group, so only the end of the pid namespace can take it down.
 	report("leftover", spec(`sh -c ': > up1; sleep 300; :' "$1" & (setsid sh -c ': > up2; sleep 300; :' "$1" </dev/null >/dev/null 2>&1 &)
 		for i in $(seq 250); do [ -e up1 ] && [ -e up2 ] && echo running && break; sleep 0.02; done; exit 0`), nil)
+	// The command closes its stdout and waits for its stdin: the host must see EOF while the
+	// command still runs (the init stub does not hold its stdio).
+	eof := spec(`echo a; exec >&- 2>&-; read x; exit 0`)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	eof.Stdin = inR
+	report("stdout-eof", eof, func(p sandbox.Process, stdout *bufio.Reader) error {
+		defer inW.Close()
+		inR.Close()
+		got, err := io.ReadAll(stdout)
+		if err != nil || string(got) != "a\n" {
+			return fmt.Errorf("stdout %q %v", got, err)
+		}
+		select {
+		case <-p.(*process).Exited():
+			return errors.New("EOF came only when the run ended")
+		default:
+		}
+		return nil
+	})
 	report("missing", &sandbox.Spec{Name: "missing", Path: "/nonexistent/prog", Args: []string{"prog"},
 		Access: sandbox.Access{ReadExec: SystemReadExec}}, nil)
 
@@ -317,6 +340,11 @@ func TestUserNamespaceView(t *testing.T) {
 		assert.Equal(t, "running\n", r.Stdout, "both sleeps were running when the command exited")
 		assert.Empty(t, r.Survivors, "seen by the unprivileged host right after Wait")
 		assert.Empty(t, survivors(m), "seen by the test")
+	})
+	t.Run("stdout EOF while the command runs", func(t *testing.T) {
+		r := runs["stdout-eof"]
+		assert.Empty(t, r.Err)
+		assert.Equal(t, 0, r.Exit)
 	})
 	t.Run("a program that cannot exec is a launch failure", func(t *testing.T) {
 		r := runs["missing"]

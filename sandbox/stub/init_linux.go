@@ -50,6 +50,9 @@ func runInit(path string, pol *Policy) error {
 		return &StepError{Step: "errpipe", Msg: err.Error()}
 	}
 	_ = syscall.Close(fdErr)
+	// The program's stdio is its own from here: a program that closes its stdout must give
+	// the host EOF then, as it would after an exec in place, not when the stub exits.
+	releaseStdio()
 	go func() {
 		for s := range sigs {
 			_ = syscall.Kill(pid, s.(syscall.Signal))
@@ -74,6 +77,22 @@ func runInit(path string, pol *Policy) error {
 		_, _ = syscall.Write(fdStatus, b[:])
 		// Exiting ends the pid namespace: the kernel kills whatever the program left.
 		os.Exit(0)
+	}
+}
+
+// releaseStdio points the stub's fds 0-2 at /dev/null (granted in every view), or closes
+// them if it cannot be opened.
+func releaseStdio() {
+	null, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	for fd := 0; fd < 3; fd++ {
+		if err == nil && null != fd {
+			_ = unix.Dup3(null, fd, 0)
+		} else if err != nil {
+			_ = unix.Close(fd)
+		}
+	}
+	if err == nil && null > 2 {
+		_ = unix.Close(null)
 	}
 }
 
