@@ -38,8 +38,9 @@ func (o *DoctorOptions) Run() error {
 	rep := e.sb.Report()
 	strict := e.cfg.Sandbox.Strict
 	// The same promises the Linux sandbox refuses strict runs for: no Landlock, no writable
-	// cgroup, no host-death watchdog, or no way to build a private filesystem view at all.
-	noView := rep.OS == "linux" && rep.FilesystemView == "none" && os.Geteuid() != 0 && !rep.UserNamespaces
+	// cgroup, no host-death watchdog, or no private filesystem view (neither as root nor in
+	// a user namespace).
+	noView := rep.OS == "linux" && rep.FilesystemView == "none"
 	refuses := strict && (rep.Confinement == "none" || rep.CgroupMode == "none" || !rep.CgroupWritable ||
 		(rep.OS == "linux" && rep.HostDeath == "none") || noView)
 	if o.JSON {
@@ -113,6 +114,9 @@ func viewText(view string) string {
 	switch view {
 	case "mount-namespace":
 		return "private (mount namespace: only granted paths exist; .git/hooks and .git/config read-only)"
+	case "mount-namespace+userns": // linux.ViewUserNS
+		return "private (mount namespace in a user namespace: only granted paths exist; .git/hooks and .git/config\n" +
+			"                    read-only; /proc is the run's own pid namespace, which ends with the command)"
 	case "":
 		return "n/a"
 	}

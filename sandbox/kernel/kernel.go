@@ -83,6 +83,10 @@ type View struct {
 	// RunTmp is the run's own TMPDIR (also among Mounts, writable): a view template
 	// leaves it out and binds it per run.
 	RunTmp string `json:"run_tmp,omitempty"`
+	// ProcNew mounts a fresh proc at /proc (read-only, nosuid, nodev, noexec) instead of
+	// binding the host's: it shows the pid namespace the view is built in, so a run in its
+	// own pid namespace sees only its own processes. Mounts must then not list /proc.
+	ProcNew bool `json:"proc_new,omitempty"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

@@ -178,6 +178,13 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 			}
 		}
 	}
+	if v.ProcNew {
+		// Before the host's tree is detached: the kernel lets a user namespace mount proc
+		// only while a fully visible proc is still in its mount namespace.
+		if err := mountProc("/newroot/proc"); err != nil {
+			return err
+		}
+	}
 	if err := protect("/newroot", v, "/"); err != nil {
 		return err
 	}
@@ -291,6 +298,18 @@ func attachProc(tree int) error {
 	}
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, "/newroot/proc", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount procfs: %w", err)
+	}
+	return nil
+}
+
+// mountProc mounts a fresh proc of the calling thread's pid namespace at dst, read-only
+// like the host's /proc bind it replaces.
+func mountProc(dst string) error {
+	if err := mkdirAll(dst); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", dst, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
 	}
 	return nil
 }

@@ -13,6 +13,13 @@
 // of a Go runtime start per run. The kernel steps are package sandbox/kernel, shared by
 // both.
 //
+// Without root (no CAP_SYS_ADMIN) but with user namespaces, every run uses the stub,
+// started in new user (uid/gid mapped to themselves), mount and pid namespaces with
+// CAP_SYS_ADMIN as an ambient capability, so it can build the same view with a /proc of
+// the run's own; it stays pid 1 of the run as a minimal init (stub.Policy.Init) that forks
+// the program, forwards signals, reaps orphans and relays the program's wait status on a
+// status pipe (userns_linux.go).
+//
 // Host death (guard_linux.go): each sandbox starts a watchdog process on first use and
 // registers every tree's cgroups with it before the tree starts; if the host dies by any
 // signal the watchdog kills them. It also answers the seccomp clone3 gate the thread
@@ -37,7 +44,9 @@
 // in the Landlock allow-list.
 //
 // Tree kill: cgroup.kill on the unified group (hybrid and v2), freeze + SIGKILL + thaw with
-// the v1 freezer (legacy), the process group otherwise (degraded: setsid escapes).
+// the v1 freezer (legacy), SIGKILL to the init stub of a user-namespace run (the kernel
+// then kills its whole pid namespace), the process group otherwise (degraded: setsid
+// escapes).
 //
 // The package builds only on Linux; this file keeps it a valid (empty) package elsewhere.
 package linux

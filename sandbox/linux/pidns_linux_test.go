@@ -28,7 +28,13 @@ func requirePidNS(t *testing.T, sb *Sandbox) {
 // `kill` of the host's pid must fail; it sees itself, and a second run of the same plugin
 // shares the namespace (the plugin and its commands), while another plugin's does not.
 func TestPidNamespaceHidesHostProcesses(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) { testPidNamespaceHides(t, launch) })
+	}
+}
+
+func testPidNamespaceHides(t *testing.T, launch string) {
+	sb := newSandbox(t, Options{Launch: launch})
 	requirePidNS(t, sb)
 	e := newEnv(t)
 	// A process of the host with a secret on its command line, that the command must not

@@ -58,7 +58,13 @@ type Sandbox struct {
 	netns    bool
 	view     bool
 	userns   bool
-	kernel   string
+	// userView: the view is built in a user namespace (an unprivileged fledge; every run is
+	// an init stub in its own user, mount and pid namespaces). userViewErr says why an
+	// unprivileged fledge with user namespaces cannot build one.
+	userView    bool
+	userViewErr error
+	viewOff     bool // Options.DisableView
+	kernel      string
 
 	// Removing a finished run's (empty) cgroups and temp dir happens after Wait has
 	// returned, off the reply's path; Close waits for it and reports what failed.
@@ -123,11 +129,16 @@ func New(opts Options) (*Sandbox, error) {
 		sb.netns = canUnshareNet()
 	}
 	sb.userns = userNamespaces()
+	sb.viewOff = opts.DisableView
 	if !opts.DisableView {
 		sb.view = canBuildView()
+		if !sb.view && sb.userns {
+			sb.userView, sb.userViewErr = sb.tryUserView(opts)
+			sb.view = sb.userView
+		}
 	}
 	sb.guard = newGuard(sb.stubPath)
-	if sb.view && sb.launch == LaunchThread && !opts.DisablePidNS && canClonePidNS() {
+	if sb.view && !sb.userView && !opts.DisablePidNS && canClonePidNS() {
 		sb.pidns = newPidNamespaces(sb.guard.exe)
 	}
 	if sb.view && sb.launch == LaunchThread && !opts.DisableViewTemplate {
@@ -138,6 +149,39 @@ func New(opts Options) (*Sandbox, error) {
 		sb.kernel = unix.ByteSliceToString(uts.Release[:])
 	}
 	return sb, nil
+}
+
+// tryUserView probes for a view in user namespaces; on success every run goes through the
+// init stub (with a network namespace of its own when the spec denies the network, which
+// an unprivileged process can have only there).
+func (s *Sandbox) tryUserView(opts Options) (bool, error) {
+	stubPath := s.stubPath
+	if stubPath == "" {
+		if !stub.MaybeRunCalled() {
+			return false, errNoStub
+		}
+		p, err := os.Executable()
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", errNoStub, err)
+		}
+		stubPath = p
+	}
+	netns := !opts.DisableNetNS
+	err := probeUserView(stubPath, netns)
+	if err != nil && netns {
+		// Some kernels allow the user namespace but not a network namespace in it.
+		if probeUserView(stubPath, false) == nil {
+			netns, err = false, nil
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	s.stubPath, s.launch = stubPath, LaunchStub
+	if netns {
+		s.netns = true
+	}
+	return true, nil
 }
 
 // LandlockABI is the ABI this sandbox applies (0 = none).
@@ -246,21 +290,23 @@ func (s *Sandbox) Report() sandbox.Report {
 		UserNamespaces: s.userns,
 		NetworkDeny:    s.networkDeny(),
 		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
-		TreeKill:       s.cg.killMethod(),
+		TreeKill:       s.treeKill(),
 		HostDeath:      "none",
 		FilesystemView: "none",
 		PidNamespace:   "none",
 		Warnings:       append([]string{}, s.cg.warnings...),
 	}
 	switch {
+	case s.userView:
+		r.FilesystemView = ViewUserNS
 	case s.view:
 		r.FilesystemView = "mount-namespace"
-	case s.userns:
-		r.Warnings = append(r.Warnings, "no private filesystem view: it needs root here (user-namespace views are not implemented yet); Landlock alone, so paths outside the sandbox exist and their metadata (chmod, utime) can change")
 	default:
-		r.Warnings = append(r.Warnings, "no private filesystem view: neither root nor user namespaces")
+		r.Warnings = append(r.Warnings, "no private filesystem view ("+s.noViewReason()+"): Landlock alone, so paths outside the sandbox exist and their metadata (chmod, utime) can change, and /proc shows the host's processes")
 	}
-	if s.pidns.available() {
+	if s.userView {
+		r.PidNamespace = "per-run"
+	} else if s.pidns.available() {
 		r.PidNamespace = "per-plugin"
 	} else if s.view {
 		r.Warnings = append(r.Warnings, "no pid namespace of the run's own: commands see the host's processes in a read-only /proc (needs Linux 6.15)")
@@ -289,7 +335,11 @@ func (s *Sandbox) Report() sandbox.Report {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("Landlock ABI %d: signals and abstract sockets not scoped (needs 6)", s.abi))
 	}
 	if !r.CgroupWritable {
-		r.Warnings = append(r.Warnings, "no writable cgroup: no memory/pids/cpu limits; setsid or daemonized children can escape the process-group kill")
+		if s.userView {
+			r.Warnings = append(r.Warnings, "no writable cgroup: no memory/pids/cpu limits (the run's pid namespace still ends every process it started)")
+		} else {
+			r.Warnings = append(r.Warnings, "no writable cgroup: no memory/pids/cpu limits; setsid or daemonized children can escape the process-group kill")
+		}
 	}
 	if r.NetworkDeny == "none" {
 		r.Warnings = append(r.Warnings, "network deny cannot be enforced")
@@ -297,9 +347,24 @@ func (s *Sandbox) Report() sandbox.Report {
 	return r
 }
 
+// ViewUserNS is Report.FilesystemView of a view built in a user namespace: the same view
+// as "mount-namespace", plus /proc of the run's own pid namespace.
+const ViewUserNS = "mount-namespace+userns"
+
+// noViewReason says why this sandbox builds no view.
+func (s *Sandbox) noViewReason() string {
+	switch {
+	case s.viewOff:
+		return "disabled"
+	case s.userViewErr != nil:
+		return "not root, and user namespaces cannot build one here: " + s.userViewErr.Error()
+	}
+	return "neither root nor user namespaces"
+}
+
 // plan works out the Mode of one run and refuses it under Strict when a promise fails.
 func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
-	m := sandbox.Mode{Confinement: "none", Cgroup: CgroupNone, TreeKill: KillPgroup}
+	m := sandbox.Mode{Confinement: "none", Cgroup: CgroupNone, TreeKill: s.noCgroupKill()}
 	if s.abi > 0 {
 		m.Confinement, m.LandlockABI = "landlock", s.abi
 	} else {
@@ -311,7 +376,11 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	if s.cg.writable() {
 		m.Cgroup, m.TreeKill = s.cg.mode, s.cg.killMethod()
 	} else {
-		m.Degraded = append(m.Degraded, "cgroup (no limits; process-group kill only)")
+		if s.userView {
+			m.Degraded = append(m.Degraded, "cgroup (no memory, pids or cpu limits)")
+		} else {
+			m.Degraded = append(m.Degraded, "cgroup (no limits; process-group kill only)")
+		}
 	}
 	if !spec.Network {
 		m.NetNS = s.netns
@@ -325,10 +394,12 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	if !s.guard.available() {
 		m.Degraded = append(m.Degraded, "host-death cleanup ("+errNoWatchdog.Error()+")")
 	}
-	if !s.view && !s.userns {
-		m.Degraded = append(m.Degraded, "private filesystem view (neither root nor user namespaces)")
+	if !s.view {
+		// Strict refuses whenever no view will be built, whatever the reason.
+		m.Degraded = append(m.Degraded, "private filesystem view ("+s.noViewReason()+")",
+			"pid namespace (/proc shows the host's processes)")
 	}
-	if s.view && !s.pidns.available() {
+	if s.view && !s.userView && !s.pidns.available() {
 		m.Degraded = append(m.Degraded, "pid namespace (the host's processes are visible in /proc)")
 	}
 	if spec.Strict && len(m.Degraded) > 0 {
@@ -400,6 +471,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		pol.View.RunTmp = p.tmp
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
+	if s.userView {
+		ownProc(pol.View)
+		pol.Init = true
+		userSys(sys)
+	}
 	var sp *spare
 	defer func() {
 		if sp != nil && !ok {
@@ -420,7 +496,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 			}
 			p.mode.Degraded = append(p.mode.Degraded, "cgroup ("+err.Error()+")")
-			p.mode.Cgroup, p.mode.TreeKill = CgroupNone, KillPgroup
+			p.mode.Cgroup, p.mode.TreeKill = CgroupNone, s.noCgroupKill()
 		} else {
 			p.cg = rc
 			// Registered before the tree exists: a host killed from here on leaves nothing.
@@ -465,7 +541,14 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
 			Sys: sys,
 		}
-		p.proc, err = l.Start()
+		if pol.View != nil && !s.userView && s.pidns.available() {
+			// Root: the stub is born in the plugin's pid namespace (started from a thread
+			// that joined it) and mounts that namespace's procfs in its view.
+			p.proc, err = s.startStubInPidNS(spec, l)
+		} else {
+			p.proc, err = l.Start()
+		}
+		p.status = l.Status
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
@@ -527,6 +610,43 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	return p, nil
 }
 
+// startStubInPidNS starts l's stub in the pid namespace of spec's name: from a throwaway
+// thread that joined it (setns CLONE_NEWPID only changes where that thread's children are
+// born), with a fresh procfs of its namespace in the view instead of the host's.
+func (s *Sandbox) startStubInPidNS(spec *sandbox.Spec, l *stub.Launch) (*os.Process, error) {
+	h, err := s.pidns.get(spec.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	ownProc(l.Policy.View)
+	type result struct {
+		proc *os.Process
+		err  error
+	}
+	ch := make(chan result, 1)
+	var start func()
+	start = func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			defer runtime.UnlockOSThread()
+			done := make(chan struct{})
+			go func() { start(); close(done) }()
+			<-done
+			return
+		}
+		// Never unlocked: the thread's children are born in the namespace from now on.
+		if err := unix.Setns(h.nsFD, unix.CLONE_NEWPID); err != nil {
+			ch <- result{nil, fmt.Errorf("%w: pid namespace: %w", sandbox.ErrLaunch, err)}
+			return
+		}
+		proc, err := l.Start()
+		ch <- result{proc, err}
+	}
+	go start()
+	r := <-ch
+	return r.proc, r.err
+}
+
 // joinPidNS points tl at the pid namespace of spec's name: the launch thread joins it and
 // the view mounts its procfs. The holder's fds are duplicated for the launch (a holder
 // replaced meanwhile closes its own); release closes the copies.
@@ -562,6 +682,9 @@ type process struct {
 	stdio *stub.Stdio
 	tmp   string
 	tmpl  *viewTemplate // the view template the run was launched from (nil: none)
+	// status is an init stub's status pipe (userView): proc is the stub, the program's
+	// wait status comes through here.
+	status *os.File
 	// guarded are the watchdog registrations of this tree, removed once it is gone.
 	guarded []string
 
@@ -648,9 +771,21 @@ func (p *process) wait() {
 	p.MarkExited()
 	res := &sandbox.Result{Mode: p.mode}
 	var errs []error
+	ws, ok := syscall.WaitStatus(0), false
+	if werr == nil {
+		ws, ok = st.Sys().(syscall.WaitStatus)
+	}
+	if p.status != nil {
+		// The init stub's own status says only that it ended; the program's is in the pipe
+		// (absent when the stub was killed first: then the tree died of that signal).
+		if cmd, got := stub.ReadStatus(p.status, statusBound); got {
+			ws, ok, werr = cmd, true, nil
+		}
+		p.status.Close()
+	}
 	if werr != nil {
 		errs = append(errs, werr)
-	} else if ws, ok := st.Sys().(syscall.WaitStatus); ok {
+	} else if ok {
 		switch {
 		case ws.Signaled():
 			res.ExitCode = 128 + int(ws.Signal())

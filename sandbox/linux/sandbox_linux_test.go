@@ -277,6 +277,8 @@ func TestStrictRefusesMissingFeatures(t *testing.T) {
 	for name, opts := range map[string]Options{
 		"no landlock": {DisableLandlock: true},
 		"no cgroups":  {DisableCgroups: true},
+		// No view is built, whatever else the kernel offers (user namespaces included).
+		"no view": {DisableView: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sb := newSandbox(t, opts)

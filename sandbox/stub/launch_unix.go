@@ -4,6 +4,7 @@ package stub
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,24 @@ type Launch struct {
 	Stdin, Stdout, Stderr *os.File
 	Sys                   *syscall.SysProcAttr // clone flags, cgroup fd, setsid for the stub
 	ConfirmTimeout        time.Duration        // 0 = DefaultConfirmTimeout
+
+	// Status is set by a successful Start when Policy.Init is: the read end of the status
+	// pipe, on which the init stub writes the program's wait status (ReadStatus) before it
+	// exits. The returned process is then the stub, not the program. The caller closes it.
+	Status *os.File
+}
+
+// ReadStatus reads the program's wait status from an init stub's status pipe (Launch.Status)
+// once the stub has exited. ok is false when the stub died without writing one (killed):
+// its own wait status is then the run's. It waits at most bound for a stub that is gone
+// yet whose pipe someone still holds.
+func ReadStatus(f *os.File, bound time.Duration) (ws syscall.WaitStatus, ok bool) {
+	_ = f.SetReadDeadline(time.Now().Add(bound))
+	var b [4]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return 0, false
+	}
+	return syscall.WaitStatus(binary.LittleEndian.Uint32(b[:])), true
 }
 
 // Start starts the stub and returns once the stub has written its exec mark and the error
@@ -81,9 +100,17 @@ func (l *Launch) Start() (*os.Process, error) {
 	}
 	defer errR.Close()
 
-	files := []*os.File{l.Stdin, l.Stdout, l.Stderr, polR, errW}
-	if l.Dir != nil {
-		files = append(files, l.Dir)
+	files := []*os.File{l.Stdin, l.Stdout, l.Stderr, polR, errW, l.Dir}
+	var statR, statW *os.File
+	if l.Policy.Init {
+		if statR, statW, err = os.Pipe(); err != nil {
+			polR.Close()
+			errW.Close()
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+		}
+		files = append(files, statW) // fd 6 (fd 5 is closed when there is no Dir)
+	} else if l.Dir == nil {
+		files = files[:5]
 	}
 	argv := append(append([]string{}, l.Wrapper...), l.StubPath, Marker)
 	proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
@@ -94,7 +121,13 @@ func (l *Launch) Start() (*os.Process, error) {
 	})
 	polR.Close()
 	errW.Close()
+	if statW != nil {
+		statW.Close()
+	}
 	if err != nil {
+		if statR != nil {
+			statR.Close()
+		}
 		return nil, fmt.Errorf("%w: start stub %s: %w", sandbox.ErrLaunch, argv[0], err)
 	}
 
@@ -124,9 +157,15 @@ func (l *Launch) Start() (*os.Process, error) {
 		msg = msg[1:]
 	}
 	if reached && len(msg) == 0 && rerr == nil {
-		return proc, nil // the mark, then EOF as the pipe closed at exec
+		// The mark, then EOF as the pipe closed at exec (an init stub closes it once its
+		// program's execve succeeded).
+		l.Status = statR
+		return proc, nil
 	}
 	// Failure (or a stub that hangs): make sure it is gone and reaped.
+	if statR != nil {
+		statR.Close()
+	}
 	_ = proc.Kill()
 	st, _ := proc.Wait()
 	if len(msg) == 0 {

@@ -34,6 +34,7 @@ const (
 	fdPolicy = 3 // read end of a pipe carrying the JSON Policy
 	fdErr    = 4 // write end of the error pipe (made CLOEXEC by the stub)
 	fdDir    = 5 // the guarded working directory (optional)
+	fdStatus = 6 // write end of the status pipe (Policy.Init only)
 )
 
 // Bounds on what crosses the pipes.
@@ -78,6 +79,18 @@ type Policy struct {
 	// DenyUnix refuses to create AF_UNIX sockets (seccomp, Linux): no connecting to
 	// docker.sock, D-Bus or systemd sockets.
 	DenyUnix bool `json:"deny_unix,omitempty"`
+
+	// Init (Linux): the stub was started in its own user, mount and pid namespaces (an
+	// unprivileged host's private view) and is pid 1 there. It does not exec the program
+	// in place, because pid 1 ignores every signal it has no handler for (the host's
+	// SIGTERM would be lost) and would have to reap orphans it knows nothing of. It forks
+	// the program from its confined thread instead, forwards the host's signals to it,
+	// reaps every process of the namespace and hands the program's wait status to the host
+	// on fd 6 before it exits (which ends the namespace: nothing outlives the program).
+	// The view's working directory is entered by path (checked against the handle's
+	// identity): the handle's mount belongs to the host's mount namespace, which a detached
+	// copy cannot be taken from.
+	Init bool `json:"init,omitempty"`
 }
 
 // Landlock is the Landlock part of a Policy (defined with the primitives that apply it).
@@ -118,6 +131,9 @@ func MaybeRun() {
 	}
 	if isPidNS(os.Args) {
 		os.Exit(runPidNS())
+	}
+	if len(os.Args) > 1 && os.Args[1] == ProbeMarker {
+		os.Exit(runProbe())
 	}
 	if !IsStub(os.Args) {
 		return

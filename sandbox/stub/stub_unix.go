@@ -33,7 +33,7 @@ func apply(pol *Policy) error {
 	}
 	if pol.View != nil {
 		dirfd := -1
-		if pol.HasDir {
+		if pol.HasDir && !pol.Init {
 			dirfd = fdDir
 		}
 		if err := kernel.EnterView(pol.View, dirfd); err != nil {
@@ -61,6 +61,9 @@ func apply(pol *Policy) error {
 	}
 	if err := kernel.InstallFilter(kernel.Filter{DenyUnix: pol.DenyUnix}); err != nil {
 		return &StepError{Step: "seccomp", Msg: err.Error()}
+	}
+	if pol.Init {
+		return runInit(path, pol)
 	}
 	// Tell the host we reached exec: a stub that dies before this point (a crash, the OOM
 	// killer) leaves the pipe empty and the host reports launch_failed, not a run.
