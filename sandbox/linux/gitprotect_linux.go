@@ -20,7 +20,8 @@ import (
 //   - A git directory's hooks (created empty when missing, so it cannot be created with a
 //     hook in it) and config (core.fsmonitor, aliases, filter and diff drivers, pager,
 //     sshCommand, credential helpers...; created empty when missing), and config.worktree
-//     (read when extensions.worktreeConfig is on; created empty then).
+//     (read once extensions.worktreeConfig is on, which git sparse-checkout turns on by
+//     itself: so it is created empty when missing, whatever the config says now).
 //   - The .git FILE of a worktree or submodule checkout, so it cannot be rewritten to point
 //     at a planted git directory, and the git directory it names.
 //   - A linked worktree's git directory (.git/worktrees/X, or .git/worktrees/X reached
@@ -79,7 +80,7 @@ type gitProtector struct {
 
 // defaultProtected is the default protected set of the writable roots, less what unprotect
 // (sandbox.Access.Unprotect) opts out of. It creates an empty hooks directory, config, and
-// config.worktree (with worktreeConfig on) where a git directory lacks them, so a command
+// config.worktree where a git directory lacks them, so a command
 // cannot create them.
 func defaultProtected(roots, unprotect []string) ([]string, error) {
 	g := &gitProtector{unprotect: unprotect, seen: map[string]bool{}, out: map[string]string{}}
@@ -202,7 +203,7 @@ func (g *gitProtector) gitDir(gd, worktree string, depth int) error {
 		return err
 	}
 	wcfg := readGitConfig(filepath.Join(gd, "config.worktree"))
-	if err := g.file(filepath.Join(gd, "config.worktree"), cfg.worktreeConfig); err != nil {
+	if err := g.file(filepath.Join(gd, "config.worktree"), true); err != nil {
 		return err
 	}
 	if err := g.settings(gd, worktree, cfg, wcfg); err != nil {
@@ -248,7 +249,7 @@ func (g *gitProtector) linkedWorktree(wd, worktree string, depth int) error {
 		ccfg = readGitConfig(filepath.Join(common, "config"))
 	}
 	wcfg := readGitConfig(filepath.Join(wd, "config.worktree"))
-	if err := g.file(filepath.Join(wd, "config.worktree"), ccfg.worktreeConfig); err != nil {
+	if err := g.file(filepath.Join(wd, "config.worktree"), true); err != nil {
 		return err
 	}
 	if err := g.settings(wd, worktree, ccfg, wcfg); err != nil {
@@ -499,10 +500,9 @@ func readBounded(p string) ([]byte, error) {
 
 // gitConfig is what the walk needs of a git config file.
 type gitConfig struct {
-	worktreeConfig bool     // extensions.worktreeConfig
-	worktree       string   // core.worktree
-	hooksPath      []string // core.hooksPath (every value seen)
-	includes       []string // include.path, includeIf.*.path
+	worktree  string   // core.worktree
+	hooksPath []string // core.hooksPath (every value seen)
+	includes  []string // include.path, includeIf.*.path
 }
 
 // readGitConfig reads the settings the walk follows. It is deliberately lenient and errs
@@ -539,12 +539,10 @@ func readGitConfig(p string) gitConfig {
 		if line == "" || line[0] == '#' || line[0] == ';' {
 			continue
 		}
-		key, val, hasVal := strings.Cut(line, "=")
+		key, val, _ := strings.Cut(line, "=")
 		key = strings.ToLower(strings.TrimSpace(key))
 		val = unquote(strings.TrimSpace(val))
 		switch {
-		case section == "extensions" && key == "worktreeconfig":
-			c.worktreeConfig = !hasVal || truthy(val)
 		case section == "core" && key == "worktree":
 			c.worktree = val
 		case section == "core" && key == "hookspath":
@@ -564,12 +562,4 @@ func unquote(v string) string {
 		v = v[1 : len(v)-1]
 	}
 	return v
-}
-
-func truthy(v string) bool {
-	switch strings.ToLower(v) {
-	case "true", "yes", "on", "1":
-		return true
-	}
-	return false
 }
