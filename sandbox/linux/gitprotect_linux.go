@@ -57,9 +57,9 @@ const (
 	// one launch reads.
 	maxGitEntries = 8192
 	// maxScanDepth and maxScanDirs bound the search for repositories below a writable
-	// root (see scan).
+	// root (see scan): two levels down, 4096 subdirectories looked at per launch.
 	maxScanDepth = 2
-	maxScanDirs  = 512
+	maxScanDirs  = 4096
 	// maxGitFileBytes is how much of a .git file, commondir, gitdir or config is read.
 	maxGitFileBytes = 1 << 20
 )
@@ -108,10 +108,10 @@ func defaultProtected(roots, unprotect []string) ([]string, error) {
 }
 
 // scan protects the repository at dir and those in its subdirectories, maxScanDepth levels
-// down and maxScanDirs directories listed per launch: repositories in a writable root that
-// is not one (a read_write directory of clones) are found too. Beyond those bounds the
-// search stops (it is not an error: a tree like node_modules must not refuse every run);
-// docs/guarantees.md says so.
+// down, looking at maxScanDirs subdirectories per launch (the roots themselves are always
+// looked at): repositories in a writable root that is not one (a read_write directory of
+// clones) are found too. Beyond those bounds the search stops; it is not an error, since a
+// tree like node_modules must not refuse every run. docs/guarantees.md says so.
 func (g *gitProtector) scan(dir string, depth int, scanned *int) error {
 	if err := g.worktree(dir); err != nil {
 		return err
@@ -119,18 +119,22 @@ func (g *gitProtector) scan(dir string, depth int, scanned *int) error {
 	if depth >= maxScanDepth || *scanned >= maxScanDirs {
 		return nil
 	}
-	*scanned++
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil
 	}
-	ents, _ := f.ReadDir(maxGitEntries)
+	ents, _ := f.ReadDir(maxScanDirs - *scanned)
 	f.Close()
 	for _, e := range ents {
-		if e.IsDir() && e.Name() != ".git" {
-			if err := g.scan(filepath.Join(dir, e.Name()), depth+1, scanned); err != nil {
-				return err
-			}
+		if !e.IsDir() || e.Name() == ".git" {
+			continue
+		}
+		if *scanned >= maxScanDirs {
+			return nil
+		}
+		*scanned++
+		if err := g.scan(filepath.Join(dir, e.Name()), depth+1, scanned); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -398,3 +398,28 @@ attempt config sh -c 'echo "[alias]" >> ../config'`},
 		})
 	}
 }
+
+// The search for repositories below a root stops at its bound without refusing the run
+// (a node_modules-like tree), and the root's own repository is always protected.
+func TestDefaultProtectedScanBound(t *testing.T) {
+	root := t.TempDir()
+	gitCmd(t, root, "init", "-q", root)
+	wide := filepath.Join(root, "node_modules")
+	for i := 0; i < maxScanDirs+10; i++ {
+		require.NoError(t, os.MkdirAll(filepath.Join(wide, fmt.Sprintf("p%d", i)), 0o755))
+	}
+	nested := filepath.Join(root, "vendor", "lib")
+	gitCmd(t, root, "init", "-q", nested)
+	got, err := defaultProtected([]string{root}, nil)
+	require.NoError(t, err)
+	assert.Contains(t, got, filepath.Join(root, ".git", "config"))
+	assert.Contains(t, got, filepath.Join(root, ".git", "hooks"))
+	assert.LessOrEqual(t, len(got), 6, "at most the two repositories' hooks, config, config.worktree: %v", got)
+
+	// Below the bound, a clone two levels down is found.
+	require.NoError(t, os.RemoveAll(wide))
+	got, err = defaultProtected([]string{root}, nil)
+	require.NoError(t, err)
+	assert.Contains(t, got, filepath.Join(nested, ".git", "hooks"))
+	assert.Contains(t, got, filepath.Join(nested, ".git", "config"))
+}
