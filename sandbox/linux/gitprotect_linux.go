@@ -33,9 +33,12 @@ import (
 //   - The directory core.hooksPath names (husky's .husky/_) and files the config includes
 //     (include.path, includeIf), when they lie in a writable root.
 //
+//   - Bare repositories (foo.git) found in a writable root: their hooks run on a push.
+//
 // Not protected, because they run nothing by themselves: info/attributes and
-// .gitattributes (they only pick filter/diff drivers that a config defines), refs,
-// objects, the index, HEAD, logs. Directories between a writable root and a protected
+// .gitattributes (they only pick filter/diff drivers that a config defines), .gitmodules
+// (git refuses commands from it; URLs reach the config only through git submodule init,
+// which the user runs), refs, objects, the index, HEAD, logs. Directories between a writable root and a protected
 // path are pinned (made mount points of their own) by buildView, so none can be renamed
 // aside and replaced by a copy holding a planted hook.
 //
@@ -113,6 +116,10 @@ func defaultProtected(roots, unprotect []string) ([]string, error) {
 // clones) are found too. Beyond those bounds the search stops; it is not an error, since a
 // tree like node_modules must not refuse every run. docs/guarantees.md says so.
 func (g *gitProtector) scan(dir string, depth int, scanned *int) error {
+	if isBareGitDir(dir) {
+		// A bare repository (foo.git): its hooks run when the user pushes to it.
+		return g.gitDir(dir, "", 0)
+	}
 	if err := g.worktree(dir); err != nil {
 		return err
 	}
@@ -486,6 +493,14 @@ func resolveFrom(base, p string) string {
 		return ""
 	}
 	return real
+}
+
+// isBareGitDir: dir has what git's own discovery checks for a git directory (HEAD, objects/,
+// refs/).
+func isBareGitDir(dir string) bool {
+	obj, err1 := os.Lstat(filepath.Join(dir, "objects"))
+	refs, err2 := os.Lstat(filepath.Join(dir, "refs"))
+	return isFile(filepath.Join(dir, "HEAD")) && err1 == nil && obj.IsDir() && err2 == nil && refs.IsDir()
 }
 
 func isFile(p string) bool {

@@ -410,11 +410,14 @@ func TestDefaultProtectedScanBound(t *testing.T) {
 	}
 	nested := filepath.Join(root, "vendor", "lib")
 	gitCmd(t, root, "init", "-q", nested)
+	bare := filepath.Join(root, "remotes", "origin.git")
+	gitCmd(t, root, "init", "-q", "--bare", bare)
 	got, err := defaultProtected([]string{root}, nil)
 	require.NoError(t, err)
 	assert.Contains(t, got, filepath.Join(root, ".git", "config"))
 	assert.Contains(t, got, filepath.Join(root, ".git", "hooks"))
-	assert.LessOrEqual(t, len(got), 6, "at most the two repositories' hooks, config, config.worktree: %v", got)
+	deep := filepath.Join(root, "a", "b", "c")
+	gitCmd(t, root, "init", "-q", deep)
 
 	// Below the bound, a clone two levels down is found.
 	require.NoError(t, os.RemoveAll(wide))
@@ -422,4 +425,7 @@ func TestDefaultProtectedScanBound(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, got, filepath.Join(nested, ".git", "hooks"))
 	assert.Contains(t, got, filepath.Join(nested, ".git", "config"))
+	assert.Contains(t, got, filepath.Join(bare, "hooks"), "a push to a bare repository runs its hooks")
+	assert.Contains(t, got, filepath.Join(bare, "config"))
+	assert.NotContains(t, got, filepath.Join(deep, ".git", "hooks"), "three levels down is past maxScanDepth")
 }
