@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/fledgehq/fledge/sandbox"
 )
 
 // ConfigFile is the policy file's name inside the config dir.
@@ -117,8 +119,12 @@ type SandboxConfig struct {
 	ReadOnly       []string // absolute, cleaned
 	ReadWrite      []string // absolute, cleaned
 	EnvAllow       []string // exact names or PREFIX_* patterns
-	Strict         bool
-	Legacy         string
+	// Unprotect opts out of protected paths inside writable roots: names relative to each
+	// writable root (".git/config", ".git/modules/*/hooks") or "core.hooksPath" /
+	// "include.path" (sandbox.ValidUnprotect). Empty: every default protected path stays.
+	Unprotect []string
+	Strict    bool
+	Legacy    string
 }
 
 // LimitsConfig is the [limits] table.
@@ -292,6 +298,7 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"read_only":       p.pathsField(&s.ReadOnly),
 			"read_write":      p.pathsField(&s.ReadWrite),
 			"env_allow":       envAllowField(&s.EnvAllow),
+			"unprotect":       unprotectField(&s.Unprotect),
 			"strict":          boolField(&s.Strict),
 			"legacy":          enumField(&s.Legacy, LegacyConfined, LegacyUnconfined),
 		}, true
@@ -529,6 +536,22 @@ func (p *cfgParser) pathsField(dst *[]string) setter {
 			out = append(out, path)
 		}
 		*dst = out
+		return ""
+	}
+}
+
+func unprotectField(dst *[]string) setter {
+	return func(v any) string {
+		list, msg := stringList(v)
+		if msg != "" {
+			return msg
+		}
+		for _, s := range list {
+			if err := sandbox.ValidUnprotect(s); err != nil {
+				return strings.TrimPrefix(err.Error(), sandbox.ErrUnprotect.Error()+": ")
+			}
+		}
+		*dst = list
 		return ""
 	}
 }

@@ -46,6 +46,7 @@ network = "deny"
 read_only = ["/srv/data", "~/datasets"]
 read_write = ["/var/tmp/work/"]
 env_allow = ["GOPATH", "MYAPP_*"]
+unprotect = [".git/config", ".git/modules/*/hooks", "core.hooksPath"]
 strict = true
 legacy = "unconfined"
 
@@ -79,6 +80,7 @@ tool_argument_values = true
 	assert.Equal(t, []string{"/srv/data", filepath.Join(home, "datasets")}, s.ReadOnly)
 	assert.Equal(t, []string{"/var/tmp/work"}, s.ReadWrite)
 	assert.Equal(t, []string{"GOPATH", "MYAPP_*"}, s.EnvAllow)
+	assert.Equal(t, []string{".git/config", ".git/modules/*/hooks", "core.hooksPath"}, s.Unprotect)
 	assert.True(t, s.Strict)
 	assert.Equal(t, LegacyUnconfined, s.Legacy)
 	assert.Equal(t, 64*KiB, c.Limits.LineMax)
@@ -120,7 +122,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown key is an error",
 			src:  "[sandbox]\nstirct = true\n",
-			want: `/cfg/config.toml:2: [sandbox] stirct: unknown key (known: cpu, env_allow, legacy, memory, network, output_cap, pids, read_only, read_write, strict, timeout_default, timeout_max, unix_sockets)`,
+			want: `/cfg/config.toml:2: [sandbox] stirct: unknown key (known: cpu, env_allow, legacy, memory, network, output_cap, pids, read_only, read_write, strict, timeout_default, timeout_max, unix_sockets, unprotect)`,
 			line: 2, key: "sandbox.stirct",
 		},
 		{
@@ -188,6 +190,30 @@ func TestConfigErrors(t *testing.T) {
 			src:  "[sandbox]\nenv_allow = [\"*\"]\n",
 			want: `/cfg/config.toml:2: [sandbox] env_allow: "*": expected a variable name or a PREFIX_* pattern`,
 			line: 2, key: "sandbox.env_allow",
+		},
+		{
+			name: "unprotect absolute",
+			src:  "[sandbox]\nunprotect = [\"/repo/.git/config\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] unprotect: "/repo/.git/config": expected a path relative to a writable root, like ".git/config"`,
+			line: 2, key: "sandbox.unprotect",
+		},
+		{
+			name: "unprotect leaving the root",
+			src:  "[sandbox]\nunprotect = [\"../other/.git/config\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] unprotect: "../other/.git/config": ".." would leave the writable root`,
+			line: 2, key: "sandbox.unprotect",
+		},
+		{
+			name: "unprotect unknown",
+			src:  "[sandbox]\nunprotect = [\".git/HEAD\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] unprotect: ".git/HEAD": fledge never protects it (protected paths end in .git, hooks, config, config.worktree, commondir; "core.hooksPath" and "include.path" name the places those settings point at)`,
+			line: 2, key: "sandbox.unprotect",
+		},
+		{
+			name: "unprotect not a list",
+			src:  "[sandbox]\nunprotect = \".git/config\"\n",
+			want: `/cfg/config.toml:2: [sandbox] unprotect: expected an array of strings, got a string`,
+			line: 2, key: "sandbox.unprotect",
 		},
 		{
 			name: "timeouts inconsistent",

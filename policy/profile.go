@@ -216,8 +216,20 @@ func ExecAccess(p Paths, c *Config) sandbox.Access {
 	if c != nil {
 		a.ReadWrite = append(a.ReadWrite, safeExtra(c.Sandbox.ReadWrite, deny)...)
 		a.ReadOnly = append(a.ReadOnly, safeExtra(c.Sandbox.ReadOnly, deny)...)
+		a.Unprotect = unprotect(c)
 	}
 	return a
+}
+
+// unprotect is policy's opt-out from the sandbox's default protected paths. Protected
+// itself stays nil: the sandbox works the set out at every launch from what is on disk
+// (a worktree or submodule an earlier command added is covered by the next one), which a
+// list fixed when the profile is built could not do.
+func unprotect(c *Config) []string {
+	if c == nil || len(c.Sandbox.Unprotect) == 0 {
+		return nil
+	}
+	return append([]string{}, c.Sandbox.Unprotect...)
 }
 
 // PluginAccess is the profile of the plugin process itself: read+execute on system paths,
@@ -229,6 +241,7 @@ func PluginAccess(p Paths, g Grants, c *Config) sandbox.Access {
 	a, _ := baseAccess(p)
 	a.ReadExec = append(a.ReadExec, pluginDirRules(p)...)
 	a.ReadWrite = addIf(a.ReadWrite, p.PluginDataDir)
+	a.Unprotect = unprotect(c)
 	if g.FS() == FilesystemProject {
 		a.ReadOnly = addIf(a.ReadOnly, p.ProjectRoot)
 	}

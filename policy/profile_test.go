@@ -51,6 +51,12 @@ func TestExecAccess(t *testing.T) {
 	assert.Equal(t, []string{p.ConfigDir, p.StateDir}, a.Deny)
 	require.NoError(t, CheckAccess(a))
 	assertNoHome(t, a)
+	assert.Nil(t, a.Protected, "the sandbox works the protected set out at launch")
+	assert.Nil(t, a.Unprotect)
+
+	c.Sandbox.Unprotect = []string{".git/config"}
+	assert.Equal(t, []string{".git/config"}, ExecAccess(p, c).Unprotect)
+	assert.Nil(t, ExecAccess(p, c).Protected)
 
 	// No project: nothing project-shaped appears.
 	p.ProjectRoot = ""

@@ -28,11 +28,19 @@ type Access struct {
 	ReadOnly  []string // read files and list directories
 	ReadExec  []string // read and execute
 	// Protected are paths inside ReadWrite roots that stay read-only and cannot be removed
-	// or renamed away (Linux private filesystem view). nil means the default: .git/hooks
-	// and .git/config of every ReadWrite root that is a git repository, so a command
-	// cannot plant a hook or an fsmonitor/alias the user's next git would run. A non-nil
-	// empty slice opts out. (Policy will fill this; until then the sandbox defaults it.)
+	// or renamed away (Linux private filesystem view), so a command cannot plant a hook or
+	// an fsmonitor/alias the user's next git would run. nil means the default, computed at
+	// every launch from what is on disk: every route to a git hook or config of the
+	// repositories in the ReadWrite roots (.git/hooks, .git/config, config.worktree, the
+	// .git file of a worktree or submodule and its git directory's hooks/config/commondir,
+	// submodule git directories under .git/modules, core.hooksPath; see
+	// docs/guarantees.md). A non-nil list is used as given (an empty one opts out of all).
 	Protected []string
+	// Unprotect removes entries from the default set (nil Protected): each is a path
+	// relative to the writable root it lies in, with * matching within one element
+	// (".git/config", ".git/modules/*/hooks"), or UnprotectHooksPath. Policy fills it from
+	// [sandbox] unprotect; ValidUnprotect checks an entry. Ignored when Protected is set.
+	Unprotect []string
 	// Deny lists paths that must stay unreachable even if an allow entry covers them (the
 	// fledge config and state dirs). Landlock cannot subtract, so the Linux sandbox refuses a
 	// Spec whose allow entries contain a Deny path; Seatbelt emits explicit deny rules.

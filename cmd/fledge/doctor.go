@@ -56,6 +56,7 @@ func (o *DoctorOptions) Run() error {
 			"audit_log":     e.auditPath,
 			"exec": map[string]any{
 				"limits": limitsJSON(e.cfg.ExecLimits()), "network": e.cfg.NetworkAllowed(),
+				"unprotect": unprotectJSON(e.cfg),
 			},
 			"plugin": map[string]any{
 				"limits": limitsJSON(e.cfg.PluginLimits()),
@@ -77,6 +78,7 @@ func (o *DoctorOptions) Run() error {
 	if rep.OS == "linux" {
 		fmt.Fprintf(w, "  processes seen:   %s\n", pidNSText(rep.PidNamespace))
 	}
+	fmt.Fprintf(w, "  git metadata:     %s\n", protectedText(e.cfg, rep.FilesystemView))
 	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
 	if rep.HostDeath == "watchdog" {
 		fmt.Fprintf(w, "  if fledge dies:   a watchdog process kills every command and plugin it started\n")
@@ -107,6 +109,23 @@ func (o *DoctorOptions) Run() error {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
 	}
 	return nil
+}
+
+// protectedText says what stays read-only inside writable roots, and what policy opted out.
+func protectedText(c *policy.Config, view string) string {
+	t := "hooks, config and .git files of repositories, worktrees and submodules in writable roots are read-only"
+	if view != "mount-namespace" {
+		t += " only with the private filesystem view (not here)"
+	}
+	if len(c.Sandbox.Unprotect) > 0 {
+		t += "; unprotected by policy: " + strings.Join(c.Sandbox.Unprotect, ", ")
+	}
+	return t
+}
+
+// unprotectJSON is [sandbox] unprotect as doctor and plugins info report it (never null).
+func unprotectJSON(c *policy.Config) []string {
+	return append([]string{}, c.Sandbox.Unprotect...)
 }
 
 // viewText says what a command's filesystem looks like.

@@ -312,7 +312,8 @@ func (o *InfoOptions) Run() error {
 	}
 	info["exec"] = map[string]any{
 		"allowed": en.Granted.Exec, "read_write": xa.ReadWrite, "read_only": xa.ReadOnly, "read_exec": xa.ReadExec,
-		"network": e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
+		"unprotect": unprotectJSON(e.cfg),
+		"network":   e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
 		"unix_sockets": e.cfg.UnixSocketsAllowed(),
 	}
 	handshake := recordedHandshake(en, dir)
@@ -346,6 +347,9 @@ func (o *InfoOptions) Run() error {
 	}
 	if en.Granted.Exec {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
+		if len(xa.Unprotect) > 0 {
+			fmt.Fprintf(w, "  ...including (policy unprotect): %s\n", strings.Join(xa.Unprotect, ", "))
+		}
 	} else {
 		fmt.Fprintln(w, "  exec: not granted (every exec request is refused with code 126)")
 	}

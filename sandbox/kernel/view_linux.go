@@ -188,6 +188,17 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 	if err := protect("/newroot", v, "/"); err != nil {
 		return err
 	}
+	// A pin or protected mount at or above the working directory's mount covers it: the
+	// command must sit in the covering copy, which carries them, not in the shadowed mount
+	// beneath (where .git/config would be writable again). Same directory, by identity.
+	if cwdfd >= 0 && len(v.Pin)+len(v.Protected) > 0 {
+		fd, err := coveringCwd(cwdfd)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		cwdfd = fd
+	}
 
 	// The private /tmp only holds mount points: it is read-only like Landlock had it
 	// (TMPDIR is the run's own writable directory, bound beneath it). A template's stays
@@ -406,6 +417,25 @@ func bindInto(p string, writable bool) (bool, error) {
 }
 
 // readOnly makes the mount at dst and every mount beneath it read-only (nosuid too).
+// coveringCwd opens the working directory again by the path it is mounted at, through the
+// mounts made on top since, and checks it is the same directory.
+func coveringCwd(cwdfd int) (int, error) {
+	at, err := os.Readlink(fmt.Sprintf("/oldroot/proc/thread-self/fd/%d", cwdfd))
+	if err != nil {
+		return -1, fmt.Errorf("working directory: %w", err)
+	}
+	fd, err := unix.Open(at, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("working directory: %w", err)
+	}
+	var was, now unix.Stat_t
+	if unix.Fstat(cwdfd, &was) != nil || unix.Fstat(fd, &now) != nil || was.Dev != now.Dev || was.Ino != now.Ino {
+		unix.Close(fd)
+		return -1, fmt.Errorf("working directory %s changed identity in the view", at)
+	}
+	return fd, nil
+}
+
 func readOnly(dst string) error {
 	return unix.MountSetattr(-1, dst, unix.AT_RECURSIVE,
 		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID})

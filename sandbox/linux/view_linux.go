@@ -1,10 +1,8 @@
 package linux
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -29,14 +27,13 @@ func buildView(spec *sandbox.Spec, rw []string) (*kernel.View, error) {
 	add(spec.Access.ReadExec, false)
 	protected := spec.Access.Protected
 	if protected == nil {
-		protected = defaultProtected(spec.Access.ReadWrite)
-	}
-	for _, p := range protected {
-		v.Protected = append(v.Protected, p)
-		if parent := filepath.Dir(p); filepath.Base(parent) == ".git" {
-			v.Pin = append(v.Pin, parent)
+		var err error
+		if protected, err = defaultProtected(spec.Access.ReadWrite, spec.Access.Unprotect); err != nil {
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 		}
 	}
+	v.Protected = append(v.Protected, protected...)
+	v.Pin = pinsFor(protected, spec.Access.ReadWrite)
 	if spec.Dir != nil {
 		var st unix.Stat_t
 		if err := unix.Fstat(int(spec.Dir.Fd()), &st); err != nil {
@@ -54,24 +51,4 @@ func buildView(spec *sandbox.Spec, rw []string) (*kernel.View, error) {
 		v.Dir, v.DirDev, v.DirIno = dir, st.Dev, st.Ino
 	}
 	return v, nil
-}
-
-// defaultProtected is .git/hooks and .git/config of every writable root that is a git
-// repository. A repository without a hooks directory gets an empty one (git init makes
-// it too), so that a command cannot create it and plant a hook there.
-func defaultProtected(roots []string) []string {
-	var out []string
-	for _, r := range roots {
-		g := filepath.Join(r, ".git")
-		st, err := os.Lstat(g)
-		if err != nil || !st.IsDir() {
-			continue // not a repository, or a worktree/submodule .git file (not covered yet)
-		}
-		hooks := filepath.Join(g, "hooks")
-		if err := os.Mkdir(hooks, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			continue
-		}
-		out = append(out, hooks, filepath.Join(g, "config"))
-	}
-	return out
 }

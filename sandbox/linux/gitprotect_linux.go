@@ -1,0 +1,584 @@
+package linux
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// The default protected set: every route by which a command in a writable root could make
+// the user's next git (run outside the sandbox) execute something.
+//
+//   - A git directory's hooks (created empty when missing, so it cannot be created with a
+//     hook in it) and config (core.fsmonitor, aliases, filter and diff drivers, pager,
+//     sshCommand, credential helpers...; created empty when missing), and config.worktree
+//     (read once extensions.worktreeConfig is on, which git sparse-checkout turns on by
+//     itself: so it is created empty when missing, whatever the config says now).
+//   - The .git FILE of a worktree or submodule checkout, so it cannot be rewritten to point
+//     at a planted git directory, and the git directory it names.
+//   - A linked worktree's git directory (.git/worktrees/X, or .git/worktrees/X reached
+//     from its .git file): its config.worktree and its commondir (which says where the
+//     hooks and config are, so it must not be redirected), and the common dir's hooks and
+//     config; the back-pointer .git file of each linked worktree that lies in a root.
+//   - Submodule git directories under modules/ of any git directory (nested too): each is
+//     a full git directory as above, and the .git file of its checkout (core.worktree).
+//   - The directory core.hooksPath names (husky's .husky/_) and files the config includes
+//     (include.path, includeIf), when they lie in a writable root.
+//
+//   - Bare repositories (foo.git) found in a writable root: their hooks run on a push.
+//
+// Not protected, because they run nothing by themselves: info/attributes and
+// .gitattributes (they only pick filter/diff drivers that a config defines), .gitmodules
+// (git refuses commands from it; URLs reach the config only through git submodule init,
+// which the user runs), refs, objects, the index, HEAD, logs. Directories between a writable root and a protected
+// path are pinned (made mount points of their own) by buildView, so none can be renamed
+// aside and replaced by a copy holding a planted hook.
+//
+// Only what lies inside a writable root is protected: elsewhere the view is read-only or
+// the path does not exist. Paths are worked out on resolved (symlink-free) paths and
+// reported as the view spells them under the root they lie in.
+
+// Bounds of the walk. A malicious repository can hold any number of modules; past a bound
+// the launch fails closed (sandbox.ErrLaunch naming the bound) rather than leave some
+// git directory writable.
+const (
+	// maxGitDirs is how many git directories (repositories, linked worktrees, submodules)
+	// one launch protects.
+	maxGitDirs = 256
+	// maxModuleDepth is how many directory levels below a modules/ directory are searched
+	// for submodule git directories (a module name may contain /, and modules nest).
+	maxModuleDepth = 16
+	// maxGitEntries is how many directory entries of modules/ and worktrees/ directories
+	// one launch reads.
+	maxGitEntries = 8192
+	// maxScanDepth and maxScanDirs bound the search for repositories below a writable
+	// root (see scan): two levels down, 4096 subdirectories looked at per launch.
+	maxScanDepth = 2
+	maxScanDirs  = 4096
+	// maxGitFileBytes is how much of a .git file, commondir, gitdir or config is read.
+	maxGitFileBytes = 1 << 20
+)
+
+// errGitProtect is a repository whose git metadata cannot all be protected.
+var errGitProtect = errors.New("cannot protect git metadata")
+
+type protRoot struct{ view, real string }
+
+type gitProtector struct {
+	roots     []protRoot // outermost first
+	unprotect []string
+	seen      map[string]bool   // git directories walked (real paths)
+	out       map[string]string // view path -> real path, to protect
+	gitDirs   int
+	entries   int
+}
+
+// defaultProtected is the default protected set of the writable roots, less what unprotect
+// (sandbox.Access.Unprotect) opts out of. It creates an empty hooks directory, config, and
+// config.worktree where a git directory lacks them, so a command
+// cannot create them.
+func defaultProtected(roots, unprotect []string) ([]string, error) {
+	g := &gitProtector{unprotect: unprotect, seen: map[string]bool{}, out: map[string]string{}}
+	for _, r := range roots {
+		r = filepath.Clean(r)
+		real, err := filepath.EvalSymlinks(r)
+		if err != nil {
+			real = r
+		}
+		g.roots = append(g.roots, protRoot{view: r, real: real})
+	}
+	sort.SliceStable(g.roots, func(i, j int) bool { return len(g.roots[i].real) < len(g.roots[j].real) })
+	scanned := 0
+	for _, r := range g.roots {
+		if err := g.scan(r.real, 0, &scanned); err != nil {
+			return nil, err
+		}
+	}
+	list := make([]string, 0, len(g.out))
+	for v := range g.out {
+		list = append(list, v)
+	}
+	sort.Strings(list)
+	return list, nil
+}
+
+// scan protects the repository at dir and those in its subdirectories, maxScanDepth levels
+// down, looking at maxScanDirs subdirectories per launch (the roots themselves are always
+// looked at): repositories in a writable root that is not one (a read_write directory of
+// clones) are found too. Beyond those bounds the search stops; it is not an error, since a
+// tree like node_modules must not refuse every run. docs/guarantees.md says so.
+func (g *gitProtector) scan(dir string, depth int, scanned *int) error {
+	if isBareGitDir(dir) {
+		// A bare repository (foo.git): its hooks run when the user pushes to it.
+		return g.gitDir(dir, "", 0)
+	}
+	if err := g.worktree(dir); err != nil {
+		return err
+	}
+	if depth >= maxScanDepth || *scanned >= maxScanDirs {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	ents, _ := f.ReadDir(maxScanDirs - *scanned)
+	f.Close()
+	for _, e := range ents {
+		if !e.IsDir() || e.Name() == ".git" {
+			continue
+		}
+		if *scanned >= maxScanDirs {
+			return nil
+		}
+		*scanned++
+		if err := g.scan(filepath.Join(dir, e.Name()), depth+1, scanned); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// worktree protects the repository whose checkout is dir (its .git directory, file or link).
+func (g *gitProtector) worktree(dir string) error {
+	dotgit := filepath.Join(dir, ".git")
+	st, err := os.Lstat(dotgit)
+	if err != nil {
+		return nil // not a repository (or not one we can see)
+	}
+	switch {
+	case st.IsDir():
+		return g.gitDir(dotgit, dir, 0)
+	case st.Mode()&os.ModeSymlink != 0:
+		if err := g.add(dotgit); err != nil { // refused unless unprotected: the link can be replaced
+			return err
+		}
+		gd, err := filepath.EvalSymlinks(dotgit)
+		if err != nil {
+			return nil
+		}
+		return g.gitDir(gd, dir, 0)
+	case st.Mode().IsRegular():
+		return g.gitFile(dotgit, dir, 0)
+	}
+	return nil
+}
+
+// gitFile protects a .git file and the git directory it names ("gitdir: <path>").
+func (g *gitProtector) gitFile(file, worktree string, depth int) error {
+	if err := g.add(file); err != nil {
+		return err
+	}
+	b, err := readBounded(file)
+	if err != nil {
+		return nil
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	target, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir:")
+	if !ok {
+		return nil // git refuses it too ("invalid gitfile format")
+	}
+	gd := resolveFrom(filepath.Dir(file), strings.TrimSpace(target))
+	if gd == "" {
+		return nil
+	}
+	if isFile(filepath.Join(gd, "commondir")) {
+		return g.linkedWorktree(gd, worktree, depth)
+	}
+	return g.gitDir(gd, worktree, depth)
+}
+
+// gitDir protects a full git directory (one with its own config and hooks: a repository's
+// .git, a submodule's modules/<name>, a --separate-git-dir), its linked worktrees and its
+// submodules. worktree is its checkout ("" when bare or unknown).
+func (g *gitProtector) gitDir(gd, worktree string, depth int) error {
+	if g.seen[gd] {
+		return nil
+	}
+	if err := g.count(gd); err != nil {
+		return err
+	}
+	cfg := readGitConfig(filepath.Join(gd, "config"))
+	if err := g.hooks(filepath.Join(gd, "hooks")); err != nil {
+		return err
+	}
+	if err := g.file(filepath.Join(gd, "config"), true); err != nil {
+		return err
+	}
+	wcfg := readGitConfig(filepath.Join(gd, "config.worktree"))
+	if err := g.file(filepath.Join(gd, "config.worktree"), true); err != nil {
+		return err
+	}
+	if err := g.settings(gd, worktree, cfg, wcfg); err != nil {
+		return err
+	}
+	if err := g.eachDir(filepath.Join(gd, "worktrees"), func(wd string) error {
+		return g.linkedWorktree(wd, "", depth)
+	}); err != nil {
+		return err
+	}
+	return g.modules(filepath.Join(gd, "modules"), depth)
+}
+
+// linkedWorktree protects a linked worktree's git directory (.git/worktrees/X): its
+// commondir, config.worktree, the .git file of its checkout (from its gitdir file, when
+// worktree is not known), its submodules, and the common git directory.
+func (g *gitProtector) linkedWorktree(wd, worktree string, depth int) error {
+	if g.seen[wd] {
+		return nil
+	}
+	if err := g.count(wd); err != nil {
+		return err
+	}
+	if err := g.add(filepath.Join(wd, "commondir")); err != nil {
+		return err
+	}
+	if worktree == "" {
+		if b, err := readBounded(filepath.Join(wd, "gitdir")); err == nil {
+			if back := resolveFrom(wd, strings.TrimSpace(string(b))); back != "" && isFile(back) {
+				worktree = filepath.Dir(back)
+				if err := g.add(back); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	var common string
+	if b, err := readBounded(filepath.Join(wd, "commondir")); err == nil {
+		common = resolveFrom(wd, strings.TrimSpace(string(b)))
+	}
+	var ccfg gitConfig
+	if common != "" {
+		ccfg = readGitConfig(filepath.Join(common, "config"))
+	}
+	wcfg := readGitConfig(filepath.Join(wd, "config.worktree"))
+	if err := g.file(filepath.Join(wd, "config.worktree"), true); err != nil {
+		return err
+	}
+	if err := g.settings(wd, worktree, ccfg, wcfg); err != nil {
+		return err
+	}
+	if err := g.modules(filepath.Join(wd, "modules"), depth); err != nil {
+		return err
+	}
+	if common != "" {
+		main := ""
+		if filepath.Base(common) == ".git" {
+			main = filepath.Dir(common)
+		}
+		return g.gitDir(common, main, depth)
+	}
+	return nil
+}
+
+// modules protects the submodule git directories under dir (a modules/ directory): a
+// directory holding HEAD is one; any other is a level of a module name with / in it.
+func (g *gitProtector) modules(dir string, depth int) error {
+	return g.eachDir(dir, func(sub string) error {
+		if !isFile(filepath.Join(sub, "HEAD")) {
+			if depth+1 > maxModuleDepth {
+				return fmt.Errorf("%w: %s is more than %d directories deep below modules/ (fledge searches no deeper, and refuses to run rather than leave a submodule's hooks writable; [sandbox] unprotect can opt out)", errGitProtect, sub, maxModuleDepth)
+			}
+			return g.modules(sub, depth+1)
+		}
+		worktree := ""
+		if wt := readGitConfig(filepath.Join(sub, "config")).worktree; wt != "" {
+			if worktree = resolveFrom(sub, wt); worktree != "" {
+				if dotgit := filepath.Join(worktree, ".git"); isFile(dotgit) {
+					if err := g.add(dotgit); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return g.gitDir(sub, worktree, depth+1)
+	})
+}
+
+// settings protects what a git directory's config points at inside the writable roots:
+// the core.hooksPath directory and included files.
+func (g *gitProtector) settings(gd, worktree string, cfgs ...gitConfig) error {
+	for _, c := range cfgs {
+		if !sandbox.UnprotectsSetting(g.unprotect, sandbox.UnprotectHooksPath) {
+			for _, hp := range c.hooksPath {
+				// A relative hooksPath is relative to where hooks run: the checkout's top
+				// (the git directory itself when bare).
+				base := worktree
+				if base == "" {
+					base = gd
+				}
+				if p := resolveFrom(base, hp); p != "" {
+					if err := g.hooks(p); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if !sandbox.UnprotectsSetting(g.unprotect, sandbox.UnprotectIncludes) {
+			for _, inc := range c.includes {
+				// Relative include paths are relative to the including file (in gd).
+				if p := resolveFrom(gd, inc); p != "" {
+					if err := g.add(p); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (g *gitProtector) count(gd string) error {
+	g.seen[gd] = true
+	g.gitDirs++
+	if g.gitDirs > maxGitDirs {
+		return fmt.Errorf("%w: more than %d git directories (repositories, worktrees, submodules) in the writable roots, at %s: fledge refuses to run rather than leave some hooks writable ([sandbox] unprotect can opt out)", errGitProtect, maxGitDirs, gd)
+	}
+	return nil
+}
+
+// eachDir calls fn for every directory in dir (none when it does not exist), within the
+// entry budget.
+func (g *gitProtector) eachDir(dir string, fn func(string) error) error {
+	// Git directories outside the roots are walked too: a submodule's checkout (its .git
+	// file) can lie in a root while its git directory does not.
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	for {
+		ents, err := f.ReadDir(64)
+		g.entries += len(ents)
+		if g.entries > maxGitEntries {
+			return fmt.Errorf("%w: more than %d entries in worktrees/ and modules/ directories, at %s: fledge refuses to run rather than leave some hooks writable", errGitProtect, maxGitEntries, dir)
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				if err := fn(filepath.Join(dir, e.Name())); err != nil {
+					return err
+				}
+			}
+		}
+		if err != nil {
+			return nil // io.EOF or unreadable: what was read is done
+		}
+	}
+}
+
+// hooks protects a hooks directory, making an empty one first when it is missing.
+func (g *gitProtector) hooks(p string) error {
+	if _, ok := g.viewOf(p); !ok || g.unprotected(p) {
+		return nil
+	}
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil // no parent (a hooksPath into nowhere): git finds no hooks there either
+	}
+	return g.add(p)
+}
+
+// file protects a file of a git directory, making an empty one first when create is set
+// and it is missing (an empty config is what git reads when there is none).
+func (g *gitProtector) file(p string, create bool) error {
+	if _, ok := g.viewOf(p); !ok || g.unprotected(p) {
+		return nil
+	}
+	if create {
+		if f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+			f.Close()
+		}
+	}
+	return g.add(p)
+}
+
+// add protects p when it exists in a writable root and is not opted out. A symlink cannot
+// be: the bind would follow it and the link itself could be replaced, so it is an error.
+func (g *gitProtector) add(p string) error {
+	view, ok := g.viewOf(p)
+	if !ok || g.unprotected(p) {
+		return nil
+	}
+	st, err := os.Lstat(p)
+	if err != nil {
+		return nil // nothing to protect (and nothing git reads)
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%w: %s is a symlink, which a read-only mount cannot keep (the link itself could be replaced): make it a real file or directory, or add it to [sandbox] unprotect", errGitProtect, view)
+	}
+	g.out[view] = p
+	return nil
+}
+
+// viewOf is p's path in the view: under the outermost writable root holding it.
+func (g *gitProtector) viewOf(p string) (string, bool) {
+	for _, r := range g.roots {
+		if rel, ok := under(r.real, p); ok {
+			return filepath.Join(r.view, rel), true
+		}
+	}
+	return "", false
+}
+
+// unprotected: p, relative to some writable root holding it, matches an Unprotect entry.
+func (g *gitProtector) unprotected(p string) bool {
+	for _, r := range g.roots {
+		if rel, ok := under(r.real, p); ok && rel != "." && sandbox.Unprotected(filepath.ToSlash(rel), g.unprotect) {
+			return true
+		}
+	}
+	return false
+}
+
+// under is p relative to root when p lies inside it.
+func under(root, p string) (string, bool) {
+	rel, err := filepath.Rel(root, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
+
+// pinsFor are the directories between each protected path and the outermost writable root
+// holding it, parents first: each becomes a mount point, so none can be renamed aside
+// (with the protected paths in it) and replaced by a copy with a planted hook.
+func pinsFor(protected, roots []string) []string {
+	set := map[string]bool{}
+	for _, p := range protected {
+		p = filepath.Clean(p)
+		root := ""
+		for _, r := range roots {
+			r = filepath.Clean(r)
+			if _, ok := under(r, p); ok && (root == "" || len(r) < len(root)) {
+				root = r
+			}
+		}
+		if root == "" {
+			continue
+		}
+		for a := filepath.Dir(p); a != root && len(a) > len(root); a = filepath.Dir(a) {
+			set[a] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// resolveFrom resolves a path a git file names (relative to base), symlinks and all; ""
+// when it does not exist.
+func resolveFrom(base, p string) string {
+	if p == "" || strings.HasPrefix(p, "~") {
+		return "" // ~/ is the user's home: not a writable root of a confined run
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(base, p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		// A hooksPath that does not exist yet: its parent may (hooks then creates it).
+		if parent, perr := filepath.EvalSymlinks(filepath.Dir(p)); perr == nil {
+			return filepath.Join(parent, filepath.Base(p))
+		}
+		return ""
+	}
+	return real
+}
+
+// isBareGitDir: dir has what git's own discovery checks for a git directory (HEAD, objects/,
+// refs/).
+func isBareGitDir(dir string) bool {
+	obj, err1 := os.Lstat(filepath.Join(dir, "objects"))
+	refs, err2 := os.Lstat(filepath.Join(dir, "refs"))
+	return isFile(filepath.Join(dir, "HEAD")) && err1 == nil && obj.IsDir() && err2 == nil && refs.IsDir()
+}
+
+func isFile(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func readBounded(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxGitFileBytes))
+}
+
+// gitConfig is what the walk needs of a git config file.
+type gitConfig struct {
+	worktree  string   // core.worktree
+	hooksPath []string // core.hooksPath (every value seen)
+	includes  []string // include.path, includeIf.*.path
+}
+
+// readGitConfig reads the settings the walk follows. It is deliberately lenient and errs
+// towards protecting more: every value of a key counts, and a read error gives nothing.
+func readGitConfig(p string) gitConfig {
+	var c gitConfig
+	b, err := readBounded(p)
+	if err != nil {
+		return c
+	}
+	section := ""
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 4096), maxGitFileBytes)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "[") {
+			end := strings.IndexByte(line, ']')
+			if end < 0 {
+				continue
+			}
+			head := line[1:end]
+			name, sub, quoted := strings.Cut(head, " ")
+			section = strings.ToLower(name)
+			if quoted && strings.ToLower(name) == "includeif" {
+				section = "includeif"
+			} else if quoted {
+				section = strings.ToLower(name) + " " + strings.TrimSpace(sub)
+			}
+			line = strings.TrimSpace(line[end+1:])
+			if line == "" {
+				continue
+			}
+		}
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		key, val, _ := strings.Cut(line, "=")
+		key = strings.ToLower(strings.TrimSpace(key))
+		val = unquote(strings.TrimSpace(val))
+		switch {
+		case section == "core" && key == "worktree":
+			c.worktree = val
+		case section == "core" && key == "hookspath":
+			c.hooksPath = append(c.hooksPath, val)
+		case (section == "include" || section == "includeif") && key == "path":
+			c.includes = append(c.includes, val)
+		}
+	}
+	return c
+}
+
+func unquote(v string) string {
+	if i := strings.IndexAny(v, "#;"); i >= 0 && !strings.HasPrefix(v, "\"") {
+		v = strings.TrimSpace(v[:i])
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	return v
+}
