@@ -190,6 +190,16 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		if err := protect("", v, where); err != nil {
 			return err
 		}
+		// As in EnterView (coveringCwd): a working directory that is or lies in a protected
+		// path must be entered through the read-only mount now on top of it.
+		if len(v.Pin)+len(v.Protected) > 0 {
+			fd, err := reopenCwd(cwdfd, where)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			cwdfd = fd
+		}
 	}
 	if err := unix.Mount("", "/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("read-only /tmp: %w", err)

@@ -416,7 +416,6 @@ func bindInto(p string, writable bool) (bool, error) {
 	return true, nil
 }
 
-// readOnly makes the mount at dst and every mount beneath it read-only (nosuid too).
 // coveringCwd opens the working directory again by the path it is mounted at, through the
 // mounts made on top since, and checks it is the same directory.
 func coveringCwd(cwdfd int) (int, error) {
@@ -424,6 +423,12 @@ func coveringCwd(cwdfd int) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("working directory: %w", err)
 	}
+	return reopenCwd(cwdfd, at)
+}
+
+// reopenCwd opens the directory at path (through every mount on top) and checks it is
+// cwdfd's.
+func reopenCwd(cwdfd int, at string) (int, error) {
 	fd, err := unix.Open(at, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("working directory: %w", err)
@@ -436,6 +441,7 @@ func coveringCwd(cwdfd int) (int, error) {
 	return fd, nil
 }
 
+// readOnly makes the mount at dst and every mount beneath it read-only (nosuid too).
 func readOnly(dst string) error {
 	return unix.MountSetattr(-1, dst, unix.AT_RECURSIVE,
 		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID})

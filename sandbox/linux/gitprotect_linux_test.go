@@ -374,7 +374,13 @@ attempt hook sh -c 'echo evil > .git/hooks/post-checkout'`, root, root)
 // is the protected hooks directory itself) still meets the protection through relative
 // paths.
 func TestViewProtectsFromInsideGitDir(t *testing.T) {
-	sb := newSandbox(t, Options{})
+	for _, l := range viewLaunchers {
+		t.Run(l.name, func(t *testing.T) { testProtectsFromInsideGitDir(t, l.opts) })
+	}
+}
+
+func testProtectsFromInsideGitDir(t *testing.T, opts Options) {
+	sb := newSandbox(t, opts)
 	requireView(t, sb)
 	root := t.TempDir()
 	gitCmd(t, root, "init", "-q", root)
