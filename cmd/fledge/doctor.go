@@ -190,8 +190,11 @@ func homePATHEntries(e *env) []string {
 
 // pidNSText says what a command finds in /proc.
 func pidNSText(ns string) string {
-	if ns == "per-plugin" {
+	switch ns {
+	case "per-plugin":
 		return "its own plugin's only (a pid namespace per plugin, /proc its own)"
+	case "per-run":
+		return "its own run's only (a pid namespace per run, in a user namespace)"
 	}
 	return "the host's, in a read-only /proc (no pid namespace)"
 }
