@@ -36,6 +36,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		{"full-stub", Options{Launch: LaunchStub}, true},
 		{"no-tmp", Options{}, false},
 		{"fresh-view", Options{DisableViewTemplate: true}, true},
+		{"no-pidns", Options{DisablePidNS: true}, true},
 		{"no-view", Options{DisableView: true}, true},
 		{"no-cgroup", Options{DisableCgroups: true}, false},
 		{"no-landlock", Options{DisableLandlock: true}, false},
