@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
@@ -158,4 +159,36 @@ cc -o hello hello.c && ./hello`
 	res, out, errOut := run(t, sb, spec)
 	require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	assert.Equal(t, "1\nvenv True\nhello from cc\n", out)
+}
+
+// TestGoBuildInProject: `go build` of a module in the project works from a confined
+// command (the toolchain forks compilers and the linker, uses threads, mmaps and pipes).
+// The command gets the host's Go build cache read-write, already warm from building this
+// test, so the runtime is not compiled again.
+func TestGoBuildInProject(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	testutil.SkipUnlessSupported(t, err == nil, "needs the go toolchain")
+	out, err := exec.Command(goBin, "env", "GOROOT", "GOCACHE").Output()
+	require.NoError(t, err)
+	env := strings.Fields(string(out))
+	require.Len(t, env, 2)
+	goroot, gocache := env[0], env[1]
+	require.NoError(t, os.MkdirAll(gocache, 0o755))
+	sb := newSandbox(t, Options{})
+	requireView(t, sb)
+	e := newEnv(t)
+	require.NoError(t, os.WriteFile(filepath.Join(e.project, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(e.project, "main.go"),
+		[]byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from go\") }\n"), 0o644))
+	spec := e.spec(`set -e; go build -o hello . && ./hello`)
+	spec.Env = sandbox.WithEnv(spec.Env, "PATH", goroot+"/bin:/usr/bin:/bin")
+	spec.Env = append(spec.Env, "GOCACHE="+gocache, "GOTOOLCHAIN=local", "GOPATH="+e.project+"/gopath", "GOPROXY=off")
+	spec.Access.ReadExec = append(spec.Access.ReadExec, goroot)
+	spec.Access.ReadWrite = append(spec.Access.ReadWrite, gocache)
+	spec.Limits.Timeout = 3 * time.Minute
+	res, stdout, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", stdout, errOut)
+	assert.Equal(t, "hello from go\n", stdout)
+	_, err = os.Stat(filepath.Join(e.project, "hello"))
+	assert.NoError(t, err, "the binary is in the project on disk")
 }
