@@ -410,28 +410,51 @@ attempt config sh -c 'echo "[alias]" >> ../config'`},
 func TestDefaultProtectedScanBound(t *testing.T) {
 	root := t.TempDir()
 	gitCmd(t, root, "init", "-q", root)
-	wide := filepath.Join(root, "node_modules")
+	var wide []string
 	for i := 0; i < maxScanDirs+10; i++ {
-		require.NoError(t, os.MkdirAll(filepath.Join(wide, fmt.Sprintf("p%d", i)), 0o755))
+		w := filepath.Join(root, fmt.Sprintf("w%d", i))
+		require.NoError(t, os.MkdirAll(filepath.Join(w, "lib"), 0o755))
+		wide = append(wide, w)
 	}
-	nested := filepath.Join(root, "vendor", "lib")
+	nested := filepath.Join(root, "vendor")
 	gitCmd(t, root, "init", "-q", nested)
-	bare := filepath.Join(root, "remotes", "origin.git")
+	bare := filepath.Join(root, "origin.git")
 	gitCmd(t, root, "init", "-q", "--bare", bare)
 	got, err := defaultProtected([]string{root}, nil)
 	require.NoError(t, err)
 	assert.Contains(t, got, filepath.Join(root, ".git", "config"))
 	assert.Contains(t, got, filepath.Join(root, ".git", "hooks"))
-	deep := filepath.Join(root, "a", "b", "c")
+	deep := filepath.Join(root, "a", "b")
 	gitCmd(t, root, "init", "-q", deep)
 
-	// Below the bound, a clone two levels down is found.
-	require.NoError(t, os.RemoveAll(wide))
+	// Below the bound, a clone one level down is found.
+	for _, w := range wide {
+		require.NoError(t, os.RemoveAll(w))
+	}
 	got, err = defaultProtected([]string{root}, nil)
 	require.NoError(t, err)
 	assert.Contains(t, got, filepath.Join(nested, ".git", "hooks"))
 	assert.Contains(t, got, filepath.Join(nested, ".git", "config"))
 	assert.Contains(t, got, filepath.Join(bare, "hooks"), "a push to a bare repository runs its hooks")
 	assert.Contains(t, got, filepath.Join(bare, "config"))
-	assert.NotContains(t, got, filepath.Join(deep, ".git", "hooks"), "three levels down is past maxScanDepth")
+	assert.NotContains(t, got, filepath.Join(deep, ".git", "hooks"), "two levels down is past maxScanDepth")
+}
+
+// BenchmarkDefaultProtectedWideTree is the per-launch cost of finding the protected set in
+// a project with a repository and a node_modules-like tree of 3000 directories.
+func BenchmarkDefaultProtectedWideTree(b *testing.B) {
+	root := b.TempDir()
+	if err := exec.Command("git", "init", "-q", root).Run(); err != nil {
+		b.Skip("needs git")
+	}
+	for i := 0; i < 3000; i++ {
+		if err := os.MkdirAll(filepath.Join(root, "node_modules", fmt.Sprintf("p%d", i), "lib"), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if _, err := defaultProtected([]string{root}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
