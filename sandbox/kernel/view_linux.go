@@ -381,7 +381,9 @@ func bindInto(p string, writable bool) (bool, error) {
 	src, dst := "/oldroot"+p, "/newroot"+p
 	st, err := os.Stat(src)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+		// Missing, or not reachable by this user (an unprivileged fledge given a PATH entry
+		// under another user's home): nothing to show, as Landlock skips it too.
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, os.ErrPermission) {
 			return false, nil
 		}
 		return false, fmt.Errorf("grant %s: %w", p, err)

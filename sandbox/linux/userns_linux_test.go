@@ -78,7 +78,9 @@ func runUserNSHelper(root, m string) int {
 		return &sandbox.Spec{
 			Kind: sandbox.KindExec, Name: "userns", Path: "/bin/sh", Args: []string{"sh", "-c", script, "sh", m},
 			Dir: d, DirPath: e.project, Env: []string{"PATH=/usr/bin:/bin", "HOME=" + e.home},
-			Access: sandbox.Access{ReadWrite: []string{e.project}, ReadExec: SystemReadExec},
+			// A grant this user cannot even stat (root's PATH entry, inherited): skipped,
+			// never a failed run.
+			Access: sandbox.Access{ReadWrite: []string{e.project}, ReadExec: append(append([]string{}, SystemReadExec...), "/root/.cargo/bin")},
 			Limits: sandbox.Limits{Timeout: 30 * time.Second, KillGrace: 500 * time.Millisecond},
 		}
 	}
