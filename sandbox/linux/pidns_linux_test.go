@@ -48,12 +48,17 @@ func testPidNamespaceHides(t *testing.T, launch string) {
 for d in /proc/[0-9]*; do
   echo "PID ${d#/proc/} $(cat "$d/comm" 2>/dev/null)"
 done
-tr '\0' ' ' < /proc/1/cmdline | grep -q __fledge_sandbox_pidns__ && echo HOLDER-IS-1
+tr '\0' ' ' < /proc/1/cmdline | grep -q __fledge_sandbox_pidns__ && echo PID1-IS-HOLDER
 m=$(cat marker)
 for d in /proc/[0-9]*; do
   case "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" in *"$m"*) echo "MARKER-SEEN";; esac
 done
 echo "SELF $$"
+ls /proc/1/root/ >/dev/null 2>&1 && echo "HOLDER-ROOT-LISTED"
+readlink /proc/1/root >/dev/null 2>&1 && echo "HOLDER-ROOT-READ"
+cat /proc/1/environ >/dev/null 2>&1 && echo "HOLDER-ENVIRON-READ"
+readlink /proc/1/fd/0 >/dev/null 2>&1 && echo "HOLDER-FD-READ"
+ls /proc/1/cwd/ >/dev/null 2>&1 && echo "HOLDER-CWD-LISTED"
 ps -e -o pid=,comm= >/dev/null 2>&1 && echo PS-OK
 echo write > /proc/self/comm 2>/dev/null && echo PROC-WRITABLE
 exit 0`
@@ -62,8 +67,9 @@ exit 0`
 	require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	assert.NotContains(t, out, "MARKER-SEEN")
 	assert.NotContains(t, out, "PROC-WRITABLE")
+	assert.NotContains(t, out, "HOLDER-", "the holder's /proc entries (its root is the host's /) are out of reach")
 	assert.Contains(t, out, "PS-OK")
-	assert.Contains(t, out, "HOLDER-IS-1", "pid 1 is the namespace's holder")
+	assert.Contains(t, out, "PID1-IS-HOLDER", "pid 1 is the namespace's holder")
 	var pids []int
 	self := -1
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {

@@ -40,6 +40,13 @@ func runPidNS() int {
 	if os.Getpid() != 1 {
 		return pidNSExitUsage
 	}
+	// The namespace's commands see the holder as pid 1: not dumpable, its /proc entries
+	// (root, cwd, fds, environ, mem: the host's filesystem behind /proc/1/root) need
+	// CAP_SYS_PTRACE, which no command has. (A command without capabilities is refused
+	// them anyway, as is one in a Landlock domain: three locks on the same door.)
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return pidNSExitUsage
+	}
 	procFD, err := detachedProc()
 	if err != nil {
 		_ = unix.Sendmsg(0, []byte("proc "+err.Error()), nil, nil, unix.MSG_NOSIGNAL)
