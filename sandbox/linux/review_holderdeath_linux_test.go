@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"syscall"
@@ -96,4 +97,30 @@ func TestViewTemplateCrossPluginProcWithoutLandlock(t *testing.T) {
 	assert.NotContains(t, out, "SECRET-OF-A", "plugin B reads plugin A's command line")
 	assert.NotContains(t, out, "SECRET-ENV-OF-A", "plugin B reads plugin A's environment")
 	assert.NotContains(t, out, "self=\n", "plugin B's /proc is not its own")
+}
+
+// TestPidNamespaceLaunchRightAfterHolderDeath: the launch right after a holder died (not
+// yet reaped by the host) must start a new holder, not join the dying namespace (where
+// fork fails with ENOMEM, "cannot allocate memory").
+func TestPidNamespaceLaunchRightAfterHolderDeath(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableViewTemplate: true})
+	requirePidNS(t, sb)
+	e := newEnv(t)
+	for i := range 10 {
+		spec := e.spec(`echo ok`)
+		var out bytes.Buffer
+		spec.Stdout = &out
+		p, err := sb.Start(context.Background(), spec)
+		if !assert.NoError(t, err, "launch %d, right after the holder was killed", i) {
+			return
+		}
+		res := waitFor(t, p)
+		assert.Equal(t, 0, res.ExitCode)
+		assert.Equal(t, "ok\n", out.String())
+		sb.pidns.mu.Lock()
+		for _, h := range sb.pidns.holders {
+			_ = h.proc.Signal(syscall.SIGKILL)
+		}
+		sb.pidns.mu.Unlock()
+	}
 }
