@@ -29,9 +29,11 @@ type Landlock struct {
 	LogExec bool `json:"log_exec,omitempty"`
 	// ProcFD, when above 2 (stdio never is one), is a detached procfs that views mount
 	// copies of at /proc (View.ProcTree): it is granted read-only like a path. Copies
-	// share its superblock, so the one rule covers them all. It is part of the cache key
-	// (a ruleset per procfs), and only the thread launcher sets it (an fd of the host).
-	ProcFD int `json:"proc_fd,omitempty"`
+	// share its superblock, so the one rule covers them all. Only the thread launcher sets
+	// it (an fd of the host); ProcKey names that procfs (dev:ino) in the cache key, so a
+	// ruleset is per procfs, whatever fd number it comes through.
+	ProcFD  int    `json:"-"`
+	ProcKey string `json:"proc_key,omitempty"`
 }
 
 // Filter says which optional parts of the filter a launch wants.

@@ -158,6 +158,13 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare: %w", err)
 	}
+	// The way back: a working directory the template copy cannot mount (its path keeps
+	// changing under a racing rename) is left to a fresh view, which follows the handle.
+	host, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("host namespace: %w", err)
+	}
+	defer unix.Close(host)
 	if err := unix.Setns(t.ns, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template: %w", err)
 	}
@@ -177,7 +184,10 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		// namespace's), so the handle's current path was read before.
 		var where string
 		if cwdfd, where, err = mountDirAt("", tree, func() []string { return []string{dirNow, v.Dir} }, v); err != nil {
-			return err
+			if serr := unix.Setns(host, unix.CLONE_NEWNS); serr != nil {
+				return fmt.Errorf("%w (and back to the host's namespace: %w)", err, serr)
+			}
+			return ErrTemplateUnfit
 		}
 		if !writable {
 			if err := unix.MountSetattr(cwdfd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,11 +37,16 @@ const pidNSStartBound = 10 * time.Second
 
 var errNoPidNS = errors.New("no pid namespace")
 
+// errPidNSGone: the namespace's holder died, so the namespace takes no new process.
+var errPidNSGone = errors.New("the plugin's pid namespace ended (its holder died)")
+
 type pidHolder struct {
-	proc   *os.Process
-	sock   int // host end of the holder's stdin socket: closing it ends the namespace
-	nsFD   int // /proc/<holder>/ns/pid
-	procFD int // the holder's detached procfs
+	proc    *os.Process
+	dead    atomic.Bool // set once the holder was reaped
+	procKey string      // the procfs's dev:ino
+	sock    int         // host end of the holder's stdin socket: closing it ends the namespace
+	nsFD    int         // /proc/<holder>/ns/pid
+	procFD  int         // the holder's detached procfs
 }
 
 func newPidNamespaces(exe string) *pidNamespaces {
@@ -114,11 +120,17 @@ func startPidHolder(exe string) (*pidHolder, error) {
 		return nil, fmt.Errorf("start holder: %w", err)
 	}
 	h := &pidHolder{proc: proc, sock: fds[0], nsFD: -1, procFD: -1}
-	go func() { _, _ = proc.Wait() }()
+	go func() { _, _ = proc.Wait(); h.dead.Store(true) }()
 	if err := h.receiveProc(); err != nil {
 		h.close()
 		return nil, err
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(h.procFD, &st); err != nil {
+		h.close()
+		return nil, fmt.Errorf("holder procfs: %w", err)
+	}
+	h.procKey = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 	if h.nsFD, err = unix.Open(fmt.Sprintf("/proc/%d/ns/pid", proc.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		h.close()
 		return nil, fmt.Errorf("holder namespace: %w", err)
@@ -159,8 +171,35 @@ func (h *pidHolder) receiveProc() error {
 	}
 }
 
-// alive: the holder still runs (a killed holder took its namespace down with it).
-func (h *pidHolder) alive() bool { return h.proc.Signal(syscall.Signal(0)) == nil }
+// alive: the holder still runs (a killed holder took its namespace down with it). A holder
+// that is exiting but not yet reaped may still look alive: a launch that then finds its
+// namespace gone (errPidNSGone) drops it and retries.
+func (h *pidHolder) alive() bool {
+	if h.dead.Load() || h.proc.Signal(syscall.Signal(0)) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.proc.Pid))
+	if err != nil {
+		return false
+	}
+	st := string(b)
+	f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// drop forgets name's holder h (if it is still the one), ending its namespace.
+func (n *pidNamespaces) drop(name string, h *pidHolder) {
+	if n == nil || h == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.holders[name] == h {
+		delete(n.holders, name)
+		h.close()
+		_ = h.proc.Kill()
+	}
+}
 
 func (h *pidHolder) close() {
 	for _, fd := range []*int{&h.sock, &h.nsFD, &h.procFD} {

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -553,20 +554,33 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
 		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1}
-		if pol.View != nil && s.pidns.available() {
-			release, err := s.joinPidNS(spec, tl)
-			if err != nil {
-				p.stdio.Started()
-				p.stdio.Abort()
-				return nil, err
+		var releases []func()
+		// join points the launch at the plugin's pid namespace and its view template.
+		join := func() error {
+			if pol.View != nil && s.pidns.available() {
+				release, err := s.joinPidNS(spec, tl)
+				if err != nil {
+					return err
+				}
+				releases = append(releases, release)
 			}
-			defer release()
+			if pol.View != nil && s.templates != nil {
+				// After the pid namespace: the template holds that namespace's /proc.
+				if p.tmpl = s.templates.acquire(pol.View); p.tmpl != nil {
+					tl.tmpl = p.tmpl.t
+				}
+			}
+			return nil
 		}
-		if pol.View != nil && s.templates != nil {
-			// After the pid namespace: the template holds that namespace's /proc.
-			if p.tmpl = s.templates.acquire(pol.View); p.tmpl != nil {
-				tl.tmpl = p.tmpl.t
+		defer func() {
+			for _, r := range releases {
+				r()
 			}
+		}()
+		if err := join(); err != nil {
+			p.stdio.Started()
+			p.stdio.Abort()
+			return nil, err
 		}
 		if sys.UseCgroupFD && kernel.SeccompSupported() {
 			// The launch forks with clone3 (CLONE_INTO_CGROUP); the watchdog, already
@@ -587,6 +601,20 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
+		if errors.Is(err, errPidNSGone) {
+			// The holder died after it was looked up (killed, the OOM killer): its
+			// namespace takes no new process. Once more, with a new holder, on a fresh
+			// thread; the audit record (BeforeExec) was already written.
+			s.pidns.drop(spec.Name, tl.holder)
+			if p.tmpl != nil {
+				_ = s.templates.release(p.tmpl, "")
+				p.tmpl, tl.tmpl = nil, nil
+			}
+			tl.before, tl.joined = nil, false
+			if err = join(); err == nil {
+				p.proc, err = tl.start(nil)
+			}
+		}
 	}
 	p.stdio.Started()
 	if err != nil {
@@ -655,17 +683,26 @@ func (s *Sandbox) joinPidNS(spec *sandbox.Spec, tl *threadLaunch) (release func(
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
-	ns, err := unix.FcntlInt(uintptr(h.nsFD), unix.F_DUPFD_CLOEXEC, 3)
-	if err != nil {
-		return nil, fmt.Errorf("%w: pid namespace: %w", sandbox.ErrLaunch, err)
+	var fds []int
+	release = func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 	}
-	tl.pidNS = ns
-	tl.pol.View.ProcTree = h.procFD
+	for _, fd := range []int{h.nsFD, h.procFD} {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("%w: pid namespace: %w", sandbox.ErrLaunch, err)
+		}
+		fds = append(fds, d)
+	}
+	tl.pidNS, tl.holder = fds[0], h
+	tl.pol.View.ProcTree = fds[1]
 	if tl.pol.Landlock != nil {
-		// The cached ruleset per procfs: the holder's fd number is stable while it lives.
-		tl.pol.Landlock.ProcFD = h.procFD
+		tl.pol.Landlock.ProcFD, tl.pol.Landlock.ProcKey = fds[1], h.procKey
 	}
-	return func() { unix.Close(ns) }, nil
+	return release, nil
 }
 
 // process is one running tree.

@@ -42,7 +42,7 @@ func templateKey(v *kernel.View) (string, error) {
 		Mounts    []kernel.ViewMount
 		Protected []string
 		Pin       []string
-		Proc      fileID
+		Proc      string // the procfs (dev:ino): a template holds its namespace's /proc
 	}{Protected: v.Protected, Pin: v.Pin}
 	for _, m := range v.Mounts {
 		if m.Path != v.RunTmp || v.RunTmp == "" {
@@ -54,15 +54,28 @@ func templateKey(v *kernel.View) (string, error) {
 		if err := unix.Fstat(v.ProcTree, &st); err != nil {
 			return "", err
 		}
-		base.Proc = fileID{st.Dev, st.Ino}
+		base.Proc = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 	}
 	b, err := json.Marshal(base)
 	return string(b), err
 }
 
-// identities are the (dev, ino) of every granted path right now (zero: absent).
+// identities are the (dev, ino) of every granted, protected and pinned path right now
+// (zero: absent). A protected path replaced on disk (git renames config.lock over
+// .git/config; hooks removed and made again) drops the template's read-only mount on it in
+// every namespace, so it must make a new template, as a replaced grant does.
 func identities(v *kernel.View) map[string]fileID {
 	ids := map[string]fileID{}
+	for _, paths := range [][]string{v.Protected, v.Pin} {
+		for _, p := range paths {
+			var st unix.Stat_t
+			if unix.Lstat(p, &st) == nil {
+				ids["protected:"+p] = fileID{st.Dev, st.Ino}
+			} else {
+				ids["protected:"+p] = fileID{}
+			}
+		}
+	}
 	for _, m := range v.Mounts {
 		if m.Path == v.RunTmp && v.RunTmp != "" {
 			continue

@@ -53,7 +53,8 @@ type threadLaunch struct {
 	// pidNS is the run's pid namespace (an fd of its holder, -1: none): the thread joins it
 	// for its children only (setns CLONE_NEWPID changes the namespace of the children a
 	// task forks from then on, never its own), so the child is born inside it.
-	pidNS int
+	pidNS  int
+	holder *pidHolder // whose namespace pidNS is (nil: none)
 	// tmpl is the view template to copy (nil: build the view afresh).
 	tmpl *kernel.Template
 }
@@ -250,6 +251,10 @@ func (tl *threadLaunch) onThread() (int, error) {
 			_ = unix.Kill(pid, unix.SIGKILL)
 			var ws unix.WaitStatus
 			_, _ = unix.Wait4(pid, &ws, 0, nil)
+		}
+		if tl.pidNS >= 0 && errors.Is(err, syscall.ENOMEM) {
+			// fork refuses with ENOMEM in a pid namespace whose init has died.
+			return 0, fmt.Errorf("%w: %w", sandbox.ErrLaunch, errPidNSGone)
 		}
 		return 0, threadStep("exec", fmt.Errorf("%s: %w", path, err))
 	}
