@@ -44,6 +44,8 @@ type pidHolder struct {
 	proc    *os.Process
 	dead    atomic.Bool // set once the holder was reaped
 	procKey string      // the procfs's dev:ino
+	refs    int         // runs launched into it and not yet cleaned up (under the mutex)
+	last    time.Time   // when a run last took or released it (under the mutex)
 	sock    int         // host end of the holder's stdin socket: closing it ends the namespace
 	nsFD    int         // /proc/<holder>/ns/pid
 	procFD  int         // the holder's detached procfs
@@ -67,20 +69,53 @@ func (n *pidNamespaces) get(name string) (*pidHolder, error) {
 	}
 	if h := n.holders[name]; h != nil {
 		if h.alive() {
+			h.refs++
+			h.last = time.Now()
 			return h, nil
 		}
 		h.close()
 		delete(n.holders, name)
 	}
-	if len(n.holders) >= maxPidNamespaces {
+	if len(n.holders) >= maxPidNamespaces && !n.evictIdleLocked() {
 		return nil, fmt.Errorf("%w: %d pid namespaces in use (limit)", errNoPidNS, maxPidNamespaces)
 	}
 	h, err := startPidHolder(n.exe)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errNoPidNS, err)
 	}
+	h.refs, h.last = 1, time.Now()
 	n.holders[name] = h
 	return h, nil
+}
+
+// evictIdleLocked ends the namespace that has been idle (no run in it) longest, to make
+// room for another plugin's; false when every namespace has a run in it.
+func (n *pidNamespaces) evictIdleLocked() bool {
+	var oldest string
+	var found *pidHolder
+	for name, h := range n.holders {
+		if h.refs == 0 && (found == nil || h.last.Before(found.last)) {
+			oldest, found = name, h
+		}
+	}
+	if found == nil {
+		return false
+	}
+	delete(n.holders, oldest)
+	found.close()
+	_ = found.proc.Kill()
+	return true
+}
+
+// put releases a run's hold on h (taken by get).
+func (n *pidNamespaces) put(h *pidHolder) {
+	if n == nil || h == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h.refs--
+	h.last = time.Now()
 }
 
 // close ends every holder: the kernel kills whatever is left in their namespaces.

@@ -190,3 +190,41 @@ func (w *lineWaiter) Write(b []byte) (int, error) {
 }
 
 var _ = sandbox.KindExec
+
+// TestPidNamespaceIdleHolderMakesRoom: at the bound, a namespace with no run in it is ended
+// to make room for another plugin's; one with a run in it never is.
+func TestPidNamespaceIdleHolderMakesRoom(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	requirePidNS(t, sb)
+	e := newEnv(t)
+	long := e.spec(`echo started; exec sleep 30`)
+	long.Name = "busy"
+	started := &lineWaiter{want: "started", ch: make(chan struct{})}
+	long.Stdout = started
+	p, err := sb.Start(context.Background(), long)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Kill(); _, _ = p.Wait() })
+	<-started.ch
+	// Fill the bound with idle namespaces (their runs are over and cleaned up).
+	for i := 0; i < maxPidNamespaces-1; i++ {
+		spec := e.spec(`true`)
+		spec.Name = fmt.Sprintf("idle-%d", i)
+		res, out, errOut := run(t, sb, spec)
+		require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	}
+	sb.cleanups.Wait()
+	sb.pidns.mu.Lock()
+	require.Len(t, sb.pidns.holders, maxPidNamespaces)
+	sb.pidns.mu.Unlock()
+	spec := e.spec(`cat /proc/1/comm`)
+	spec.Name = "newcomer"
+	res, out, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	assert.Empty(t, res.Mode.Degraded, "the newcomer got a namespace of its own")
+	sb.pidns.mu.Lock()
+	defer sb.pidns.mu.Unlock()
+	assert.Len(t, sb.pidns.holders, maxPidNamespaces)
+	assert.NotNil(t, sb.pidns.holders["busy"], "the namespace with a run in it stays")
+	assert.NotNil(t, sb.pidns.holders["newcomer"])
+	assert.Nil(t, sb.pidns.holders["idle-0"], "the longest idle one made room")
+}

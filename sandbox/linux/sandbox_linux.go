@@ -545,7 +545,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if pol.View != nil && !s.userView && s.pidns.available() {
 			// Root: the stub is born in the plugin's pid namespace (started from a thread
 			// that joined it) and mounts that namespace's procfs in its view.
-			p.proc, err = s.startStubInPidNS(spec, l)
+			p.proc, p.holder, err = s.startStubInPidNS(spec, l)
 		} else {
 			p.proc, err = l.Start()
 		}
@@ -577,7 +577,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				r()
 			}
 		}()
-		if err := join(); err != nil {
+		err = join()
+		p.holder = tl.holder
+		if err != nil {
 			p.stdio.Started()
 			p.stdio.Abort()
 			return nil, err
@@ -606,12 +608,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			// namespace takes no new process. Once more, with a new holder, on a fresh
 			// thread; the audit record (BeforeExec) was already written.
 			s.pidns.drop(spec.Name, tl.holder)
+			s.pidns.put(tl.holder)
+			p.holder, tl.holder = nil, nil
 			if p.tmpl != nil {
 				_ = s.templates.release(p.tmpl, "")
 				p.tmpl, tl.tmpl = nil, nil
 			}
 			tl.before, tl.joined = nil, false
-			if err = join(); err == nil {
+			err = join()
+			p.holder = tl.holder
+			if err == nil {
 				p.proc, err = tl.start(nil)
 			}
 		}
@@ -641,10 +647,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 // startStubInPidNS starts l's stub in the pid namespace of spec's name: from a throwaway
 // thread that joined it (setns CLONE_NEWPID only changes where that thread's children are
 // born), with a fresh procfs of its namespace in the view instead of the host's.
-func (s *Sandbox) startStubInPidNS(spec *sandbox.Spec, l *stub.Launch) (*os.Process, error) {
+func (s *Sandbox) startStubInPidNS(spec *sandbox.Spec, l *stub.Launch) (*os.Process, *pidHolder, error) {
 	h, err := s.pidns.get(spec.Name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
 	ownProc(l.Policy.View)
 	type result struct {
@@ -672,7 +678,7 @@ func (s *Sandbox) startStubInPidNS(spec *sandbox.Spec, l *stub.Launch) (*os.Proc
 	}
 	go start()
 	r := <-ch
-	return r.proc, r.err
+	return r.proc, h, r.err
 }
 
 // joinPidNS points tl at the pid namespace of spec's name: the launch thread joins it and
@@ -719,6 +725,8 @@ type process struct {
 	stdio *stub.Stdio
 	tmp   string
 	tmpl  *viewTemplate // the view template the run was launched from (nil: none)
+	// holder is the pid namespace the run was launched into (nil: none), held until cleanup.
+	holder *pidHolder
 	// status is an init stub's status pipe (userView): proc is the stub, the program's
 	// wait status comes through here.
 	status *os.File
@@ -873,6 +881,10 @@ func (p *process) cleanup() error {
 		if err := p.cg.remove(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if p.holder != nil {
+		p.sb.pidns.put(p.holder)
+		p.holder = nil
 	}
 	if p.tmpl != nil {
 		if err := p.sb.templates.release(p.tmpl, p.tmp); err != nil {
