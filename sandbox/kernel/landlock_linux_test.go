@@ -15,7 +15,7 @@ import (
 
 // onThrowawayThread runs fn on a locked OS thread other than the main one, which dies
 // afterwards (the goroutine exits still locked), as the thread launcher does.
-func onThrowawayThread(t *testing.T, fn func()) {
+func onThrowawayThread(t testing.TB, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
 	var run func()

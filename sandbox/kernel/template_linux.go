@@ -214,25 +214,7 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 	if err := unix.Mount("", "/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("read-only /tmp: %w", err)
 	}
-	if cwdfd >= 0 {
-		if err := unix.Fchdir(cwdfd); err != nil {
-			return fmt.Errorf("working directory: %w", err)
-		}
-	} else if v.Dir != "" {
-		if err := unix.Chdir(v.Dir); err != nil {
-			return fmt.Errorf("working directory %s is not in the view: %w", v.Dir, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Stat(".", &st); err != nil {
-			return err
-		}
-		if (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
-			return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
-		}
-	} else if err := unix.Chdir("/"); err != nil {
-		return err
-	}
-	return nil
+	return enterDir(cwdfd, v, true)
 }
 
 func isBeneath(p, root string) bool {

@@ -234,21 +234,30 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 		tmpl.tmp = fd
 		return nil
 	}
+	return enterDir(cwdfd, v, !placeholder)
+}
+
+// enterDir makes the working directory the mounted handle cwdfd, or else v.Dir by path,
+// checked to be the guarded directory (unless it is a placeholder), or else "/".
+func enterDir(cwdfd int, v *View, checkID bool) error {
 	if cwdfd >= 0 {
 		if err := unix.Fchdir(cwdfd); err != nil {
 			return fmt.Errorf("working directory: %w", err)
 		}
-	} else if v.Dir != "" {
-		if err := unix.Chdir(v.Dir); err != nil {
-			return fmt.Errorf("working directory %s is not in the view: %w", v.Dir, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Stat(".", &st); err != nil {
-			return err
-		}
-		if !placeholder && (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
-			return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
-		}
+		return nil
+	}
+	if v.Dir == "" {
+		return unix.Chdir("/")
+	}
+	if err := unix.Chdir(v.Dir); err != nil {
+		return fmt.Errorf("working directory %s is not in the view: %w", v.Dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(".", &st); err != nil {
+		return err
+	}
+	if checkID && (v.DirDev != 0 || v.DirIno != 0) && (st.Dev != v.DirDev || st.Ino != v.DirIno) {
+		return fmt.Errorf("working directory %s changed identity in the view", v.Dir)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"os"
-	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +24,7 @@ func BenchmarkEnterView(b *testing.B) {
 	for b.Loop() {
 		var err error
 		var used int64
-		onThrowawayThreadB(func() {
+		onThrowawayThread(b, func() {
 			var r0, r1 unix.Rusage
 			_ = unix.Getrusage(unix.RUSAGE_THREAD, &r0)
 			err = EnterView(v, -1)
@@ -38,24 +37,6 @@ func BenchmarkEnterView(b *testing.B) {
 		cpu += used
 	}
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
-}
-
-func onThrowawayThreadB(fn func()) {
-	done := make(chan struct{})
-	var run func()
-	run = func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			defer runtime.UnlockOSThread()
-			inner := make(chan struct{})
-			go func() { run(); close(inner) }()
-			<-inner
-			return
-		}
-		fn()
-	}
-	go func() { defer close(done); run() }()
-	<-done
 }
 
 // BenchmarkEnterTemplate is BenchmarkEnterView's view entered as a copy of a template
@@ -75,7 +56,7 @@ func BenchmarkEnterTemplate(b *testing.B) {
 		v.Mounts = append(v.Mounts, ViewMount{Path: p})
 	}
 	var tmpl *Template
-	onThrowawayThreadB(func() { tmpl, err = BuildTemplate(v) })
+	onThrowawayThread(b, func() { tmpl, err = BuildTemplate(v) })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,7 +64,7 @@ func BenchmarkEnterTemplate(b *testing.B) {
 	var cpu int64
 	for b.Loop() {
 		var used int64
-		onThrowawayThreadB(func() {
+		onThrowawayThread(b, func() {
 			var r0, r1 unix.Rusage
 			_ = unix.Getrusage(unix.RUSAGE_THREAD, &r0)
 			err = EnterTemplate(tmpl, v, -1)

@@ -217,36 +217,34 @@ func canBuildView() bool {
 // can be copied (open_tree of an fsmount tree: Linux 6.15). Probed with a tmpfs on a
 // throwaway thread, so nothing is mounted anywhere.
 func canClonePidNS() bool {
-	res := make(chan bool, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if unix.Unshare(unix.CLONE_NEWPID) != nil {
-			res <- false
-			return
-		}
-		fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
-		if err != nil {
-			res <- false
-			return
-		}
-		defer unix.Close(fs)
-		if unix.FsconfigCreate(fs) != nil {
-			res <- false
-			return
-		}
-		mfd, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, 0)
-		if err != nil {
-			res <- false
-			return
-		}
-		defer unix.Close(mfd)
-		c, err := cloneProc(mfd)
-		if err == nil {
-			unix.Close(c)
-		}
-		res <- err == nil
-	}()
-	return <-res
+	ok := false
+	onDiscardedThread(func() { ok = probePidNS() == nil })
+	return ok
+}
+
+// probePidNS runs canClonePidNS's steps on the calling (discarded) thread.
+func probePidNS() error {
+	if err := unix.Unshare(unix.CLONE_NEWPID); err != nil {
+		return err
+	}
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return err
+	}
+	mfd, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mfd)
+	c, err := cloneProc(mfd)
+	if err != nil {
+		return err
+	}
+	return unix.Close(c)
 }
 
 func userNamespaces() bool {
@@ -653,32 +651,16 @@ func (s *Sandbox) startStubInPidNS(spec *sandbox.Spec, l *stub.Launch) (*os.Proc
 		return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
 	ownProc(l.Policy.View)
-	type result struct {
-		proc *os.Process
-		err  error
-	}
-	ch := make(chan result, 1)
-	var start func()
-	start = func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			defer runtime.UnlockOSThread()
-			done := make(chan struct{})
-			go func() { start(); close(done) }()
-			<-done
+	var proc *os.Process
+	onDiscardedThread(func() {
+		// The thread's children are born in the namespace from now on.
+		if err = unix.Setns(h.nsFD, unix.CLONE_NEWPID); err != nil {
+			err = fmt.Errorf("%w: pid namespace: %w", sandbox.ErrLaunch, err)
 			return
 		}
-		// Never unlocked: the thread's children are born in the namespace from now on.
-		if err := unix.Setns(h.nsFD, unix.CLONE_NEWPID); err != nil {
-			ch <- result{nil, fmt.Errorf("%w: pid namespace: %w", sandbox.ErrLaunch, err)}
-			return
-		}
-		proc, err := l.Start()
-		ch <- result{proc, err}
-	}
-	go start()
-	r := <-ch
-	return r.proc, h, r.err
+		proc, err = l.Start()
+	})
+	return proc, h, err
 }
 
 // joinPidNS points tl at the pid namespace of spec's name: the launch thread joins it and

@@ -3,7 +3,6 @@ package linux
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -175,30 +174,11 @@ func (c *viewTemplates) close() {
 
 // buildTemplate builds on a throwaway thread (its namespace is left behind in the fd).
 func buildTemplate(v *kernel.View) (*kernel.Template, error) {
-	type result struct {
-		t   *kernel.Template
-		err error
+	var t *kernel.Template
+	var err error
+	onDiscardedThread(func() { t, err = kernel.BuildTemplate(v) })
+	if err != nil {
+		return nil, fmt.Errorf("view template: %w", err)
 	}
-	ch := make(chan result, 1)
-	var build func()
-	build = func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread is never discarded; retry on another (as the launcher does).
-			defer runtime.UnlockOSThread()
-			done := make(chan struct{})
-			go func() { build(); close(done) }()
-			<-done
-			return
-		}
-		// Never unlocked: the thread's root and namespace are the template's now.
-		t, err := kernel.BuildTemplate(v)
-		ch <- result{t, err}
-	}
-	go build()
-	r := <-ch
-	if r.err != nil {
-		return nil, fmt.Errorf("view template: %w", r.err)
-	}
-	return r.t, nil
+	return t, nil
 }

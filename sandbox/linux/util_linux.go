@@ -3,8 +3,11 @@ package linux
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 func joinErrs(errs []error) error { return errors.Join(errs...) }
@@ -38,4 +41,27 @@ func pgroupMembers(pgid int) []int {
 		}
 	}
 	return out
+}
+
+// onDiscardedThread runs fn on a locked OS thread that is not the main one and that dies
+// afterwards (the goroutine exits still locked, so the runtime terminates the thread): for
+// per-thread state a launch leaves behind (namespaces, Landlock, a private fs_struct). The
+// main thread is never terminated, so holding it forces the work onto another thread.
+// It returns once fn has.
+func onDiscardedThread(fn func()) {
+	done := make(chan struct{})
+	var run func()
+	run = func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			defer runtime.UnlockOSThread()
+			inner := make(chan struct{})
+			go func() { run(); close(inner) }()
+			<-inner
+			return
+		}
+		fn() // never unlocked
+	}
+	go func() { defer close(done); run() }()
+	<-done
 }
