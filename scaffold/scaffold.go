@@ -147,6 +147,19 @@ func Render(o Options) ([]File, error) {
 		}
 		files = append(files, File{Path: name, Mode: mode, Data: buf.Bytes()})
 	}
+	if sdk != "" {
+		// The checkout's go.sum holds the checksums of everything the SDK needs, verified when
+		// that checkout downloaded them. Seeding the plugin's go.sum with it lets `go mod tidy`
+		// run offline (GOPROXY=off, or a proxy without the checksum database) instead of
+		// looking each module up in the checksum database; tidy drops the lines not needed.
+		sum, err := os.ReadFile(filepath.Join(sdk, "go.sum"))
+		switch {
+		case err == nil:
+			files = append(files, File{Path: "go.sum", Mode: 0o644, Data: sum})
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("sdk dir: %w", err)
+		}
+	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	for _, f := range files {
 		if f.Path != plugin.ManifestFile {
