@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/core"
@@ -196,22 +197,41 @@ func npmInstall(t *testing.T, pkg string) string {
 	at := strings.LastIndex(pkg, "@")
 	name := pkg[:at]
 	prefix := filepath.Join(npmRoot, strings.NewReplacer("@", "", "/", "_").Replace(pkg))
-	if _, err := os.Stat(filepath.Join(prefix, "node_modules", name, "package.json")); err == nil {
+	// Several test binaries (go test runs packages in parallel, and more than one checkout
+	// may test on one machine) share npmRoot: an flock serialises them, and a prefix counts
+	// only once its completion marker is there. npm installs into a staging dir that is
+	// renamed into place, so a killed or concurrent install never leaves a half-filled
+	// prefix that a later run would take for complete (a missing zod did exactly that).
+	require.NoError(t, os.MkdirAll(npmRoot, 0o755))
+	lock, err := os.OpenFile(prefix+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	require.NoError(t, err)
+	defer lock.Close()
+	require.NoError(t, unix.Flock(int(lock.Fd()), unix.LOCK_EX))
+	marker := filepath.Join(prefix, ".fledge-install-complete")
+	if _, err := os.Stat(marker); err == nil {
 		return prefix
 	}
-	require.NoError(t, os.MkdirAll(prefix, 0o755))
+	staging := prefix + ".staging"
+	require.NoError(t, os.RemoveAll(staging))
+	require.NoError(t, os.MkdirAll(staging, 0o755))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", prefix, pkg)
+	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", staging, pkg)
 	cmd.Env = append(os.Environ(), "HOME="+npmHome, "npm_config_update_notifier=false")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
+		_ = os.RemoveAll(staging)
 		if offlineRe.MatchString(out.String()) {
 			t.Skipf("npm cannot reach the registry (and %s is not in its cache), so the official MCP servers cannot be installed: %v\n%s", pkg, err, lastLines(out.String(), 5))
 		}
 		t.Fatalf("npm install %s: %v\n%s", pkg, err, lastLines(out.String(), 20))
 	}
+	_, err = os.Stat(filepath.Join(staging, "node_modules", name, "package.json"))
+	require.NoError(t, err, "npm install %s succeeded but left no package.json:\n%s", pkg, lastLines(out.String(), 20))
+	require.NoError(t, os.WriteFile(filepath.Join(staging, ".fledge-install-complete"), []byte(pkg+"\n"), 0o644))
+	require.NoError(t, os.RemoveAll(prefix))
+	require.NoError(t, os.Rename(staging, prefix))
 	return prefix
 }
 
