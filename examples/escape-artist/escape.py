@@ -296,7 +296,7 @@ def fork_bomb(scoped, scope_why):
     else:
         errs = (res.get("stderr") or "").strip().splitlines()
         cause = re.sub(r"^(/bin/)?sh: \d+: ", "", errs[-1]) if errs else why(res)
-        report("BLOCKED", what, "the pids limit (cgroup %s) let %d of them start: %s" % (sb.get("cgroup"), got, cause))
+        report("BLOCKED", what, "the pids limit (cgroup %s) refused a fork after %d had started (or more, not yet counted): %s" % (sb.get("cgroup"), got, cause))
 
 
 def signal_probe_plugin(pid):
