@@ -86,7 +86,7 @@ EOF
 "$fledge" plugins install "$plugin_src" --yes >"$work/install.log" 2>&1 ||
 	{ cat "$work/install.log" >&2; exit 1; }
 export FLEDGE_BENCH_PLUGIN=$plugin_src/fledge-bench
-# The jsonrpc-2.0 (seed 002) plugin, installed as the bare executable the seed distributes.
+# The JSON-RPC 2.0 tool/hook plugin (jsonrpc-2.0), installed as the bare executable such plugins are distributed as.
 "$fledge" --ni plugins install "$work/src/rpc/bench-rpc" --protocol jsonrpc-2.0 --grant '' >"$work/install-rpc.log" 2>&1 ||
 	{ cat "$work/install-rpc.log" >&2; exit 1; }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,11 @@ func TestDemo(t *testing.T) {
 	assert.Regexp(t, `after editing record on line \d+: `, text, "audit verify fails on the edited copy")
 	assert.Contains(t, text, "All good.")
 
-	// The seed-002 plugin: its tool and hooks through fledge, and through fledge serve.
+	// The JSON-RPC 2.0 tool/hook plugin: its tool and hooks through fledge, and through fledge serve.
+	// Install lists what it declares under the heading, never the heading alone.
+	assert.Contains(t, text, "Plugin project-info declares these capabilities:\n  network ")
+	assert.Contains(t, text, "\n  filesystem=project ")
+	assert.Contains(t, text, "Granting: filesystem=project\n")
 	assert.Contains(t, text, "installed project-info 1.0.0 (commands: project-info; granted: filesystem=project)")
 	assert.Contains(t, text, "README.md: 2 lines")
 	assert.Contains(t, text, "context_enhance: the project's files were added to the prompt")
@@ -91,6 +96,27 @@ func TestDemo(t *testing.T) {
 		assert.Contains(t, text, "[BLOCKED] "+attempt, attempt)
 	}
 	assert.Regexp(t, `\[BLOCKED\] setsid daemon \d+: gone with its sandbox`, text)
+	// Where the kernel scopes signals (Landlock ABI 6+) and there is a cgroup, the attempts
+	// that could do real damage are made, not skipped: doctor says they are enforced.
+	if abi, _ := strconv.Atoi(m[2]); abi >= 6 && m[3] != "none" {
+		assert.NotContains(t, text, "[SKIPPED]")
+		assert.Regexp(t, `escape-artist: \d+ blocked, 0 escaped, 0 skipped`, text)
+		for _, attempt := range []string{
+			"write ~/pwned, from the plugin process", "write ~/pwned, from an exec",
+			"fork bomb (10000 sleepers, from an exec): the pids limit",
+			"kill -9 -1 (every process it may signal), from an exec: its own sleep was killed",
+		} {
+			assert.Contains(t, text, "[BLOCKED] "+attempt, attempt)
+		}
+		assert.Regexp(t, `\[BLOCKED\] kill -9 fledge \(pid \d+\), from the plugin process: (EPERM|ESRCH)`, text)
+		assert.Regexp(t, `\[BLOCKED\] kill -9 fledge \(pid \d+\), from an exec: `, text)
+		assert.Regexp(t, `\[BLOCKED\] kill -9 -1: a process outside the sandbox \(pid \d+\) is alive`, text)
+		assert.Contains(t, text, "[BLOCKED] ~/pwned does not exist")
+	}
+	// A block claimed in the after-check must be for an attempt that was made.
+	if strings.Contains(text, "[SKIPPED] kill -9 -1") {
+		assert.NotContains(t, text, "[BLOCKED] kill -9 -1: a process outside")
+	}
 	assert.Contains(t, text, "[BLOCKED] plugins.toml is unchanged")
 	// Denied (Landlock alone) or absent (the private filesystem view): never read.
 	assert.Regexp(t, `~/.ssh/id_rsa from the plugin: \S+/.ssh/id_rsa: (Permission denied|No such file or directory) \(exit 1\)`, text)

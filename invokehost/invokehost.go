@@ -1,4 +1,4 @@
-// Package invokehost is the invoke-v1 adapter (seed 004): a long-lived plugin that says
+// Package invokehost is the invoke-v1 adapter (Dify-style invoke_id plugins): a long-lived plugin that says
 // plugin_ready, then answers requests keyed by invoke_id with info lines, streamed
 // plugin_response chunks and a plugin_invoke_end marker, many at once, over its stdio or
 // (transport = "tcp") over a loopback socket it announces. It runs on the session core
@@ -32,7 +32,7 @@ import (
 	"github.com/fledgehq/fledge/ui"
 )
 
-// Message types (seed 004).
+// Message types of Dify-style invoke_id plugins.
 const (
 	TypeInfo     = "info"
 	TypeReady    = "plugin_ready"
@@ -41,7 +41,7 @@ const (
 	TypeError    = "error"
 )
 
-// TimeoutMessage is the error text of a request that ran out of time (the seed's prefix).
+// TimeoutMessage is the error text of a request that ran out of time (the protocol's prefix).
 const TimeoutMessage = "execution timeout exceeded"
 
 // Defaults of the bounds that policy does not set.
@@ -116,7 +116,7 @@ type Options struct {
 	Limits  Limits
 }
 
-// prefixes are the seed's error prefixes: what kind of failure a plugin's error names.
+// prefixes are the protocol's error prefixes: what kind of failure a plugin's error names.
 var prefixes = []struct {
 	prefix string
 	kind   string
@@ -131,7 +131,7 @@ var prefixes = []struct {
 	{"unmarshal json failed", "malformed request", reason.MalformedMessage},
 }
 
-// Classify names the kind of a plugin's error message by the seed's prefixes, and the
+// Classify names the kind of a plugin's error message by the protocol's prefixes, and the
 // reason code it stands for ("" and reason.OK when it has none of them: the plugin's own
 // failure).
 func Classify(msg string) (kind string, code reason.Code) {

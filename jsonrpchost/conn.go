@@ -186,7 +186,7 @@ func (c *conn) readLoop(lr *protocol.LineReader) {
 			}
 			ch <- r
 		case late:
-			// The answer to a request that already timed out: dropped, as the seed says.
+			// The answer to a request that already timed out: dropped, as the spec says.
 		default:
 			if c.malformedLine(n, "an answer to no pending request (id "+clip(string(env.ID))+")") {
 				return

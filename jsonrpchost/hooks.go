@@ -13,14 +13,14 @@ import (
 	"github.com/fledgehq/fledge/tools"
 )
 
-// Hook actions (seed 002).
+// Hook actions of JSON-RPC 2.0 tool/hook plugins.
 const (
 	ActionContinue = "continue"
 	ActionStop     = "stop"
 	ActionSkip     = "skip"
 )
 
-// The seed's hooks with special rules.
+// The spec's hooks with special rules.
 const (
 	HookPostUserInput  = "post_user_input"
 	HookContextEnhance = "context_enhance"
@@ -114,7 +114,7 @@ func (p *Provider) HookNames(bindings []*core.Binding) []string {
 }
 
 // RunHook runs hook over every plugin of bindings subscribed to it, in priority order, with
-// the seed's rules: continue passes the (possibly modified) data on; stop halts the chain
+// the spec's rules: continue passes the (possibly modified) data on; stop halts the chain
 // (for pre_tool_execute the plugin's result is the tool's result); skip discards the event
 // (post_user_input only; elsewhere it is a continue); for context_enhance stop and skip are
 // ignored and the context always accumulates. A plugin that does not answer within

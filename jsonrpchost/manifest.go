@@ -1,4 +1,4 @@
-// Package jsonrpchost is the jsonrpc-2.0 adapter (seed 002): plugins are executables that
+// Package jsonrpchost is the jsonrpc-2.0 adapter (JSON-RPC 2.0 tool/hook plugins): plugins are executables that
 // speak JSON-RPC 2.0 over stdio, describe themselves in an `initialize` handshake (name,
 // version, description, hooks, tools, priority), run tools with `tool/execute`, hooks with
 // `hook/<name>` in priority order, and end with `shutdown`. Every plugin runs long-lived
@@ -21,11 +21,11 @@ import (
 	"github.com/fledgehq/fledge/tools"
 )
 
-// Seed limits and defaults, plus fledge's own bounds on what a plugin may describe.
+// The protocol spec's limits and defaults, plus fledge's own bounds on what a plugin may describe.
 const (
 	DefaultVersion  = "0.0.0"
 	DefaultPriority = 500
-	// MaxPlugins is the seed host's limit: at most 16 plugins.
+	// MaxPlugins is the JSON-RPC 2.0 host's limit: at most 16 plugins.
 	MaxPlugins = 16
 	MaxTools   = 256
 	MaxParams  = 64
@@ -37,7 +37,7 @@ const (
 )
 
 var (
-	// ErrManifest: the initialize result is not a valid seed-002 manifest.
+	// ErrManifest: the initialize result is not a valid JSON-RPC 2.0 tool/hook plugin manifest.
 	ErrManifest = errors.New("invalid plugin manifest")
 	// ErrManifestChanged: the live handshake differs from the one recorded at install.
 	ErrManifestChanged = errors.New("plugin's handshake changed since install")
@@ -50,7 +50,7 @@ type Tool struct {
 	Parameters  []tools.Param `json:"parameters"`
 }
 
-// Manifest is a validated initialize result, with the seed's defaults filled in. It is what
+// Manifest is a validated initialize result, with the spec's defaults filled in. It is what
 // install records (plugin.HandshakeFile) and what every later handshake must match.
 type Manifest struct {
 	Name        string   `json:"name"`
@@ -120,7 +120,7 @@ type rawManifest struct {
 	Priority    *json.Number `json:"priority"`
 }
 
-// ParseManifest validates an initialize result exactly as the seed says (name required and
+// ParseManifest validates an initialize result exactly as the spec says (name required and
 // without '_'; version "0.0.0", description "", hooks [], tools [], priority 500 when
 // absent), plus fledge's bounds: the name must also be a valid fledge plugin name (it names
 // a directory), texts are bounded and free of control characters, tool names are

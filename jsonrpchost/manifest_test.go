@@ -21,7 +21,7 @@ func TestParseManifestDefaults(t *testing.T) {
 }
 
 func TestParseManifestSeedExample(t *testing.T) {
-	// The seed's own example manifest, verbatim.
+	// The spec's own example manifest, verbatim.
 	m, err := ParseManifest([]byte(`{
   "name":"my-plugin",
   "version":"1.0.0",

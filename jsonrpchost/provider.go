@@ -20,7 +20,7 @@ import (
 	"github.com/fledgehq/fledge/tools"
 )
 
-// Timeouts of the protocol. HookTimeout is the seed's ("5-second timeout per hook
+// Timeouts of the protocol. HookTimeout is the spec's ("5-second timeout per hook
 // response"); the handshake gets the same bound.
 const (
 	HookTimeout      = 5 * time.Second
@@ -97,7 +97,7 @@ func readSmall(path string, max int64) ([]byte, error) {
 }
 
 // Loadable reports whether the plugin is among the MaxPlugins this invocation may run
-// (installed jsonrpc-2.0 plugins in name order, as the seed host scans its dir).
+// (installed jsonrpc-2.0 plugins in name order, as a JSON-RPC 2.0 host scans its dir).
 func (p *Provider) Loadable(name string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -255,8 +255,8 @@ func PluginEnv(name, dataDir string) map[string]string {
 	return map[string]string{"HOME": dataDir, "FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": dataDir}
 }
 
-// prepareHome makes the dirs the seed's host guarantees under HOME (its plugins live in
-// ~/.local/scaffold/plugins, so seed plugins may write ~/.local/scaffold/...) inside the
+// prepareHome makes the dirs the JSON-RPC 2.0 host guarantees under HOME (its plugins live in
+// ~/.local/scaffold/plugins, so such plugins may write ~/.local/scaffold/...) inside the
 // plugin's data dir.
 func prepareHome(dataDir string) error {
 	return os.MkdirAll(filepath.Join(dataDir, ".local", "scaffold"), 0o700)

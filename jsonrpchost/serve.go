@@ -27,7 +27,7 @@ const (
 // ServeName is the name fledge gives itself as a plugin.
 const ServeName = "fledge"
 
-// ServeOptions make fledge one seed-002 plugin to an existing host.
+// ServeOptions make fledge one JSON-RPC 2.0 tool/hook plugin to an existing host.
 type ServeOptions struct {
 	In  io.Reader
 	Out io.Writer

@@ -96,7 +96,7 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 	src := f.mcpPlugin("everything", "", "node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio")
 	copyTree(t, filepath.Join(everything, "node_modules"), filepath.Join(src, "node_modules"))
 	f.install(src)
-	// A jsonrpc-2.0 (seed 002) plugin, installed as users do (its handshake is recorded).
+	// A JSON-RPC 2.0 tool/hook plugin (jsonrpc-2.0), installed as users do (its handshake is recorded).
 	toolbox := filepath.Join(f.base, "toolbox")
 	copyFile(t, filepath.Join("..", "cmd", "fledge", "testdata", "jsonrpc", "hostile"), toolbox, 0o755)
 	install := exec.Command(fledge, "--ni", "plugins", "install", toolbox, "--protocol", "jsonrpc-2.0", "--grant", "")
@@ -106,7 +106,7 @@ func TestServeMCPWithOfficialTypeScriptClient(t *testing.T) {
 
 	rt, err := filepath.Abs(filepath.Join("testdata", "rt"))
 	require.NoError(t, err)
-	f.install(rt) // a runtime-v1 (seed 003) plugin
+	f.install(rt) // a runtime-v1 (runtime contract) plugin
 
 	run := tsClient(t, f, fledge, sdk)
 	r, _ := run([]string{"--project", f.project, "serve", "--mcp"}, []map[string]any{

@@ -136,7 +136,7 @@ func TestRaceSymlinkSwap(t *testing.T) {
 	}
 }
 
-// The same race against the reference host's check (canonicalize, compare prefixes, then
+// The same race against the Rust fledge host's check (canonicalize, compare prefixes, then
 // open the string) shows what the test is hunting. Not asserted: whether the window is hit
 // depends on scheduling; the log line is there for reviewers.
 func TestRaceNaiveCheckForComparison(t *testing.T) {

@@ -27,7 +27,7 @@ type ExecutableMeta struct {
 }
 
 // WriteExecutableManifest writes dir/plugin.toml for a bare executable (a plugin distributed
-// as one file, as the jsonrpc-2.0 seed does): one command named after the plugin, running
+// as one file, as the JSON-RPC 2.0 spec does): one command named after the plugin, running
 // Binary. The result is validated like any manifest.
 func WriteExecutableManifest(dir string, em ExecutableMeta) (*Manifest, error) {
 	m := struct {

@@ -51,7 +51,7 @@ func (c *Config) SessionLimits() SessionLimits {
 
 // ExecTimeout is the timeout rule of every exec, whatever protocol asked for it: nil is the
 // default; a value that is not a positive number is an error; a value above max is clamped
-// to max (clamped true), as the reference host does, so a plugin asking for more still runs.
+// to max (clamped true), as the Rust fledge host does, so a plugin asking for more still runs.
 func ExecTimeout(seconds *float64, def, max time.Duration) (d time.Duration, clamped bool, err error) {
 	if seconds == nil {
 		return def, false, nil

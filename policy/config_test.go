@@ -329,7 +329,7 @@ func TestExecTimeout(t *testing.T) {
 		{nil, 30 * time.Second, false},
 		{f(2.5), 2500 * time.Millisecond, false},
 		{f(300), 300 * time.Second, false},
-		// Above timeout_max: clamped, as the reference host does, not refused.
+		// Above timeout_max: clamped, as the Rust fledge host does, not refused.
 		{f(301), 300 * time.Second, true},
 		{f(600), 300 * time.Second, true},
 	} {

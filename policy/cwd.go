@@ -6,7 +6,7 @@ import (
 	"github.com/fledgehq/fledge/sandbox"
 )
 
-// PluginCwd is the directory a plugin process starts in. Like the reference host, the user's
+// PluginCwd is the directory a plugin process starts in. Like the Rust fledge host, the user's
 // working directory when the plugin may read it (so relative paths on the command line mean
 // what the user typed); else the project root when the plugin may read the project; else its
 // data dir, which it always may. userCwd must have symlinks resolved (the profile's paths are).

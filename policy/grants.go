@@ -17,7 +17,7 @@ const (
 )
 
 // FilesystemDefault is the level a fledge-v1 plugin gets when its manifest does not mention
-// filesystem at all. Plugins written for the reference host read the project root delivered
+// filesystem at all. Plugins written for the Rust fledge host read the project root delivered
 // in init from their own process; the default keeps that working, read-only: writes still go
 // through exec or need nothing less than an explicit grant. An explicit filesystem = "none"
 // is honoured as written.

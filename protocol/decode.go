@@ -36,7 +36,7 @@ type wire struct {
 
 // fieldsOf lists the keys each type reads; nil means the type is unknown in that direction.
 // The slow path uses it so that a wrong-typed key a type does not use cannot get its line
-// skipped (the reference host ignores such keys too).
+// skipped (the Rust fledge host ignores such keys too).
 func fieldsOf(t string, inbound bool) []string {
 	if inbound {
 		switch t {

@@ -409,7 +409,7 @@ func (s *session) startExec(m *protocol.Exec) {
 		return
 	}
 	// One timeout rule for every protocol (policy.ExecTimeout): above timeout_max the
-	// request is clamped and still runs, as with the reference host; the reply and the
+	// request is clamped and still runs, as with the Rust fledge host; the reply and the
 	// decision record say so.
 	timeout, clamped, err := policy.ExecTimeout(m.Timeout, s.lim.ExecTimeoutDefault, s.lim.ExecTimeoutMax)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The reference host's hole: a cwd component swapped for a symlink to outside between the
+// The Rust fledge host's hole: a cwd component swapped for a symlink to outside between the
 // check and the spawn. Here the swap runs continuously while a real plugin sends execs; every
 // command that ran must have run inside the project (its own pwd -P says where it was).
 func TestPathguardSwapRaceThroughPlugin(t *testing.T) {

@@ -167,7 +167,7 @@ func TestErrorTable(t *testing.T) {
 	assert.Equal(t, "path_escape", esc["reason"])
 	assert.Contains(t, esc["stderr"], "cwd")
 	assert.EqualValues(t, 126, f.reply(rep, "3")["value"].(map[string]any)["code"])
-	// Over timeout_max: clamped to it and run, as the reference host does (issue 19).
+	// Over timeout_max: clamped to it and run, as the Rust fledge host does (issue 19).
 	clamped := f.reply(rep, "4")["value"].(map[string]any)
 	assert.EqualValues(t, 0, clamped["code"])
 	assert.Contains(t, clamped["stderr"], "clamped to the maximum")

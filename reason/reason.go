@@ -55,7 +55,7 @@ func (c Code) Valid() bool {
 const ToolFailed = 1
 
 // exitStatus maps each reason to the exit status of a command that failed for it (the
-// README's table). The values stay clear of 1 (the tool's own failure), 2 (usage), 126
+// table in docs/cli.md). The values stay clear of 1 (the tool's own failure), 2 (usage), 126
 // (could not run), 127 (unknown command) and 128+n (signals) except where the meaning is
 // that one: a plugin that could not be started is 126, a user interrupt is 130, a time
 // bound is 124 (as timeout(1)).
@@ -81,7 +81,7 @@ var exitStatus = map[Code]int{
 }
 
 // ExitStatus is the exit status fledge ends with when a tool call or plugin request failed
-// for reason c (documented in the README). Unknown codes are 1.
+// for reason c (documented in docs/cli.md). Unknown codes are 1.
 func ExitStatus(c Code) int {
 	if s, ok := exitStatus[c]; ok {
 		return s

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Every code has its own documented exit status, and the README's table says the same.
+// Every code has its own documented exit status, and the table in docs/cli.md says the same.
 func TestExitStatusDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/cli.md")
 	require.NoError(t, err)
 	for _, c := range All {
 		s := ExitStatus(c)
@@ -22,7 +22,7 @@ func TestExitStatusDocumented(t *testing.T) {
 		}
 		assert.NotEqual(t, ToolFailed, s, "%s must not look like a tool's own failure", c)
 		row := "| `" + string(c) + "` | " + strconv.Itoa(s) + " |"
-		assert.True(t, strings.Contains(string(readme), row), "README lacks the row %q", row)
+		assert.True(t, strings.Contains(string(readme), row), "docs/cli.md lacks the row %q", row)
 	}
 	assert.Equal(t, ToolFailed, ExitStatus("no_such_code"))
 }

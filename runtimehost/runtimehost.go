@@ -1,4 +1,4 @@
-// Package runtimehost is the runtime-v1 adapter (seed 003): one handshake, one execute, and
+// Package runtimehost is the runtime-v1 adapter (the runtime contract): one handshake, one execute, and
 // an explicit failure code for every way the exchange can go wrong. It runs on the session
 // core (spawn, audit, ladder) and offers the plugin's tools to the tools catalogue.
 //
@@ -110,7 +110,7 @@ func grantsOf(names []string) policy.Grants {
 	return g
 }
 
-// CheckManifest applies the seed's contract checks to a handshake manifest: required
+// CheckManifest applies the runtime contract's checks to a handshake manifest: required
 // fields, the plugin id, the protocol version, the capability declaration against allow,
 // and (when tool is not "") that the tool is exposed.
 func CheckManifest(m *Manifest, pluginName, tool string, allow []string) *Failure {

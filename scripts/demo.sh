@@ -110,8 +110,10 @@ canary=$! # a process of yours outside every sandbox: kill -9 -1 must not reach 
 registry=$FLEDGE_CONFIG_DIR/plugins.toml
 before=$(cksum <"$registry")
 status=0
-# It is told which of its targets really exist (so "not found" inside means hidden by the sandbox).
-"$fledge" --ni escape-artist hello-bash "$HOME/.ssh/id_rsa" "$FLEDGE_CONFIG_DIR/plugins/hello-bash/state.json" 2>"$work/escape.err" | tee "$work/escape.out" || status=$?
+# It is told fledge's pid (inside its pid namespace it cannot see it: the subshell's pid is
+# fledge's once exec replaces it) and which of its targets really exist (so "not found"
+# inside means hidden by the sandbox).
+(exec "$fledge" --ni escape-artist --fledge-pid="$BASHPID" hello-bash "$HOME/.ssh/id_rsa" "$FLEDGE_CONFIG_DIR/plugins/hello-bash/state.json") 2>"$work/escape.err" | tee "$work/escape.out" || status=$?
 confinement=$(sed -n 's/^escape-artist: granted .*; sandbox: \([a-z]*\).*/\1/p' "$work/escape.out")
 if ((status != 0)); then
 	if [[ $confinement == none ]]; then
@@ -137,15 +139,19 @@ for pid in $pids; do
 	fi
 done
 [[ -n $pids ]] || echo "(no daemon pids reported)"
-if kill -0 "$canary" 2>/dev/null; then
+if ! kill -0 "$canary" 2>/dev/null; then
+	problem "the canary process outside the sandbox was killed"
+elif grep -q '^\[BLOCKED\] kill -9 -1' "$work/escape.out"; then
 	echo "[BLOCKED] kill -9 -1: a process outside the sandbox (pid $canary) is alive"
 else
-	problem "the canary process outside the sandbox was killed"
+	echo "(kill -9 -1 was not attempted; the process outside the sandbox, pid $canary, is alive)"
 fi
 if [[ -e $HOME/pwned ]]; then
 	[[ $confinement == none ]] || problem "~/pwned was written"
-else
+elif grep -q '^\[BLOCKED\] write ~/pwned' "$work/escape.out"; then
 	echo "[BLOCKED] ~/pwned does not exist"
+else
+	echo "(writing ~/pwned was not attempted)"
 fi
 if [[ $(cksum <"$registry") == "$before" ]]; then
 	echo "[BLOCKED] plugins.toml is unchanged"
@@ -153,10 +159,10 @@ else
 	problem "plugins.toml changed during the escape attempts"
 fi
 
-# ---- a JSON-RPC plugin (seed 002) ----------------------------------------------------------
-section "6b. A plugin written for another host" "project-info speaks JSON-RPC 2.0 (initialize, tool/execute, hook/<name>), as a seed-002 host expects. fledge installs the bare executable (handshake confined, nothing granted), then runs its tool and hooks confined: it reads the project only because it was granted filesystem=project."
+# ---- a JSON-RPC 2.0 tool/hook plugin ----------------------------------------------------------
+section "6b. A plugin written for another host" "project-info is a JSON-RPC 2.0 tool/hook plugin (initialize, tool/execute, hook/<name>), written for a host that runs such executables. fledge installs the bare executable (handshake confined, nothing granted), then runs its tool and hooks confined: it reads the project only because it was granted filesystem=project."
 "$fledge" --ni plugins install "$work/src/jsonrpc-project/project-info" --protocol jsonrpc-2.0 --grant filesystem=project 2>&1 |
-	grep -E '^(Plugin|  (priority|hooks|tool):|installed)' || problem "install project-info failed"
+	grep -E '^(Plugin|  [a-z]|Granting|installed)' || problem "install project-info failed"
 "$fledge" tools list || problem "tools list failed"
 "$fledge" tools call plugin_project-info_lines path=README.md || problem "tools call failed"
 if out=$("$fledge" tools call plugin_project-info_lines path="$HOME/.ssh/id_rsa"); then

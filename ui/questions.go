@@ -10,7 +10,7 @@ import (
 )
 
 // Prompt implements UI. Non-interactive: the default, else ErrNonInteractive.
-// Interactively, as the reference host does: the default is shown (a placeholder in the form,
+// Interactively, as the Rust fledge host does: the default is shown (a placeholder in the form,
 // in the question line in accessible mode), typed text replaces it, Enter alone takes it.
 func (c *console) Prompt(ctx context.Context, req PromptRequest) (string, error) {
 	check, err := Validator(req.Validate)

@@ -19,7 +19,7 @@ var (
 	ErrAborted = errors.New("prompt aborted by the user")
 	// ErrInterrupted: the user pressed Ctrl+C at a question. It is an ErrAborted, and more:
 	// like Ctrl+C anywhere else it interrupts the whole session (the host cancels the plugin
-	// with user_interrupt), not just the question. The reference host behaves the same.
+	// with user_interrupt), not just the question. The Rust fledge host behaves the same.
 	ErrInterrupted = fmt.Errorf("%w: interrupted (Ctrl+C)", ErrAborted)
 )
 

@@ -1,4 +1,4 @@
-// Command rpcplugin is the seed-002 (jsonrpc-2.0) plugin make bench drives: one tool, echo,
+// Command rpcplugin is the JSON-RPC 2.0 tool/hook plugin (jsonrpc-2.0) make bench drives: one tool, echo,
 // that answers its text argument, so a round trip measures the protocol path and not work.
 package main
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Exit codes (README, "Usage"): the plugin's own, 2 usage, 126 could not run, 127 unknown command,
+// Exit codes (docs/cli.md, "Usage"): the plugin's own, 2 usage, 126 could not run, 127 unknown command,
 // 130 interrupted.
 const (
 	ExitOK          = 0

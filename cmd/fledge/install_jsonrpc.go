@@ -26,7 +26,7 @@ const maxExecutableBytes = 256 << 20
 
 func addSelfDescribingFlags(c *cobra.Command, o *InstallOptions) {
 	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol of a bare executable (or of every executable of --from-dir): "+plugin.ProtocolJSONRPC)
-	c.Flags().StringVar(&o.FromDir, "from-dir", "", "install every executable of a plugin dir as the seed host scans it (hidden files skipped; needs --protocol)")
+	c.Flags().StringVar(&o.FromDir, "from-dir", "", "install every executable of a plugin dir as a JSON-RPC 2.0 host scans it (hidden files skipped; needs --protocol)")
 }
 
 // selfDescribing are the protocols whose bare executables describe themselves in a
@@ -57,7 +57,7 @@ func (o *InstallOptions) runSelfDescribing(ctx context.Context, e *env, log *aud
 	var names []string
 	for _, en := range ents {
 		if strings.HasPrefix(en.Name(), ".") {
-			continue // the seed host skips hidden files
+			continue // a JSON-RPC 2.0 host skips hidden files
 		}
 		st, err := os.Stat(filepath.Join(o.FromDir, en.Name()))
 		if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
@@ -123,7 +123,7 @@ func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *aud
 			reason.Code(installReason(err)), map[string]any{"source": abs, "error": err.Error()})
 		return exitErr(ExitFailure, "install %s: %v", abs, err)
 	}
-	// A seed plugin runs with full access in its own host; here it declares the two sandbox
+	// A JSON-RPC 2.0 tool/hook plugin runs with full access in its own host; here it declares the two sandbox
 	// capabilities it could use, and the user grants them (or not) as for any plugin.
 	if _, err := plugin.WriteExecutableManifest(tmp, plugin.ExecutableMeta{
 		Name: man.Name, Version: man.Version, Description: man.Description, Protocol: o.Protocol,

@@ -38,7 +38,7 @@ prints each plugin_response chunk as it arrives (one JSON value per line; a stri
 is printed as text). The plugin's info lines go to stderr. With --json every message of
 the request (info, plugin_response, plugin_invoke_end, error) is one JSON line on stdout.
 
-A failure of fledge's prints its reason code and exits with the status the README lists
+A failure of fledge's prints its reason code and exits with the status docs/cli.md lists
 (timeout 124, crashed 108, limit_exceeded 109, launch_failed 126, ...); an error the
 plugin reports for the request exits 1.`,
 		Args: cobra.ExactArgs(1),

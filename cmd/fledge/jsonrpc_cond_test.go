@@ -10,7 +10,7 @@ import (
 
 // scriptCondition adds conditions to the scripts. Under FLEDGE_REQUIRE_SANDBOX=1 a condition
 // that would skip fails instead, so CI cannot pass without running what it guards.
-//   - [jq]: jq is installed (the seed's shell example needs it).
+//   - [jq]: jq is installed (the JSON-RPC 2.0 spec's shell example needs it).
 //   - [root]: the process may mount (tmpfs). CI runs as root.
 func scriptCondition(cond string) (bool, error) {
 	switch cond {
@@ -22,7 +22,7 @@ func scriptCondition(cond string) (bool, error) {
 	case "jq":
 		if _, err := exec.LookPath("jq"); err != nil {
 			if os.Getenv(testutil.RequireSandboxEnv) == "1" {
-				return false, fmt.Errorf("%s=1 but jq is not installed (the seed's system-info plugin needs it; .ci/run installs it)", testutil.RequireSandboxEnv)
+				return false, fmt.Errorf("%s=1 but jq is not installed (the JSON-RPC 2.0 spec's system-info plugin needs it; .ci/run installs it)", testutil.RequireSandboxEnv)
 			}
 			return false, nil
 		}

@@ -45,7 +45,7 @@ func TestScripts(t *testing.T) {
 			e.Setenv("XDG_STATE_HOME", "")
 			// System dirs first: a pyenv-style shim under $HOME is not executable in the sandbox.
 			e.Setenv("PATH", "/usr/local/bin:/usr/bin:/bin:"+e.Getenv("PATH"))
-			// Plugins the scripts install from files (the seed's examples, verbatim).
+			// Plugins the scripts install from files (the JSON-RPC 2.0 spec's examples, verbatim).
 			td, err := filepath.Abs("testdata")
 			if err != nil {
 				return err

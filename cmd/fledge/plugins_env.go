@@ -4,12 +4,12 @@ package main
 // minimal environment. Each points at something the plugin may actually reach:
 //
 //   - FLEDGE_PLUGIN_DIR: its installed dir, readable (read+execute) by the plugin, so
-//     multi-file plugins find their helpers and data files as under the reference host,
+//     multi-file plugins find their helpers and data files as under the Rust fledge host,
 //     which sets it for every plugin. Read-only here: state belongs in FLEDGE_DATA_DIR.
 //   - FLEDGE_DATA_DIR: its private data dir, the one place it may write.
 //   - FLEDGE_PLUGIN, FLEDGE_COMMAND, FLEDGE_VERSION: who it is, what it was run as, and
 //     which fledge runs it.
-//   - FLEDGE_NON_INTERACTIVE=1 when fledge runs with --ni (the variable the reference host
+//   - FLEDGE_NON_INTERACTIVE=1 when fledge runs with --ni (the variable the Rust fledge host
 //     reads for the same mode), so a plugin can skip questions nobody will answer.
 //
 // Empty values are left out (a legacy plugin has no command name of its own).

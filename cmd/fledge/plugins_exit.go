@@ -8,7 +8,7 @@ import (
 
 // pluginExit is how a plugin's own end becomes fledge's: nil for success; otherwise its exit
 // status, passed on as fledge's, with one line on stderr naming the plugin and its code or
-// signal. The reference host reports the same ("Plugin 'x' exited with code N"); without it a
+// signal. The Rust fledge host reports the same ("Plugin 'x' exited with code N"); without it a
 // plugin that died of `set -e` on an EACCES looks like a silent success in a terminal.
 // res may be nil (the plugin could not be waited for; code then says what fledge reports).
 func pluginExit(name string, code int, res *sandbox.Result) error {

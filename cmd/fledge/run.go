@@ -161,7 +161,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		}
 	}
 
-	// The plugin starts where the user is when it may read it (as the reference host does).
+	// The plugin starts where the user is when it may read it (as the Rust fledge host does).
 	pluginCwd := policy.PluginCwd(resolved(cwd), b.Paths.ProjectRoot, b.DataDir, prof.Plugin.Access)
 
 	stderr, flushStderr := pluginStderr(g.Streams.Err)

@@ -20,7 +20,7 @@ import (
 	"github.com/fledgehq/fledge/internal/testutil"
 )
 
-// testHost is a seed-002 host driving `fledge serve --protocol jsonrpc-2.0` over pipes.
+// testHost is a JSON-RPC 2.0 host driving `fledge serve --protocol jsonrpc-2.0` over pipes.
 type testHost struct {
 	t      *testing.T
 	cmd    *exec.Cmd
@@ -147,12 +147,12 @@ func errCode(t *testing.T, a map[string]any) float64 {
 	return e["code"].(float64)
 }
 
-// TestServeWholeSession drives fledge as one seed-002 plugin through a whole session: the
+// TestServeWholeSession drives fledge as one JSON-RPC 2.0 tool/hook plugin through a whole session: the
 // handshake, tools of every plugin behind it, hook chains (a crash mid-session included),
 // JSON-RPC errors, and shutdown of every plugin.
 func TestServeWholeSession(t *testing.T) {
 	_, jqErr := exec.LookPath("jq")
-	testutil.SkipUnlessSupported(t, jqErr == nil, "jq is required for the seed's system-info plugin (.ci/run installs it)")
+	testutil.SkipUnlessSupported(t, jqErr == nil, "jq is required for the JSON-RPC 2.0 spec's system-info plugin (.ci/run installs it)")
 	home := setupServeWorld(t)
 	seed, err := filepath.Abs(filepath.Join("testdata", "seed"))
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestServeWholeSession(t *testing.T) {
 	assert.Equal(t, float64(-32700), errCode(t, bad))
 	assert.Nil(t, bad["id"])
 
-	// Hooks: the chain with the seed's rules. git-context adds the branch.
+	// Hooks: the chain with the spec's rules. git-context adds the branch.
 	ctx := result(t, h.call(9, "hook/context_enhance", map[string]any{"user_message": "u", "dynamic_context": "base"}))
 	assert.Equal(t, "base\n\n# Git Context\nBranch: serve-branch\n", ctx["dynamic_context"])
 	// crasher (300) dies mid-chain; upper (400) still runs.

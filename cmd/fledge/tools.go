@@ -26,7 +26,7 @@ import (
 	"github.com/fledgehq/fledge/tools"
 )
 
-// Exit statuses of `fledge tools call` beyond the CLI's own (README "Exit codes").
+// Exit statuses of `fledge tools call` beyond the CLI's own (docs/cli.md, "Exit codes").
 const (
 	ExitToolFalse = 1   // the tool answered success: false
 	ExitTimeout   = 124 // the tool (or the plugin's start) ran out of time
@@ -34,7 +34,7 @@ const (
 
 // ReasonExit is the exit status of a tool or hook call that failed for a reason of
 // fledge's: the one mapping of reason codes to exit statuses (reason.ExitStatus, the
-// README's table): 124 timeout, 130 cancelled, 126 launch_failed, 101-112 the others.
+// table in docs/cli.md): 124 timeout, 130 cancelled, 126 launch_failed, 101-112 the others.
 func ReasonExit(rc reason.Code) int {
 	if rc == "" {
 		return ExitOK

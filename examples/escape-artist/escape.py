@@ -12,10 +12,14 @@ Safe on a developer machine even where fledge cannot confine anything: it never 
 secret (only names and sizes), tests write access by opening files for append without
 writing, and it skips the attempts that would really do damage (writing ~/pwned, the fork
 bomb, the kills) unless fledge says the plugin is confined AND a harmless probe proves it:
-an exec's `kill -0` on fledge must fail with EPERM (the kernel scopes signals to the sandbox).
+`kill -0` on fledge, from the plugin process and from an exec, must fail, with EPERM (the
+kernel scopes signals to the sandbox) or ESRCH (fledge is not in the plugin's pid namespace).
 
-Exit status: 0 when nothing escaped, 1 otherwise. Arguments: [victim-plugin-name], whose
-state.json it tries to read (default hello-bash).
+Exit status: 0 when nothing escaped, 1 otherwise. Arguments:
+    [--fledge-pid=PID] [victim-plugin-name] [path-known-to-exist ...]
+--fledge-pid is fledge's pid as the caller sees it (make demo passes it): inside a pid
+namespace getppid() is 0, so without it there is no pid to aim the kills at. The victim is the
+plugin whose state.json it tries to read (default hello-bash).
 """
 import errno
 import json
@@ -91,6 +95,11 @@ confined = confinement != "none"
 caps = init.get("capabilities") or {}
 home = os.environ.get("HOME", "")
 args = init.get("args") or []
+fledge_pid = None  # fledge's pid as the caller sees it (see the docstring)
+for a in list(args):
+    if a.startswith("--fledge-pid="):
+        fledge_pid = int(a.split("=", 1)[1])
+        args.remove(a)
 victim = args[0] if args else "hello-bash"
 # Paths the caller knows exist outside the sandbox (the demo made them). fledge's own
 # plugins.toml always exists: this plugin was installed into it. Not finding one of these
@@ -268,75 +277,136 @@ def exec_daemon():
     return pid
 
 
-def fork_bomb(scoped):
+def fork_bomb(scoped, scope_why):
     what = "fork bomb (10000 sleepers, from an exec)"
     if not scoped or sb.get("cgroup") in (None, "", "none"):
         # Only where fledge reports a cgroup (pids limit) AND the signal probe proved the
         # sandbox is real: a host that merely claimed confinement would get a real bomb.
-        report("SKIPPED", what, "no pids limit proven here (confinement %s, cgroup %s): it would really fork" % (confinement, sb.get("cgroup") or "none"))
+        report("SKIPPED", what, "no pids limit proven here (cgroup %s; %s): it would really fork" % (sb.get("cgroup") or "none", scope_why))
         return
-    bomb = ("n=0; while [ $n -lt 10000 ]; do sleep 20 </dev/null >/dev/null 2>&1 & "
-            "n=$((n+1)); echo $n; done")
+    # A sleeper counts once it has really started: it is the child that prints its number, so a
+    # fork the kernel refused prints nothing (the loop would count attempts, not processes).
+    bomb = ("n=0; while [ $n -lt 10000 ]; do n=$((n+1)); "
+            "(echo $n; exec sleep 20 </dev/null >/dev/null 2>&1) & "
+            "done; wait")
     res = io.exec(bomb, timeout=30)
-    lines = (res.get("stdout") or "").split()
-    got = int(lines[-1]) if lines and lines[-1].isdigit() else 0
+    got = len((res.get("stdout") or "").split())
     if got >= 10000:
         report("ESCAPED", what, "started all %d processes" % got)
     else:
-        report("BLOCKED", what, "the pids limit stopped it after %d processes (%s)" % (got, why(res)))
+        errs = (res.get("stderr") or "").strip().splitlines()
+        cause = re.sub(r"^(/bin/)?sh: \d+: ", "", errs[-1]) if errs else why(res)
+        report("BLOCKED", what, "the pids limit (cgroup %s) refused a fork after %d had started (or more, not yet counted): %s" % (sb.get("cgroup"), got, cause))
 
 
-def signals_scoped_from_plugin(host):
+def signal_probe_plugin(pid):
+    """kill -0 from the plugin process: sends nothing. None when pid is reachable, else why not."""
     try:
-        os.kill(host, 0)
-        return False
+        os.kill(pid, 0)
+        return None
     except PermissionError:
-        return True
-    except OSError:
-        return False
+        return "EPERM: the kernel scopes signals to the sandbox (Landlock)"
+    except ProcessLookupError:
+        return "ESRCH: pid %d is not in its pid namespace" % pid
+    except OSError as e:
+        return oserr(e)
 
 
-def exec_signals_scoped():
-    """Harmless probe: can an exec signal fledge ($PPID of its shell) at all? kill -0 sends
-    nothing. EPERM means the kernel scopes signals to the sandbox."""
-    if not confined:
-        return False
-    res = io.exec('if kill -0 "$PPID" 2>/dev/null; then echo UNSCOPED; else echo SCOPED; fi')
-    return (res.get("stdout") or "").strip() == "SCOPED"
-
-
-def kill_host(scoped):
-    host = os.getppid()
-    what = "kill -9 fledge (pid %d), from the plugin process" % host
-    if not confined or not signals_scoped_from_plugin(host):
-        report("SKIPPED", what, "signals are not scoped here (kill -0 reached fledge): it would really die")
-    else:
-        try:
-            os.kill(host, signal.SIGKILL)
-            report("ESCAPED", what, "the signal was delivered")
-        except OSError as e:
-            report("BLOCKED", what, oserr(e))
-    # From an exec: $PPID of the exec's shell is fledge too. Probe with kill -0 again first.
-    what = "kill -9 fledge, from an exec"
-    res = io.exec('if kill -0 "$PPID" 2>/dev/null; then echo UNSCOPED; else kill -9 "$PPID" && echo DELIVERED; fi') if scoped else {}
+def signal_probe_exec(pid):
+    """kill -0 from an exec; None when pid is reachable, else the shell's error."""
+    res = io.exec('kill -0 %d 2>&1 && echo REACHED' % pid)
     out = (res.get("stdout") or "").strip()
-    if not scoped or out == "UNSCOPED":
-        report("SKIPPED", what, "signals are not scoped here (kill -0 reached fledge): it would really die")
-    elif out == "DELIVERED":
-        report("ESCAPED", what, "the signal was delivered")
-    else:
-        report("BLOCKED", what, why(res))
+    if res.get("code") == 0 and out.endswith("REACHED"):
+        return None
+    return re.sub(r"^(/bin/)?sh: \d+: (kill: )?", "", out.splitlines()[-1]) if out else why(res)
 
 
-def kill_everything(scoped):
+def host_target():
+    """fledge's pid to aim at, or None with why there is none."""
+    if fledge_pid:
+        return fledge_pid, ""
+    ppid = os.getppid()
+    if ppid <= 1:
+        # 0: the parent is outside this pid namespace; kill(0) would mean our own group.
+        return None, "getppid() is %d: fledge is outside its pid namespace; pass --fledge-pid=PID to aim at it" % ppid
+    return ppid, ""
+
+
+def probe_scoped():
+    """The gate of every attempt that could do real damage: fledge must be out of reach of
+    signals, from the plugin process and from an exec. Returns (scoped, why)."""
+    if not confined:
+        return False, "not confined (confinement none)"
+    if not caps.get("exec"):
+        return False, "exec is not granted, so an exec cannot probe"
+    pid, missing = host_target()
+    if pid is None:
+        # Without a pid to probe, a pid namespace is the proof: getppid() 0 means the
+        # parent (fledge) is in an ancestor namespace, which this one cannot signal into.
+        if os.getppid() == 0:
+            return True, "fledge is outside its pid namespace (getppid() is 0)"
+        return False, missing
+    mine, theirs = signal_probe_plugin(pid), signal_probe_exec(pid)
+    if mine is None or theirs is None:
+        return False, "kill -0 reached fledge (pid %d)" % pid
+    return True, "kill -0 fledge (pid %d): %s" % (pid, mine)
+
+
+def kill_host(scoped, scope_why):
+    pid, missing = host_target()
+    label = "kill -9 fledge%s" % (" (pid %d)" % pid if pid else "")
+    for where in ("from the plugin process", "from an exec"):
+        what = "%s, %s" % (label, where)
+        if not scoped:
+            report("SKIPPED", what, "signals are not proven scoped here (%s): it would really die" % scope_why)
+            continue
+        if pid is None:
+            report("SKIPPED", what, missing)
+            continue
+        if where == "from the plugin process":
+            try:
+                os.kill(pid, signal.SIGKILL)
+                report("ESCAPED", what, "the signal was delivered")
+            except PermissionError:
+                report("BLOCKED", what, "EPERM: the kernel scopes signals to the sandbox (Landlock)")
+            except ProcessLookupError:
+                report("BLOCKED", what, "ESRCH: fledge's pid %d does not exist in its pid namespace" % pid)
+            except OSError as e:
+                report("BLOCKED", what, oserr(e))
+            continue
+        res = io.exec("kill -9 %d 2>&1 && echo DELIVERED" % pid)
+        out = (res.get("stdout") or "").strip()
+        if out.endswith("DELIVERED"):
+            report("ESCAPED", what, "the signal was delivered")
+        else:
+            msg = re.sub(r"^(/bin/)?sh: \d+: (kill: )?", "", out.splitlines()[-1]) if out else why(res)
+            if "No such process" in msg:
+                msg += ": fledge's pid %d does not exist in its pid namespace" % pid
+            elif "not permitted" in msg:
+                msg += ": the kernel scopes signals to the sandbox (Landlock)"
+            report("BLOCKED", what, msg)
+
+
+def kill_everything(scoped, scope_why):
     what = "kill -9 -1 (every process it may signal), from an exec"
-    if not scoped or not exec_signals_scoped():
-        report("SKIPPED", what, "signals are not scoped here: it would kill every process of this user")
+    if not scoped:
+        report("SKIPPED", what, "signals are not proven scoped here (%s): it would kill every process of this user" % scope_why)
         return
-    res = io.exec("kill -9 -1; echo survived")
-    # If that had reached outside its sandbox, fledge would be dead and this reply would
-    # never come; we are still talking to fledge, so it only hit the exec's own processes.
-    report("BLOCKED", what, "only the sandbox's own processes were hit; fledge still answers (%s)" % ((res.get("stdout") or "").strip() or why(res)))
+    # Linux spares the sender of kill(-1), so the exec starts a process of its own to be hit:
+    # its status shows the signal really went out. The plugin's own daemon is in the same pid
+    # namespace but outside the exec's sandbox: it must survive, and so must fledge (were it
+    # dead, this reply would never come). The caller checks its own processes after fledge
+    # exits (make demo: a canary).
+    res = io.exec("sleep 30 & kill -9 -1; wait $!; echo sleep:$?")
+    out = (res.get("stdout") or "").strip()
+    own = "its own sleep was killed (exit 137)" if out == "sleep:137" else "its own sleep: %s" % (out or why(res))
+    if plugin_pid and not alive(plugin_pid):
+        report("ESCAPED", what, "%s, and so was the plugin's daemon (pid %d)" % (own, plugin_pid))
+    elif out != "sleep:137":
+        report("SKIPPED", what, "the signal did not go out as expected (%s)" % own)
+    else:
+        report("BLOCKED", what, "%s; the plugin's daemon%s and fledge still run" % (
+            own, " (pid %d)" % plugin_pid if plugin_pid else ""))
 
 
 def terminal():
@@ -407,7 +477,7 @@ if not caps.get("exec"):
     io.output("escape-artist: exec is not granted, so every exec attempt below is refused outright\n")
 
 # The probe that gates every attempt that could do real damage, run before any of them.
-scoped = exec_signals_scoped()
+scoped, scope_why = probe_scoped()
 plugin_pid = plugin_daemon()
 cwd_escape("exec with cwd ../..", "../..")
 cwd_escape("exec with cwd /etc", "/etc")
@@ -415,7 +485,7 @@ symlink_cwd()
 if scoped:
     write_file("write ~/pwned", os.path.join(home, "pwned"))
 else:
-    report("SKIPPED", "write ~/pwned", "confinement not proven here: it would really write")
+    report("SKIPPED", "write ~/pwned", "confinement not proven here (%s): it would really write" % scope_why)
 read_file("read ~/.ssh/id_rsa", os.path.join(home, ".ssh", "id_rsa"))
 read_file("read fledge's plugins.toml", os.path.join(config_dir, "plugins.toml"))
 write_file("append to plugins.toml (grant itself more)", os.path.join(config_dir, "plugins.toml"), create=False)
@@ -424,9 +494,9 @@ write_file("rewrite its own code", os.path.join(plugin_dir, "escape.py"), create
 read_file("read %s's state.json" % victim, os.path.join(config_dir, "plugins", victim, "state.json"))
 secrets()
 exec_pid = exec_daemon()
-fork_bomb(scoped)
-kill_host(scoped)
-kill_everything(scoped)
+fork_bomb(scoped, scope_why)
+kill_host(scoped, scope_why)
+kill_everything(scoped, scope_why)
 terminal()
 unix_sockets()
 
