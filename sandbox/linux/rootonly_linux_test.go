@@ -1,0 +1,154 @@
+package linux
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// rootOnlyPlant is what TestRootOnlySystemFiles plants in a system path: a 0600 root file
+// and a 0700 root directory holding a 0644 file, under innocuous random names.
+type rootOnlyPlant struct {
+	file, dir, inner, secret string
+}
+
+func plantRootOnly(t *testing.T, parent string) rootOnlyPlant {
+	t.Helper()
+	id := randomID()
+	p := rootOnlyPlant{
+		file:   filepath.Join(parent, "fledge-rt-"+id+".conf"),
+		dir:    filepath.Join(parent, "fledge-rt-"+id+".d"),
+		secret: "ROOTONLY-" + id,
+	}
+	p.inner = filepath.Join(p.dir, "inner.conf")
+	require.NoError(t, os.WriteFile(p.file, []byte(p.secret+"-file\n"), 0o600))
+	t.Cleanup(func() { _ = os.Remove(p.file) })
+	require.NoError(t, os.Mkdir(p.dir, 0o700))
+	t.Cleanup(func() { _ = os.RemoveAll(p.dir) })
+	require.NoError(t, os.WriteFile(p.inner, []byte(p.secret+"-inner\n"), 0o644))
+	// os.WriteFile/Mkdir obey the umask: set the modes for sure.
+	require.NoError(t, os.Chmod(p.file, 0o600))
+	require.NoError(t, os.Chmod(p.dir, 0o700))
+	require.NoError(t, os.Chmod(p.inner, 0o644))
+	return p
+}
+
+// TestRootOnlySystemFiles: as root, a confined command reads of /etc, /usr/local and /opt
+// only what an ordinary user could. The planted files' names are random (no list of
+// secret names can know them); an unconfined root reads them (positive control), a
+// confined one gets neither the 0600 file nor anything of the 0700 directory, on every
+// launch path (template copy, fresh view, stub), with the working directory in the system
+// path too; /etc/passwd, /etc/hosts, sh, git and python3 still work.
+func TestRootOnlySystemFiles(t *testing.T) {
+	testutil.RequireContained(t)
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "the owner-bits hole exists for a root fledge")
+	var plants []rootOnlyPlant
+	for _, parent := range []string{"/etc", "/usr/local", "/opt"} {
+		if st, err := os.Stat(parent); err == nil && st.IsDir() {
+			plants = append(plants, plantRootOnly(t, parent))
+		}
+	}
+	require.NotEmpty(t, plants)
+	// Positive control: the same reads succeed unconfined (root's owner bits).
+	for _, p := range plants {
+		out, err := exec.Command("cat", p.file, p.inner).CombinedOutput()
+		require.NoError(t, err, "unconfined read of %s: %s", p.file, out)
+		require.Contains(t, string(out), p.secret)
+	}
+
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"thread-template", Options{Launch: LaunchThread}},
+		{"thread-fresh", Options{Launch: LaunchThread, DisableViewTemplate: true}},
+		{"stub", Options{Launch: LaunchStub}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := newSandbox(t, tc.opts)
+			require.NotNil(t, sb.pidns, "view")
+			require.Equal(t, SystemFilesOthers, sb.Report().SystemFiles, "warnings: %v", sb.Report().Warnings)
+			e := newEnv(t)
+			for _, p := range plants {
+				for _, attack := range []string{
+					"cat " + p.file,
+					"cat " + p.inner,
+					"ls " + p.dir,
+					"cd " + p.dir,
+					"head -c 100 " + p.file + " " + p.inner,
+					"python3 -c 'import sys; print(open(sys.argv[1]).read())' " + p.file,
+				} {
+					res, out, errOut := run(t, sb, e.spec(attack))
+					assert.NotEqual(t, 0, res.ExitCode, "%s succeeded: %s", attack, out)
+					assert.NotContains(t, out+errOut, p.secret, attack)
+					if !strings.HasPrefix(attack, "cd ") { // dash does not say why
+						assert.Contains(t, errOut, "ermission denied", attack)
+					}
+				}
+			}
+			// Still usable: world-readable files, programs.
+			res, out, errOut := run(t, sb, e.spec(`grep -c root /etc/passwd && test -s /etc/hosts && git --version && python3 -c 'print("py", 6*7)' && sh -c 'echo sh ok' && stat -c %u:%g /etc/passwd`))
+			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+			assert.Contains(t, out, "git version")
+			assert.Contains(t, out, "py 42")
+			assert.Contains(t, out, "sh ok")
+			assert.Contains(t, out, "65534:65534", "root's files show as nobody's")
+
+			// A working directory in a system path: its own mount is shown the same way.
+			etc, err := os.Open(filepath.Dir(plants[0].file))
+			require.NoError(t, err)
+			defer etc.Close()
+			spec := e.spec("cat ./" + filepath.Base(plants[0].file) + "; cat ./" + filepath.Base(plants[0].dir) + "/inner.conf; cat ./hostname ./hosts >/dev/null && echo readable")
+			spec.Dir, spec.DirPath = etc, etc.Name()
+			res, out, errOut = run(t, sb, spec)
+			assert.NotContains(t, out+errOut, plants[0].secret)
+			assert.Contains(t, out, "readable", errOut)
+		})
+	}
+}
+
+// TestRootOnlyProjectUnderSystemPath: a read-only grant beneath a system path that is not
+// one itself (a project under /opt granted read-only) keeps root's files readable: the
+// user granted it.
+func TestRootOnlyProjectUnderSystemPath(t *testing.T) {
+	testutil.RequireContained(t)
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "root only")
+	sb := newSandbox(t, Options{})
+	require.Equal(t, SystemFilesOthers, sb.Report().SystemFiles)
+	dir, err := os.MkdirTemp("/opt", "fledge-rt-proj-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	f := filepath.Join(dir, "src.go")
+	require.NoError(t, os.WriteFile(f, []byte("package granted\n"), 0o600))
+	e := newEnv(t)
+	spec := e.spec("cat " + f)
+	spec.Access.ReadOnly = append(spec.Access.ReadOnly, dir)
+	res, out, errOut := run(t, sb, spec)
+	assert.Equal(t, 0, res.ExitCode, errOut)
+	assert.Equal(t, "package granted\n", out)
+}
+
+// rootOnlyDegraded: a sandbox whose system paths cannot be idmapped says so in every run.
+func TestRootOnlyReport(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	r := sb.Report()
+	if os.Geteuid() != 0 || !sb.view || sb.userView {
+		return
+	}
+	if sb.hideRootErr != nil {
+		assert.Equal(t, SystemFilesByName, r.SystemFiles)
+		assert.True(t, strings.Contains(strings.Join(r.Warnings, "\n"), "root-only files"))
+		m, _ := sb.plan(&sandbox.Spec{})
+		assert.Contains(t, strings.Join(m.Degraded, "\n"), "system paths")
+		return
+	}
+	assert.Equal(t, SystemFilesOthers, r.SystemFiles)
+}
