@@ -177,14 +177,18 @@ func TestMqueueGrantedIsOwn(t *testing.T) {
 	testutil.RequireContained(t)
 	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "mounts /dev/mqueue in the harness")
 	dir := "/dev/mqueue"
-	if err := os.Mkdir(dir, 0o1777); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(dir, 0o1777); err == nil {
+		// /dev is the host's devtmpfs: the directory would stay.
+		t.Cleanup(func() { _ = os.Remove(dir) })
+	} else if !errors.Is(err, os.ErrExist) {
 		t.Fatal(err)
 	}
 	var st unix.Statfs_t
 	require.NoError(t, unix.Statfs(dir, &st))
 	if st.Type != mqueueMagic {
-		// The harness has a mount namespace of its own: this mount is gone with it.
+		// In the harness's own mount namespace: the host's /dev/mqueue is not touched.
 		require.NoError(t, unix.Mount("mqueue", dir, "mqueue", 0, ""))
+		t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	}
 	name := "fledge-mq-" + randomID()
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR, 0o600) // a queue
