@@ -33,6 +33,10 @@ type Options struct {
 	DisableNetNS    bool
 	DisableView     bool // no private filesystem view (Landlock alone)
 	DisablePidNS    bool // no pid namespace of the run's own (the host's /proc, read-only)
+	DisableIPCNS    bool // no IPC namespace of the run's own (the host's SysV IPC)
+	// DisableSystemIDMap shows system paths as they are (as on a filesystem that cannot be
+	// idmapped): a root fledge's commands pass root's owner bits there.
+	DisableSystemIDMap bool
 	// DisableViewTemplate builds every view afresh instead of copying a session's template
 	// (the same view, slower: for benchmarks and tests of both paths).
 	DisableViewTemplate bool
@@ -151,9 +155,13 @@ func New(opts Options) (*Sandbox, error) {
 	}
 	sb.guard = newGuard(sb.stubPath)
 	// A user's init stub is cloned with CLONE_NEWIPC in its user namespace (userSys).
-	sb.ipcns = sb.userView || canUnshareIPC()
+	sb.ipcns = !opts.DisableIPCNS && (sb.userView || canUnshareIPC())
 	if sb.view && !sb.userView {
-		sb.hideRoot, sb.hideRootErr = hideRootNS()
+		if opts.DisableSystemIDMap {
+			sb.hideRootErr = fmt.Errorf("%w: disabled", errNoIDMap)
+		} else {
+			sb.hideRoot, sb.hideRootErr = hideRootNS()
+		}
 	}
 	if sb.view && !sb.userView && !opts.DisablePidNS && canClonePidNS() {
 		sb.pidns = newPidNamespaces(sb.guard.exe)
@@ -522,6 +530,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		ownProc(pol.View)
 		pol.Init = true
 		userSys(sys)
+		if !s.ipcns {
+			sys.Cloneflags &^= unix.CLONE_NEWIPC
+		}
 	}
 	var sp *spare
 	defer func() {
