@@ -25,7 +25,7 @@ import (
 
 type rootIPCPlant struct {
 	file, dir, inner, secret string
-	shmID, msqID            int
+	shmID, msqID             int
 }
 
 func plantRootIPC(t *testing.T) rootIPCPlant {
