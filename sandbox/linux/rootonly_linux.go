@@ -125,3 +125,15 @@ func newHideRootNS() (int, error) {
 	}
 	return fd, nil
 }
+
+// noSupplementaryGroups starts a root fledge's child without supplementary groups: the
+// idmapping hides root's uid and gid, but a root process that is also in adm, disk or
+// wheel (a container's root often is) would pass the group bits of those groups' files.
+// The child sets them while it still holds CAP_SETGID, before its exec. An unprivileged
+// fledge cannot (nor need: it has only the user's own groups, as the user has anyway).
+func noSupplementaryGroups(sys *syscall.SysProcAttr) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	sys.Credential = &syscall.Credential{Uid: 0, Gid: uint32(os.Getegid()), Groups: []uint32{}}
+}

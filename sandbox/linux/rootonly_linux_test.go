@@ -4,7 +4,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -151,4 +153,35 @@ func TestRootOnlyReport(t *testing.T) {
 		return
 	}
 	assert.Equal(t, SystemFilesOthers, r.SystemFiles)
+}
+
+// TestRootSupplementaryGroups: a root fledge in an extra group (a container's root in adm,
+// disk, wheel) does not pass that group's bits on: a file readable only by the group is
+// closed to its commands, even through a group the idmapping leaves as it is.
+func TestRootSupplementaryGroups(t *testing.T) {
+	testutil.RequireContained(t)
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "root only")
+	const gid = 4242
+	groups, err := syscall.Getgroups()
+	require.NoError(t, err)
+	// The whole test process (every thread) joins the group, as a root in it would be.
+	require.NoError(t, syscall.Setgroups(append(groups, gid)))
+	t.Cleanup(func() { _ = syscall.Setgroups(groups) })
+	f := filepath.Join("/etc", "fledge-rt-grp-"+randomID()+".conf")
+	secret := "GROUPONLY-" + randomID()
+	require.NoError(t, os.WriteFile(f, []byte(secret), 0o040))
+	t.Cleanup(func() { _ = os.Remove(f) })
+	require.NoError(t, os.Chown(f, 4243, gid))
+	require.NoError(t, os.Chmod(f, 0o040))
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) {
+			sb := newSandbox(t, Options{Launch: launch})
+			e := newEnv(t)
+			res, out, errOut := run(t, sb, e.spec("id -G; cat "+f))
+			assert.NotEqual(t, 0, res.ExitCode, out)
+			assert.NotContains(t, out, secret)
+			assert.Contains(t, errOut, "ermission denied")
+			assert.NotContains(t, out, strconv.Itoa(gid), "the command is still in the group")
+		})
+	}
 }

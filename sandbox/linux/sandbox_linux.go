@@ -526,6 +526,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// is cloned with it; userSys adds it for a user's init stub.
 		sys.Cloneflags |= unix.CLONE_NEWIPC
 	}
+	if !s.userView {
+		noSupplementaryGroups(sys)
+	}
 	if s.userView {
 		ownProc(pol.View)
 		pol.Init = true
