@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/internal/testutil"
 	"github.com/fledgehq/fledge/sandbox"
@@ -182,6 +183,38 @@ func TestRootSupplementaryGroups(t *testing.T) {
 			assert.NotContains(t, out, secret)
 			assert.Contains(t, errOut, "ermission denied")
 			assert.NotContains(t, out, strconv.Itoa(gid), "the command is still in the group")
+		})
+	}
+}
+
+// BenchmarkHideRootNS is what New pays once per sandbox (as root with a view) for the
+// idmapping: the stopped child, its namespace, and the probe of every system path.
+func BenchmarkHideRootNS(b *testing.B) {
+	for b.Loop() {
+		fd, err := hideRootNS()
+		if err != nil {
+			b.Fatal(err)
+		}
+		syscall.Close(fd)
+	}
+}
+
+// BenchmarkUnshareIPC is the launch thread's part of the IPC namespace: a throwaway thread
+// with and without unshare(CLONE_NEWIPC) (the namespace is freed when the thread dies).
+func BenchmarkUnshareIPC(b *testing.B) {
+	for _, ipc := range []bool{false, true} {
+		b.Run(map[bool]string{false: "thread-only", true: "unshare-ipc"}[ipc], func(b *testing.B) {
+			for b.Loop() {
+				var err error
+				onDiscardedThread(func() {
+					if ipc {
+						err = unix.Unshare(unix.CLONE_NEWIPC)
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }
