@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,6 +225,39 @@ func BenchmarkUnshareIPC(b *testing.B) {
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r1)
 			cpu := unix.TimevalToNsec(r1.Utime) + unix.TimevalToNsec(r1.Stime) - unix.TimevalToNsec(r0.Utime) - unix.TimevalToNsec(r0.Stime)
 			b.ReportMetric(float64(cpu)/float64(n), "cpu-ns/op")
+		})
+	}
+}
+
+// TestRootOnlyAndIPCDegraded: without the idmapping (a filesystem that cannot be idmapped,
+// pretended here) or without an IPC namespace, doctor warns, a run is recorded degraded and
+// strict refuses it.
+func TestRootOnlyAndIPCDegraded(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "the root view")
+	for _, tc := range []struct {
+		opts         Options
+		degraded     string
+		reportSystem string
+		reportIPC    string
+	}{
+		{Options{DisableSystemIDMap: true}, "system paths", SystemFilesByName, IPCPerRun},
+		{Options{DisableIPCNS: true}, "IPC namespace", SystemFilesOthers, IPCNone},
+	} {
+		t.Run(tc.degraded, func(t *testing.T) {
+			sb := newSandbox(t, tc.opts)
+			r := sb.Report()
+			assert.Equal(t, tc.reportSystem, r.SystemFiles)
+			assert.Equal(t, tc.reportIPC, r.IPCNamespace)
+			assert.NotEmpty(t, r.Warnings)
+			e := newEnv(t)
+			res, _, errOut := run(t, sb, e.spec("true"))
+			require.Equal(t, 0, res.ExitCode, errOut)
+			assert.Contains(t, strings.Join(res.Mode.Degraded, "\n"), tc.degraded)
+			spec := e.spec("true")
+			spec.Strict = true
+			_, err := sb.Start(context.Background(), spec)
+			require.ErrorIs(t, err, sandbox.ErrUnavailable)
+			assert.Contains(t, err.Error(), tc.degraded)
 		})
 	}
 }
