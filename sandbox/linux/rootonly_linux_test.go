@@ -78,7 +78,7 @@ func TestRootOnlySystemFiles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sb := newSandbox(t, tc.opts)
-			require.NotNil(t, sb.pidns, "view")
+			require.True(t, sb.view && !sb.userView, "the root view")
 			require.Equal(t, SystemFilesOthers, sb.Report().SystemFiles, "warnings: %v", sb.Report().Warnings)
 			e := newEnv(t)
 			for _, p := range plants {
@@ -110,10 +110,11 @@ func TestRootOnlySystemFiles(t *testing.T) {
 			etc, err := os.Open(filepath.Dir(plants[0].file))
 			require.NoError(t, err)
 			defer etc.Close()
-			spec := e.spec("cat ./" + filepath.Base(plants[0].file) + "; cat ./" + filepath.Base(plants[0].dir) + "/inner.conf; cat ./hostname ./hosts >/dev/null && echo readable")
+			spec := e.spec("cat ./" + filepath.Base(plants[0].file) + "; cat ./" + filepath.Base(plants[0].dir) + "/inner.conf; cat ./hosts ./passwd >/dev/null && echo readable")
 			spec.Dir, spec.DirPath = etc, etc.Name()
 			res, out, errOut = run(t, sb, spec)
 			assert.NotContains(t, out+errOut, plants[0].secret)
+			assert.Equal(t, 0, res.ExitCode, errOut)
 			assert.Contains(t, out, "readable", errOut)
 		})
 	}
