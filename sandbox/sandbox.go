@@ -182,6 +182,15 @@ type Report struct {
 	// PidNamespace says whose processes a command sees in /proc: "per-plugin" (its own
 	// plugin's session, in a pid namespace of their own) or "none" (the host's, read-only).
 	PidNamespace string `json:"pid_namespace,omitempty"`
+	// IPCNamespace says whose SysV IPC objects and POSIX message queues a command and a
+	// plugin reach: "per-run" (an IPC namespace of their own, gone with the run) or "none"
+	// (the host's). Linux only.
+	IPCNamespace string `json:"ipc_namespace,omitempty"`
+	// SystemFiles says what of the system paths (/etc, /usr, /opt, ...) a command of a root
+	// fledge can read: "others-only" (what an ordinary user could: root's files are shown
+	// as another user's, so 0600 keys and 0700 directories are closed whatever their
+	// names) or "by-name" (only /etc's known secrets are left out). Linux only.
+	SystemFiles string `json:"system_files,omitempty"`
 	// SeccompDenied is the seccomp deny-list every command and plugin process runs under
 	// (empty where there is no filter). Unix sockets appear when refused by default.
 	SeccompDenied []DeniedSyscall `json:"seccomp_denied,omitempty"`

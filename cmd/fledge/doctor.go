@@ -77,6 +77,8 @@ func (o *DoctorOptions) Run() error {
 	fmt.Fprintf(w, "  filesystem view:  %s\n", viewText(rep.FilesystemView))
 	if rep.OS == "linux" {
 		fmt.Fprintf(w, "  processes seen:   %s\n", pidNSText(rep.PidNamespace))
+		fmt.Fprintf(w, "  SysV IPC, mqueue: %s\n", ipcNSText(rep.IPCNamespace))
+		fmt.Fprintf(w, "  system files:     %s\n", systemFilesText(rep.SystemFiles))
 	}
 	fmt.Fprintf(w, "  git metadata:     %s\n", protectedText(e.cfg, rep.FilesystemView))
 	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
@@ -189,6 +191,22 @@ func homePATHEntries(e *env) []string {
 }
 
 // pidNSText says what a command finds in /proc.
+// ipcNSText says whose SysV IPC objects and POSIX message queues a command reaches.
+func ipcNSText(ns string) string {
+	if ns == "per-run" { // linux.IPCPerRun
+		return "its own run's only (an IPC namespace per run, gone with it)"
+	}
+	return "the host's: shared memory, message queues and semaphores of the user are reachable (no IPC namespace)"
+}
+
+// systemFilesText says what of /etc, /usr, /opt a command can read.
+func systemFilesText(v string) string {
+	if v == "others-only" { // linux.SystemFilesOthers
+		return "what an ordinary user could read (root's 0600 files and 0700 dirs are closed, whatever their names)"
+	}
+	return "as root, every root-owned file but /etc's known secrets (shadow, sudoers, TLS/SSH host keys)"
+}
+
 func pidNSText(ns string) string {
 	switch ns {
 	case "per-plugin":

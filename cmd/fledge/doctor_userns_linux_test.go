@@ -56,6 +56,8 @@ func TestDoctorUnprivileged(t *testing.T) {
 			View     string   `json:"filesystem_view"`
 			NetDeny  string   `json:"network_deny"`
 			TreeKill string   `json:"tree_kill"`
+			IPC      string   `json:"ipc_namespace"`
+			System   string   `json:"system_files"`
 			Warnings []string `json:"warnings"`
 		} `json:"sandbox"`
 		Root bool `json:"root"`
@@ -64,11 +66,14 @@ func TestDoctorUnprivileged(t *testing.T) {
 	require.False(t, rep.Root)
 	assert.Equal(t, "mount-namespace+userns", rep.Sandbox.View, "warnings: %q", rep.Sandbox.Warnings)
 	assert.Contains(t, rep.Sandbox.NetDeny, "netns")
+	assert.Equal(t, "per-run", rep.Sandbox.IPC, "the init stub is cloned with CLONE_NEWIPC")
+	assert.Equal(t, "others-only", rep.Sandbox.System)
 	for _, w := range rep.Sandbox.Warnings {
 		assert.NotContains(t, w, "filesystem view")
 	}
 	text := doctor()
 	assert.Contains(t, text, "filesystem view:  private (mount namespace in a user namespace: only granted paths exist")
 	assert.Contains(t, text, "/proc is the run's own pid namespace")
+	assert.Contains(t, text, "SysV IPC, mqueue: its own run's only")
 	assert.NotContains(t, text, "warning: no private filesystem view")
 }

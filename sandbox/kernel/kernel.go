@@ -61,6 +61,9 @@ type DeniedSyscall struct {
 type ViewMount struct {
 	Path     string `json:"path"`
 	Writable bool   `json:"w,omitempty"`
+	// System marks a system path (/usr, /etc, ...): with View.IDMap set, a read-only one is
+	// shown as an ordinary user sees it, root's files being nobody's (rootonly_linux.go).
+	System bool `json:"sys,omitempty"`
 }
 
 // View is what the child sees.
@@ -89,6 +92,10 @@ type View struct {
 	// binding the host's: it shows the pid namespace the view is built in, so a run in its
 	// own pid namespace sees only its own processes. Mounts must then not list /proc.
 	ProcNew bool `json:"proc_new,omitempty"`
+	// IDMap, when above 2, is a user namespace fd (of the process that builds the view)
+	// whose mapping shows uid and gid 0 as 65534: read-only System mounts are idmapped
+	// through it, so a command of a root fledge reads of them only what others may.
+	IDMap int `json:"idmap,omitempty"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

@@ -183,6 +183,11 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		// The path only: this thread's /proc is the view's now (maybe another pid
 		// namespace's), so the handle's current path was read before.
 		var where string
+		if dirHidesRoot(v) {
+			if err := idmapTree(tree, v.IDMap); err != nil {
+				return fmt.Errorf("working directory: %w", err)
+			}
+		}
 		if cwdfd, where, err = mountDirAt("", tree, func() []string { return []string{dirNow, v.Dir} }, v); err != nil {
 			if serr := unix.Setns(host, unix.CLONE_NEWNS); serr != nil {
 				return fmt.Errorf("%w (and back to the host's namespace: %w)", err, serr)
@@ -213,6 +218,9 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 	}
 	if err := unix.Mount("", "/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("read-only /tmp: %w", err)
+	}
+	if err := freshMqueue(""); err != nil {
+		return err
 	}
 	return enterDir(cwdfd, v, true)
 }

@@ -114,15 +114,19 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 			}
 			tmpDone = true
 		}
-		if covered(done, p, m.Writable) {
+		if coveredView(v, done, m) {
 			continue
 		}
-		ok, err := bindInto(p, m.Writable)
+		userns := -1
+		if hidesRoot(v, m) {
+			userns = v.IDMap
+		}
+		ok, err := bindInto(p, m.Writable, userns)
 		if err != nil {
 			return err
 		}
 		if ok {
-			done = append(done, ViewMount{Path: p, Writable: m.Writable})
+			done = append(done, ViewMount{Path: p, Writable: m.Writable, System: m.System})
 		}
 	}
 	if !tmpDone {
@@ -163,6 +167,11 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 		// wherever a racing rename or symlink swap makes the path lead, the command runs
 		// in the directory the guard proved, inside the view.
 		var err error
+		if dirHidesRoot(v) {
+			if err := idmapTree(tree, v.IDMap); err != nil {
+				return fmt.Errorf("working directory: %w", err)
+			}
+		}
 		where := func() []string {
 			// Where the handle's directory is now, asked again on every attempt.
 			now, _ := os.Readlink(fmt.Sprintf("/oldroot/proc/self/fd/%d", dirfd))
@@ -233,6 +242,9 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 		}
 		tmpl.tmp = fd
 		return nil
+	}
+	if err := freshMqueue(""); err != nil {
+		return err
 	}
 	return enterDir(cwdfd, v, !placeholder)
 }
@@ -385,8 +397,9 @@ func covered(done []ViewMount, p string, writable bool) bool {
 	return false
 }
 
-// bindInto binds /oldroot/p at /newroot/p (false when p does not exist).
-func bindInto(p string, writable bool) (bool, error) {
+// bindInto binds /oldroot/p at /newroot/p (false when p does not exist), through the
+// idmapping userns when it is not -1 (see rootonly_linux.go).
+func bindInto(p string, writable bool, userns int) (bool, error) {
 	src, dst := "/oldroot"+p, "/newroot"+p
 	st, err := os.Stat(src)
 	if err != nil {
@@ -415,6 +428,9 @@ func bindInto(p string, writable bool) (bool, error) {
 		if err := unix.Mknod(dst, unix.S_IFREG|0o644, 0); err != nil && !errors.Is(err, unix.EEXIST) {
 			return false, fmt.Errorf("mount point %s: %w", p, err)
 		}
+	}
+	if userns >= 0 {
+		return true, bindSystem(p, userns)
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return false, fmt.Errorf("bind %s: %w", p, err)

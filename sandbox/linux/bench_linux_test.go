@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/fledgehq/fledge/sandbox"
 )
@@ -37,6 +38,10 @@ func BenchmarkExecTrue(b *testing.B) {
 		{"no-tmp", Options{}, false},
 		{"fresh-view", Options{DisableViewTemplate: true}, true},
 		{"no-pidns", Options{DisablePidNS: true}, true},
+		{"no-ipcns", Options{DisableIPCNS: true}, true},
+		{"no-ipcns-stub", Options{Launch: LaunchStub, DisableIPCNS: true}, true},
+		{"no-idmap", Options{DisableSystemIDMap: true}, true},
+		{"no-idmap-fresh-view", Options{DisableSystemIDMap: true, DisableViewTemplate: true}, true},
 		{"no-view", Options{DisableView: true}, true},
 		{"no-cgroup", Options{DisableCgroups: true}, false},
 		{"no-landlock", Options{DisableLandlock: true}, false},
@@ -68,6 +73,67 @@ func BenchmarkExecTrue(b *testing.B) {
 					b.Fatal(err, res)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkExecAB measures what one part costs an exec by running the exec with it and
+// without it in alternation (on a shared, loaded machine, rows run one after another
+// compare different loads): ns/op is a pair; on-ns/op and off-ns/op are the halves.
+func BenchmarkExecAB(b *testing.B) {
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	for _, bc := range []struct {
+		name    string
+		on, off Options
+	}{
+		{"ipcns-thread", Options{}, Options{DisableIPCNS: true}},
+		{"ipcns-stub", Options{Launch: LaunchStub}, Options{Launch: LaunchStub, DisableIPCNS: true}},
+		{"idmap-template", Options{}, Options{DisableSystemIDMap: true}},
+		{"idmap-fresh-view", Options{DisableViewTemplate: true}, Options{DisableViewTemplate: true, DisableSystemIDMap: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var sbs [2]*Sandbox
+			for i, o := range []Options{bc.on, bc.off} {
+				if o.Launch == "" {
+					o.Launch = LaunchThread
+				}
+				sb, err := New(o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = sb.Close() })
+				sbs[i] = sb
+			}
+			spec := &sandbox.Spec{
+				Name: "bench", Path: "/bin/sh", Args: []string{"sh", "-c", "true"},
+				Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Network: true,
+				Access:     sandbox.Access{ReadWrite: []string{dir.Name()}, ReadExec: SystemReadExec},
+				Limits:     sandbox.Limits{MemoryBytes: 1 << 30, Pids: 256},
+				PrivateTmp: true,
+			}
+			var spent [2]time.Duration
+			n := 0
+			for b.Loop() {
+				for i, sb := range sbs {
+					t0 := time.Now()
+					p, err := sb.Start(context.Background(), spec)
+					if err != nil {
+						b.Fatal(err)
+					}
+					res, err := p.Wait()
+					if err != nil || res.ExitCode != 0 {
+						b.Fatal(err, res)
+					}
+					spent[i] += time.Since(t0)
+				}
+				n++
+			}
+			b.ReportMetric(float64(spent[0].Nanoseconds())/float64(n), "on-ns/op")
+			b.ReportMetric(float64(spent[1].Nanoseconds())/float64(n), "off-ns/op")
 		})
 	}
 }

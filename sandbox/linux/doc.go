@@ -1,10 +1,11 @@
 // Package linux is fledge's Linux sandbox. The host process itself is never restricted.
 //
 // Launch (Options.Launch): by default a throwaway OS thread of the host takes on the
-// child's confinement and forks it (thread_linux.go): unshare(CLONE_FS) (and
-// CLONE_NEWNET for network=deny), fchdir into the guarded directory handle, join the run's
+// child's confinement and forks it (thread_linux.go): unshare(CLONE_FS), CLONE_NEWIPC (an
+// IPC namespace per run, ipc_linux.go) and CLONE_NEWNET for network=deny, fchdir into the guarded directory handle, join the run's
 // v1 cgroups with its tid, the private filesystem view (as root: a mount namespace with
-// only the grants, entered by path and checked against the handle), no_new_privs,
+// only the grants, entered by path and checked against the handle; the system paths
+// idmapped so that root's files are nobody's, rootonly_linux.go), no_new_privs,
 // Landlock, the capability drop, unshare(CLONE_FILES) and every fd >= 3 close-on-exec,
 // the seccomp deny-list, then fork+exec with setsid (no controlling terminal) and
 // CLONE_INTO_CGROUP; RLIMIT_CORE=0 and RLIMIT_NOFILE are set with prlimit right after the

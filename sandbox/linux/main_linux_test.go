@@ -36,6 +36,8 @@ func runHelper(h string) int {
 		return 0
 	case "host":
 		return runHostHelper(os.Args[1], os.Args[2], os.Args[3])
+	case "ipc":
+		return runIPCHelper(os.Args[1], os.Args[2], os.Args[3])
 	case "userns":
 		return runUserNSHelper(os.Args[1], os.Args[2])
 	case "alloc":

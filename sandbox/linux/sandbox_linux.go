@@ -33,6 +33,10 @@ type Options struct {
 	DisableNetNS    bool
 	DisableView     bool // no private filesystem view (Landlock alone)
 	DisablePidNS    bool // no pid namespace of the run's own (the host's /proc, read-only)
+	DisableIPCNS    bool // no IPC namespace of the run's own (the host's SysV IPC)
+	// DisableSystemIDMap shows system paths as they are (as on a filesystem that cannot be
+	// idmapped): a root fledge's commands pass root's owner bits there.
+	DisableSystemIDMap bool
 	// DisableViewTemplate builds every view afresh instead of copying a session's template
 	// (the same view, slower: for benchmarks and tests of both paths).
 	DisableViewTemplate bool
@@ -66,6 +70,13 @@ type Sandbox struct {
 	userViewErr error
 	viewOff     bool // Options.DisableView
 	kernel      string
+	// ipcns: every run gets an IPC namespace of its own (root: unshared by the launch
+	// thread or cloned for the stub; as a user: in the init stub's user namespace).
+	ipcns bool
+	// hideRoot is the idmapping user namespace that shows system paths as an ordinary user
+	// sees them (root's view; -1: none, hideRootErr says why).
+	hideRoot    int
+	hideRootErr error
 
 	// Removing a finished run's (empty) cgroups and temp dir happens after Wait has
 	// returned, off the reply's path; Close waits for it and reports what failed.
@@ -88,6 +99,10 @@ func (s *Sandbox) Close() error {
 	s.pidns.close()
 	s.templates.close()
 	s.cleanups.Wait()
+	if s.hideRoot >= 0 {
+		unix.Close(s.hideRoot)
+		s.hideRoot = -1
+	}
 	s.cleanupMu.Lock()
 	defer s.cleanupMu.Unlock()
 	errs := s.cleanupErr
@@ -103,7 +118,7 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // New probes the kernel once (Landlock ABI, cgroup mode and write access, network
 // namespaces) and returns a sandbox that uses what it found.
 func New(opts Options) (*Sandbox, error) {
-	sb := &Sandbox{stubPath: opts.StubPath, launch: opts.Launch}
+	sb := &Sandbox{stubPath: opts.StubPath, launch: opts.Launch, hideRoot: -1}
 	switch sb.launch {
 	case "":
 		sb.launch = LaunchThread
@@ -139,6 +154,15 @@ func New(opts Options) (*Sandbox, error) {
 		}
 	}
 	sb.guard = newGuard(sb.stubPath)
+	// A user's init stub is cloned with CLONE_NEWIPC in its user namespace (userSys).
+	sb.ipcns = !opts.DisableIPCNS && (sb.userView || canUnshareIPC())
+	if sb.view && !sb.userView {
+		if opts.DisableSystemIDMap {
+			sb.hideRootErr = fmt.Errorf("%w: disabled", errNoIDMap)
+		} else {
+			sb.hideRoot, sb.hideRootErr = hideRootNS()
+		}
+	}
 	if sb.view && !sb.userView && !opts.DisablePidNS && canClonePidNS() {
 		sb.pidns = newPidNamespaces(sb.guard.exe)
 	}
@@ -293,6 +317,8 @@ func (s *Sandbox) Report() sandbox.Report {
 		HostDeath:      "none",
 		FilesystemView: "none",
 		PidNamespace:   "none",
+		IPCNamespace:   IPCNone,
+		SystemFiles:    SystemFilesByName,
 		Warnings:       append([]string{}, s.cg.warnings...),
 	}
 	switch {
@@ -309,6 +335,22 @@ func (s *Sandbox) Report() sandbox.Report {
 		r.PidNamespace = "per-plugin"
 	} else if s.view {
 		r.Warnings = append(r.Warnings, "no pid namespace of the run's own: commands see the host's processes in a read-only /proc (needs Linux 6.15)")
+	}
+	if s.ipcns {
+		r.IPCNamespace = IPCPerRun
+	} else {
+		r.Warnings = append(r.Warnings, "no IPC namespace of the run's own: commands share SysV shared memory, message queues and semaphores with the host user")
+	}
+	switch {
+	case s.userView || s.hideRoot >= 0:
+		// Idmapped system paths (root), or a user's view (root's files are others' anyway).
+		r.SystemFiles = SystemFilesOthers
+	case s.hideRootErr != nil:
+		r.Warnings = append(r.Warnings, s.hideRootErr.Error()+" (only /etc's known secrets are left out, by name)")
+	case os.Geteuid() == 0:
+		r.Warnings = append(r.Warnings, errNoIDMap.Error()+" (no private filesystem view; only /etc's known secrets are left out, by name)")
+	default:
+		r.SystemFiles = SystemFilesOthers // not root: root's files are others' anyway
 	}
 	if s.guard.available() {
 		r.HostDeath = "watchdog"
@@ -401,6 +443,12 @@ func (s *Sandbox) plan(spec *sandbox.Spec) (sandbox.Mode, error) {
 	if s.view && !s.userView && !s.pidns.available() {
 		m.Degraded = append(m.Degraded, "pid namespace (the host's processes are visible in /proc)")
 	}
+	if s.view && s.hideRootErr != nil {
+		m.Degraded = append(m.Degraded, "system paths ("+s.hideRootErr.Error()+")")
+	}
+	if !s.ipcns {
+		m.Degraded = append(m.Degraded, "IPC namespace (SysV IPC and POSIX message queues shared with the host)")
+	}
 	if spec.Strict && len(m.Degraded) > 0 {
 		return m, fmt.Errorf("%w: %s", sandbox.ErrUnavailable, strings.Join(m.Degraded, "; "))
 	}
@@ -468,12 +516,26 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			return nil, err
 		}
 		pol.View.RunTmp = p.tmp
+		if !s.userView {
+			markSystem(pol.View, s.hideRoot)
+		}
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
+	if s.ipcns && !s.userView {
+		// The thread launcher unshares it on the launch thread (thread_linux.go), the stub
+		// is cloned with it; userSys adds it for a user's init stub.
+		sys.Cloneflags |= unix.CLONE_NEWIPC
+	}
+	if !s.userView {
+		noSupplementaryGroups(sys)
+	}
 	if s.userView {
 		ownProc(pol.View)
 		pol.Init = true
 		userSys(sys)
+		if !s.ipcns {
+			sys.Cloneflags &^= unix.CLONE_NEWIPC
+		}
 	}
 	var sp *spare
 	defer func() {

@@ -119,10 +119,14 @@ func (tl *threadLaunch) onThread() (int, error) {
 	// leaves by, the view's mount handles) exists in no other thread's table, and fds the
 	// host inherited without CLOEXEC (a parent's jobserver pipe, ...) are made close-on-exec
 	// below before the fork.
+	// The IPC namespace too: entered before the view, whose /dev/mqueue (when granted)
+	// shows the namespace of the thread that mounts it.
 	unshareFlags := unix.CLONE_FS | unix.CLONE_FILES
-	if sys.Cloneflags&unix.CLONE_NEWNET != 0 {
-		unshareFlags |= unix.CLONE_NEWNET
-		sys.Cloneflags &^= unix.CLONE_NEWNET
+	for _, ns := range []uintptr{unix.CLONE_NEWNET, unix.CLONE_NEWIPC} {
+		if sys.Cloneflags&ns != 0 {
+			unshareFlags |= int(ns)
+			sys.Cloneflags &^= ns
+		}
 	}
 	if err := unix.Unshare(unshareFlags); err != nil {
 		return 0, threadStep("unshare", err)

@@ -29,7 +29,8 @@ import (
 //     keeps them (over its own namespaces only) to build the view and drop its bounding
 //     set; it clears them all again before the program runs;
 //   - CLONE_NEWNS (the view), CLONE_NEWPID (the stub is pid 1, /proc shows the run's own
-//     processes only, and when it exits the kernel kills everything left in the run) and
+//     processes only, and when it exits the kernel kills everything left in the run),
+//     CLONE_NEWIPC (SysV IPC and POSIX message queues of its own, gone with the run) and
 //     CLONE_NEWNET when the spec denies the network.
 //
 // The stub then runs as an init (stub.Policy.Init): it forks the program from its confined
@@ -72,7 +73,7 @@ const statusBound = 2 * time.Second
 // cgroup fd, network namespace flag).
 func userSys(sys *syscall.SysProcAttr) {
 	uid, gid := os.Getuid(), os.Getgid()
-	sys.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID
+	sys.Cloneflags |= unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC
 	sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
 	sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
 	sys.GidMappingsEnableSetgroups = false

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/internal/testutil"
 	"github.com/fledgehq/fledge/sandbox"
@@ -169,6 +170,8 @@ func runUserNSHelper(root, m string) int {
 	report("missing", &sandbox.Spec{Name: "missing", Path: "/nonexistent/prog", Args: []string{"prog"},
 		Access: sandbox.Access{ReadExec: SystemReadExec}}, nil)
 
+	reportIPC(e, spec, report, out)
+
 	strict := spec("true")
 	strict.Strict = true
 	report("strict", strict, nil)
@@ -254,6 +257,21 @@ func TestUserNamespaceView(t *testing.T) {
 		uid = nobody
 	}
 
+	t.Run("IPC namespace of its own", func(t *testing.T) {
+		// The user's own 0600 segment and queue are unreachable by id, and what a run
+		// makes is gone after it (the init stub is cloned with CLONE_NEWIPC).
+		r, after := runs["ipc"], runs["ipc-after"]
+		require.Empty(t, r.Err)
+		require.Equal(t, 0, r.Exit, r.Stderr)
+		first, _, _ := strings.Cut(after.Stdout, "\n")
+		secret := strings.TrimPrefix(first, "secret=")
+		require.NotEmpty(t, secret)
+		assert.NotContains(t, r.Stdout+r.Stderr, secret)
+		assert.Contains(t, r.Stdout, "shm denied")
+		assert.Contains(t, r.Stdout, "msg denied")
+		assert.Contains(t, r.Stdout, "created shm", "IPC works inside the run")
+		assert.Equal(t, "secret="+secret+"\n", after.Stdout, "the run's objects outlived it, or it took the host's message")
+	})
 	t.Run("report", func(t *testing.T) {
 		r := runs["secret"]
 		assert.Equal(t, ViewUserNS, r.View)
@@ -368,4 +386,59 @@ func TestUserNamespaceView(t *testing.T) {
 		assert.Contains(t, r.Err, "private filesystem view (disabled)")
 		assert.Contains(t, r.Err, "pid namespace")
 	})
+}
+
+// reportIPC is the "ipc" scenario of the unprivileged host: it makes a 0600 shared-memory
+// segment and a message queue of its own (the user's), a run reads them by id and makes
+// its own with a key; "ipc-after" says whether the run's objects still exist on the host.
+func reportIPC(e nsEnv, spec func(string) *sandbox.Spec, report func(string, *sandbox.Spec, func(sandbox.Process, *bufio.Reader) error), out *json.Encoder) {
+	fail := func(err error) { _ = out.Encode(nsRun{Name: "ipc", Err: err.Error()}) }
+	exe, err := os.Executable()
+	if err != nil {
+		fail(err)
+		return
+	}
+	secret := "USERIPC-" + randomID()
+	shmID, err := unix.SysvShmGet(unix.IPC_PRIVATE, 4096, unix.IPC_CREAT|0o600)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer func() { _, _ = unix.SysvShmCtl(shmID, unix.IPC_RMID, nil) }()
+	seg, err := unix.SysvShmAttach(shmID, 0, 0)
+	if err != nil {
+		fail(err)
+		return
+	}
+	copy(seg, secret)
+	_ = unix.SysvShmDetach(seg)
+	msqID, err := msgget(unix.IPC_PRIVATE, unix.IPC_CREAT|0o600)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer msgrm(msqID)
+	if err := msgsnd(msqID, secret); err != nil {
+		fail(err)
+		return
+	}
+	key := int(time.Now().UnixNano()&0x3fffffff) + 1
+	s := spec("true")
+	s.Path, s.Args = exe, []string{exe, strconv.Itoa(shmID), strconv.Itoa(msqID), strconv.Itoa(key)}
+	s.Env = []string{helperEnv + "=ipc", "SECRET=" + secret}
+	s.Access.ReadExec = append(s.Access.ReadExec, filepath.Dir(exe))
+	report("ipc", s, nil)
+	after := nsRun{Name: "ipc-after", Stdout: "secret=" + secret + "\n"}
+	if id, err := unix.SysvShmGet(key, 0, 0); err == nil {
+		after.Stdout += "shm exists\n"
+		_, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil)
+	}
+	if id, err := msgget(key, 0); err == nil {
+		after.Stdout += "msg exists\n"
+		msgrm(id)
+	}
+	if text, err := msgrcv(msqID); err != nil || text != secret {
+		after.Stdout += fmt.Sprintf("host message gone: %q %v\n", text, err)
+	}
+	_ = out.Encode(after)
 }

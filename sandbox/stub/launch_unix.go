@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -81,7 +83,22 @@ func (l *Launch) Start() (*os.Process, error) {
 			l.Policy.DirDev, l.Policy.DirIno = uint64(st.Dev), uint64(st.Ino)
 		}
 	}
-	data, err := json.Marshal(l.Policy)
+	// The view's idmapping namespace (an fd of the host) reaches the stub as fdIDMap.
+	pol, idmap := l.Policy, (*os.File)(nil)
+	if pol.View != nil && pol.View.IDMap > 2 {
+		// A copy: the *os.File closes its fd when dropped, and the sandbox keeps its own.
+		d, err := unix.FcntlInt(uintptr(pol.View.IDMap), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return nil, fmt.Errorf("%w: idmapping namespace: %w", sandbox.ErrLaunch, err)
+		}
+		idmap = os.NewFile(uintptr(d), "idmap")
+		defer idmap.Close()
+		cp, view := *pol, *pol.View
+		view.IDMap = fdIDMap
+		cp.View = &view
+		pol = &cp
+	}
+	data, err := json.Marshal(pol)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode policy: %w", sandbox.ErrLaunch, err)
 	}
@@ -109,8 +126,14 @@ func (l *Launch) Start() (*os.Process, error) {
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 		}
 		files = append(files, statW) // fd 6 (fd 5 is closed when there is no Dir)
-	} else if l.Dir == nil {
+	} else if l.Dir == nil && idmap == nil {
 		files = files[:5]
+	}
+	if idmap != nil {
+		for len(files) < fdIDMap {
+			files = append(files, nil) // closed in the stub
+		}
+		files = append(files, idmap)
 	}
 	argv := append(append([]string{}, l.Wrapper...), l.StubPath, Marker)
 	proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{

@@ -35,6 +35,7 @@ const (
 	fdErr    = 4 // write end of the error pipe (made CLOEXEC by the stub)
 	fdDir    = 5 // the guarded working directory (optional)
 	fdStatus = 6 // write end of the status pipe (Policy.Init only)
+	fdIDMap  = 7 // the view's idmapping user namespace (View.IDMap, optional)
 )
 
 // Bounds on what crosses the pipes.
