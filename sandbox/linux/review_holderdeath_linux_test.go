@@ -118,9 +118,22 @@ func TestPidNamespaceLaunchRightAfterHolderDeath(t *testing.T) {
 		assert.Equal(t, 0, res.ExitCode)
 		assert.Equal(t, "ok\n", out.String())
 		sb.pidns.mu.Lock()
+		var killed []*pidHolder
 		for _, h := range sb.pidns.holders {
 			_ = h.proc.Signal(syscall.SIGKILL)
+			killed = append(killed, h)
 		}
 		sb.pidns.mu.Unlock()
+		// Wait until each holder has exited (a zombie or reaped), not merely been signalled:
+		// a launch between kill(2) and the holder acting on it joins a namespace that is still
+		// whole and is then torn down with it (exit 137), which is the killed namespace taking
+		// its processes along, not the dying-namespace launch this test is about.
+		deadline := time.Now().Add(5 * time.Second)
+		for _, h := range killed {
+			for h.alive() && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			require.False(t, h.alive(), "holder %d still runs 5 s after SIGKILL", h.proc.Pid)
+		}
 	}
 }
