@@ -50,6 +50,10 @@ const (
 	maxInbox = 4096
 	// outputChunk bounds the text of one output message made from the guest's stdout.
 	outputChunk = 32 << 10
+	// CancelGrace is how long a session should give a module to act on its cancel before
+	// it sends SIGTERM (which closes the module): a module reads the cancel only when it
+	// next calls recv, and has no processes to clean up.
+	CancelGrace = time.Second
 )
 
 // Confinement is what Report and the audit records say about a WASM plugin's sandbox.
