@@ -144,3 +144,28 @@ func waitWithin(t *testing.T, p sandbox.Process, limit time.Duration) *sandbox.R
 		return nil
 	}
 }
+
+// TestModuleThatIsAFIFOIsRefused: a FIFO where the module should be would block the read of
+// the module itself, before any deadline exists. It is refused as not a regular file.
+func TestModuleThatIsAFIFOIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.wasm")
+	require.NoError(t, syscall.Mkfifo(path, 0o644))
+	wh, err := wasmhost.New(wasmhost.Options{})
+	require.NoError(t, err)
+	defer wh.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := wh.Start(context.Background(), &sandbox.Spec{Kind: sandbox.KindPlugin, Name: "t", Path: path, Args: []string{path}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, wasmhost.ErrModule)
+		assert.ErrorContains(t, err, "not a regular file")
+	case <-time.After(blockHangLimit):
+		if h, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+			h.Close()
+		}
+		t.Fatal("reading the module blocked on a FIFO")
+	}
+}
