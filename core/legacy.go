@@ -11,6 +11,7 @@ import (
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // LegacyOptions run a plugin without a protocol as a whole program (the legacy adapter).
@@ -39,7 +40,11 @@ func RunLegacy(o LegacyOptions) (*Exit, error) {
 	}
 	spec := o.Spec
 	spec.Kind = sandbox.KindLegacy
-	spec.Stdin, spec.Stdout = o.Stdin, o.Stdout
+	// Its stdout reaches a terminal only through the sanitiser (its stderr: Spawn's pump).
+	// The sandbox copies through a pipe whatever is not a plain file, so the bytes stream
+	// as the plugin writes them; a file or pipe gets them unchanged.
+	stdout, flush := ui.PluginStream(o.Stdout)
+	spec.Stdin, spec.Stdout = o.Stdin, stdout
 	// A legacy plugin has no protocol cancel: the ladder starts at SIGTERM.
 	ladder := o.Ladder
 	if ladder.CancelGrace <= 0 {
@@ -54,7 +59,9 @@ func RunLegacy(o LegacyOptions) (*Exit, error) {
 		return nil, err
 	}
 	go proc.WatchSignals(o.Signals, nil, nil)
-	return proc.Finish(nil), nil
+	ex := proc.Finish(nil)
+	flush()
+	return ex, nil
 }
 
 func runUnconfined(o LegacyOptions) (*Exit, error) {

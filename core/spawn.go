@@ -19,6 +19,7 @@ import (
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
 )
 
 var (
@@ -197,12 +198,14 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 	p.proc = proc
 	go func() {
 		defer close(p.stderrDone)
-		dst := o.Stderr
+		// Whatever the adapter passed: a terminal gets the plugin's bytes only sanitised.
+		dst, flush := ui.PluginStream(o.Stderr)
 		if dst == nil {
 			dst = io.Discard
 		}
 		buf := make([]byte, 32<<10)
 		_, _ = io.CopyBuffer(dst, errR, buf)
+		flush()
 	}()
 	go func() {
 		p.res, p.waitErr = proc.Wait()

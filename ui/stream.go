@@ -3,8 +3,11 @@ package ui
 import (
 	"bytes"
 	"io"
+	"os"
 	"sync"
 	"unicode/utf8"
+
+	"golang.org/x/term"
 )
 
 // maxHeld bounds what a SanitizingWriter keeps back waiting for the end of an escape
@@ -20,6 +23,21 @@ type SanitizingWriter struct {
 	mu   sync.Mutex
 	w    io.Writer
 	held []byte
+}
+
+// PluginStream is where bytes a plugin wrote (its stderr, a legacy plugin's stdout, an
+// install hook's output) go on their way to w: through a SanitizingWriter when w is a
+// terminal, where escape sequences drive the terminal (title, clipboard via OSC 52, queries
+// whose answers it types into the user's input); w itself when it is a file or a pipe, so
+// logs and redirected output keep every byte, as from the program run by hand. flush
+// writes what the sanitiser still holds back; call it once the stream has ended. A nil w
+// stays nil.
+func PluginStream(w io.Writer) (out io.Writer, flush func()) {
+	if f, ok := w.(*os.File); ok && f != nil && term.IsTerminal(int(f.Fd())) {
+		sw := NewSanitizingWriter(f)
+		return sw, func() { _ = sw.Flush() }
+	}
+	return w, func() {}
 }
 
 // NewSanitizingWriter wraps w.

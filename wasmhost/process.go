@@ -138,6 +138,14 @@ type writeOnly struct{ io.Writer }
 
 func (writeOnly) Read([]byte) (int, error) { return 0, io.EOF }
 
+// closeStdio closes the process's duplicates of the session's stdio. A pipe write or read
+// blocked on one returns (Go's poller wakes it); the session sees EOF.
+func (p *process) closeStdio() {
+	for _, c := range p.closers {
+		_ = c.Close()
+	}
+}
+
 // release closes what the process owns; safe to call more than once.
 func (p *process) release() {
 	p.relOnce.Do(func() {
@@ -196,25 +204,75 @@ func (p *process) nanosleep(ns int64) {
 	}
 }
 
+// stopGrace is how long a stopped module's _start may take to return. Guest code ends at
+// its next check of the closed context and fledge's own host functions wait on p.stopped, so
+// it normally returns at once; only a host call blocked in the operating system (a write to
+// a pipe nobody reads, a read on a hung filesystem) can outlast it, and the run does not
+// wait for that.
+const stopGrace = 500 * time.Millisecond
+
+// errAbandoned is the result of a _start that did not return within stopGrace of its stop.
+var errAbandoned = errors.New("a host call did not return after the module was stopped")
+
 func (p *process) run(rt wazero.Runtime) {
 	start := time.Now()
 	defer close(p.done)
 	go p.g.readLoop()
 	timer := time.AfterFunc(p.timeout, func() { p.stop(stopTimeout) })
-	_, err := p.mod.ExportedFunction("_start").Call(p.ctx)
+	// _start runs on a goroutine of its own: closing the module's context stops guest code,
+	// but not a host call the guest is blocked in, and the deadline and signals must end
+	// the run even then.
+	ended := make(chan error, 1)
+	go func() {
+		_, err := p.mod.ExportedFunction("_start").Call(p.ctx)
+		ended <- err
+	}()
+	err, returned := p.await(ended)
 	timer.Stop()
-	p.g.flushOutput()
+	if returned {
+		p.g.flushOutput()
+	}
 	res := p.result(err)
 	res.Duration = time.Since(start)
 	// The module is gone: release the line reader (it may wait to hand over a line nobody
 	// will receive). Recorded as no stop reason, since the result is already made.
 	p.stop(stopNone)
-	_ = rt.Close(context.Background())
-	p.release()
+	if returned {
+		_ = rt.Close(context.Background())
+		p.release()
+	} else {
+		// The blocked goroutine still uses the module and its guest state: the runtime is
+		// closed by it when (if ever) its call returns. The stdio duplicates are closed now:
+		// that ends a write blocked on a full pipe, and gives the session its EOF.
+		p.closeStdio()
+		go func() {
+			<-ended
+			_ = rt.Close(context.Background())
+			p.release()
+		}()
+	}
 	for _, f := range p.onExit {
 		f()
 	}
 	p.res = res
+}
+
+// await waits for _start to return, or, once the module is stopped, at most stopGrace
+// more. returned is false when it gave up (err is then errAbandoned).
+func (p *process) await(ended <-chan error) (err error, returned bool) {
+	select {
+	case err := <-ended:
+		return err, true
+	case <-p.stopped:
+	}
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case err := <-ended:
+		return err, true
+	case <-t.C:
+		return errAbandoned, false
+	}
 }
 
 // result turns how _start ended into a sandbox.Result.
@@ -245,6 +303,9 @@ func (p *process) result(err error) *sandbox.Result {
 		}
 		if r.TimedOut {
 			fmt.Fprintf(p.stderr, "fledge: wasm plugin stopped: it ran longer than its %s limit\n", p.timeout)
+		}
+		if errors.Is(err, errAbandoned) {
+			fmt.Fprintf(p.stderr, "fledge: wasm plugin: %v; the run ended without it\n", errAbandoned)
 		}
 		return r
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
@@ -90,15 +91,32 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 			return nil, experimentalsys.ELOOP
 		}
 	}
-	f, err := r.root.OpenFile(p, of, perm&0o777)
+	// O_NONBLOCK: opening a FIFO blocks until its other end is opened, inside fledge's own
+	// process, where no deadline or signal reaches a blocked open(2). A plugin's exec can
+	// mkfifo in the data dir, and a project can hold one. With O_NONBLOCK the open returns
+	// at once (ENXIO for a FIFO's write end without a reader), and the file's type is then
+	// checked on the opened descriptor, so nothing can be swapped in between.
+	f, err := r.root.OpenFile(p, of|syscall.O_NONBLOCK, perm&0o777)
 	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			return nil, experimentalsys.EACCES
+		}
 		return nil, errno(err)
 	}
-	if flag&experimentalsys.O_DIRECTORY != 0 {
-		if fi, err := f.Stat(); err != nil || !fi.IsDir() {
-			f.Close()
-			return nil, experimentalsys.ENOTDIR
-		}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, errno(err)
+	}
+	if flag&experimentalsys.O_DIRECTORY != 0 && !fi.IsDir() {
+		f.Close()
+		return nil, experimentalsys.ENOTDIR
+	}
+	// Only regular files and directories: a FIFO, socket or device could block a later
+	// read or write in the host (or drive hardware), and no plugin's files need one.
+	if !fi.Mode().IsRegular() && !fi.IsDir() {
+		f.Close()
+		return nil, experimentalsys.EACCES
 	}
 	return &rootFile{f: f, append: flag&experimentalsys.O_APPEND != 0, readOnly: r.readOnly}, 0
 }

@@ -25,6 +25,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -50,6 +51,10 @@ const (
 	maxInbox = 4096
 	// outputChunk bounds the text of one output message made from the guest's stdout.
 	outputChunk = 32 << 10
+	// CancelGrace is how long a session should give a module to act on its cancel before
+	// it sends SIGTERM (which closes the module): a module reads the cancel only when it
+	// next calls recv, and has no processes to clean up.
+	CancelGrace = time.Second
 )
 
 // Confinement is what Report and the audit records say about a WASM plugin's sandbox.
@@ -252,14 +257,23 @@ func (s *Sandbox) hostFunctions() []string {
 }
 
 func readModule(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK and a regular file only: a FIFO put where the module was would block this
+	// open, and then its read, in fledge's process before any deadline exists.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrModule, filepath.Base(path))
+	}
 	// Sized from stat (one read for a multi-megabyte module), still bounded by the limit.
 	var buf bytes.Buffer
-	if st, err := f.Stat(); err == nil && st.Size() > 0 && st.Size() <= MaxModuleBytes {
+	if st.Size() > 0 && st.Size() <= MaxModuleBytes {
 		buf.Grow(int(st.Size()) + 1)
 	}
 	_, err = buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))

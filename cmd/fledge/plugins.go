@@ -412,7 +412,10 @@ func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
 		defer d.Close()
 		spec := e.cfg.HookSpec(e.paths(dir, dir, nil), os.Environ())
 		spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindExec, "install-hook", "/bin/sh", []string{"sh", "-c", h.Command}
-		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, out, out
+		// Hook output is plugin bytes: on a terminal, sanitised like every plugin's.
+		hookOut, flush := pluginStderr(out)
+		defer flush()
+		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, hookOut, hookOut
 		rec := e.NewRecorder(log, nil, nil)
 		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir})
 		if err != nil {

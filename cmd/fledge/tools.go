@@ -24,6 +24,7 @@ import (
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/tools"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // Exit statuses of `fledge tools call` beyond the CLI's own (docs/cli.md, "Exit codes").
@@ -151,7 +152,7 @@ func (o *ToolsListOptions) Run(ctx context.Context) error {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s: tools not listed: %s\n", n, t.cat.Errors[n])
+		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s: tools not listed: %s\n", n, ui.Sanitize(t.cat.Errors[n]))
 	}
 	if o.JSON {
 		if list == nil {

@@ -47,6 +47,16 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 	}
 	opts.PluginSandbox = w
 	opts.PluginStartDetails = details
+	// Ctrl+C and SIGTERM: a module sees the session's cancel only when it next calls recv
+	// (not in a loop, not in a blocked host call), it has no processes to clean up, and its
+	// execs end with the session's cancel. It is closed after wasmhost.CancelGrace, not the
+	// native plugin's 5 s.
+	if l := &opts.Limits; l.CancelGrace <= 0 || l.CancelGrace > wasmhost.CancelGrace {
+		l.CancelGrace = wasmhost.CancelGrace
+	}
+	if l := &opts.Limits; l.KillAfter <= 0 || l.KillAfter > 2*wasmhost.CancelGrace {
+		l.KillAfter = 2 * wasmhost.CancelGrace
+	}
 	// What init tells the plugin: a module has no sockets, whatever the network grant.
 	opts.PluginSpec.Network, opts.PluginSpec.UnixSockets = false, false
 	return w, nil

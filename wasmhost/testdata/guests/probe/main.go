@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fledgehq/fledge/wasmhost/testdata/guests/abi"
@@ -72,6 +73,14 @@ func main() {
 		}
 	case "attack":
 		attack(in.Args[1:])
+	case "fifo":
+		fifo(in.Args[1:])
+	case "flood":
+		// Output until the host's write blocks: nobody reads the other end.
+		line := strings.Repeat("x", 1<<10) + "\n"
+		for {
+			fmt.Print(line)
+		}
 	}
 }
 
@@ -198,5 +207,36 @@ func attack(args []string) {
 		l.Close()
 	}
 	report(r)
+	abi.Exit(0)
+}
+
+// fifo opens the FIFOs a test made in the project and the data dir: opening one blocks
+// until its other end is opened, so an open that reached the host's open(2) as is would
+// never return. A regular file beside them is the positive control. With "spin" it then
+// loops until it is stopped.
+func fifo(args []string) {
+	abi.Output("opening fifos\n")
+	r := map[string]string{}
+	start := time.Now()
+	open := func(name, p string, flag int) {
+		f, err := os.OpenFile(p, flag, 0)
+		if f != nil {
+			f.Close()
+		}
+		r[name] = errText(err)
+	}
+	open("read /project/fifo", "/project/fifo", os.O_RDONLY)
+	open("write /plugin/fifo", "/plugin/fifo", os.O_WRONLY)
+	open("read /plugin/fifo", "/plugin/fifo", os.O_RDONLY)
+	open("read /project/marker.txt", "/project/marker.txt", os.O_RDONLY)
+	r["elapsed_ms"] = fmt.Sprint(time.Since(start).Milliseconds())
+	report(r)
+	if len(args) > 0 && args[0] == "spin" {
+		abi.Output("spinning\n")
+		n := 0
+		for {
+			n++
+		}
+	}
 	abi.Exit(0)
 }
