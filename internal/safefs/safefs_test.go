@@ -145,3 +145,31 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
+
+func TestTempParent(t *testing.T) {
+	base := t.TempDir()
+	proj := filepath.Join(base, "proj")
+	require.NoError(t, os.MkdirAll(filepath.Join(proj, ".tmp"), 0o755))
+	require.NoError(t, os.Symlink(proj, filepath.Join(base, "alias")))
+
+	t.Setenv("TMPDIR", base)
+	got, err := TempParent([]string{proj})
+	require.NoError(t, err)
+	assert.Equal(t, base, got, "a TMPDIR beside the project is used")
+
+	for _, tmp := range []string{filepath.Join(proj, ".tmp"), filepath.Join(base, "alias", ".tmp"), filepath.Join(proj, ".tmp", "deeper")} {
+		t.Setenv("TMPDIR", tmp)
+		got, err := TempParent([]string{proj})
+		require.NoError(t, err)
+		assert.Equal(t, "/tmp", got, tmp)
+	}
+	// A root equal to the temp dir is fine: the command cannot replace its own root.
+	t.Setenv("TMPDIR", proj)
+	got, err = TempParent([]string{proj})
+	require.NoError(t, err)
+	assert.Equal(t, proj, got)
+
+	t.Setenv("TMPDIR", filepath.Join(proj, ".tmp"))
+	_, err = TempParent([]string{"/"})
+	assert.ErrorIs(t, err, ErrUnsafePath, "everything writable: nowhere is safe")
+}
