@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/internal/testutil"
 	"github.com/fledgehq/fledge/sandbox"
@@ -190,4 +191,35 @@ if __name__ == "__main__":
 	assert.Contains(t, out, "process 285")
 	assert.Contains(t, out, "pipe x")
 	assert.Contains(t, out, "seqpacket b'y'")
+}
+
+// TestNoInheritedSockets: an unconnected unix socket the host holds without close-on-exec
+// (the way an inherited fd would be one) never reaches a command or a plugin process, on
+// either launcher: every fd beyond stdio is closed before exec, so no socket is left to
+// sendto or connect with.
+func TestNoInheritedSockets(t *testing.T) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0) // no SOCK_CLOEXEC on purpose
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	e := newEnv(t)
+	// Positive control: a child handed the fd sees a socket in the same listing.
+	list := `for f in /proc/self/fd/*; do readlink "$f" || :; done`
+	c := exec.Command("/bin/sh", "-c", list)
+	dup, err := unix.Dup(fd)
+	require.NoError(t, err)
+	sock := os.NewFile(uintptr(dup), "sock")
+	defer sock.Close()
+	c.ExtraFiles = []*os.File{sock}
+	out, err := c.Output()
+	require.NoError(t, err)
+	require.Contains(t, string(out), "socket:")
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) {
+			sb := newSandbox(t, Options{Launch: launch})
+			res, out, errOut := run(t, sb, e.spec(list))
+			require.Equal(t, 0, res.ExitCode, errOut)
+			assert.NotContains(t, out, "socket:", "no socket fd in the command")
+			assert.Contains(t, out, "pipe:", "the listing works (stdout is a pipe)")
+		})
+	}
 }
