@@ -54,22 +54,7 @@ func TestDataDirSymlinkNotFollowed(t *testing.T) {
 	outside := filepath.Join(f.Root, "etc") // stands for /etc
 	require.NoError(t, os.Mkdir(outside, 0o755))
 
-	src := filepath.Join(f.Root, "src")
-	require.NoError(t, os.MkdirAll(src, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(src, "linker"), []byte(fmt.Sprintf(linkerPlugin, outside)), 0o755))
-	_, err = plugin.WriteExecutableManifest(src, plugin.ExecutableMeta{Name: "linker", Version: "1.0.0",
-		Description: "plants a symlink", Protocol: plugin.ProtocolJSONRPC, Binary: "linker"})
-	require.NoError(t, err)
-	_, err = plugin.Install(context.Background(), plugin.InstallOptions{ConfigDir: f.Env.ConfigDir, Source: src,
-		Grant: &policy.Grants{}, NonInteractive: true,
-		Handshake: func(ctx context.Context, dir string, m *plugin.Manifest) ([]byte, error) {
-			live, err := Probe(ctx, ProbeOptions{Env: f.Env, Dir: dir, Binary: m.Commands[0].Binary, Ref: &audit.PluginRef{Name: "linker"}})
-			if err != nil {
-				return nil, err
-			}
-			return live.Encode(), nil
-		}})
-	require.NoError(t, err)
+	installJSONRPC(t, f, "linker", fmt.Sprintf(linkerPlugin, outside))
 
 	// First session: the plugin plants the link.
 	ctx := context.Background()
@@ -102,4 +87,26 @@ func TestDataDirSymlinkNotFollowed(t *testing.T) {
 		}
 	}
 	assert.True(t, recorded, "an audit record says the data dir was refused")
+}
+
+// installJSONRPC installs script as the jsonrpc-2.0 plugin name, nothing granted, the way
+// fledge plugins install does for a bare executable (probe, recorded handshake).
+func installJSONRPC(t *testing.T, f *adaptertest.Fixture, name, script string) {
+	t.Helper()
+	src := filepath.Join(f.Root, "src-"+name)
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, name), []byte(script), 0o755))
+	_, err := plugin.WriteExecutableManifest(src, plugin.ExecutableMeta{Name: name, Version: "1.0.0",
+		Description: "test plugin", Protocol: plugin.ProtocolJSONRPC, Binary: name})
+	require.NoError(t, err)
+	_, err = plugin.Install(context.Background(), plugin.InstallOptions{ConfigDir: f.Env.ConfigDir, Source: src,
+		Grant: &policy.Grants{}, NonInteractive: true,
+		Handshake: func(ctx context.Context, dir string, m *plugin.Manifest) ([]byte, error) {
+			live, err := Probe(ctx, ProbeOptions{Env: f.Env, Dir: dir, Binary: m.Commands[0].Binary, Ref: &audit.PluginRef{Name: name}})
+			if err != nil {
+				return nil, err
+			}
+			return live.Encode(), nil
+		}})
+	require.NoError(t, err)
 }
