@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
@@ -168,7 +169,9 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 		return nil, err
 	}
 	dataDir := plugin.DataDir(e.ConfigDir, entry.Name)
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	// Beneath the config dir, never through a symlink: the data dir is the plugin's to write.
+	if err := safefs.MkdirAll(e.ConfigDir, filepath.Join("plugins", entry.Name, "data"), 0o700); err != nil {
+		e.Refuse(ref, audit.RefusalOther, "", "plugin data dir: "+err.Error())
 		return nil, fmt.Errorf("plugin data dir: %w", err)
 	}
 	return &Binding{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
@@ -257,9 +258,10 @@ func PluginEnv(name, dataDir string) map[string]string {
 
 // prepareHome makes the dirs the JSON-RPC 2.0 host guarantees under HOME (its plugins live in
 // ~/.local/scaffold/plugins, so such plugins may write ~/.local/scaffold/...) inside the
-// plugin's data dir.
+// plugin's data dir. The data dir is the plugin's to write: a symlink it planted there
+// (~/.local -> /etc) is refused, never followed (safefs).
 func prepareHome(dataDir string) error {
-	return os.MkdirAll(filepath.Join(dataDir, ".local", "scaffold"), 0o700)
+	return safefs.MkdirAll(dataDir, filepath.Join(".local", "scaffold"), 0o700)
 }
 
 func toolTimeout(own string, lim policy.SessionLimits) time.Duration {

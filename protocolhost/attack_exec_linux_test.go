@@ -75,6 +75,9 @@ func TestAttackExecFilesystem(t *testing.T) {
 		{"overwrite_other_state", `echo '{"token":"mine"}' > ` + s.otherState},
 		{"forge_audit", `echo '{"event":"forged-` + id + `"}' >> ` + f.auditPath},
 		{"write_own_state", `echo '{"granted":"everything"}' > ` + ownState},
+		// Links fledge would meet at the next start: state.json, the data dir itself.
+		{"symlink_own_state", "ln -sf /etc/passwd " + ownState},
+		{"symlink_data_dir", "mv " + f.dataDir + " " + f.dataDir + ".moved && ln -s /etc " + f.dataDir},
 		{"plant_plugin_dir", "touch " + planted},
 	}
 	reads := []attackExec{

@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -18,8 +19,17 @@ type execTmp struct {
 	err  error
 }
 
-func (t *execTmp) get() (string, error) {
-	t.once.Do(func() { t.dir, t.err = os.MkdirTemp("", "fledge-exec-") })
+// get makes the dir on first use, never beneath a directory the execs (writable: their
+// read-write roots) could replace with a symlink (safefs.TempParent).
+func (t *execTmp) get(writable []string) (string, error) {
+	t.once.Do(func() {
+		parent, err := safefs.TempParent(writable)
+		if err != nil {
+			t.err = err
+			return
+		}
+		t.dir, t.err = os.MkdirTemp(parent, "fledge-exec-")
+	})
 	return t.dir, t.err
 }
 
@@ -33,7 +43,7 @@ func (t *execTmp) remove() error {
 // withSessionTmp points spec at the session temp dir (read-write, TMPDIR); if it cannot be
 // made, the sandbox makes a per-run one instead.
 func (s *session) withSessionTmp(spec *sandbox.Spec) {
-	dir, err := s.tmp.get()
+	dir, err := s.tmp.get(spec.Access.ReadWrite)
 	if err != nil {
 		spec.PrivateTmp = true
 		return

@@ -154,7 +154,7 @@ func seccompSummary(denied []sandbox.DeniedSyscall) string {
 		if len(names) == cap(names) {
 			break
 		}
-		if d.Name != "socket" && d.Name != "openat2" {
+		if d.Name != "socket" && d.Name != "socketpair" && d.Name != "openat2" { // the unix-socket line says those
 			names = append(names, d.Name)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/stub"
 )
@@ -127,7 +128,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	var tmp string
 	env := spec.Env
 	if spec.PrivateTmp {
-		d, err := os.MkdirTemp("", "fledge-"+sandbox.SafeName(spec.Name)+"-")
+		parent, err := safefs.TempParent(spec.Access.ReadWrite) // never beneath a directory the run can replace
+		if err != nil {
+			return nil, fmt.Errorf("%w: private temp: %w", sandbox.ErrLaunch, err)
+		}
+		d, err := os.MkdirTemp(parent, "fledge-"+sandbox.SafeName(spec.Name)+"-")
 		if err != nil {
 			return nil, fmt.Errorf("%w: private temp: %w", sandbox.ErrLaunch, err)
 		}

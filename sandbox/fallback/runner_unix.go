@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/stub"
 )
@@ -45,8 +46,11 @@ func (r *Runner) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process
 	}()
 	env := append([]string{}, spec.Env...)
 	if spec.PrivateTmp {
-		var err error
-		if p.tmp, err = os.MkdirTemp("", "fledge-tmp-"); err != nil {
+		parent, err := safefs.TempParent(spec.Access.ReadWrite) // never beneath a directory the run can replace
+		if err != nil {
+			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, err)
+		}
+		if p.tmp, err = os.MkdirTemp(parent, "fledge-tmp-"); err != nil {
 			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, err)
 		}
 		env = setEnv(env, "TMPDIR", p.tmp)

@@ -16,9 +16,14 @@ import (
 //     the docker group) or, as root, to the systemd or D-Bus system sockets, can start a
 //     privileged container or a root service — a full escape from every other restriction.
 //     Path-based connect() cannot be filtered by path, so creating AF_UNIX sockets is refused
-//     (EACCES) unless policy allows them. socketpair(AF_UNIX) stays allowed: an anonymous
-//     connected pair (libuv and Python use it for their own pipes) reaches no one. Abstract
-//     sockets are scoped by Landlock (ABI 6) on top.
+//     (EACCES) unless policy allows them. socketpair(AF_UNIX) is the other way to get one:
+//     a SOCK_STREAM or SOCK_SEQPACKET pair is connected for good (connect answers EISCONN,
+//     an address given to sendto is refused or ignored), so it reaches no one and stays
+//     allowed (libuv, node, Python and Chromium use it for their own children). A
+//     SOCK_DGRAM pair is not: either end can sendto(2) or connect(2) any pathname datagram
+//     socket it can see. So socketpair(AF_UNIX) of any other type (SOCK_DGRAM, and SOCK_RAW,
+//     which the kernel turns into SOCK_DGRAM) is refused too. Abstract sockets are scoped by
+//     Landlock (ABI 6) on top.
 //  2. Set-user-ID and set-group-ID bits. Landlock does not govern chmod, and as root every
 //     system file is root's own: a command could plant a setuid-root binary for later. Any
 //     chmod, open(O_CREAT) or mknod asking for S_ISUID or S_ISGID is refused (EPERM);
@@ -54,6 +59,10 @@ const (
 	nsUnshareMask = nsCloneMask | unix.CLONE_NEWTIME
 
 	ptraceSeize = 0x4206 // PTRACE_SEIZE
+
+	// sockTypeMask is the kernel's SOCK_TYPE_MASK: socket types sit in the low four bits,
+	// SOCK_NONBLOCK and SOCK_CLOEXEC above them.
+	sockTypeMask = 0xf
 )
 
 // personalityAllowed are the personality(2) arguments Docker's default profile allows:
@@ -66,14 +75,15 @@ var personalityAllowed = []uint32{0, 0x8, 0x20000, 0x20008, 0xffffffff}
 type check int
 
 const (
-	always       check = iota // deny every call
-	anyBit                    // deny when arg0 & values[0] != 0
-	oneOf                     // deny when arg0 is one of values
-	noneOf                    // deny unless arg0 is one of values
-	setIDMode                 // the set-id rules: mode argument has S_ISUID/S_ISGID
-	unixSocket                // socket(AF_UNIX, ...) when Filter.DenyUnix
-	denyClone3                // clone3: ENOSYS, or the gate
-	enosysAlways              // ENOSYS unconditionally (openat2)
+	always        check = iota // deny every call
+	anyBit                     // deny when arg0 & values[0] != 0
+	oneOf                      // deny when arg0 is one of values
+	noneOf                     // deny unless arg0 is one of values
+	setIDMode                  // the set-id rules: mode argument has S_ISUID/S_ISGID
+	unixSocket                 // socket(AF_UNIX, ...) when Filter.DenyUnix
+	unixDgramPair              // socketpair(AF_UNIX, not STREAM/SEQPACKET) when Filter.DenyUnix
+	denyClone3                 // clone3: ENOSYS, or the gate
+	enosysAlways               // ENOSYS unconditionally (openat2)
 )
 
 // rule is one row of the deny table.
@@ -105,6 +115,8 @@ func denyTable(f Filter) []rule {
 	rules := []rule{
 		{name: "socket", nr: unix.SYS_SOCKET, check: unixSocket, errno: unix.EACCES,
 			why: "AF_UNIX sockets reach docker.sock, D-Bus and systemd (unless the policy allows unix sockets)"},
+		{name: "socketpair", nr: unix.SYS_SOCKETPAIR, check: unixDgramPair, errno: unix.EACCES,
+			why: "an AF_UNIX datagram pair can sendto or connect any pathname socket it sees; connected stream and seqpacket pairs reach no one and stay allowed (unless the policy allows unix sockets)"},
 		{name: "openat2", nr: unix.SYS_OPENAT2, check: enosysAlways, errno: unix.ENOSYS,
 			why: "its mode sits behind a pointer the set-id rule cannot read; libc falls back to openat"},
 		{name: "clone", nr: unix.SYS_CLONE, check: anyBit, values: []uint32{nsCloneMask}, errno: unix.EPERM, why: whyNS},
@@ -165,7 +177,7 @@ func denyTable(f Filter) []rule {
 	}
 	out := rules[:0]
 	for _, r := range rules {
-		if r.nr < 0 || (r.check == unixSocket && !f.DenyUnix) || (r.check == denyClone3 && f.AllowClone3) {
+		if r.nr < 0 || ((r.check == unixSocket || r.check == unixDgramPair) && !f.DenyUnix) || (r.check == denyClone3 && f.AllowClone3) {
 			continue
 		}
 		out = append(out, r)
@@ -193,6 +205,8 @@ func (r rule) when() string {
 		return "mode has S_ISUID or S_ISGID"
 	case unixSocket:
 		return "domain is AF_UNIX"
+	case unixDgramPair:
+		return "domain is AF_UNIX and type is neither SOCK_STREAM nor SOCK_SEQPACKET"
 	}
 	return "always"
 }
@@ -281,6 +295,7 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
 		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
 		ret  = unix.BPF_RET | unix.BPF_K
+		and  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
 	)
 	rules := denyTable(f)
 	a := &asm{labels: map[string]int{}}
@@ -333,6 +348,15 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		case unixSocket:
 			a.stmt(ld, argLow(0))
 			a.jump(jeq, unix.AF_UNIX, deny, "allow")
+		case unixDgramPair:
+			// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
+			// datagram pair for SOCK_RAW too, and may learn other aliases.
+			a.stmt(ld, argLow(0))
+			a.jump(jeq, unix.AF_UNIX, "", "allow")
+			a.stmt(ld, argLow(1))
+			a.stmt(and, sockTypeMask)
+			a.jump(jeq, unix.SOCK_STREAM, "allow", "")
+			a.jump(jeq, unix.SOCK_SEQPACKET, "allow", deny)
 		case denyClone3:
 			if f.GateClone3 {
 				a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)

@@ -32,12 +32,16 @@ func TestDeniedSyscallsTable(t *testing.T) {
 		rows[d.Name] = d
 	}
 	assert.NotContains(t, rows, "socket", "unix sockets only when DenyUnix")
+	assert.NotContains(t, rows, "socketpair", "unix datagram pairs only when DenyUnix")
 	assert.Equal(t, "ENOSYS", rows["clone3"].Errno)
 	assert.Equal(t, "EPERM", rows["io_uring_setup"].Errno)
 	assert.Equal(t, "always", rows["keyctl"].When)
 	assert.Contains(t, rows["clone"].When, "CLONE_NEW")
 	withUnix := DeniedSyscalls(Filter{DenyUnix: true})
 	assert.Equal(t, "EACCES", withUnix[0].Errno)
+	assert.Equal(t, "socketpair", withUnix[1].Name)
+	assert.Equal(t, "EACCES", withUnix[1].Errno)
+	assert.Contains(t, withUnix[1].When, "neither SOCK_STREAM nor SOCK_SEQPACKET")
 }
 
 // gateHelperEnv makes the test binary the gate's answering process (the host's watchdog

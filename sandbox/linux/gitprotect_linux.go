@@ -380,7 +380,7 @@ func (g *gitProtector) hooks(p string) error {
 	if _, ok := g.viewOf(p); !ok || g.unprotected(p) {
 		return nil
 	}
-	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := g.mkdirBeneath(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil // no parent (a hooksPath into nowhere): git finds no hooks there either
 	}
 	return g.add(p)
@@ -393,9 +393,7 @@ func (g *gitProtector) file(p string, create bool) error {
 		return nil
 	}
 	if create {
-		if f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
-			f.Close()
-		}
+		_ = g.createBeneath(p, 0o644) // exists, or refused: add decides what is protected
 	}
 	return g.add(p)
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/kernel"
 	"github.com/fledgehq/fledge/sandbox/stub"
@@ -490,7 +491,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	env := append([]string{}, spec.Env...)
 	rw := append([]string{}, spec.Access.ReadWrite...)
 	if spec.PrivateTmp {
-		if p.tmp, err = os.MkdirTemp("", "fledge-tmp-"+sandbox.SafeName(spec.Name)+"-"); err != nil {
+		parent, perr := safefs.TempParent(rw) // never beneath a directory the run can replace
+		if perr != nil {
+			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, perr)
+		}
+		if p.tmp, err = os.MkdirTemp(parent, "fledge-tmp-"+sandbox.SafeName(spec.Name)+"-"); err != nil {
 			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, err)
 		}
 		rw = append(rw, p.tmp)
