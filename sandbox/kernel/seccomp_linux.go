@@ -80,7 +80,7 @@ const (
 	oneOf                      // deny when arg0 is one of values
 	noneOf                     // deny unless arg0 is one of values
 	setIDMode                  // the set-id rules: mode argument has S_ISUID/S_ISGID
-	unixSocket                 // socket(AF_UNIX, ...) when Filter.DenyUnix
+	unixSocket                 // socket(domain in values): AF_VSOCK always, AF_UNIX when Filter.DenyUnix
 	unixDgramPair              // socketpair(AF_UNIX, not STREAM/SEQPACKET) when Filter.DenyUnix
 	denyClone3                 // clone3: ENOSYS, or the gate
 	enosysAlways               // ENOSYS unconditionally (openat2)
@@ -109,12 +109,32 @@ const (
 	whyMountFD = "the new mount API (fsopen/fsmount/...): mounts without mount(2)"
 )
 
+// socketDomains are the socket(2) domains refused: AF_VSOCK always (it reaches the
+// hypervisor's and the host's vsock services from inside a VM, a way out that no network
+// namespace or Landlock rule covers, and no project command needs it), AF_UNIX unless the
+// policy allows unix sockets.
+func socketDomains(f Filter) []uint32 {
+	d := []uint32{unix.AF_VSOCK}
+	if f.DenyUnix {
+		d = append(d, unix.AF_UNIX)
+	}
+	return d
+}
+
+func socketWhy(f Filter) string {
+	const vsock = "AF_VSOCK reaches the hypervisor's and the host's vsock services, past any network namespace"
+	if f.DenyUnix {
+		return "AF_UNIX sockets reach docker.sock, D-Bus and systemd (unless the policy allows unix sockets); " + vsock
+	}
+	return vsock
+}
+
 // denyTable is the whole deny-list for this architecture, in the order the filter checks
 // it. Every row is enforced; DeniedSyscalls reports it.
 func denyTable(f Filter) []rule {
 	rules := []rule{
-		{name: "socket", nr: unix.SYS_SOCKET, check: unixSocket, errno: unix.EACCES,
-			why: "AF_UNIX sockets reach docker.sock, D-Bus and systemd (unless the policy allows unix sockets)"},
+		{name: "socket", nr: unix.SYS_SOCKET, check: unixSocket, values: socketDomains(f), errno: unix.EACCES,
+			why: socketWhy(f)},
 		{name: "socketpair", nr: unix.SYS_SOCKETPAIR, check: unixDgramPair, errno: unix.EACCES,
 			why: "an AF_UNIX datagram pair can sendto or connect any pathname socket it sees; connected stream and seqpacket pairs reach no one and stay allowed (unless the policy allows unix sockets)"},
 		{name: "openat2", nr: unix.SYS_OPENAT2, check: enosysAlways, errno: unix.ENOSYS,
@@ -177,7 +197,7 @@ func denyTable(f Filter) []rule {
 	}
 	out := rules[:0]
 	for _, r := range rules {
-		if r.nr < 0 || ((r.check == unixSocket || r.check == unixDgramPair) && !f.DenyUnix) || (r.check == denyClone3 && f.AllowClone3) {
+		if r.nr < 0 || (r.check == unixDgramPair && !f.DenyUnix) || (r.check == denyClone3 && f.AllowClone3) {
 			continue
 		}
 		out = append(out, r)
@@ -204,7 +224,10 @@ func (r rule) when() string {
 		}
 		return "mode has S_ISUID or S_ISGID"
 	case unixSocket:
-		return "domain is AF_UNIX"
+		if len(r.values) > 1 {
+			return "domain is AF_VSOCK or AF_UNIX"
+		}
+		return "domain is AF_VSOCK"
 	case unixDgramPair:
 		return "domain is AF_UNIX and type is neither SOCK_STREAM nor SOCK_SEQPACKET"
 	}
@@ -347,7 +370,13 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 			a.jump(jset, setIDBits, deny, "allow")
 		case unixSocket:
 			a.stmt(ld, argLow(0))
-			a.jump(jeq, unix.AF_UNIX, deny, "allow")
+			for j, v := range r.values {
+				if j < len(r.values)-1 {
+					a.jump(jeq, v, deny, "")
+				} else {
+					a.jump(jeq, v, deny, "allow")
+				}
+			}
 		case unixDgramPair:
 			// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
 			// datagram pair for SOCK_RAW too, and may learn other aliases.

@@ -31,7 +31,7 @@ func TestDeniedSyscallsTable(t *testing.T) {
 		assert.NotEmpty(t, d.When, d.Name)
 		rows[d.Name] = d
 	}
-	assert.NotContains(t, rows, "socket", "unix sockets only when DenyUnix")
+	assert.Equal(t, "domain is AF_VSOCK", rows["socket"].When, "vsock always, unix sockets only when DenyUnix")
 	assert.NotContains(t, rows, "socketpair", "unix datagram pairs only when DenyUnix")
 	assert.Equal(t, "ENOSYS", rows["clone3"].Errno)
 	assert.Equal(t, "EPERM", rows["io_uring_setup"].Errno)
@@ -39,6 +39,7 @@ func TestDeniedSyscallsTable(t *testing.T) {
 	assert.Contains(t, rows["clone"].When, "CLONE_NEW")
 	withUnix := DeniedSyscalls(Filter{DenyUnix: true})
 	assert.Equal(t, "EACCES", withUnix[0].Errno)
+	assert.Equal(t, "domain is AF_VSOCK or AF_UNIX", withUnix[0].When)
 	assert.Equal(t, "socketpair", withUnix[1].Name)
 	assert.Equal(t, "EACCES", withUnix[1].Errno)
 	assert.Contains(t, withUnix[1].When, "neither SOCK_STREAM nor SOCK_SEQPACKET")

@@ -1,9 +1,12 @@
 package linux
 
 import (
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -60,5 +63,36 @@ a, b = socket.socketpair(); a.send(b"x"); print("pair", b.recv(1))`
 			require.Equal(t, 0, res.ExitCode, errOut)
 			assert.Contains(t, out, "CONNECTED")
 		})
+	}
+}
+
+// TestVsockRefused: an AF_VSOCK socket reaches the hypervisor's and the host's vsock
+// services past any network namespace or Landlock rule, so a command may not make one,
+// whatever the unix-socket policy. The positive control makes one unconfined (the test then
+// knows the kernel offers vsock here). Nothing is connected: no traffic leaves the machine.
+func TestVsockRefused(t *testing.T) {
+	_, err := os.Stat("/usr/bin/python3")
+	testutil.SkipUnlessSupported(t, err == nil, "needs /usr/bin/python3 for the socket client")
+	client := `import socket
+try:
+    s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); print("MADE"); s.close()
+except OSError as e:
+    print("refused:", e.errno, e)`
+	ctl, err := exec.Command("/usr/bin/python3", "-c", client).CombinedOutput()
+	require.NoError(t, err, "%s", ctl)
+	testutil.SkipUnlessSupported(t, strings.Contains(string(ctl), "MADE"), "this kernel offers no AF_VSOCK: "+string(ctl))
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		for _, allowUnix := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/unix=%v", launch, allowUnix), func(t *testing.T) {
+				sb := newSandbox(t, Options{Launch: launch})
+				e := newEnv(t)
+				spec := e.spec(`exec /usr/bin/python3 -c "$1"`, "sh", client)
+				spec.UnixSockets = allowUnix
+				res, out, errOut := run(t, sb, spec)
+				require.Equal(t, 0, res.ExitCode, errOut)
+				assert.NotContains(t, out, "MADE")
+				assert.Contains(t, out, "refused: 13", "EACCES from the filter")
+			})
+		}
 	}
 }
