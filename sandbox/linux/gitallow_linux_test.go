@@ -30,10 +30,10 @@ const plantEvilCommon = `plant() {
 // commondirAttack plants an evil common directory in the project and points the main
 // repository's .git/commondir at it, every way there is to put a file in place.
 const commondirAttack = plantEvilCommon + `plant "$PWD/evil-common" "$MARKS"
-` + commondirWrite + `attempt commondir-rm sh -c 'rm .git/commondir && ! test -e .git/commondir'
 attempt commondir-link sh -c 'rm -f .git/commondir; ln -s ../evil-common .git/commondir'
+attempt commondir-rm sh -c 'rm .git/commondir && ! test -e .git/commondir'
 attempt commondir-rename sh -c 'printf "%s\n" "$PWD/evil-common" > cd.tmp && mv -f cd.tmp .git/commondir'
-`
+` + commondirWrite
 
 // commondirWrite is the attack as the issue found it: a plain write.
 const commondirWrite = `attempt commondir-write sh -c 'printf "%s\n" "$PWD/evil-common" > .git/commondir'
