@@ -202,3 +202,74 @@ cd sub && git status --porcelain >/dev/null && echo sub-status-ok && git commit 
 	requireNoMarks(t, marks)
 	assert.Equal(t, "in the submodule\n", gitCmd(t, filepath.Join(l.main, "sub"), "log", "-1", "--format=%s", "HEAD~1"), "the confined commit in the submodule is on disk")
 }
+
+// TestViewGitWorksUnderAllowList: under the protection, a confined command does the git
+// work of an ordinary session in a repository with a submodule and a linked worktree:
+// commit, fetch from a local remote, a true merge, stash, rebase, worktree add and a
+// commit in the new worktree. The host's git then finds it all on disk.
+func TestViewGitWorksUnderAllowList(t *testing.T) {
+	for _, l := range viewLaunchers {
+		t.Run(l.name, func(t *testing.T) { testGitWorks(t, l.opts) })
+	}
+}
+
+func testGitWorks(t *testing.T, opts Options) {
+	sb := newSandbox(t, opts)
+	requireView(t, sb)
+	l := newGitLayout(t)
+	// The remote: a bare repository outside every root (read-only to the command), one
+	// commit ahead on a branch "feature".
+	remotes := t.TempDir()
+	origin := filepath.Join(remotes, "origin.git")
+	gitCmd(t, remotes, "init", "-q", "--bare", origin)
+	gitCmd(t, l.main, "push", "-q", origin, "main")
+	other := filepath.Join(remotes, "other")
+	gitCmd(t, remotes, "clone", "-q", origin, other)
+	gitCmd(t, other, "checkout", "-q", "-b", "feature")
+	require.NoError(t, os.WriteFile(filepath.Join(other, "feature"), []byte("f\n"), 0o644))
+	gitCmd(t, other, "add", "feature")
+	gitCmd(t, other, "commit", "-q", "-m", "feature")
+	gitCmd(t, other, "push", "-q", "origin", "feature")
+	gitCmd(t, l.main, "remote", "add", "origin", origin)
+	wt2 := filepath.Join(l.parent, "wt2")
+
+	script := `set -e
+echo one > one && git add one && git commit -q -m one
+git fetch -q origin
+git merge -q --no-edit origin/feature
+echo dirty >> one && git stash -q
+git checkout -q -b topic HEAD~1
+echo t > t && git add t && git commit -q -m topic
+git rebase -q main
+git checkout -q main
+git worktree add -q ` + wt2 + ` -b wt2
+cd ` + wt2 + ` && echo w > w && git add w && git commit -q -m in-wt2
+echo all-done`
+	spec := gitAttackSpec(t, script, l.main, l.parent)
+	spec.Access.ReadOnly = append(spec.Access.ReadOnly, remotes)
+	res, out, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Equal(t, "all-done\n", out, "stderr:\n%s", errOut)
+
+	log := gitCmd(t, l.main, "log", "--format=%s", "main")
+	assert.True(t, strings.HasPrefix(log, "Merge remote-tracking branch 'origin/feature'\none\nfeature\n") ||
+		strings.HasPrefix(log, "Merge remote-tracking branch 'origin/feature'\nfeature\none\n"), "merge commit on main: %s", log)
+	assert.NotEmpty(t, gitCmd(t, l.main, "rev-parse", "refs/remotes/origin/feature"), "fetched")
+	assert.FileExists(t, filepath.Join(l.main, ".git", "FETCH_HEAD"))
+	stash := gitCmd(t, l.main, "stash", "list", "--format=%gs")
+	assert.True(t, strings.HasPrefix(stash, "WIP on main:") && strings.Count(stash, "\n") == 1, "one stash: %q", stash)
+	assert.Equal(t, "one\n", readFile(t, filepath.Join(l.main, "one")), "the stash took the change")
+	assert.Equal(t, "topic\nMerge remote-tracking branch 'origin/feature'\n",
+		strings.Join(strings.SplitAfter(gitCmd(t, l.main, "log", "--format=%s", "-2", "topic"), "\n")[:2], ""), "topic rebased onto main")
+	assert.Contains(t, gitCmd(t, l.main, "worktree", "list"), wt2)
+	assert.Equal(t, "in-wt2\n", gitCmd(t, wt2, "log", "-1", "--format=%s"))
+	assert.Equal(t, "", gitCmd(t, l.main, "status", "--porcelain", "--untracked-files=no"), "main is clean")
+	gitCmd(t, l.main, "fsck", "--no-progress")
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return string(b)
+}
