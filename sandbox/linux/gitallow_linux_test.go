@@ -273,3 +273,35 @@ func readFile(t *testing.T, p string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestViewGitCwdInReadOnlyDir: a command whose working directory lies inside a read-only
+// entry of a git directory (below its mount point, which a view template copy mounts the
+// working directory over) or is modules/ itself cannot write there, while one in a
+// submodule's git directory (writable again) can.
+func TestViewGitCwdInReadOnlyDir(t *testing.T) {
+	for _, l := range viewLaunchers {
+		t.Run(l.name, func(t *testing.T) {
+			sb := newSandbox(t, l.opts)
+			requireView(t, sb)
+			lay := newGitLayout(t)
+			gd := filepath.Join(lay.main, ".git")
+			require.NoError(t, os.MkdirAll(filepath.Join(gd, "sometool", "sub"), 0o755))
+			for _, tc := range []struct{ dir, script, want string }{
+				{"sometool/sub", `attempt write sh -c 'echo x > f'`, "write refused\n"},
+				{"modules", `attempt modules-new mkdir -p evil/hooks`, "modules-new refused\n"},
+				{"modules/sub", `attempt hook sh -c 'echo x > hooks/pre-commit'
+attempt lock sh -c 'echo x > probe.lock && rm probe.lock'`, "hook refused\nlock DONE\n"},
+			} {
+				t.Run(tc.dir, func(t *testing.T) {
+					spec := gitAttackSpec(t, attemptScript+tc.script, filepath.Join(gd, tc.dir), lay.parent)
+					res, out, errOut := run(t, sb, spec)
+					require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
+					assert.Equal(t, tc.want, out)
+				})
+			}
+			assert.NoFileExists(t, filepath.Join(gd, "sometool", "sub", "f"))
+			assert.NoDirExists(t, filepath.Join(gd, "modules", "evil"))
+			assert.NoFileExists(t, filepath.Join(gd, "modules", "sub", "hooks", "pre-commit"))
+		})
+	}
+}
