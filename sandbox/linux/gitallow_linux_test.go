@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/sandbox"
 )
 
 // plantEvilCommon is shell that makes $1 a git common directory whose config runs
@@ -177,14 +178,14 @@ cd sub && git status --porcelain >/dev/null && echo sub-status-ok && git commit 
 
 	after := snapshot(t, filepath.Join(gd, "modules"), filepath.Join(gd, "worktrees"), filepath.Join(gd, "info"))
 	for p, was := range before {
-		if !gitWrites(filepath.Base(p)) && !strings.Contains(p, "/objects/") && !strings.Contains(p, "/refs/") && !strings.Contains(p, "/logs/") {
+		if !sandbox.GitWrites(filepath.Base(p)) && !strings.Contains(p, "/objects/") && !strings.Contains(p, "/refs/") && !strings.Contains(p, "/logs/") {
 			assert.Equal(t, was, after[p], "%s unchanged on disk", p)
 		}
 	}
 	for p := range after {
 		rel, _ := filepath.Rel(gd, p)
 		top := strings.Split(rel, "/")
-		if _, ok := before[p]; !ok && !gitWrites(top[len(top)-1]) && !strings.Contains(p, "/objects/") && !strings.Contains(p, "/refs/") && !strings.Contains(p, "/logs/") {
+		if _, ok := before[p]; !ok && !sandbox.GitWrites(top[len(top)-1]) && !strings.Contains(p, "/objects/") && !strings.Contains(p, "/refs/") && !strings.Contains(p, "/logs/") {
 			t.Errorf("%s made by the confined command", p)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 //
 // In every git directory found in a writable root (a repository's .git, a bare
 // repository, a submodule's modules/<name>, a linked worktree's worktrees/<id>), only the
-// top-level entries git writes in ordinary work (gitWrites: objects, refs, logs, the
+// top-level entries git writes in ordinary work (sandbox.GitWrites: objects, refs, logs, the
 // index, HEAD and the other *_HEAD files, packed-refs, shallow, lock files, rebase,
 // merge, sequencer and bisect state, ...) stay writable. Every other entry that exists is
 // bound read-only: config, config.worktree, hooks, info, description, branches, remotes,
@@ -347,7 +347,7 @@ func (g *gitProtector) modules(dir string, depth int) error {
 }
 
 // topLevel protects every entry at the top level of the git directory gd that git does not
-// write in ordinary work (gitWrites), whatever its name.
+// write in ordinary work (sandbox.GitWrites), whatever its name.
 func (g *gitProtector) topLevel(gd string) error {
 	f, err := os.Open(gd)
 	if err != nil {
@@ -361,7 +361,7 @@ func (g *gitProtector) topLevel(gd string) error {
 			return fmt.Errorf("%w: more than %d entries in git directories, at %s: fledge refuses to run rather than leave some git metadata writable", errGitProtect, maxGitEntries, gd)
 		}
 		for _, n := range names {
-			if gitWrites(n) {
+			if sandbox.GitWrites(n) {
 				continue
 			}
 			if err := g.add(filepath.Join(gd, n)); err != nil {
@@ -372,26 +372,6 @@ func (g *gitProtector) topLevel(gd string) error {
 			return nil // io.EOF or unreadable: what was read is done
 		}
 	}
-}
-
-// gitWrites: git writes the top-level entry name of a git directory in ordinary work
-// (commit, merge, rebase, cherry-pick, revert, stash, fetch, pull, gc, bisect, notes,
-// worktree add, lfs). Nothing in one of them names code for git to run.
-func gitWrites(name string) bool {
-	switch name {
-	case "objects", "refs", "logs", "reftable", "packed-refs", "index", "shallow",
-		"COMMIT_EDITMSG", "MERGE_MSG", "MERGE_MODE", "MERGE_RR", "MERGE_AUTOSTASH", "SQUASH_MSG",
-		"TAG_EDITMSG", "NOTES_EDITMSG", "EDIT_DESCRIPTION", "NOTES_MERGE_PARTIAL", "NOTES_MERGE_REF",
-		"NOTES_MERGE_WORKTREE", "rebase-merge", "rebase-apply", "sequencer", "rr-cache",
-		"gc.pid", "gc.log", "lfs", "worktrees", "locked", "fsmonitor--daemon.ipc", "gitk.cache":
-		return true
-	}
-	// HEAD, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD, CHERRY_PICK_HEAD, REVERT_HEAD, REBASE_HEAD,
-	// AUTO_MERGE's siblings; BISECT_LOG, BISECT_START...; index.lock, HEAD.lock and every
-	// other lock file; split-index shared indexes.
-	return name == "HEAD" || name == "AUTO_MERGE" || strings.HasSuffix(name, "_HEAD") ||
-		strings.HasPrefix(name, "BISECT_") || strings.HasSuffix(name, ".lock") ||
-		strings.HasPrefix(name, "sharedindex.")
 }
 
 // settings protects what a git directory's config points at inside the writable roots:
