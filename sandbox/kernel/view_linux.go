@@ -277,7 +277,7 @@ func protect(prefix string, v *View, under string) error {
 		if err != nil || (e.kind == mountPin && !st.IsDir()) {
 			continue
 		}
-		if err := bindOver(dst); err != nil {
+		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("%s %s: %w", e.kind, p, err)
 		}
 		switch e.kind {
@@ -286,10 +286,12 @@ func protect(prefix string, v *View, under string) error {
 				return fmt.Errorf("protect %s: %w", p, err)
 			}
 		case mountWritable:
+			if !grantedWritable(v, p) {
+				break // a read-only grant covers it: it stays read-only
+			}
 			// Only the new mount itself: read-only grants and protected paths beneath it
 			// keep their own flags.
-			if err := unix.MountSetattr(-1, dst, unix.AT_SYMLINK_NOFOLLOW,
-				&unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			if err := unix.MountSetattr(-1, dst, 0, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}); err != nil {
 				return fmt.Errorf("writable %s: %w", p, err)
 			}
 		}
@@ -297,15 +299,19 @@ func protect(prefix string, v *View, under string) error {
 	return nil
 }
 
-// bindOver binds dst over itself (a symlink too: the mount goes on the link, which then
-// cannot be removed, renamed over or replaced; opening it still follows it).
-func bindOver(dst string) error {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, dst, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
-	if err != nil {
-		return err
+// grantedWritable: the deepest grant at or above p is a writable one.
+func grantedWritable(v *View, p string) bool {
+	best, w := "", false
+	for _, m := range v.Mounts {
+		mp := filepath.Clean(m.Path)
+		if (mp == p || isBeneath(p, mp)) && len(mp) >= len(best) {
+			if len(mp) > len(best) {
+				w = false
+			}
+			best, w = mp, w || m.Writable
+		}
 	}
-	defer unix.Close(fd)
-	return unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+	return w
 }
 
 type mountKind string

@@ -306,3 +306,38 @@ attempt lock sh -c 'echo x > probe.lock && rm probe.lock'`, "hook refused\nlock 
 		})
 	}
 }
+
+// The placeholders are made where missing (hooks, config.worktree, modules, a commondir
+// of "." that git reads as none), in a bare repository too, and not when opted out; git
+// keeps working with them.
+func TestDefaultProtectedPlaceholders(t *testing.T) {
+	root := t.TempDir()
+	gitCmd(t, root, "init", "-q", root)
+	gitCmd(t, root, "commit", "-q", "--allow-empty", "-m", "init")
+	bare := filepath.Join(root, "origin.git")
+	gitCmd(t, root, "init", "-q", "--bare", bare)
+	gd := filepath.Join(root, ".git")
+	require.NoError(t, os.RemoveAll(filepath.Join(gd, "hooks")))
+
+	got, err := defaultGitProtection([]string{root}, []string{".git/commondir", ".git/modules"})
+	require.NoError(t, err)
+	assert.NoFileExists(t, filepath.Join(gd, "commondir"), "opted out: not made")
+	assert.NoDirExists(t, filepath.Join(gd, "modules"))
+	assert.NotContains(t, got.Protected, filepath.Join(gd, "commondir"))
+	assert.DirExists(t, filepath.Join(gd, "hooks"))
+
+	got, err = defaultGitProtection([]string{root}, nil)
+	require.NoError(t, err)
+	for _, d := range []string{gd, bare} {
+		assert.Equal(t, ".\n", readFile(t, filepath.Join(d, "commondir")))
+		assert.DirExists(t, filepath.Join(d, "modules"))
+		assert.FileExists(t, filepath.Join(d, "config.worktree"))
+		for _, n := range []string{"commondir", "modules", "hooks", "config", "config.worktree"} {
+			assert.Contains(t, got.Protected, filepath.Join(d, n))
+		}
+	}
+	gitCmd(t, root, "commit", "-q", "--allow-empty", "-m", "after")
+	gitCmd(t, root, "push", "-q", bare, "HEAD:main")
+	assert.Equal(t, "after\n", gitCmd(t, bare, "log", "-1", "--format=%s", "main"))
+	assert.Equal(t, "", gitCmd(t, root, "status", "--porcelain", "--untracked-files=no"))
+}
