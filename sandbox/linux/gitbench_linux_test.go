@@ -76,3 +76,26 @@ func BenchmarkExecGitRepo(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDefaultProtectedGitLayout is the per-launch cost of working out the protection
+// of a repository with a linked worktree.
+func BenchmarkDefaultProtectedGitLayout(b *testing.B) {
+	if _, err := exec.LookPath("git"); err != nil {
+		b.Skip("needs git")
+	}
+	parent := b.TempDir()
+	main := filepath.Join(parent, "main")
+	for _, args := range [][]string{{"init", "-q", main}, {"-C", main, "commit", "-q", "--allow-empty", "-m", "i"},
+		{"-C", main, "worktree", "add", "-q", filepath.Join(parent, "wt")}} {
+		c := exec.Command("git", args...)
+		c.Env = append(os.Environ(), gitTestEnv...)
+		if out, err := c.CombinedOutput(); err != nil {
+			b.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	for b.Loop() {
+		if _, err := defaultProtected([]string{parent}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

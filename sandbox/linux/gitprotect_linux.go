@@ -248,12 +248,7 @@ func (g *gitProtector) gitDir(gd, worktree string, depth int) error {
 	// Read before the placeholders exist, and before anything is protected.
 	cfg := readGitConfig(filepath.Join(gd, "config"))
 	wcfg := readGitConfig(filepath.Join(gd, "config.worktree"))
-	g.placeholder(filepath.Join(gd, "hooks"), placeDir)
-	g.placeholder(filepath.Join(gd, "config"), placeEmpty)
-	g.placeholder(filepath.Join(gd, "config.worktree"), placeEmpty)
-	g.placeholder(filepath.Join(gd, "commondir"), placeSelf)
-	g.placeholder(filepath.Join(gd, "modules"), placeDir)
-	if err := g.topLevel(gd); err != nil {
+	if err := g.topLevel(gd, gitDirPlaces); err != nil {
 		return err
 	}
 	if err := g.settings(gd, worktree, cfg, wcfg); err != nil {
@@ -297,9 +292,7 @@ func (g *gitProtector) linkedWorktree(wd, worktree string, depth int) error {
 		ccfg = readGitConfig(filepath.Join(common, "config"))
 	}
 	wcfg := readGitConfig(filepath.Join(wd, "config.worktree"))
-	g.placeholder(filepath.Join(wd, "config.worktree"), placeEmpty)
-	g.placeholder(filepath.Join(wd, "modules"), placeDir)
-	if err := g.topLevel(wd); err != nil {
+	if err := g.topLevel(wd, linkedPlaces); err != nil {
 		return err
 	}
 	if err := g.settings(wd, worktree, ccfg, wcfg); err != nil {
@@ -347,31 +340,62 @@ func (g *gitProtector) modules(dir string, depth int) error {
 }
 
 // topLevel protects every entry at the top level of the git directory gd that git does not
-// write in ordinary work (sandbox.GitWrites), whatever its name.
-func (g *gitProtector) topLevel(gd string) error {
+// write in ordinary work (sandbox.GitWrites), whatever its name, after making the
+// placeholders (places) it lacks.
+func (g *gitProtector) topLevel(gd string, places []place) error {
+	if !g.touches(gd) {
+		return nil // nothing of it lies in a writable root
+	}
 	f, err := os.Open(gd)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
+	seen := map[string]bool{}
 	for {
-		names, err := f.Readdirnames(64)
-		g.entries += len(names)
+		ents, err := f.ReadDir(64)
+		g.entries += len(ents)
 		if g.entries > maxGitEntries {
 			return fmt.Errorf("%w: more than %d entries in git directories, at %s: fledge refuses to run rather than leave some git metadata writable", errGitProtect, maxGitEntries, gd)
 		}
-		for _, n := range names {
-			if sandbox.GitWrites(n) {
+		for _, e := range ents {
+			seen[e.Name()] = true
+			if sandbox.GitWrites(e.Name()) {
 				continue
 			}
-			if err := g.add(filepath.Join(gd, n)); err != nil {
+			if err := g.addEntry(filepath.Join(gd, e.Name()), e.Type()); err != nil {
 				return err
 			}
 		}
 		if err != nil {
-			return nil // io.EOF or unreadable: what was read is done
+			break // io.EOF or unreadable: what was read is done
 		}
 	}
+	for _, pl := range places {
+		if seen[pl.name] {
+			continue
+		}
+		p := filepath.Join(gd, pl.name)
+		if g.placeholder(p, pl.kind) {
+			if err := g.add(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// touches: dir lies in a writable root, or a writable root lies in it.
+func (g *gitProtector) touches(dir string) bool {
+	for _, r := range g.roots {
+		if _, ok := under(r.real, dir); ok {
+			return true
+		}
+		if _, ok := under(dir, r.real); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // settings protects what a git directory's config points at inside the writable roots:
@@ -454,26 +478,45 @@ const (
 	placeSelf                   // a commondir naming its own directory
 )
 
+type place struct {
+	name string
+	kind placeKind
+}
+
+// The placeholders: the names git reads code (or a git directory to take it from) from,
+// in the form git reads as nothing there. A linked worktree's directory has its commondir
+// (its hooks and config are the common directory's).
+var (
+	gitDirPlaces = []place{{"hooks", placeDir}, {"config", placeEmpty}, {"config.worktree", placeEmpty},
+		{"commondir", placeSelf}, {"modules", placeDir}}
+	linkedPlaces = []place{{"config.worktree", placeEmpty}, {"modules", placeDir}}
+)
+
 // placeholder makes p (missing in a git directory in a writable root, not opted out) in
-// the form git reads as nothing there; topLevel then protects it with the rest. A failure
-// leaves p missing, which a command could then create: it is not expected (the git
-// directory is writable for whoever runs fledge), and the next launch tries again.
-func (g *gitProtector) placeholder(p string, kind placeKind) {
+// the form git reads as nothing there, and says whether it did. A failure leaves p
+// missing, which a command could then create: it is not expected (the git directory is
+// writable for whoever runs fledge), and the next launch tries again.
+func (g *gitProtector) placeholder(p string, kind placeKind) bool {
 	if _, ok := g.viewOf(p); !ok || g.unprotected(p) {
-		return
+		return false
 	}
 	switch kind {
 	case placeDir:
-		_ = os.Mkdir(p, 0o755)
-	case placeEmpty, placeSelf:
+		return os.Mkdir(p, 0o755) == nil
+	default:
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
-			return
+			return false
 		}
+		defer f.Close()
 		if kind == placeSelf {
-			_, _ = f.WriteString(".\n")
+			if _, err := f.WriteString(".\n"); err != nil {
+				// A commondir git cannot read stops git; an empty one is no better.
+				_ = os.Remove(p)
+				return false
+			}
 		}
-		f.Close()
+		return true
 	}
 }
 
@@ -507,15 +550,20 @@ func (g *gitProtector) writable(p string) error {
 // add protects p when it exists in a writable root and is not opted out. A symlink cannot
 // be: the bind would follow it and the link itself could be replaced, so it is an error.
 func (g *gitProtector) add(p string) error {
-	view, ok := g.viewOf(p)
-	if !ok || g.unprotected(p) {
-		return nil
-	}
 	st, err := os.Lstat(p)
 	if err != nil {
 		return nil // nothing to protect (and nothing git reads)
 	}
-	if st.Mode()&os.ModeSymlink != 0 {
+	return g.addEntry(p, st.Mode().Type())
+}
+
+// addEntry is add of p, known to exist with type typ (from its directory's entries).
+func (g *gitProtector) addEntry(p string, typ os.FileMode) error {
+	view, ok := g.viewOf(p)
+	if !ok || g.unprotected(p) {
+		return nil
+	}
+	if typ&os.ModeSymlink != 0 {
 		return fmt.Errorf("%w: %s is a symlink, which a read-only mount cannot keep (the link itself could be replaced): make it a real file or directory, or add it to [sandbox] unprotect", errGitProtect, view)
 	}
 	g.out[view] = p
