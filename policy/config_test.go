@@ -206,7 +206,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unprotect unknown",
 			src:  "[sandbox]\nunprotect = [\".git/HEAD\"]\n",
-			want: `/cfg/config.toml:2: [sandbox] unprotect: ".git/HEAD": fledge never protects it (protected paths end in .git, hooks, config, config.worktree, commondir; "core.hooksPath" and "include.path" name the places those settings point at)`,
+			want: `/cfg/config.toml:2: [sandbox] unprotect: ".git/HEAD": git writes it in ordinary work, so fledge never protects it`,
 			line: 2, key: "sandbox.unprotect",
 		},
 		{

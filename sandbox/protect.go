@@ -21,14 +21,37 @@ const UnprotectIncludes = "include.path"
 // whatever the config says, so it is named by the setting, not by a path.
 const UnprotectHooksPath = "core.hooksPath"
 
-// ProtectableNames are the last path elements the default protected set is made of: the
-// .git file of a worktree or submodule, a git directory's hooks, config, config.worktree,
-// and a linked worktree's commondir (which says where its hooks and config are).
+// ProtectableNames are the last path elements of the default protected set outside the
+// top level of a git directory: the .git file of a worktree or submodule, and a hooks
+// directory (core.hooksPath names one). Inside a git directory every entry git does not
+// write in ordinary work (GitWrites) is protected, whatever its name.
 var ProtectableNames = []string{".git", "hooks", "config", "config.worktree", "commondir"}
 
-// ValidUnprotect checks one Unprotect entry: UnprotectHooksPath, UnprotectIncludes, or a relative, clean,
-// slash-separated path (a "*" matches within one element, as in path.Match) whose last
-// element is one of ProtectableNames or "*".
+// GitWrites reports whether git writes the top-level entry name of a git directory in
+// ordinary work (commit, merge, rebase, cherry-pick, revert, stash, fetch, pull, gc,
+// bisect, notes, worktree add, lfs): those stay writable under the default protection,
+// every other entry is read-only. Nothing in one of them names code for git to run.
+func GitWrites(name string) bool {
+	switch name {
+	case "objects", "refs", "logs", "reftable", "packed-refs", "index", "shallow",
+		"COMMIT_EDITMSG", "MERGE_MSG", "MERGE_MODE", "MERGE_RR", "MERGE_AUTOSTASH", "SQUASH_MSG",
+		"TAG_EDITMSG", "NOTES_EDITMSG", "EDIT_DESCRIPTION", "NOTES_MERGE_PARTIAL", "NOTES_MERGE_REF",
+		"NOTES_MERGE_WORKTREE", "rebase-merge", "rebase-apply", "sequencer", "rr-cache",
+		"gc.pid", "gc.log", "lfs", "worktrees", "locked", "fsmonitor--daemon.ipc", "gitk.cache":
+		return true
+	}
+	// HEAD, AUTO_MERGE, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD, CHERRY_PICK_HEAD, REVERT_HEAD,
+	// REBASE_HEAD...; BISECT_LOG, BISECT_START...; index.lock, HEAD.lock and every other
+	// lock file; split-index shared indexes.
+	return name == "HEAD" || name == "AUTO_MERGE" || strings.HasSuffix(name, "_HEAD") ||
+		strings.HasPrefix(name, "BISECT_") || strings.HasSuffix(name, ".lock") ||
+		strings.HasPrefix(name, "sharedindex.")
+}
+
+// ValidUnprotect checks one Unprotect entry: UnprotectHooksPath, UnprotectIncludes, or a
+// relative, clean, slash-separated path (a "*" matches within one element, as in
+// path.Match) whose last element is one of ProtectableNames or "*", or lies in a git
+// directory (an element before it is .git or ends in .git) and is not one git writes.
 func ValidUnprotect(name string) error {
 	if name == UnprotectHooksPath || name == UnprotectIncludes {
 		return nil
@@ -42,7 +65,8 @@ func ValidUnprotect(name string) error {
 	case strings.ContainsRune(name, '\\'):
 		return bad("use / between path elements")
 	}
-	for _, el := range strings.Split(name, "/") {
+	els := strings.Split(name, "/")
+	for _, el := range els {
 		switch el {
 		case "..":
 			return bad("\"..\" would leave the writable root")
@@ -62,7 +86,15 @@ func ValidUnprotect(name string) error {
 			return nil
 		}
 	}
-	return bad(fmt.Sprintf("fledge never protects it (protected paths end in %s; %q and %q name the places those settings point at)",
+	if GitWrites(last) {
+		return bad("git writes it in ordinary work, so fledge never protects it")
+	}
+	for _, el := range els[:len(els)-1] {
+		if strings.HasSuffix(el, ".git") {
+			return nil // an entry of a git directory
+		}
+	}
+	return bad(fmt.Sprintf("fledge never protects it (protected paths end in %s or are entries of a git directory; %q and %q name the places those settings point at)",
 		strings.Join(ProtectableNames, ", "), UnprotectHooksPath, UnprotectIncludes))
 }
 

@@ -76,6 +76,10 @@ type View struct {
 	// mount point): the .git directory holding protected paths, so a command cannot move
 	// it aside and put a fresh one with hooks in its place.
 	Pin []string `json:"pin,omitempty"`
+	// Writable are directories inside a Protected one that are bound again writable on top
+	// of it (a submodule's git directory inside a read-only modules/): what lies beneath
+	// them is read-only again only where Protected says so.
+	Writable []string `json:"writable,omitempty"`
 	// Dir is the working directory (by path, inside the view) with the identity it must
 	// have; a handle opened outside the view would lead back out of it.
 	Dir    string `json:"dir,omitempty"`

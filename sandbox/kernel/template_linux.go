@@ -194,7 +194,9 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 			}
 			return ErrTemplateUnfit
 		}
-		if !writable {
+		// A working directory inside a protected directory (below its mount point, which
+		// the template has): read-only as the template has it there.
+		if !writable || readOnlyAt(v, where) {
 			if err := unix.MountSetattr(cwdfd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,
 				&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
 				return fmt.Errorf("read-only working directory: %w", err)
@@ -207,7 +209,7 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		}
 		// As in EnterView (coveringCwd): a working directory that is or lies in a protected
 		// path must be entered through the read-only mount now on top of it.
-		if len(v.Pin)+len(v.Protected) > 0 {
+		if len(v.Pin)+len(v.Protected)+len(v.Writable) > 0 {
 			fd, err := reopenCwd(cwdfd, where)
 			if err != nil {
 				return err

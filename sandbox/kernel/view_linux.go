@@ -200,7 +200,7 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 	// A pin or protected mount at or above the working directory's mount covers it: the
 	// command must sit in the covering copy, which carries them, not in the shadowed mount
 	// beneath (where .git/config would be writable again). Same directory, by identity.
-	if cwdfd >= 0 && len(v.Pin)+len(v.Protected) > 0 {
+	if cwdfd >= 0 && len(v.Pin)+len(v.Protected)+len(v.Writable) > 0 {
 		fd, err := coveringCwd(cwdfd)
 		if err != nil {
 			return err
@@ -274,42 +274,108 @@ func enterDir(cwdfd int, v *View, checkID bool) error {
 	return nil
 }
 
-// protect makes v's pinned directories and protected paths beneath under (inside the view
-// rooted at prefix) mount points of their own, the protected ones read-only.
+// protect makes v's pinned directories, protected paths and writable re-binds beneath
+// under (inside the view rooted at prefix) mount points of their own: the protected ones
+// read-only, the writable ones writable again on top of a read-only one. They are made
+// parents first, so a path's rights are those of the deepest entry at or above it.
 func protect(prefix string, v *View, under string) error {
-	beneath := func(p string) bool {
-		return under == "/" || p == under || strings.HasPrefix(p, under+"/")
-	}
-	for _, p := range v.Pin {
-		p = filepath.Clean(p)
-		dst := prefix + p
-		if !beneath(p) {
+	for _, e := range protectOrder(v) {
+		p := e.path
+		if under != "/" && p != under && !strings.HasPrefix(p, under+"/") {
 			continue
 		}
-		if st, err := os.Lstat(dst); err != nil || !st.IsDir() {
+		dst := prefix + p
+		st, err := os.Lstat(dst)
+		if err != nil || (e.kind == mountPin && !st.IsDir()) {
 			continue
 		}
 		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("pin %s: %w", p, err)
+			return fmt.Errorf("%s %s: %w", e.kind, p, err)
 		}
-	}
-	for _, p := range v.Protected {
-		p = filepath.Clean(p)
-		dst := prefix + p
-		if !beneath(p) {
-			continue
-		}
-		if _, err := os.Lstat(dst); err != nil {
-			continue
-		}
-		if err := unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("protect %s: %w", p, err)
-		}
-		if err := readOnly(dst); err != nil {
-			return fmt.Errorf("protect %s: %w", p, err)
+		switch e.kind {
+		case mountReadOnly:
+			if err := readOnly(dst); err != nil {
+				return fmt.Errorf("protect %s: %w", p, err)
+			}
+		case mountWritable:
+			if !grantedWritable(v, p) {
+				break // a read-only grant covers it: it stays read-only
+			}
+			// Only the new mount itself: read-only grants and protected paths beneath it
+			// keep their own flags.
+			if err := unix.MountSetattr(-1, dst, 0, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}); err != nil {
+				return fmt.Errorf("writable %s: %w", p, err)
+			}
 		}
 	}
 	return nil
+}
+
+// grantedWritable: the deepest grant at or above p is a writable one.
+func grantedWritable(v *View, p string) bool {
+	best, w := "", false
+	for _, m := range v.Mounts {
+		mp := filepath.Clean(m.Path)
+		if (mp == p || isBeneath(p, mp)) && len(mp) >= len(best) {
+			if len(mp) > len(best) {
+				w = false
+			}
+			best, w = mp, w || m.Writable
+		}
+	}
+	return w
+}
+
+type mountKind string
+
+const (
+	mountPin      mountKind = "pin"
+	mountReadOnly mountKind = "protect"
+	mountWritable mountKind = "writable"
+)
+
+type protectEntry struct {
+	path string
+	kind mountKind
+}
+
+// protectOrder is v's pins, protected paths and writable re-binds, parents first; a path
+// listed as more than one is protected (read-only wins), else writable.
+func protectOrder(v *View) []protectEntry {
+	kinds := map[string]mountKind{}
+	set := func(paths []string, k mountKind) {
+		for _, p := range paths {
+			p = filepath.Clean(p)
+			if was, ok := kinds[p]; !ok || was == mountPin || (was == mountWritable && k == mountReadOnly) {
+				kinds[p] = k
+			}
+		}
+	}
+	set(v.Pin, mountPin)
+	set(v.Writable, mountWritable)
+	set(v.Protected, mountReadOnly)
+	out := make([]protectEntry, 0, len(kinds))
+	for p, k := range kinds {
+		out = append(out, protectEntry{p, k})
+	}
+	// A parent is a prefix of its children, so it sorts before them.
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out
+}
+
+// readOnlyAt: the deepest protected or writable entry at or above p is a protected one (p
+// lies in a read-only protected directory).
+func readOnlyAt(v *View, p string) bool {
+	best, ro := "", false
+	for _, e := range protectOrder(v) {
+		if e.kind == mountPin || (e.path != p && !isBeneath(p, e.path)) {
+			continue
+		}
+		if len(e.path) >= len(best) {
+			best, ro = e.path, e.kind == mountReadOnly
+		}
+	}
+	return ro
 }
 
 // attachProc mounts a copy of the detached procfs tree at /newroot/proc.

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -80,4 +81,37 @@ func BenchmarkEnterTemplate(b *testing.B) {
 		cpu += used
 	}
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// The protection is mounted parents first, read-only winning over writable over a pin for
+// one path; a path's rights are those of the deepest entry at or above it; a writable
+// re-bind never widens a read-only grant.
+func TestProtectOrder(t *testing.T) {
+	v := &View{
+		Mounts:    []ViewMount{{Path: "/r", Writable: true}, {Path: "/r/.git/modules/ro"}},
+		Pin:       []string{"/r/.git", "/r/.git/modules", "/r/.git/modules/sub"},
+		Protected: []string{"/r/.git/modules", "/r/.git/modules/sub/config", "/r/.git/config"},
+		Writable:  []string{"/r/.git/modules/sub", "/r/.git/modules/ro/x"},
+	}
+	var got []string
+	for _, e := range protectOrder(v) {
+		got = append(got, string(e.kind)+" "+e.path)
+	}
+	want := []string{"pin /r/.git", "protect /r/.git/config", "protect /r/.git/modules",
+		"writable /r/.git/modules/ro/x", "writable /r/.git/modules/sub", "protect /r/.git/modules/sub/config"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("protectOrder:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for p, ro := range map[string]bool{"/r": false, "/r/.git": false, "/r/.git/modules": true,
+		"/r/.git/modules/a/b": true, "/r/.git/modules/sub": false, "/r/.git/modules/sub/objects": false,
+		"/r/.git/modules/sub/config": true} {
+		if readOnlyAt(v, p) != ro {
+			t.Errorf("readOnlyAt(%s) = %v, want %v", p, !ro, ro)
+		}
+	}
+	for p, w := range map[string]bool{"/r/.git/modules/sub": true, "/r/.git/modules/ro/x": false, "/elsewhere": false} {
+		if grantedWritable(v, p) != w {
+			t.Errorf("grantedWritable(%s) = %v, want %v", p, !w, w)
+		}
+	}
 }

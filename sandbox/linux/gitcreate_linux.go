@@ -34,8 +34,9 @@ func (g *gitProtector) mkdirBeneath(p string, perm os.FileMode) error {
 	return safefs.Mkdir(root, rel, perm)
 }
 
-// createBeneath creates the empty file p (O_EXCL) without following a symlink.
-func (g *gitProtector) createBeneath(p string, perm os.FileMode) error {
+// createBeneath creates the file p (O_EXCL) holding content, without following a symlink.
+// A file it made but could not fill is removed again (through the same root).
+func (g *gitProtector) createBeneath(p string, perm os.FileMode, content string) error {
 	root, rel, err := g.beneath(p)
 	if err != nil {
 		return err
@@ -44,5 +45,13 @@ func (g *gitProtector) createBeneath(p string, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	return f.Close()
+	_, werr := f.WriteString(content)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(p)
+		return fmt.Errorf("fill %s: %w", p, werr)
+	}
+	return nil
 }

@@ -14,37 +14,56 @@ import (
 	"github.com/fledgehq/fledge/sandbox"
 )
 
-// The default protected set: every route by which a command in a writable root could make
-// the user's next git (run outside the sandbox) execute something.
+// The default protection of git metadata: an allow-list, not a list of what git reads.
 //
-//   - A git directory's hooks (created empty when missing, so it cannot be created with a
-//     hook in it) and config (core.fsmonitor, aliases, filter and diff drivers, pager,
-//     sshCommand, credential helpers...; created empty when missing), and config.worktree
-//     (read once extensions.worktreeConfig is on, which git sparse-checkout turns on by
-//     itself: so it is created empty when missing, whatever the config says now).
-//   - The .git FILE of a worktree or submodule checkout, so it cannot be rewritten to point
-//     at a planted git directory, and the git directory it names.
-//   - A linked worktree's git directory (.git/worktrees/X, or .git/worktrees/X reached
-//     from its .git file): its config.worktree and its commondir (which says where the
-//     hooks and config are, so it must not be redirected), and the common dir's hooks and
-//     config; the back-pointer .git file of each linked worktree that lies in a root.
-//   - Submodule git directories under modules/ of any git directory (nested too): each is
-//     a full git directory as above, and the .git file of its checkout (core.worktree).
-//   - The directory core.hooksPath names (husky's .husky/_) and files the config includes
-//     (include.path, includeIf), when they lie in a writable root.
+// In every git directory found in a writable root (a repository's .git, a bare
+// repository, a submodule's modules/<name>, a linked worktree's worktrees/<id>), only the
+// top-level entries git writes in ordinary work (sandbox.GitWrites: objects, refs, logs, the
+// index, HEAD and the other *_HEAD files, packed-refs, shallow, lock files, rebase,
+// merge, sequencer and bisect state, ...) stay writable. Every other entry that exists is
+// bound read-only: config, config.worktree, hooks, info, description, branches, remotes,
+// commondir, gitdir, modules, and any name fledge does not know, so a file git reads
+// that this list forgot is protected by default rather than open by default.
 //
-//   - Bare repositories (foo.git) found in a writable root: their hooks run on a push.
+// A mount cannot stop a name from being created in a writable directory, and git must
+// create and rename files at the top level of its git directory (index.lock -> index,
+// ORIG_HEAD, MERGE_HEAD...), so that directory stays writable. The names git reads there
+// to find code to run, or a git directory to take it from, are made to exist before the
+// run, in the form git reads as "nothing there", and then bound read-only like the rest:
 //
-// Not protected, because they run nothing by themselves: info/attributes and
-// .gitattributes (they only pick filter/diff drivers that a config defines), .gitmodules
-// (git refuses commands from it; URLs reach the config only through git submodule init,
-// which the user runs), refs, objects, the index, HEAD, logs. Directories between a writable root and a protected
-// path are pinned (made mount points of their own) by buildView, so none can be renamed
-// aside and replaced by a copy holding a planted hook.
+//   - hooks: an empty directory;
+//   - config and config.worktree: empty files (an empty config is what git reads when
+//     there is none; config.worktree counts once extensions.worktreeConfig is on, which
+//     git sparse-checkout turns on by itself);
+//   - commondir (not in a linked worktree's directory, which has one): a file holding
+//     ".", which git reads as "the common directory is this one", what it assumes
+//     without the file. A commondir naming another directory would make the user's git
+//     take its config and hooks from there;
+//   - modules: an empty directory, so no submodule git directory can be planted for a
+//     name .gitmodules gives (git submodule update would take it as the clone).
+//
+// Every other name git reads at the top level is data, not code: info/attributes and
+// info/exclude (attributes only pick filter and diff drivers a config defines, as the
+// checkout's own .gitattributes can), branches/ and remotes/ (URLs; the ext:: transport
+// is off by default), objects/info/alternates (more objects), shallow, packed-refs.
+//
+// Beneath the top level: the submodule git directories in modules/ are bound writable
+// again on top of the read-only modules/ and protected the same way, so git works in an
+// existing submodule but no new one can be made; worktrees/ stays writable (git worktree
+// add makes worktrees/<id>), and each existing worktrees/<id> is protected the same way.
+//
+// Outside the git directories: the .git FILE of a worktree or submodule checkout (so it
+// cannot be pointed at a planted git directory), the back-pointer .git file of each
+// linked worktree that lies in a root, the directory core.hooksPath names (husky's
+// .husky/_) and files the config includes, when they lie in a writable root. Directories
+// between a writable root and a protected path are pinned (made mount points of their
+// own), so none can be renamed aside and replaced by a copy holding a planted hook: a
+// repository's .git cannot be moved away and replaced by a .git file or directory.
 //
 // Only what lies inside a writable root is protected: elsewhere the view is read-only or
 // the path does not exist. Paths are worked out on resolved (symlink-free) paths and
-// reported as the view spells them under the root they lie in.
+// reported as the view spells them under the root they lie in. [sandbox] unprotect opts
+// a path out (fledge then neither protects nor creates it).
 
 // Bounds of the walk. A malicious repository can hold any number of modules; past a bound
 // the launch fails closed (sandbox.ErrLaunch naming the bound) rather than leave some
@@ -78,16 +97,31 @@ type gitProtector struct {
 	unprotect []string
 	seen      map[string]bool   // git directories walked (real paths)
 	out       map[string]string // view path -> real path, to protect
+	rw        map[string]string // view path -> real path, bound writable again (in out's)
 	gitDirs   int
 	entries   int
 }
 
+// gitProtection is what a launch mounts: Protected read-only, and Writable bound writable
+// again on top of a read-only directory holding them (kernel.View).
+type gitProtection struct {
+	Protected []string
+	Writable  []string
+}
+
 // defaultProtected is the default protected set of the writable roots, less what unprotect
-// (sandbox.Access.Unprotect) opts out of. It creates an empty hooks directory, config, and
-// config.worktree where a git directory lacks them, so a command
-// cannot create them.
+// (sandbox.Access.Unprotect) opts out of (see defaultGitProtection).
 func defaultProtected(roots, unprotect []string) ([]string, error) {
-	g := &gitProtector{unprotect: unprotect, seen: map[string]bool{}, out: map[string]string{}}
+	p, err := defaultGitProtection(roots, unprotect)
+	return p.Protected, err
+}
+
+// defaultGitProtection works out the protection of the writable roots' git metadata. It
+// creates the placeholders (an empty hooks directory, config, config.worktree and
+// modules/, a commondir of ".") where a git directory lacks them, so a command cannot
+// create them.
+func defaultGitProtection(roots, unprotect []string) (gitProtection, error) {
+	g := &gitProtector{unprotect: unprotect, seen: map[string]bool{}, out: map[string]string{}, rw: map[string]string{}}
 	for _, r := range roots {
 		r = filepath.Clean(r)
 		real, err := filepath.EvalSymlinks(r)
@@ -100,15 +134,19 @@ func defaultProtected(roots, unprotect []string) ([]string, error) {
 	scanned := 0
 	for _, r := range g.roots {
 		if err := g.scan(r.real, 0, &scanned); err != nil {
-			return nil, err
+			return gitProtection{}, err
 		}
 	}
-	list := make([]string, 0, len(g.out))
+	var p gitProtection
 	for v := range g.out {
-		list = append(list, v)
+		p.Protected = append(p.Protected, v)
 	}
-	sort.Strings(list)
-	return list, nil
+	for v := range g.rw {
+		p.Writable = append(p.Writable, v)
+	}
+	sort.Strings(p.Protected)
+	sort.Strings(p.Writable)
+	return p, nil
 }
 
 // scan protects the repository at dir and those in its subdirectories, maxScanDepth levels
@@ -198,8 +236,8 @@ func (g *gitProtector) gitFile(file, worktree string, depth int) error {
 }
 
 // gitDir protects a full git directory (one with its own config and hooks: a repository's
-// .git, a submodule's modules/<name>, a --separate-git-dir), its linked worktrees and its
-// submodules. worktree is its checkout ("" when bare or unknown).
+// .git, a submodule's modules/<name>, a --separate-git-dir, a bare repository), its linked
+// worktrees and its submodules. worktree is its checkout ("" when bare or unknown).
 func (g *gitProtector) gitDir(gd, worktree string, depth int) error {
 	if g.seen[gd] {
 		return nil
@@ -207,15 +245,10 @@ func (g *gitProtector) gitDir(gd, worktree string, depth int) error {
 	if err := g.count(gd); err != nil {
 		return err
 	}
+	// Read before the placeholders exist, and before anything is protected.
 	cfg := readGitConfig(filepath.Join(gd, "config"))
-	if err := g.hooks(filepath.Join(gd, "hooks")); err != nil {
-		return err
-	}
-	if err := g.file(filepath.Join(gd, "config"), true); err != nil {
-		return err
-	}
 	wcfg := readGitConfig(filepath.Join(gd, "config.worktree"))
-	if err := g.file(filepath.Join(gd, "config.worktree"), true); err != nil {
+	if err := g.topLevel(gd, gitDirPlaces); err != nil {
 		return err
 	}
 	if err := g.settings(gd, worktree, cfg, wcfg); err != nil {
@@ -230,16 +263,14 @@ func (g *gitProtector) gitDir(gd, worktree string, depth int) error {
 }
 
 // linkedWorktree protects a linked worktree's git directory (.git/worktrees/X): its
-// commondir, config.worktree, the .git file of its checkout (from its gitdir file, when
-// worktree is not known), its submodules, and the common git directory.
+// top level as gitDir's (its commondir, gitdir and config.worktree read-only), the .git
+// file of its checkout (from its gitdir file, when worktree is not known), its
+// submodules, and the common git directory.
 func (g *gitProtector) linkedWorktree(wd, worktree string, depth int) error {
 	if g.seen[wd] {
 		return nil
 	}
 	if err := g.count(wd); err != nil {
-		return err
-	}
-	if err := g.add(filepath.Join(wd, "commondir")); err != nil {
 		return err
 	}
 	if worktree == "" {
@@ -261,7 +292,7 @@ func (g *gitProtector) linkedWorktree(wd, worktree string, depth int) error {
 		ccfg = readGitConfig(filepath.Join(common, "config"))
 	}
 	wcfg := readGitConfig(filepath.Join(wd, "config.worktree"))
-	if err := g.file(filepath.Join(wd, "config.worktree"), true); err != nil {
+	if err := g.topLevel(wd, linkedPlaces); err != nil {
 		return err
 	}
 	if err := g.settings(wd, worktree, ccfg, wcfg); err != nil {
@@ -280,8 +311,9 @@ func (g *gitProtector) linkedWorktree(wd, worktree string, depth int) error {
 	return nil
 }
 
-// modules protects the submodule git directories under dir (a modules/ directory): a
-// directory holding HEAD is one; any other is a level of a module name with / in it.
+// modules protects the submodule git directories under dir (a modules/ directory, itself
+// read-only): a directory holding HEAD is one, bound writable again on top; any other is
+// a level of a module name with / in it, and stays read-only.
 func (g *gitProtector) modules(dir string, depth int) error {
 	return g.eachDir(dir, func(sub string) error {
 		if !isFile(filepath.Join(sub, "HEAD")) {
@@ -300,8 +332,70 @@ func (g *gitProtector) modules(dir string, depth int) error {
 				}
 			}
 		}
+		if err := g.writable(sub); err != nil {
+			return err
+		}
 		return g.gitDir(sub, worktree, depth+1)
 	})
+}
+
+// topLevel protects every entry at the top level of the git directory gd that git does not
+// write in ordinary work (sandbox.GitWrites), whatever its name, after making the
+// placeholders (places) it lacks.
+func (g *gitProtector) topLevel(gd string, places []place) error {
+	if !g.touches(gd) {
+		return nil // nothing of it lies in a writable root
+	}
+	f, err := os.Open(gd)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	seen := map[string]bool{}
+	for {
+		ents, err := f.ReadDir(64)
+		g.entries += len(ents)
+		if g.entries > maxGitEntries {
+			return fmt.Errorf("%w: more than %d entries in git directories, at %s: fledge refuses to run rather than leave some git metadata writable", errGitProtect, maxGitEntries, gd)
+		}
+		for _, e := range ents {
+			seen[e.Name()] = true
+			if sandbox.GitWrites(e.Name()) {
+				continue
+			}
+			if err := g.addEntry(filepath.Join(gd, e.Name()), e.Type()); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			break // io.EOF or unreadable: what was read is done
+		}
+	}
+	for _, pl := range places {
+		if seen[pl.name] {
+			continue
+		}
+		p := filepath.Join(gd, pl.name)
+		if g.placeholder(p, pl.kind) {
+			if err := g.add(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// touches: dir lies in a writable root, or a writable root lies in it.
+func (g *gitProtector) touches(dir string) bool {
+	for _, r := range g.roots {
+		if _, ok := under(r.real, dir); ok {
+			return true
+		}
+		if _, ok := under(dir, r.real); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // settings protects what a git directory's config points at inside the writable roots:
@@ -375,7 +469,52 @@ func (g *gitProtector) eachDir(dir string, fn func(string) error) error {
 	}
 }
 
-// hooks protects a hooks directory, making an empty one first when it is missing.
+// What a placeholder is made as.
+type placeKind int
+
+const (
+	placeDir   placeKind = iota // an empty directory
+	placeEmpty                  // an empty file
+	placeSelf                   // a commondir naming its own directory
+)
+
+type place struct {
+	name string
+	kind placeKind
+}
+
+// The placeholders: the names git reads code (or a git directory to take it from) from,
+// in the form git reads as nothing there. A linked worktree's directory has its commondir
+// (its hooks and config are the common directory's).
+var (
+	gitDirPlaces = []place{{"hooks", placeDir}, {"config", placeEmpty}, {"config.worktree", placeEmpty},
+		{"commondir", placeSelf}, {"modules", placeDir}}
+	linkedPlaces = []place{{"config.worktree", placeEmpty}, {"modules", placeDir}}
+)
+
+// placeholder makes p (missing in a git directory in a writable root, not opted out) in
+// the form git reads as nothing there, and says whether it did. A failure leaves p
+// missing, which a command could then create: it is not expected (the git directory is
+// writable for whoever runs fledge), and the next launch tries again.
+func (g *gitProtector) placeholder(p string, kind placeKind) bool {
+	if _, ok := g.viewOf(p); !ok || g.unprotected(p) {
+		return false
+	}
+	// Made beneath the writable root without following a symlink: a command of the same
+	// plugin may swap a directory on the way for a link while fledge (often root) creates.
+	switch kind {
+	case placeDir:
+		return g.mkdirBeneath(p, 0o755) == nil
+	case placeSelf:
+		// A commondir git cannot read stops git; an empty one is no better.
+		return g.createBeneath(p, 0o644, ".\n") == nil
+	default:
+		return g.createBeneath(p, 0o644, "") == nil
+	}
+}
+
+// hooks protects a hooks directory outside a git directory (core.hooksPath), making an
+// empty one first when it is missing.
 func (g *gitProtector) hooks(p string) error {
 	if _, ok := g.viewOf(p); !ok || g.unprotected(p) {
 		return nil
@@ -386,30 +525,38 @@ func (g *gitProtector) hooks(p string) error {
 	return g.add(p)
 }
 
-// file protects a file of a git directory, making an empty one first when create is set
-// and it is missing (an empty config is what git reads when there is none).
-func (g *gitProtector) file(p string, create bool) error {
-	if _, ok := g.viewOf(p); !ok || g.unprotected(p) {
+// writable binds the directory p (a submodule git directory inside a read-only modules/)
+// writable again, when it lies in a writable root. Unprotect does not apply: this grants.
+func (g *gitProtector) writable(p string) error {
+	view, ok := g.viewOf(p)
+	if !ok {
 		return nil
 	}
-	if create {
-		_ = g.createBeneath(p, 0o644) // exists, or refused: add decides what is protected
+	st, err := os.Lstat(p)
+	if err != nil || !st.IsDir() {
+		return nil
 	}
-	return g.add(p)
+	g.rw[view] = p
+	return nil
 }
 
 // add protects p when it exists in a writable root and is not opted out. A symlink cannot
 // be: the bind would follow it and the link itself could be replaced, so it is an error.
 func (g *gitProtector) add(p string) error {
-	view, ok := g.viewOf(p)
-	if !ok || g.unprotected(p) {
-		return nil
-	}
 	st, err := os.Lstat(p)
 	if err != nil {
 		return nil // nothing to protect (and nothing git reads)
 	}
-	if st.Mode()&os.ModeSymlink != 0 {
+	return g.addEntry(p, st.Mode().Type())
+}
+
+// addEntry is add of p, known to exist with type typ (from its directory's entries).
+func (g *gitProtector) addEntry(p string, typ os.FileMode) error {
+	view, ok := g.viewOf(p)
+	if !ok || g.unprotected(p) {
+		return nil
+	}
+	if typ&os.ModeSymlink != 0 {
 		return fmt.Errorf("%w: %s is a symlink, which a read-only mount cannot keep (the link itself could be replaced): make it a real file or directory, or add it to [sandbox] unprotect", errGitProtect, view)
 	}
 	g.out[view] = p

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,14 +66,24 @@ func newGitLayout(t *testing.T) *gitLayout {
 
 func TestDefaultProtectedFollowsEveryGitDir(t *testing.T) {
 	l := newGitLayout(t)
-	main := []string{
-		"main/.git/config", "main/.git/hooks", "main/.git/config.worktree",
-		"main/.git/modules/sub/config", "main/.git/modules/sub/hooks", "main/.git/modules/sub/config.worktree",
-		"main/.git/modules/sub/modules/deep/config", "main/.git/modules/sub/modules/deep/hooks",
-		"main/.git/modules/sub/modules/deep/config.worktree",
-		"main/.git/worktrees/wt/commondir", "main/.git/worktrees/wt/config.worktree",
-		"main/sub/.git", "main/sub/deep/.git",
+	// Every git directory's top level, less what git writes: what git init made (its
+	// templates' branches, description and info, where this git makes them) and the
+	// placeholders fledge makes (commondir, modules; hooks, config, config.worktree).
+	top := func(gd string, names ...string) []string {
+		var out []string
+		for _, n := range append(names, "branches", "description", "info") {
+			if _, err := os.Lstat(filepath.Join(l.parent, gd, n)); err == nil || len(names) > 0 && slices.Contains(names, n) {
+				out = append(out, gd+"/"+n)
+			}
+		}
+		return out
 	}
+	var main []string
+	for _, gd := range []string{"main/.git", "main/.git/modules/sub", "main/.git/modules/sub/modules/deep"} {
+		main = append(main, top(gd, "config", "hooks", "config.worktree", "commondir", "modules")...)
+	}
+	main = append(main, top("main/.git/worktrees/wt", "commondir", "gitdir", "config.worktree", "modules")...)
+	main = append(main, "main/sub/.git", "main/sub/deep/.git")
 	rel := func(ps ...string) []string {
 		var out []string
 		for _, p := range ps {
@@ -80,30 +91,43 @@ func TestDefaultProtectedFollowsEveryGitDir(t *testing.T) {
 		}
 		return out
 	}
+	without := func(ps []string, drop ...string) []string {
+		var out []string
+		for _, p := range ps {
+			if !slices.Contains(drop, p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	modules := rel("main/.git/modules/sub", "main/.git/modules/sub/modules/deep")
 	for _, tc := range []struct {
 		name      string
 		roots     []string
 		unprotect []string
-		want      []string
+		want, rw  []string
 	}{
-		{name: "superproject", roots: rel("main"), want: rel(main...)},
+		{name: "superproject", roots: rel("main"), want: rel(main...), rw: modules},
 		{name: "worktree only: its gitdir is outside the roots", roots: rel("wt"), want: rel("wt/.git")},
-		{name: "both", roots: rel("main", "wt"), want: rel(append([]string{"wt/.git"}, main...)...)},
-		{name: "parent", roots: []string{l.parent}, want: rel(append([]string{"wt/.git"}, main...)...)},
+		{name: "both", roots: rel("main", "wt"), want: rel(append([]string{"wt/.git"}, main...)...), rw: modules},
+		{name: "parent", roots: []string{l.parent}, want: rel(append([]string{"wt/.git"}, main...)...), rw: modules},
 		{name: "submodule checkout only", roots: rel("main/sub"), want: rel("main/sub/.git", "main/sub/deep/.git")},
 		{name: "opt out", roots: rel("main"), unprotect: []string{".git/config", ".git/modules/*/hooks", "sub/deep/.git", ".git/worktrees/*/config.worktree"},
-			want: rel("main/.git/hooks", "main/.git/config.worktree",
-				"main/.git/modules/sub/config", "main/.git/modules/sub/config.worktree",
-				"main/.git/modules/sub/modules/deep/config", "main/.git/modules/sub/modules/deep/hooks",
-				"main/.git/modules/sub/modules/deep/config.worktree",
-				"main/.git/worktrees/wt/commondir", "main/sub/.git")},
+			want: rel(without(main, "main/.git/config", "main/.git/modules/sub/hooks", "main/sub/deep/.git", "main/.git/worktrees/wt/config.worktree")...),
+			rw:   modules},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := defaultProtected(tc.roots, tc.unprotect)
+			got, err := defaultGitProtection(tc.roots, tc.unprotect)
 			require.NoError(t, err)
-			assert.ElementsMatch(t, tc.want, got)
+			assert.ElementsMatch(t, tc.want, got.Protected)
+			assert.ElementsMatch(t, tc.rw, got.Writable)
 		})
 	}
+	b, err := os.ReadFile(filepath.Join(l.main, ".git", "commondir"))
+	require.NoError(t, err, "a commondir is made where there was none")
+	assert.Equal(t, ".\n", string(b))
+	assert.Equal(t, "init\n", gitCmd(t, l.main, "log", "-1", "--format=%s", "HEAD~1"), "and git reads it as no commondir")
+	assert.Equal(t, filepath.Join(l.main, ".git")+"\n", gitCmd(t, l.main, "rev-parse", "--path-format=absolute", "--git-common-dir"))
 }
 
 // config.worktree is read once extensions.worktreeConfig is on (git sparse-checkout turns

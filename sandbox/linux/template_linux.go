@@ -41,8 +41,9 @@ func templateKey(v *kernel.View) (string, error) {
 		Mounts    []kernel.ViewMount
 		Protected []string
 		Pin       []string
+		Writable  []string
 		Proc      string // the procfs (dev:ino): a template holds its namespace's /proc
-	}{Protected: v.Protected, Pin: v.Pin}
+	}{Protected: v.Protected, Pin: v.Pin, Writable: v.Writable}
 	for _, m := range v.Mounts {
 		if m.Path != v.RunTmp || v.RunTmp == "" {
 			base.Mounts = append(base.Mounts, m)
@@ -65,7 +66,7 @@ func templateKey(v *kernel.View) (string, error) {
 // every namespace, so it must make a new template, as a replaced grant does.
 func identities(v *kernel.View) map[string]fileID {
 	ids := map[string]fileID{}
-	for _, paths := range [][]string{v.Protected, v.Pin} {
+	for _, paths := range [][]string{v.Protected, v.Pin, v.Writable} {
 		for _, p := range paths {
 			var st unix.Stat_t
 			if unix.Lstat(p, &st) == nil {

@@ -25,15 +25,17 @@ func buildView(spec *sandbox.Spec, rw []string) (*kernel.View, error) {
 	add(spec.Access.ReadOnly, false)
 	add(implicitReadOnly, false)
 	add(spec.Access.ReadExec, false)
-	protected := spec.Access.Protected
+	protected, writable := spec.Access.Protected, []string(nil)
 	if protected == nil {
-		var err error
-		if protected, err = defaultProtected(spec.Access.ReadWrite, spec.Access.Unprotect); err != nil {
+		p, err := defaultGitProtection(spec.Access.ReadWrite, spec.Access.Unprotect)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 		}
+		protected, writable = p.Protected, p.Writable
 	}
 	v.Protected = append(v.Protected, protected...)
-	v.Pin = pinsFor(protected, spec.Access.ReadWrite)
+	v.Writable = writable
+	v.Pin = pinsFor(append(append([]string{}, protected...), writable...), spec.Access.ReadWrite)
 	if spec.Dir != nil {
 		var st unix.Stat_t
 		if err := unix.Fstat(int(spec.Dir.Fd()), &st); err != nil {
