@@ -1,0 +1,157 @@
+package protocolhost
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/protocol"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 24, item 4: the audit log as a weapon. A plugin with no capability at all floods
+// requests whose denial records carry strings it chose; before the fix each record of a
+// metadata flood (64 keys of 4 KiB) was 256 KiB and ten seconds wrote 257 MiB. The session
+// must add at most its byte budget to the log, say so once, count the rest, and the chain
+// must still verify.
+
+// testBudget is the session byte budget of the attack tests: small, so that a flood on a
+// busy test machine reaches it in a second or two. FLEDGE_FLOOD_SECONDS=10 with
+// FLEDGE_FLOOD_BUDGET=default measures the issue's ten-second flood at the default 8 MiB.
+const testBudget = 1 << 20
+
+// withBudget gives the session a recorder with budget n (0: the default).
+func (f *fixture) withBudget(n int64) int64 {
+	f.t.Helper()
+	rec := core.NewRecorder(f.opts.Audit, f.opts.SessionID, &audit.PluginRef{Name: f.opts.Plugin.Name, Version: f.opts.Plugin.Version}, f.opts.Sandbox.Report(), nil)
+	if n == 0 {
+		return core.DefaultSessionBytes
+	}
+	require.NoError(f.t, rec.SetSessionBytes(n))
+	f.opts.Recorder = rec
+	return n
+}
+
+func floodSeconds() float64 {
+	if s, err := strconv.ParseFloat(os.Getenv("FLEDGE_FLOOD_SECONDS"), 64); err == nil && s > 0 {
+		return s
+	}
+	return 4
+}
+
+func floodBudget() int64 {
+	if os.Getenv("FLEDGE_FLOOD_BUDGET") == "default" {
+		return 0
+	}
+	return testBudget
+}
+
+// logBytes is the size on disk of every file of the log (rotated files included).
+func logBytes(t *testing.T, live string) int64 {
+	t.Helper()
+	matches, err := filepath.Glob(live + "*")
+	require.NoError(t, err)
+	var n int64
+	for _, m := range matches {
+		if strings.HasSuffix(m, ".lock") {
+			continue
+		}
+		fi, err := os.Stat(m)
+		require.NoError(t, err)
+		n += fi.Size()
+	}
+	return n
+}
+
+type floodReport struct {
+	Sent    int            `json:"sent"`
+	Replies int            `json:"replies"`
+	Seconds float64        `json:"seconds"`
+	Kinds   map[string]int `json:"kinds"`
+}
+
+// flood runs flood_audit.py with cfg and returns its report and how much the log grew.
+func (f *fixture) flood(cfg map[string]any) (floodReport, int64, time.Duration) {
+	f.t.Helper()
+	before := logBytes(f.t, f.auditPath)
+	js, err := json.Marshal(cfg)
+	require.NoError(f.t, err)
+	start := time.Now()
+	out := f.run(string(js))
+	took := time.Since(start)
+	require.Equal(f.t, 0, out.ExitCode, "stderr:\n%s", f.stderr.String())
+	var rep floodReport
+	lines := strings.Split(strings.TrimSpace(f.stdout.String()), "\n")
+	require.NoError(f.t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep), "stdout:\n%.2000s", f.stdout.String())
+	return rep, logBytes(f.t, f.auditPath) - before, took
+}
+
+// budgetEvidence checks what the log says about an exhausted budget: one
+// session_log_budget record, and the session's summary counting the records not written.
+func (f *fixture) budgetEvidence() (unwritten int) {
+	f.t.Helper()
+	var budget, summaries int
+	for _, r := range f.auditRecords() {
+		switch {
+		case r.Event == audit.EventLimit && r.Details[audit.DetailLimit] == "session_log_budget":
+			budget++
+		case r.Event == audit.EventSuppressed:
+			summaries++
+			over, _ := r.Details["over_budget"].(map[string]any)
+			for _, v := range over {
+				n, _ := v.(json.Number).Int64()
+				unwritten += int(n)
+			}
+		}
+	}
+	assert.Equal(f.t, 1, budget, "one session_log_budget record")
+	assert.Equal(f.t, 1, summaries, "one audit_suppressed summary at session end")
+	assert.Positive(f.t, unwritten, "the summary counts the records that were not written")
+	return unwritten
+}
+
+func (f *fixture) requireVerifies() {
+	f.t.Helper()
+	rep, err := audit.Verify(f.auditPath)
+	require.NoError(f.t, err)
+	require.True(f.t, rep.OK, "verify: %v", rep.Break)
+}
+
+// TestAttackAuditFloodMetadata: 64 keys of 4 KiB per metadata request, no capability
+// granted, for up to 4 s. Before: ~256 KiB per denial record, the log grew by hundreds of
+// MiB. After: at most the session budget.
+func TestAttackAuditFloodMetadata(t *testing.T) {
+	testutil.RequireContained(t)
+	f := newFixture(t, "flood_audit.py", protocol.Capabilities{})
+	budget := f.withBudget(floodBudget())
+	rep, grew, took := f.flood(map[string]any{"kind": "metadata", "seconds": floodSeconds(), "count": 100000, "size": 4096})
+	t.Logf("metadata flood: %d requests in %.1fs (host %.1fs), log grew %d bytes (%.1f MiB)", rep.Sent, rep.Seconds, took.Seconds(), grew, float64(grew)/(1<<20))
+	require.Greater(t, rep.Sent, 100, "the flood must be big enough to matter")
+	assert.Equal(t, rep.Sent, rep.Replies, "every request got its reply")
+	assert.LessOrEqual(t, grew, budget, "the session added more than its budget to the log")
+	f.budgetEvidence()
+	f.requireVerifies()
+	// Records that were written keep something useful of the cut strings: the prefix, the
+	// original length and its hash.
+	var seen bool
+	for _, r := range f.findRecords(audit.EventMetadata) {
+		keys, _ := r.Details["keys"].([]any)
+		require.NotEmpty(t, keys)
+		for _, k := range keys {
+			k, _ := k.(string)
+			assert.LessOrEqual(t, len(k), 4096+200)
+			if strings.Contains(k, "…[truncated: 4096 bytes, sha256 ") {
+				seen = true
+			}
+		}
+	}
+	assert.True(t, seen, "a cut key names its original length and hash")
+}
