@@ -254,8 +254,11 @@ func Open(path string, opts Options) (*Log, error) {
 		if err != nil {
 			return err
 		}
-		_, err = l.prepare(f)
-		return err
+		if _, err = l.prepare(f); err != nil {
+			return err
+		}
+		// A lowered MaxTotalBytes takes effect now, not only at the next rotation.
+		return l.prune()
 	})
 	if err != nil {
 		l.Close()
@@ -891,15 +894,19 @@ func listRotated(live string) ([]rotatedFile, error) {
 	return out, nil
 }
 
-// rotatedTail is where the newest rotated file leaves the chain (genesis if none). A rotated
-// file is only ever renamed after a complete write, so anything else there is tampering.
+// rotatedTail is where the newest rotated file leaves the chain (genesis if none).
 func rotatedTail(live string) (chainPos, error) {
 	rs, err := listRotated(live)
 	if err != nil || len(rs) == 0 {
 		return genesis, err
 	}
-	last := rs[len(rs)-1].path
-	f, err := openReadOnly(last)
+	return fileTail(rs[len(rs)-1].path)
+}
+
+// fileTail is where a rotated file leaves the chain. A rotated file is only ever renamed
+// after a complete write, so anything but a whole last record is tampering.
+func fileTail(path string) (chainPos, error) {
+	f, err := openReadOnly(path)
 	if err != nil {
 		return chainPos{}, err
 	}
@@ -909,14 +916,14 @@ func rotatedTail(live string) (chainPos, error) {
 		return chainPos{}, err
 	}
 	if fi.Size() == 0 {
-		return chainPos{}, fmt.Errorf("%w: rotated file %s is empty", ErrCorruptTail, last)
+		return chainPos{}, fmt.Errorf("%w: rotated file %s is empty", ErrCorruptTail, path)
 	}
 	ti, err := readTail(f, fi.Size())
 	if err != nil {
 		return chainPos{}, err
 	}
 	if !ti.found || ti.needNL || len(ti.region) > 0 {
-		return chainPos{}, fmt.Errorf("%w: rotated file %s does not end with a complete record", ErrCorruptTail, last)
+		return chainPos{}, fmt.Errorf("%w: rotated file %s does not end with a complete record", ErrCorruptTail, path)
 	}
 	return ti.prev, nil
 }
@@ -943,7 +950,9 @@ func (l *Log) maybeRotate(f *os.File) error {
 	l.f.Close()
 	l.f = nil
 	if l.opts.Fsync != FsyncNever {
-		return syncDir(l.dir)
+		if err := syncDir(l.dir); err != nil {
+			return err
+		}
 	}
-	return nil
+	return l.prune()
 }
