@@ -72,10 +72,12 @@ func logBytes(t *testing.T, live string) int64 {
 }
 
 type floodReport struct {
-	Sent    int            `json:"sent"`
-	Replies int            `json:"replies"`
-	Seconds float64        `json:"seconds"`
-	Kinds   map[string]int `json:"kinds"`
+	Sent         int            `json:"sent"`
+	Replies      int            `json:"replies"`
+	Seconds      float64        `json:"seconds"`
+	Kinds        map[string]int `json:"kinds"`
+	Codes        map[string]int `json:"codes"`
+	RefusedAudit int            `json:"refused_audit"`
 }
 
 // flood runs flood_audit.py with cfg and returns its report and how much the log grew.
@@ -154,4 +156,101 @@ func TestAttackAuditFloodMetadata(t *testing.T) {
 		}
 	}
 	assert.True(t, seen, "a cut key names its original length and hash")
+}
+
+// maxLine is the longest line of the log's live file.
+func (f *fixture) maxLine() int {
+	f.t.Helper()
+	b, err := os.ReadFile(f.auditPath)
+	require.NoError(f.t, err)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		n = max(n, len(l))
+	}
+	return n
+}
+
+// TestAttackAuditFloodFields: the other fields a plugin chooses, each flooded from a real
+// plugin with no capability: exec command lines of 1 MiB, storage keys of 4 KiB (store has
+// no reply, so nothing paces it), load keys, and prompt texts of 1 MiB. The log grows by at
+// most the budget, no line is anywhere near the old 256 KiB, and the chain verifies.
+func TestAttackAuditFloodFields(t *testing.T) {
+	testutil.RequireContained(t)
+	cases := []struct {
+		kind     string
+		size     int
+		count    int
+		budget   int64 // 0: floodBudget()
+		exhausts bool  // the flood is big enough to reach the budget
+	}{
+		// 1 MiB lines are slow to send on a busy machine: the smallest budget.
+		{"exec", 1 << 20, 400, core.MinSessionBytes, true},
+		{"store", 4096, 3000, 0, true},
+		{"load", 4096, 3000, 0, true},
+		// Prompt records carry the kind of question, never the plugin's text.
+		{"prompt", 1 << 20, 300, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.kind, func(t *testing.T) {
+			f := newFixture(t, "flood_audit.py", protocol.Capabilities{})
+			f.opts.Limits.LineMax = 4 << 20
+			b := tc.budget
+			if b == 0 {
+				b = floodBudget()
+			}
+			budget := f.withBudget(b)
+			rep, grew, took := f.flood(map[string]any{"kind": tc.kind, "seconds": floodSeconds(), "count": tc.count, "size": tc.size})
+			t.Logf("%s flood: %d requests in %.1fs (host %.1fs), log grew %d bytes (%.2f MiB), longest line %d", tc.kind, rep.Sent, rep.Seconds, took.Seconds(), grew, float64(grew)/(1<<20), f.maxLine())
+			assert.LessOrEqual(t, grew, budget, "the session added more than its budget to the log")
+			assert.LessOrEqual(t, f.maxLine(), 32<<10, "a record this large means a plugin-chosen field was not bounded")
+			f.requireVerifies()
+			if tc.exhausts {
+				f.budgetEvidence()
+			}
+			if tc.kind == "prompt" {
+				b, err := os.ReadFile(f.auditPath)
+				require.NoError(t, err)
+				assert.NotContains(t, string(b), "PPPPPPPP", "prompt texts are not recorded")
+			}
+		})
+	}
+}
+
+// TestAttackAuditBudgetRefusesExecs: audit before act holds when the budget runs out. A
+// plugin granted exec sends commands padded to 100 KiB that each append a line to a file in
+// the project. Past the act tier every exec is refused with its reason and does not run:
+// each line in the file has its exec_decision allow record, and none ran unrecorded.
+func TestAttackAuditBudgetRefusesExecs(t *testing.T) {
+	testutil.RequireContained(t)
+	f := newFixture(t, "flood_audit.py", execGrant)
+	f.opts.Limits.LineMax = 1 << 20
+	f.withBudget(core.MinSessionBytes)
+	ran := filepath.Join(f.project, "ran-"+uniq(t))
+	const n = 40
+	rep, grew, _ := f.flood(map[string]any{"kind": "exec_append", "target": ran, "size": 100 << 10, "count": n, "window": 1, "seconds": 120})
+	require.Equal(t, n, rep.Replies)
+	b, _ := os.ReadFile(ran)
+	lines := strings.Fields(string(b))
+	var decided int
+	for _, r := range f.findRecords(audit.EventExecDecision) {
+		if r.Decision == audit.Allow {
+			decided++
+		}
+	}
+	t.Logf("%d execs: %d ran, %d allow decisions on record, %d refused for the budget (codes %v); log grew %d bytes", n, len(lines), decided, rep.RefusedAudit, rep.Codes, grew)
+	assert.Positive(t, rep.RefusedAudit, "the budget ran out and execs were refused")
+	assert.Positive(t, len(lines), "execs ran while the budget lasted")
+	assert.Equal(t, decided, len(lines), "every command that ran has its decision on record, and only those ran")
+	assert.Equal(t, n, len(lines)+rep.RefusedAudit)
+	assert.Equal(t, rep.RefusedAudit, rep.Codes["126"])
+	var actsRecord bool
+	for _, r := range f.findRecords(audit.EventLimit) {
+		if r.Details[audit.DetailLimit] == "session_log_budget" && r.Details["tier"] == "acts" {
+			actsRecord = true
+		}
+	}
+	assert.True(t, actsRecord, "the budget record says execs are refused")
+	assert.LessOrEqual(t, grew, core.MinSessionBytes)
+	f.budgetEvidence()
+	f.requireVerifies()
 }

@@ -25,6 +25,10 @@ def line(i):
         # 64 keys of `size` bytes each.
         first = json.dumps(tag + "K" * (size - len(tag)))
         return '{"type": "metadata", "id": "' + rid + '", "keys": [' + first + ", " + meta_rest + "}", True
+    if kind == "exec_append":
+        # A command that leaves evidence when it runs, padded with a shell comment.
+        cmd = "echo " + tag + " >> " + cfg["target"] + " #" + "#" * size
+        return json.dumps({"type": "exec", "id": rid, "command": cmd}), True
     if kind == "exec":
         return json.dumps({"type": "exec", "id": rid, "command": "true " + tag + " " + "C" * size}), True
     if kind == "store":
@@ -39,13 +43,20 @@ start = time.monotonic()
 sent = replies = 0
 inflight = 0
 kinds = {}
+codes = {}
+refused_audit = 0
 def read_one():
-    global replies, inflight
+    global replies, inflight, refused_audit
     l = sys.stdin.readline()
     if not l:
         return False
     m = json.loads(l)
     kinds[m.get("type", "?")] = kinds.get(m.get("type", "?"), 0) + 1
+    v = m.get("value")
+    if isinstance(v, dict) and "code" in v:
+        codes[str(v["code"])] = codes.get(str(v["code"]), 0) + 1
+        if "the audit log cannot record it" in v.get("stderr", ""):
+            refused_audit += 1
     if "id" in m:
         replies += 1
         inflight -= 1
@@ -64,6 +75,7 @@ while sent < count and time.monotonic() - start < seconds:
 while inflight > 0:
     if not read_one():
         break
-out = {"sent": sent, "replies": replies, "seconds": time.monotonic() - start, "kinds": kinds}
+out = {"sent": sent, "replies": replies, "seconds": time.monotonic() - start, "kinds": kinds,
+       "codes": codes, "refused_audit": refused_audit}
 sys.stdout.write(json.dumps({"type": "output", "text": json.dumps(out) + "\n"}) + "\n")
 sys.stdout.flush()
