@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/reason"
@@ -77,16 +78,30 @@ type sessionBudget struct {
 	mu    sync.Mutex
 	limit int64
 	used  int64
+	start time.Time
+	now   func() time.Time // tests move the clock
 }
 
+// tierLimit is what the session may have written, in all, when a record of tier t is
+// charged. Acts and the session's end get the budget once more per hour the session has
+// lived: a long-lived session (a tool provider under `fledge serve`) keeps serving calls at
+// a bounded rate, while denials never refill.
 func (b *sessionBudget) tierLimit(t tier) int64 {
 	switch t {
 	case tierOrdinary:
 		return b.limit - b.limit/4 // a quarter is kept for acts and the session's end
 	case tierAct:
-		return b.limit - endReserve
+		return b.limit - endReserve + b.refill()
 	}
-	return b.limit
+	return b.limit + b.refill()
+}
+
+func (b *sessionBudget) refill() int64 {
+	h := b.now().Sub(b.start).Hours()
+	if h <= 0 {
+		return 0
+	}
+	return int64(float64(b.limit) * h)
 }
 
 // tierBudget is the audit.Budget one record is charged to.
@@ -147,7 +162,7 @@ func NewRecorder(log audit.Recorder, sessionID string, plugin *audit.PluginRef, 
 	return &Recorder{
 		log: log, session: sessionID, plugin: plugin, warn: warn,
 		sb:     &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
-		budget: &sessionBudget{limit: DefaultSessionBytes},
+		budget: &sessionBudget{limit: DefaultSessionBytes, start: time.Now(), now: time.Now},
 	}
 }
 
