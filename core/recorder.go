@@ -299,12 +299,6 @@ func (r *Recorder) overBudget(rec *audit.Record, t tier) {
 	}
 }
 
-// deferredSyncer is an audit log that can write a record now and make it durable later
-// (audit.Log does).
-type deferredSyncer interface {
-	AppendDeferredSync(r *audit.Record) (func() error, error)
-}
-
 // BeforeAct writes an allow decision that must be durable before the act it allows. It
 // returns the sync to run right before the act (nil when already durable), so the fsync
 // overlaps the sandbox setup. An error means the record is not written and the act must
