@@ -257,3 +257,40 @@ func TestAttackAuditBudgetRefusesExecs(t *testing.T) {
 	f.budgetEvidence()
 	f.requireVerifies()
 }
+
+// TestAttackAuditFloodManySessionsPruned: the same flood, session after session, against a
+// log with small rotation and total bounds. What is on disk stays within max_total_bytes
+// after every session, the oldest files are pruned with log_pruned records, the chain
+// verifies across what is kept, and an edit in a kept file still breaks it.
+func TestAttackAuditFloodManySessionsPruned(t *testing.T) {
+	testutil.RequireContained(t)
+	f := newFixture(t, "flood_audit.py", protocol.Capabilities{})
+	const total = 512 << 10
+	log, err := audit.Open(f.auditPath, audit.Options{Fsync: audit.FsyncNever, RotateBytes: 128 << 10, MaxRecordBytes: audit.MinRecordBytes, MaxTotalBytes: total})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = log.Close() })
+	f.opts.Audit = log
+	var written int64
+	for i := range 8 {
+		f.withBudget(core.MinSessionBytes)
+		_, grew, _ := f.flood(map[string]any{"kind": "store", "count": 400, "size": 4096})
+		written += max(grew, 0)
+		onDisk := logBytes(t, f.auditPath)
+		assert.LessOrEqual(t, onDisk, int64(total), "session %d: bytes on disk over max_total_bytes", i)
+	}
+	rep, err := audit.Verify(f.auditPath)
+	require.NoError(t, err)
+	require.True(t, rep.OK, "verify across what is kept: %v", rep.Break)
+	require.Positive(t, rep.PrunedThrough, "the oldest files were pruned")
+	t.Logf("8 sessions wrote %d bytes net: %d records kept, seq 1..%d pruned (log_pruned seq %d), %d bytes on disk", written, rep.Records, rep.PrunedThrough, rep.PrunedBy, logBytes(t, f.auditPath))
+
+	kept, err := filepath.Glob(f.auditPath + ".0*")
+	require.NoError(t, err)
+	require.NotEmpty(t, kept)
+	b, err := os.ReadFile(kept[0])
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(kept[0], []byte(strings.Replace(string(b), `"decision":"deny"`, `"decision":"allow"`, 1)), 0o600))
+	rep, err = audit.Verify(f.auditPath)
+	require.NoError(t, err)
+	assert.False(t, rep.OK, "an edit in a kept file still breaks the chain")
+}
