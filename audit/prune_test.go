@@ -141,3 +141,56 @@ func TestPruneOptionsValidated(t *testing.T) {
 	l := openLog(t, testPath(t), Options{RotateBytes: -1})
 	assert.EqualValues(t, -1, l.opts.MaxTotalBytes, "nothing rotates, nothing is pruned")
 }
+
+// TestPruneCrashPartWay: a lowered MaxTotalBytes prunes at Open, many files under one
+// log_pruned record. A crash after the record and part-way through the deletions (oldest
+// first) leaves some of them: the log still verifies, since the record names where each
+// file left the chain. A restored middle file with its predecessor gone does not.
+func TestPruneCrashPartWay(t *testing.T) {
+	path := testPath(t)
+	o := Options{Fsync: FsyncNever, RotateBytes: pruneRotate, MaxRecordBytes: MinRecordBytes, MaxTotalBytes: -1}
+	floodSessions(t, path, o, 4, 300)
+	rs, err := listRotated(path)
+	require.NoError(t, err)
+	require.Greater(t, len(rs), 4)
+	saved := map[string][]byte{}
+	for _, r := range rs {
+		b, err := os.ReadFile(r.path)
+		require.NoError(t, err)
+		saved[filepath.Base(r.path)] = b
+	}
+	o.MaxTotalBytes = pruneTotal
+	l := openLog(t, path, o)
+	require.NoError(t, l.Close())
+	assert.LessOrEqual(t, diskBytes(t, path), int64(pruneTotal))
+	var names []string
+	for _, r := range readAll(t, path) {
+		if r.Event == EventLogPruned {
+			for _, n := range r.Details[DetailPrunedFiles].([]any) {
+				names = append(names, n.(string))
+			}
+		}
+	}
+	require.Greater(t, len(names), 2)
+	rep, err := Verify(path)
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%v", rep.Break)
+
+	// The crash: only the oldest file was deleted, the rest of the round is still there.
+	dir := filepath.Dir(path)
+	for _, n := range names[1:] {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, n), saved[n], 0o600))
+	}
+	rep, err = Verify(path)
+	require.NoError(t, err)
+	assert.True(t, rep.OK, "a crash part-way through pruning still verifies: %v", rep.Break)
+
+	// Not a crash: a file in the middle of what the record deleted comes back alone.
+	for _, n := range names[1:] {
+		require.NoError(t, os.Remove(filepath.Join(dir, n)))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, names[1]), saved[names[1]], 0o600))
+	rep, err = Verify(path)
+	require.NoError(t, err)
+	assert.False(t, rep.OK, "a gap after a restored file breaks the chain")
+}

@@ -113,9 +113,23 @@ func (a *pruneAnchor) confirms(r *Record) bool {
 	if r.Event != EventLogPruned || r.Details == nil {
 		return false
 	}
-	seq, ok := detailInt(r.Details[DetailPrunedLastSeq])
-	h, _ := r.Details[DetailPrunedLastHash].(string)
-	return ok && seq >= 0 && uint64(seq) == a.seq && h == a.hash
+	match := func(seqV, hashV any) bool {
+		seq, ok := detailInt(seqV)
+		h, _ := hashV.(string)
+		return ok && seq >= 0 && uint64(seq) == a.seq && h == a.hash
+	}
+	if match(r.Details[DetailPrunedLastSeq], r.Details[DetailPrunedLastHash]) {
+		return true
+	}
+	// A crash part-way through the deletions (oldest first) leaves the start after one of
+	// the files the record names.
+	each, _ := r.Details[DetailPruned].([]any)
+	for _, e := range each {
+		if m, ok := e.(map[string]any); ok && match(m["last_seq"], m["last_hash"]) {
+			return true
+		}
+	}
+	return false
 }
 
 var errStop = errors.New("stop")
