@@ -80,6 +80,7 @@ type floodReport struct {
 	Kinds        map[string]int `json:"kinds"`
 	Codes        map[string]int `json:"codes"`
 	RefusedAudit int            `json:"refused_audit"`
+	Reasons      map[string]int `json:"reasons"`
 }
 
 // flood runs flood_audit.py with cfg and returns its report and how much the log grew.
@@ -246,6 +247,7 @@ func TestAttackAuditBudgetRefusesExecs(t *testing.T) {
 	assert.Equal(t, decided, len(lines), "every command that ran has its decision on record, and only those ran")
 	assert.Equal(t, n, len(lines)+rep.RefusedAudit)
 	assert.Equal(t, rep.RefusedAudit, rep.Codes["126"])
+	assert.Equal(t, rep.RefusedAudit, rep.Reasons["limit_exceeded"], "refused for a bound, and says so")
 	var actsRecord bool
 	for _, r := range f.findRecords(audit.EventLimit) {
 		if r.Details[audit.DetailLimit] == "session_log_budget" && r.Details["tier"] == "acts" {

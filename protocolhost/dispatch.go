@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/internal/capbuf"
 	"github.com/fledgehq/fledge/pathguard"
 	"github.com/fledgehq/fledge/plugin"
@@ -497,6 +498,12 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	// Audit before act: the decision is written now and made durable while the sandbox is
 	// prepared; the command starts only once it is on disk. No record, no command.
 	sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
+	if errors.Is(err, core.ErrSessionBudget) {
+		// The session wrote its share of the log: refused, counted, and said once in the
+		// log (session_log_budget), not warned about per exec.
+		s.execRefuse(m.ID, 126, reason.LimitExceeded, "exec refused: the audit log cannot record it (this session's log budget is spent)")
+		return
+	}
 	if err != nil {
 		s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", err))
 		// The plugin is told what happened, not the host's internal error text.

@@ -44,6 +44,7 @@ sent = replies = 0
 inflight = 0
 kinds = {}
 codes = {}
+reasons = {}
 refused_audit = 0
 def read_one():
     global replies, inflight, refused_audit
@@ -55,6 +56,8 @@ def read_one():
     v = m.get("value")
     if isinstance(v, dict) and "code" in v:
         codes[str(v["code"])] = codes.get(str(v["code"]), 0) + 1
+        if "reason" in v:
+            reasons[v["reason"]] = reasons.get(v["reason"], 0) + 1
         if "the audit log cannot record it" in v.get("stderr", ""):
             refused_audit += 1
     if "id" in m:
@@ -76,6 +79,6 @@ while inflight > 0:
     if not read_one():
         break
 out = {"sent": sent, "replies": replies, "seconds": time.monotonic() - start, "kinds": kinds,
-       "codes": codes, "refused_audit": refused_audit}
+       "codes": codes, "reasons": reasons, "refused_audit": refused_audit}
 sys.stdout.write(json.dumps({"type": "output", "text": json.dumps(out) + "\n"}) + "\n")
 sys.stdout.flush()
