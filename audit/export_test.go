@@ -100,12 +100,27 @@ func exportFixtureRecords() []*Record {
 		Message: "plugin.toml changed since it was approved: reinstall it to review the change",
 	}))
 	recs = append(recs, refusal)
+	// A plugin-chosen command past the field bound, cut by the writer (issue 24), and the
+	// record the log writes before it deletes its oldest files.
+	long := "echo " + strings.Repeat("A", 10000)
+	recs = append(recs,
+		&Record{Session: "s6", Plugin: p, Sandbox: sb, Event: EventExecDecision, Decision: Deny, Reason: "capability_not_granted",
+			Details: map[string]any{DetailCommand: long, DetailArgv: []string{"sh", "-c", long}, DetailCapability: "exec"}},
+		&Record{Event: EventLogPruned, Decision: Allow, Reason: "ok",
+			Details: map[string]any{DetailPrunedFiles: []string{"audit.jsonl.000001"}, DetailPrunedCount: 1, DetailPrunedBytes: 16777300,
+				DetailPrunedFirstSeq: 1, DetailPrunedLastSeq: 51234, DetailPrunedLastHash: strings.Repeat("cd", 32), DetailMaxTotalBytes: 268435456,
+				DetailMessage: "the oldest rotated files were deleted to keep the log within max_total_bytes"}},
+	)
 	prev := ZeroHash
 	for i, r := range recs {
 		r.Schema, r.Seq, r.Time = SchemaVersion, uint64(i+1), t0.Add(time.Duration(i)*1500*time.Millisecond)
 		r.Host, r.UID, r.PID, r.PrevHash = "build-1", 1000, 777, prev
 		n, err := normalize(r)
 		require(err)
+		if boundRecord(n, DefaultMaxFieldBytes, DefaultMaxListItems) {
+			n, err = normalize(n)
+			require(err)
+		}
 		b, err := body(n)
 		require(err)
 		n.Hash = hashOf(b)
@@ -315,7 +330,13 @@ func TestECSRequiredFields(t *testing.T) {
 // The refusal record maps as a denied launch in both schemas.
 func TestExportRefusal(t *testing.T) {
 	recs := readAll(t, exportFixture)
-	last := len(recs) - 1
+	last := -1
+	for i, r := range recs {
+		if r.Details[DetailRefusal] != nil {
+			last = i
+		}
+	}
+	require.GreaterOrEqual(t, last, 0)
 	require.Equal(t, RefusalManifestChanged, recs[last].Details[DetailRefusal])
 	o := objects(t, exportFixtureOutput(t, FormatOCSF))[last]
 	assert.EqualValues(t, 1, num(t, o["activity_id"]))
@@ -353,4 +374,28 @@ func TestRecordWriterStoredAndTable(t *testing.T) {
 		require.NoError(t, tw.Write(r))
 	}
 	assert.Equal(t, b.String(), string(exportFixtureOutput(t, FormatText)))
+}
+
+// TestExportTruncatedFields: a command cut by the field bound still exports as a string
+// (process.cmd_line, process.command_line) carrying the marker, its length and hash.
+func TestExportTruncatedFields(t *testing.T) {
+	recs := readAll(t, exportFixture)
+	idx := -1
+	for i, r := range recs {
+		if r.Session == "s6" {
+			idx = i
+		}
+	}
+	require.GreaterOrEqual(t, idx, 0)
+	cmd, _ := recs[idx].Details[DetailCommand].(string)
+	require.Contains(t, cmd, TruncatedMarker+"10005 bytes, sha256 "+hashOf([]byte("echo "+strings.Repeat("A", 10000))))
+	assert.LessOrEqual(t, len(cmd), DefaultMaxFieldBytes+120)
+	o := objects(t, exportFixtureOutput(t, FormatOCSF))[idx]
+	got, _ := get(o, "process.cmd_line")
+	assert.Equal(t, cmd, got)
+	e := objects(t, exportFixtureOutput(t, FormatECS))[idx]
+	got, _ = get(e, "process.command_line")
+	assert.Equal(t, cmd, got)
+	args, _ := get(e, "process.args")
+	assert.Len(t, strs(args), 3)
 }

@@ -41,6 +41,8 @@ const (
 	MaxLineBytes = 2 * DefaultMaxRecordBytes
 	// maxRegionBytes bounds the torn bytes a writer will skip over when it recovers a crash.
 	maxRegionBytes = MaxLineBytes
+	// DefaultMaxTotalBytes bounds the bytes the log keeps on disk (see Options.MaxTotalBytes).
+	DefaultMaxTotalBytes int64 = 256 << 20
 	// DefaultLockTimeout bounds the wait for another fledge process holding the log lock.
 	DefaultLockTimeout = 10 * time.Second
 	// capString is the length caller-provided strings are cut to when a record is oversized.
@@ -72,6 +74,16 @@ type Options struct {
 	MaxRecordBytes int
 	// LockTimeout bounds the wait for the cross-process lock; 0 = DefaultLockTimeout.
 	LockTimeout time.Duration
+	// MaxFieldBytes bounds one string of a record; 0 = DefaultMaxFieldBytes. Accepted range:
+	// MinFieldBytes..MaxRecordBytes/4.
+	MaxFieldBytes int
+	// MaxListItems bounds one list or object in details; 0 = DefaultMaxListItems (1..1024).
+	MaxListItems int
+	// MaxTotalBytes bounds the bytes kept on disk, rotated files and live file together: after
+	// a rotation the oldest rotated files are deleted (with a log_pruned record first) until
+	// the rest fits. 0 = DefaultMaxTotalBytes, -1 = keep everything. Needs rotation, and at
+	// least 2*(RotateBytes+MaxRecordBytes) so the newest rotated file is always kept.
+	MaxTotalBytes int64
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -93,6 +105,35 @@ func (o Options) withDefaults() (Options, error) {
 		o.MaxRecordBytes = DefaultMaxRecordBytes
 	case o.MaxRecordBytes < MinRecordBytes || o.MaxRecordBytes > DefaultMaxRecordBytes:
 		return o, fmt.Errorf("%w: MaxRecordBytes %d outside %d..%d", ErrInvalidOptions, o.MaxRecordBytes, MinRecordBytes, DefaultMaxRecordBytes)
+	}
+	switch {
+	case o.MaxFieldBytes == 0:
+		o.MaxFieldBytes = DefaultMaxFieldBytes
+	case o.MaxFieldBytes < MinFieldBytes || o.MaxFieldBytes > o.MaxRecordBytes/4:
+		return o, fmt.Errorf("%w: MaxFieldBytes %d outside %d..%d", ErrInvalidOptions, o.MaxFieldBytes, MinFieldBytes, o.MaxRecordBytes/4)
+	}
+	switch {
+	case o.MaxListItems == 0:
+		o.MaxListItems = DefaultMaxListItems
+	case o.MaxListItems < 1 || o.MaxListItems > 1024:
+		return o, fmt.Errorf("%w: MaxListItems %d outside 1..1024", ErrInvalidOptions, o.MaxListItems)
+	}
+	switch {
+	case o.MaxTotalBytes == 0 && o.RotateBytes == -1:
+		o.MaxTotalBytes = -1 // nothing rotates, so nothing can be pruned
+	case o.MaxTotalBytes == 0:
+		o.MaxTotalBytes = DefaultMaxTotalBytes
+	case o.MaxTotalBytes < -1:
+		return o, fmt.Errorf("%w: MaxTotalBytes %d", ErrInvalidOptions, o.MaxTotalBytes)
+	}
+	if o.MaxTotalBytes > 0 {
+		if o.RotateBytes == -1 {
+			return o, fmt.Errorf("%w: MaxTotalBytes %d needs rotation (RotateBytes is -1)", ErrInvalidOptions, o.MaxTotalBytes)
+		}
+		if least := 2 * (o.RotateBytes + int64(o.MaxRecordBytes)); o.MaxTotalBytes < least {
+			return o, fmt.Errorf("%w: MaxTotalBytes %d is less than twice a rotated file (RotateBytes %d + MaxRecordBytes %d): %d at least",
+				ErrInvalidOptions, o.MaxTotalBytes, o.RotateBytes, o.MaxRecordBytes, least)
+		}
 	}
 	switch {
 	case o.LockTimeout == 0:
@@ -213,8 +254,11 @@ func Open(path string, opts Options) (*Log, error) {
 		if err != nil {
 			return err
 		}
-		_, err = l.prepare(f)
-		return err
+		if _, err = l.prepare(f); err != nil {
+			return err
+		}
+		// A lowered MaxTotalBytes takes effect now, not only at the next rotation.
+		return l.prune()
 	})
 	if err != nil {
 		l.Close()
@@ -232,6 +276,24 @@ func (l *Log) Path() string { return l.path }
 // PrevHash and Hash (and replaces Details with a marker if the record was oversized), writes
 // the record with one write(2), and fsyncs per the policy. r is untouched on error.
 func (l *Log) Append(r *Record, durable bool) error {
+	return l.AppendBudget(r, durable, nil)
+}
+
+// Budget is an allowance of log bytes (a session's, see core.Recorder). Take is called under
+// the log's lock with the exact length of the sealed line (newline included) before it is
+// written: an error refuses the record, and nothing is written. Refund gives back the bytes
+// of a record whose write failed and was rolled back.
+type Budget interface {
+	Take(n int) error
+	Refund(n int)
+}
+
+// ErrBudget is returned (wrapped) by a Budget that has no room for a record.
+var ErrBudget = errors.New("audit: the log byte budget is spent")
+
+// AppendBudget is Append charging the record's bytes to b first (nil: no budget). A record
+// b refuses is not written and the error wraps b's.
+func (l *Log) AppendBudget(r *Record, durable bool, b Budget) error {
 	if r == nil {
 		return errors.New("audit: nil record")
 	}
@@ -253,8 +315,12 @@ func (l *Log) Append(r *Record, durable bool) error {
 		if err != nil {
 			return err
 		}
+		if err := take(b, len(s.line)+1); err != nil {
+			return err
+		}
 		sync := l.opts.Fsync == FsyncAlways || (durable && l.opts.Fsync == FsyncDurable)
 		if _, err := l.write(f, append(s.line, '\n'), sync, &prev); err != nil {
+			refund(b, len(s.line)+1)
 			return err
 		}
 		s.commit(r)
@@ -276,6 +342,12 @@ func (l *Log) Append(r *Record, durable bool) error {
 // A failed write is rolled back before this returns; a failed background fsync is rolled
 // back by the returned function if the record is still the live file's last (see write).
 func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
+	return l.AppendDeferredSyncBudget(r, nil)
+}
+
+// AppendDeferredSyncBudget is AppendDeferredSync charging the record's bytes to b first
+// (see AppendBudget). A refused record is not written: the act it precedes must not happen.
+func (l *Log) AppendDeferredSyncBudget(r *Record, b Budget) (sync func() error, err error) {
 	if r == nil {
 		return nil, errors.New("audit: nil record")
 	}
@@ -299,9 +371,13 @@ func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
 		if err != nil {
 			return err
 		}
+		if err := take(b, len(s.line)+1); err != nil {
+			return err
+		}
 		now := l.opts.Fsync == FsyncAlways
 		start, err := l.write(f, append(s.line, '\n'), now, &prev)
 		if err != nil {
+			refund(b, len(s.line)+1)
 			return err
 		}
 		if l.opts.Fsync == FsyncDurable {
@@ -327,6 +403,19 @@ func (l *Log) AppendDeferredSync(r *Record) (sync func() error, err error) {
 		return nil, err
 	}
 	return sync, nil
+}
+
+func take(b Budget, n int) error {
+	if b == nil {
+		return nil
+	}
+	return b.Take(n)
+}
+
+func refund(b Budget, n int) {
+	if b != nil {
+		b.Refund(n)
+	}
 }
 
 // Close releases the files. It does not sync: records needing durability were synced by Append.
@@ -596,6 +685,16 @@ func (l *Log) seal(r *Record, prev chainPos) (*sealed, error) {
 			return nil, fmt.Errorf("audit: encode record: %w", err)
 		}
 	}
+	if boundRecord(n, l.opts.MaxFieldBytes, l.opts.MaxListItems) {
+		// The cut values (and the fields_truncated count) are plain Go values: normalise
+		// again so the stored line stays a fixed point of encoding.
+		if n, err = normalize(n); err != nil {
+			return nil, fmt.Errorf("audit: encode bounded record: %w", err)
+		}
+		c.Session, c.Event, c.Reason, c.Decision, c.Plugin, c.Sandbox = n.Session, n.Event, n.Reason, n.Decision, n.Plugin, n.Sandbox
+		c.Details = n.Details
+		s.details, s.replace = c.Details, true
+	}
 	b, err := body(n)
 	if err != nil {
 		return nil, err
@@ -795,15 +894,19 @@ func listRotated(live string) ([]rotatedFile, error) {
 	return out, nil
 }
 
-// rotatedTail is where the newest rotated file leaves the chain (genesis if none). A rotated
-// file is only ever renamed after a complete write, so anything else there is tampering.
+// rotatedTail is where the newest rotated file leaves the chain (genesis if none).
 func rotatedTail(live string) (chainPos, error) {
 	rs, err := listRotated(live)
 	if err != nil || len(rs) == 0 {
 		return genesis, err
 	}
-	last := rs[len(rs)-1].path
-	f, err := openReadOnly(last)
+	return fileTail(rs[len(rs)-1].path)
+}
+
+// fileTail is where a rotated file leaves the chain. A rotated file is only ever renamed
+// after a complete write, so anything but a whole last record is tampering.
+func fileTail(path string) (chainPos, error) {
+	f, err := openReadOnly(path)
 	if err != nil {
 		return chainPos{}, err
 	}
@@ -813,14 +916,14 @@ func rotatedTail(live string) (chainPos, error) {
 		return chainPos{}, err
 	}
 	if fi.Size() == 0 {
-		return chainPos{}, fmt.Errorf("%w: rotated file %s is empty", ErrCorruptTail, last)
+		return chainPos{}, fmt.Errorf("%w: rotated file %s is empty", ErrCorruptTail, path)
 	}
 	ti, err := readTail(f, fi.Size())
 	if err != nil {
 		return chainPos{}, err
 	}
 	if !ti.found || ti.needNL || len(ti.region) > 0 {
-		return chainPos{}, fmt.Errorf("%w: rotated file %s does not end with a complete record", ErrCorruptTail, last)
+		return chainPos{}, fmt.Errorf("%w: rotated file %s does not end with a complete record", ErrCorruptTail, path)
 	}
 	return ti.prev, nil
 }
@@ -847,7 +950,9 @@ func (l *Log) maybeRotate(f *os.File) error {
 	l.f.Close()
 	l.f = nil
 	if l.opts.Fsync != FsyncNever {
-		return syncDir(l.dir)
+		if err := syncDir(l.dir); err != nil {
+			return err
+		}
 	}
-	return nil
+	return l.prune()
 }

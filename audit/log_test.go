@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -277,7 +278,13 @@ func TestOversizedRecordIsTruncated(t *testing.T) {
 		name string
 		mod  func(r *Record)
 	}{
-		{"big details", func(r *Record) { r.Details["out"] = strings.Repeat("y", 100<<10) }},
+		// Past the field bounds (one string, one list), many values still add up: 1,000 keys
+		// of 100 bytes (each within the bounds, the string budget then spent on markers).
+		{"big details", func(r *Record) {
+			for i := range 1000 {
+				r.Details[fmt.Sprintf("k%04d", i)] = strings.Repeat("y", 100)
+			}
+		}},
 		{"escape-heavy details", func(r *Record) { r.Details["out"] = strings.Repeat("\x01\"", 40<<10) }},
 		{"huge strings everywhere", func(r *Record) {
 			big := strings.Repeat("\x02", 20<<10)
@@ -289,7 +296,7 @@ func TestOversizedRecordIsTruncated(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := testPath(t)
-			l := openLog(t, path, Options{MaxRecordBytes: MinRecordBytes})
+			l := openLog(t, path, Options{MaxRecordBytes: MinRecordBytes, MaxListItems: 1024})
 			r := testRecord(0)
 			tc.mod(r)
 			orig, err := json.Marshal(r.Details)

@@ -63,6 +63,7 @@ func Read(path string, fn func(*Record) error) error {
 		return err
 	}
 	defer snap.close()
+	snap.skipVanished = true
 	var g *region
 	err = snap.walk(0, 0, 1, func(ln *line) error {
 		if !ln.terminated {
@@ -164,7 +165,13 @@ func detailInt(v any) (int64, bool) {
 // change; the live file is read up to its size at snapshot time).
 type snapshot struct {
 	files []fileRef
+	// skipVanished: a rotated file deleted (pruned) after the snapshot is skipped, not an
+	// error (Read); Verify starts again instead, on what is kept.
+	skipVanished bool
 }
+
+// errVanished says a rotated file of the snapshot was deleted before it was read.
+var errVanished = errors.New("audit: a rotated file vanished while the log was read (pruned)")
 
 type fileRef struct {
 	path string
@@ -248,6 +255,13 @@ func (s *snapshot) walk(fromFile int, fromOff int64, fromLine int, fn func(*line
 		f, size := ref.f, ref.size
 		if f == nil {
 			rf, err := openReadOnly(ref.path)
+			if errors.Is(err, fs.ErrNotExist) {
+				// Pruned by a writer since the snapshot: its records are gone by design.
+				if s.skipVanished {
+					continue
+				}
+				return fmt.Errorf("%w: %s", errVanished, ref.path)
+			}
 			if err != nil {
 				return err
 			}

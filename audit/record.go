@@ -54,7 +54,7 @@ var Events = []string{
 	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRevoke, EventRemove,
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
-	EventLegacyUnconfined, EventLogRecovered, EventSuppressed,
+	EventLegacyUnconfined, EventLogRecovered, EventLogPruned, EventSuppressed,
 	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
 	EventHandshake, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
 }

@@ -37,6 +37,11 @@ type VerifyReport struct {
 	// maxRecoveredListed); they do not make the log fail, the log_recovered records say so.
 	Recovered      []Break
 	RecoveredCount int
+	// PrunedThrough is set when the kept log starts after seq 1 because fledge deleted its
+	// oldest files (Options.MaxTotalBytes): records 1..PrunedThrough are gone, as the
+	// log_pruned record PrunedBy (a seq) says, naming the hash the first kept record chains to.
+	PrunedThrough uint64
+	PrunedBy      uint64
 }
 
 // Verify walks the whole chain, rotated files first, and reports the first break: an edited
@@ -46,7 +51,22 @@ type VerifyReport struct {
 // and re-hashed), a line that is not a record (bad_json), or a torn tail: a partial last line
 // left by a crash, which the next append recovers. Any break means OK=false. The error is
 // for I/O problems only (and ErrNoLog when there is no log at all).
+//
+// A log whose oldest files fledge pruned starts after seq 1: that is accepted only when a
+// log_pruned record later in the chain names the first kept record's prev_hash as the last
+// hash it deleted; any other missing start (a file deleted by hand) is a deleted break.
 func Verify(path string) (*VerifyReport, error) {
+	// A writer may prune the oldest files while we read them: start again on what is kept.
+	for attempt := 0; ; attempt++ {
+		rep, err := verifyOnce(path)
+		if errors.Is(err, errVanished) && attempt < 3 {
+			continue
+		}
+		return rep, err
+	}
+}
+
+func verifyOnce(path string) (*VerifyReport, error) {
 	snap, err := takeSnapshot(path)
 	if err != nil {
 		return nil, err
@@ -66,16 +86,59 @@ func Verify(path string) (*VerifyReport, error) {
 		v.brk(v.g.file, v.g.line, v.rep.LastSeq+1, BreakTornTail,
 			fmt.Sprintf("%d bytes of partial record(s) at the end of the log: a write was cut short (crash?); the next append recovers them", v.g.n))
 	}
+	if a := v.anchor; a != nil && !a.confirmed && v.rep.Break == nil {
+		// The start of the log is missing and fledge did not say it pruned it.
+		v.rep.Records, v.rep.LastSeq, v.rep.LastHash = 0, 0, ZeroHash
+		detail := fmt.Sprintf("the log starts at seq %d: records seq 1..%d are missing and no log_pruned record accounts for them", a.seq+1, a.seq)
+		if a.seq == 1 {
+			detail = "the log starts at seq 2: record seq 1 is missing and no log_pruned record accounts for it"
+		}
+		v.brk(a.file, a.line, a.seq+1, BreakDeleted, detail)
+	}
 	v.rep.OK = v.rep.Break == nil
 	return v.rep, nil
+}
+
+// pruneAnchor is where a log that starts after seq 1 says the chain stood before it.
+type pruneAnchor struct {
+	seq       uint64
+	hash      string
+	file      string
+	line      int
+	confirmed bool
+}
+
+// confirms reports whether r is a log_pruned record naming exactly the anchor.
+func (a *pruneAnchor) confirms(r *Record) bool {
+	if r.Event != EventLogPruned || r.Details == nil {
+		return false
+	}
+	match := func(seqV, hashV any) bool {
+		seq, ok := detailInt(seqV)
+		h, _ := hashV.(string)
+		return ok && seq >= 0 && uint64(seq) == a.seq && h == a.hash
+	}
+	if match(r.Details[DetailPrunedLastSeq], r.Details[DetailPrunedLastHash]) {
+		return true
+	}
+	// A crash part-way through the deletions (oldest first) leaves the start after one of
+	// the files the record names.
+	each, _ := r.Details[DetailPruned].([]any)
+	for _, e := range each {
+		if m, ok := e.(map[string]any); ok && match(m["last_seq"], m["last_hash"]) {
+			return true
+		}
+	}
+	return false
 }
 
 var errStop = errors.New("stop")
 
 type verifier struct {
-	snap *snapshot
-	rep  *VerifyReport
-	g    *region // pending torn lines
+	snap   *snapshot
+	rep    *VerifyReport
+	g      *region      // pending torn lines
+	anchor *pruneAnchor // the log starts after seq 1
 }
 
 func (v *verifier) brk(file string, line int, seq uint64, kind BreakKind, detail string) error {
@@ -129,10 +192,24 @@ func (v *verifier) line(ln *line) error {
 		return v.brk(ln.file, ln.no, next, lerr.kind, lerr.detail)
 	}
 	prev := v.rep.LastHash
+	if v.rep.Records == 0 && v.anchor == nil && r.Seq > 1 {
+		// The first record is not seq 1. Records moved later are reordered, as ever;
+		// otherwise the start is missing, which a log_pruned record later on must account for.
+		if where, ok := v.findLater(ln, r.Seq-1, r.PrevHash); ok {
+			return v.brk(ln.file, ln.no, r.Seq, BreakReordered, fmt.Sprintf("expected seq %d, found seq %d; seq %d appears later at %s", next, r.Seq, r.Seq-1, where))
+		}
+		v.anchor = &pruneAnchor{seq: r.Seq - 1, hash: r.PrevHash, file: ln.file, line: ln.no}
+		v.rep.LastSeq, v.rep.LastHash = r.Seq-1, r.PrevHash
+		next, prev = r.Seq, r.PrevHash
+	}
 	switch {
 	case r.Seq == next && r.PrevHash == prev:
 		v.rep.Records++
 		v.rep.LastSeq, v.rep.LastHash = r.Seq, r.Hash
+		if a := v.anchor; a != nil && !a.confirmed && a.confirms(r) {
+			a.confirmed = true
+			v.rep.PrunedThrough, v.rep.PrunedBy = a.seq, r.Seq
+		}
 		return nil
 	case r.Seq == next:
 		return v.brk(ln.file, ln.no, r.Seq, BreakChainMismatch, fmt.Sprintf(

@@ -47,9 +47,18 @@ func (e *Env) Audit() (*audit.Log, error) {
 	if e.log != nil {
 		return e.log, nil
 	}
+	// In config.toml 0 means "never" / "keep everything"; in audit.Options that is -1.
+	rotate, total := e.Config.Audit.RotateBytes, e.Config.Audit.MaxTotalBytes
+	if rotate == 0 {
+		rotate = -1
+	}
+	if total == 0 {
+		total = -1
+	}
 	l, err := audit.Open(e.AuditPath, audit.Options{
-		Fsync:       audit.FsyncPolicy(e.Config.Audit.Fsync),
-		RotateBytes: e.Config.Audit.RotateBytes,
+		Fsync:         audit.FsyncPolicy(e.Config.Audit.Fsync),
+		RotateBytes:   rotate,
+		MaxTotalBytes: total,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s: %w", e.AuditPath, err)
@@ -75,7 +84,12 @@ func (e *Env) Close() error {
 
 // NewRecorder is the recorder of a new session of plugin ref on this machine's sandbox.
 func (e *Env) NewRecorder(log audit.Recorder, ref *audit.PluginRef, warn func(string)) *Recorder {
-	return NewRecorder(log, NewSessionID(), ref, e.Sandbox.Report(), warn)
+	r := NewRecorder(log, NewSessionID(), ref, e.Sandbox.Report(), warn)
+	if e.Config != nil && e.Config.Audit.SessionMaxBytes != 0 {
+		// policy.Parse validated the range; a value set another way keeps the default.
+		_ = r.SetSessionBytes(e.Config.Audit.SessionMaxBytes)
+	}
+	return r
 }
 
 // Paths is the policy view of where things are for one plugin. Policy is lexical and

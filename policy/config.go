@@ -143,9 +143,44 @@ type LimitsConfig struct {
 type AuditConfig struct {
 	Fsync       string
 	RotateBytes int64 // 0 = never rotate
+	// SessionMaxBytes bounds the log bytes one plugin session may write (core.Recorder):
+	// past it denials are counted, not written, and acts are refused (no record, no act).
+	SessionMaxBytes int64
+	// MaxTotalBytes bounds the bytes the log keeps on disk: the oldest rotated files are
+	// deleted, with a log_pruned record first. 0 = keep everything.
+	MaxTotalBytes int64
 	// ToolArgumentValues records tool call argument values, not only their keys (off by
 	// default: arguments may hold secrets).
 	ToolArgumentValues bool
+}
+
+// [audit] defaults and bounds. They mirror core.DefaultSessionBytes, core.Min/MaxSessionBytes,
+// audit.DefaultRotateBytes, audit.DefaultMaxTotalBytes and audit.DefaultMaxRecordBytes
+// (policy does not import the writers).
+const (
+	DefaultRotateBytes     = 16 * MiB
+	DefaultSessionMaxBytes = 8 * MiB
+	MinSessionMaxBytes     = 256 * KiB
+	MaxSessionMaxBytes     = 1 * GiB
+	DefaultMaxTotalBytes   = 256 * MiB
+	auditMaxRecordBytes    = 256 * KiB
+)
+
+// check is the [audit] rule between keys: a total bound needs rotation, and room for two
+// rotated files, so the newest rotated file is always kept. It returns the message and the
+// key it is about.
+func (a AuditConfig) check() (msg, key string) {
+	if a.MaxTotalBytes == 0 {
+		return "", ""
+	}
+	if a.RotateBytes == 0 {
+		return fmt.Sprintf("max_total_bytes (%s) cannot be kept without rotation: set rotate_bytes, or max_total_bytes = 0 to keep everything", FormatSize(a.MaxTotalBytes)), "max_total_bytes"
+	}
+	if least := 2 * (a.RotateBytes + auditMaxRecordBytes); a.MaxTotalBytes < least {
+		return fmt.Sprintf("max_total_bytes (%s) must hold at least two rotated files of rotate_bytes (%s) plus one record: %s or more",
+			FormatSize(a.MaxTotalBytes), FormatSize(a.RotateBytes), FormatSize(least)), "max_total_bytes"
+	}
+	return "", ""
 }
 
 // Default returns the policy used when config.toml is absent.
@@ -170,7 +205,7 @@ func Default() *Config {
 			PromptTimeout:   5 * time.Minute,
 			StartupTimeout:  30 * time.Second,
 		},
-		Audit: AuditConfig{Fsync: FsyncDurable},
+		Audit: AuditConfig{Fsync: FsyncDurable, RotateBytes: DefaultRotateBytes, SessionMaxBytes: DefaultSessionMaxBytes, MaxTotalBytes: DefaultMaxTotalBytes},
 		Wasm:  WasmConfig{Memory: 256 * MiB, Timeout: 60 * time.Second},
 	}
 }
@@ -251,6 +286,12 @@ func Parse(file string, data []byte, configDir, home string) (*Config, error) {
 		}
 		return nil, p.errAt("sandbox", key, fmt.Sprintf("timeout_default (%s) is larger than timeout_max (%s)", s.TimeoutDefault, s.TimeoutMax))
 	}
+	if msg, key := c.Audit.check(); msg != "" {
+		if _, ok := lookup(raw, "audit", key); !ok {
+			key = "rotate_bytes"
+		}
+		return nil, p.errAt("audit", key, msg)
+	}
 	if configDir != "" {
 		cd := filepath.Clean(configDir)
 		for _, list := range []struct {
@@ -321,6 +362,8 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 		return map[string]setter{
 			"fsync":                enumField(&a.Fsync, FsyncDurable, FsyncAlways, FsyncNever),
 			"rotate_bytes":         sizeField(&a.RotateBytes, 0, 1<<50, 0),
+			"session_max_bytes":    sizeField(&a.SessionMaxBytes, MinSessionMaxBytes, MaxSessionMaxBytes, 0),
+			"max_total_bytes":      sizeField(&a.MaxTotalBytes, 0, 1<<50, 0),
 			"tool_argument_values": boolField(&a.ToolArgumentValues),
 		}, true
 	case "serve":

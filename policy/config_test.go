@@ -61,6 +61,8 @@ startup_timeout = "45s"
 [audit]
 fsync = "always"
 rotate_bytes = "100MiB"
+session_max_bytes = "2MiB"
+max_total_bytes = "1GiB"
 tool_argument_values = true
 `
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), []byte(src), 0o600))
@@ -92,6 +94,8 @@ tool_argument_values = true
 	assert.Equal(t, 45*time.Second, c.SessionLimits().StartupTimeout)
 	assert.Equal(t, FsyncAlways, c.Audit.Fsync)
 	assert.Equal(t, 100*MiB, c.Audit.RotateBytes)
+	assert.Equal(t, 2*MiB, c.Audit.SessionMaxBytes)
+	assert.Equal(t, 1*GiB, c.Audit.MaxTotalBytes)
 	assert.True(t, c.Audit.ToolArgumentValues)
 
 	el := c.ExecLimits()
@@ -130,6 +134,24 @@ func TestConfigErrors(t *testing.T) {
 			src:  "[sandbox]\npids = 1\n[sandbx]\nx = 1\n",
 			want: `/cfg/config.toml:3: sandbx: unknown section (known: [sandbox], [limits], [audit], [serve], [wasm])`,
 			line: 3, key: "sandbx",
+		},
+		{
+			name: "session budget too small",
+			src:  "[audit]\nsession_max_bytes = \"4KiB\"\n",
+			want: `/cfg/config.toml:2: [audit] session_max_bytes: must be between 256KiB and 1GiB, got 4KiB`,
+			line: 2, key: "audit.session_max_bytes",
+		},
+		{
+			name: "total bound without rotation",
+			src:  "[audit]\nrotate_bytes = 0\nmax_total_bytes = \"64MiB\"\n",
+			want: `/cfg/config.toml:3: [audit] max_total_bytes: max_total_bytes (64MiB) cannot be kept without rotation: set rotate_bytes, or max_total_bytes = 0 to keep everything`,
+			line: 3, key: "audit.max_total_bytes",
+		},
+		{
+			name: "default total bound too small for the rotation",
+			src:  "[audit]\nrotate_bytes = \"200MiB\"\n",
+			want: `/cfg/config.toml:2: [audit] rotate_bytes: max_total_bytes (256MiB) must hold at least two rotated files of rotate_bytes (200MiB) plus one record: 410112KiB or more`,
+			line: 2, key: "audit.rotate_bytes",
 		},
 		{
 			name: "wrong type",

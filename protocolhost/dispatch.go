@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/internal/capbuf"
 	"github.com/fledgehq/fledge/pathguard"
 	"github.com/fledgehq/fledge/plugin"
@@ -309,16 +310,16 @@ func (s *session) answerInvalid(le *protocol.LineError) {
 
 func (s *session) handleStore(m *protocol.Store) {
 	if !s.opts.Grants.Store {
-		s.record(audit.EventStore, audit.Deny, reason.CapabilityNotGranted, map[string]any{audit.DetailKey: clip(m.Key), audit.DetailCapability: "store"}, false)
+		s.record(audit.EventStore, audit.Deny, reason.CapabilityNotGranted, map[string]any{audit.DetailKey: m.Key, audit.DetailCapability: "store"}, false)
 		return // the spec: dropped silently
 	}
 	if s.opts.Store == nil {
-		s.record(audit.EventStore, audit.Error, reason.LaunchFailed, map[string]any{audit.DetailKey: clip(m.Key), "error": "storage unavailable"}, false)
+		s.record(audit.EventStore, audit.Error, reason.LaunchFailed, map[string]any{audit.DetailKey: m.Key, "error": "storage unavailable"}, false)
 		return
 	}
 	if err := s.opts.Store.Set(m.Key, m.Value); err != nil {
 		s.opts.UI.Warn(fmt.Sprintf("plugin %s: store %q refused: %v", s.opts.Plugin.Name, clip(m.Key), err))
-		d := map[string]any{audit.DetailKey: clip(m.Key), audit.DetailBytes: len(m.Value), "error": err.Error()}
+		d := map[string]any{audit.DetailKey: m.Key, audit.DetailBytes: len(m.Value), "error": err.Error()}
 		rc, decision := reason.LimitExceeded, audit.Deny
 		var le *plugin.LimitError
 		switch {
@@ -330,7 +331,7 @@ func (s *session) handleStore(m *protocol.Store) {
 		s.record(audit.EventStore, decision, rc, d, false)
 		return
 	}
-	s.record(audit.EventStore, audit.Allow, reason.OK, map[string]any{audit.DetailKey: clip(m.Key), audit.DetailBytes: len(m.Value)}, false)
+	s.record(audit.EventStore, audit.Allow, reason.OK, map[string]any{audit.DetailKey: m.Key, audit.DetailBytes: len(m.Value)}, false)
 }
 
 func (s *session) handleLoad(m *protocol.Load) {
@@ -339,12 +340,12 @@ func (s *session) handleLoad(m *protocol.Load) {
 		if s.opts.Grants.Store {
 			rc = reason.LaunchFailed
 		}
-		s.record(audit.EventLoad, audit.Deny, rc, map[string]any{audit.DetailKey: clip(m.Key), audit.DetailCapability: "store"}, false)
+		s.record(audit.EventLoad, audit.Deny, rc, map[string]any{audit.DetailKey: m.Key, audit.DetailCapability: "store"}, false)
 		s.respond(m.ID, nil)
 		return
 	}
 	v, ok := s.opts.Store.Get(m.Key)
-	s.record(audit.EventLoad, audit.Allow, reason.OK, map[string]any{audit.DetailKey: clip(m.Key), "found": ok, audit.DetailBytes: len(v)}, false)
+	s.record(audit.EventLoad, audit.Allow, reason.OK, map[string]any{audit.DetailKey: m.Key, "found": ok, audit.DetailBytes: len(v)}, false)
 	if !ok {
 		s.respond(m.ID, nil)
 		return
@@ -356,7 +357,7 @@ func (s *session) handleLoad(m *protocol.Load) {
 
 func (s *session) handleMetadata(m *protocol.Metadata) {
 	if !s.opts.Grants.Metadata {
-		s.record(audit.EventMetadata, audit.Deny, reason.CapabilityNotGranted, map[string]any{"keys": clipKeys(m.Keys), audit.DetailCapability: "metadata"}, false)
+		s.record(audit.EventMetadata, audit.Deny, reason.CapabilityNotGranted, map[string]any{"keys": m.Keys, audit.DetailCapability: "metadata"}, false)
 		s.respond(m.ID, map[string]any{})
 		return
 	}
@@ -383,7 +384,7 @@ func (s *session) handleMetadata(m *protocol.Metadata) {
 		v, _ := project.MetadataWith(s.ctx, s.git(), s.opts.Project, k)
 		out[k] = v // unknown keys -> null
 	}
-	s.record(audit.EventMetadata, audit.Allow, reason.OK, map[string]any{"keys": clipKeys(m.Keys)}, false)
+	s.record(audit.EventMetadata, audit.Allow, reason.OK, map[string]any{"keys": m.Keys}, false)
 	s.respond(m.ID, out)
 }
 
@@ -395,7 +396,7 @@ func (s *session) execRefuse(id protocol.ID, code int, rc reason.Code, msg strin
 
 func (s *session) startExec(m *protocol.Exec) {
 	base := map[string]any{
-		audit.DetailCommand: clip(m.Command), audit.DetailArgv: []string{"sh", "-c", clip(m.Command)},
+		audit.DetailCommand: m.Command, audit.DetailArgv: []string{"sh", "-c", m.Command},
 		audit.DetailCwdRequested: m.Cwd, // the audit log bounds the record
 	}
 	if !s.admit("exec") {
@@ -425,7 +426,7 @@ func (s *session) startExec(m *protocol.Exec) {
 	if waiting := s.execWaiting.Add(1); waiting > int64(s.lim.ConcurrentExecs+s.lim.ExecQueue) {
 		s.execWaiting.Add(-1)
 		s.record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
-			audit.DetailLimit: "exec_queue", audit.DetailLimitValue: s.lim.ExecQueue, audit.DetailCommand: clip(m.Command),
+			audit.DetailLimit: "exec_queue", audit.DetailLimitValue: s.lim.ExecQueue, audit.DetailCommand: m.Command,
 		}, false)
 		s.execRefuse(m.ID, 126, reason.LimitExceeded, fmt.Sprintf("exec refused: %d execs running and %d queued (the limit)", s.lim.ConcurrentExecs, s.lim.ExecQueue))
 		return
@@ -497,6 +498,12 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	// Audit before act: the decision is written now and made durable while the sandbox is
 	// prepared; the command starts only once it is on disk. No record, no command.
 	sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
+	if errors.Is(err, core.ErrSessionBudget) {
+		// The session wrote its share of the log: refused, counted, and said once in the
+		// log (session_log_budget), not warned about per exec.
+		s.execRefuse(m.ID, 126, reason.LimitExceeded, "exec refused: the audit log cannot record it (this session's log budget is spent)")
+		return
+	}
 	if err != nil {
 		s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", err))
 		// The plugin is told what happened, not the host's internal error text.
@@ -513,7 +520,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		if errors.Is(err, sandbox.ErrUnavailable) {
 			rc = reason.SandboxUnavailable
 		}
-		s.record(audit.EventExecOutcome, audit.Error, rc, map[string]any{audit.DetailCommand: clip(m.Command), "error": err.Error()}, false)
+		s.record(audit.EventExecOutcome, audit.Error, rc, map[string]any{audit.DetailCommand: m.Command, "error": err.Error()}, false)
 		// The internal error (paths, errno, cgroup detail) is for the user and the log, not
 		// the plugin: it gets what happened in words of the protocol.
 		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec could not start: %v", s.opts.Plugin.Name, err))
@@ -526,7 +533,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	}
 	res, err := proc.Wait()
 	if err != nil || res == nil {
-		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{audit.DetailCommand: clip(m.Command), "error": fmt.Sprint(err)}, false)
+		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{audit.DetailCommand: m.Command, "error": fmt.Sprint(err)}, false)
 		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec failed: %v", s.opts.Plugin.Name, err))
 		s.execRefuse(m.ID, 126, reason.Crashed, "exec failed: the sandbox lost the command")
 		return
@@ -570,7 +577,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		s.respondExec(m.ID, out, outBytes[:outN], errBytes[:errN])
 	}
 	s.record(audit.EventExecOutcome, decision, rc, map[string]any{
-		audit.DetailCommand:        clip(m.Command),
+		audit.DetailCommand:        m.Command,
 		audit.DetailExitCode:       res.ExitCode,
 		audit.DetailSignal:         res.Signal,
 		audit.DetailDurationMS:     res.Duration.Milliseconds(),
@@ -588,7 +595,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	}, false)
 }
 
-// clip bounds plugin-chosen strings placed in audit records and messages.
+// clip bounds plugin-chosen strings placed in messages (the audit writer bounds records).
 // idForLog renders a plugin's request id for a warning: a string id quoted with control
 // characters escaped, a number as it is, both cut to 64 characters.
 func idForLog(id protocol.ID) string {
@@ -609,19 +616,6 @@ func clip(v string) string {
 		cut--
 	}
 	return v[:cut] + "…[truncated]"
-}
-
-// clipKeys bounds a plugin-chosen key list for an audit record.
-func clipKeys(keys []string) []string {
-	const maxKeys = 64
-	out := make([]string, 0, min(len(keys), maxKeys))
-	for _, k := range keys {
-		if len(out) == maxKeys {
-			break
-		}
-		out = append(out, clip(k))
-	}
-	return out
 }
 
 func quoteClip(v string) string {

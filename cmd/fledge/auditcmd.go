@@ -144,6 +144,11 @@ func newAuditVerifyCmd(g *Globals) *cobra.Command {
 			}
 			if rep.OK {
 				fmt.Fprintf(w, "ok: %d records in %d file(s), chain intact\n", rep.Records, len(rep.Files))
+				if rep.PrunedThrough > 0 {
+					// The start of the chain was deleted to keep the log within max_total_bytes;
+					// the log_pruned record says so and holds the hash the kept part chains to.
+					fmt.Fprintf(w, "pruned: seq 1..%d deleted by fledge ([audit] max_total_bytes), recorded by log_pruned seq %d\n", rep.PrunedThrough, rep.PrunedBy)
+				}
 				// Deleting records from the end keeps a valid chain: only a copy of this
 				// anchor kept elsewhere can tell. Print it so it can be kept.
 				fmt.Fprintf(w, "last: seq %d hash %s\n", rep.LastSeq, rep.LastHash)

@@ -131,7 +131,7 @@ func TestAuditShowFormatOutput(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Equal(t, string(stored), out, "--json prints the lines as stored")
 
-	out, _, code = runFledge(t, "audit", "show", "--format", "ocsf", "--event", "exec_decision", "--decision", "deny")
+	out, _, code = runFledge(t, "audit", "show", "--format", "ocsf", "--event", "exec_decision", "--decision", "deny", "--session", "s1")
 	require.Equal(t, 0, code)
 	var o map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &o))
@@ -174,4 +174,33 @@ func TestAuditShowFormatUsage(t *testing.T) {
 			assert.Empty(t, out, "nothing on stdout for a collector to ingest")
 		})
 	}
+}
+
+// TestAuditVerifyPrunedLog: a log that pruned its oldest files (max_total_bytes) verifies,
+// says what was pruned, and show works across what is kept; a kept file deleted by hand
+// from the start is still a break.
+func TestAuditVerifyPrunedLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state", "audit.jsonl")
+	t.Setenv("FLEDGE_AUDIT_LOG", path)
+	l, err := audit.Open(path, audit.Options{Fsync: audit.FsyncNever, RotateBytes: 32 << 10, MaxRecordBytes: audit.MinRecordBytes, MaxTotalBytes: 128 << 10})
+	require.NoError(t, err)
+	for i := range 600 {
+		require.NoError(t, l.Append(&audit.Record{Event: audit.EventStore, Decision: audit.Deny, Reason: "capability_not_granted",
+			Details: map[string]any{audit.DetailKey: strings.Repeat("k", 500) + strconv.Itoa(i)}}, false))
+	}
+	require.NoError(t, l.Close())
+	out, errOut, code := runFledge(t, "audit", "verify")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Regexp(t, `(?m)^pruned: seq 1\.\.\d+ deleted by fledge`, out)
+	out, _, code = runFledge(t, "audit", "show", "--format", "ecs", "--event", audit.EventLogPruned)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, `"action":"log_pruned"`)
+
+	matches, err := filepath.Glob(path + ".0*")
+	require.NoError(t, err)
+	require.NotEmpty(t, matches)
+	require.NoError(t, os.Remove(matches[0]))
+	out, _, code = runFledge(t, "audit", "verify")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, out, "BROKEN: deleted")
 }
