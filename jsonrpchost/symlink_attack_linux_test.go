@@ -43,7 +43,7 @@ for line in sys.stdin:
 
 // TestDataDirSymlinkNotFollowed is the attack of issue 24 item 8: a plugin replaced a
 // directory of its data dir with a symlink, and at its next start fledge's own MkdirAll
-// (the ~/.local/scaffold the seed's plugins expect) created a root-owned directory where
+// (the ~/.local/scaffold JSON-RPC 2.0 tool/hook plugins expect) created a root-owned directory where
 // the link pointed. Now the start is refused, with an error naming the symlink and an
 // audit record, and nothing exists outside.
 func TestDataDirSymlinkNotFollowed(t *testing.T) {
