@@ -631,6 +631,18 @@ func (s *Session) send(v any) error {
 // plugin_response chunks, then plugin_invoke_end or error), within the request timeout and
 // the session's bounds. The decision is on record before the request is sent, the outcome
 // after it ended.
+// CheckRequest refuses a request without its access type or action (both required by the
+// protocol): malformed_message, a request fledge cannot accept.
+func CheckRequest(typ, action string) *Failure {
+	switch {
+	case strings.TrimSpace(typ) == "":
+		return fail(reason.MalformedMessage, "an invoke-v1 request needs its access type (type: tool, model, ...)")
+	case strings.TrimSpace(action) == "":
+		return fail(reason.MalformedMessage, "an invoke-v1 request needs its action (invoke_tool, invoke_llm, ...)")
+	}
+	return nil
+}
+
 func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMessage, sink func(Event) error) *Outcome {
 	id := fmt.Sprintf("fledge-%d", s.nextID.Add(1))
 	out := &Outcome{InvokeID: id}
@@ -640,6 +652,13 @@ func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMe
 	details := map[string]any{"protocol": plugin.ProtocolInvoke, "invoke_id": id, "type": typ, "action": action, "request_bytes": len(req)}
 	if s.b.Manifest.Plugin.Transport == "tcp" {
 		details["transport"] = "tcp"
+	}
+	if f := CheckRequest(typ, action); f != nil {
+		// Both are required (the seed): an empty one is refused, never sent as a request
+		// the plugin would have to guess about.
+		out.Failure = f
+		s.rec.Record(audit.EventInvokeRequest, audit.Deny, f.Code, details, true)
+		return out
 	}
 	s.mu.Lock()
 	dead := s.dead

@@ -464,3 +464,33 @@ func TestCallerTimeout(t *testing.T) {
 	assert.Equal(t, reason.Timeout, out.Failure.Code)
 	assert.Contains(t, out.Failure.Msg, TimeoutMessage+" (request "+out.InvokeID+", 1s)")
 }
+
+// type and action are both required: a request with either empty (or blank) is refused on
+// record and never reaches the plugin; the session serves the next request.
+func TestEmptyTypeOrActionRefused(t *testing.T) {
+	f := adaptertest.New(t, nil)
+	s := start(t, f, install(t, f, "ok", "", noGrants), Limits{})
+	for _, tc := range []struct{ typ, action, msg string }{
+		{"", "echo", "access type"},
+		{"tool", "", "action"},
+		{"  ", "echo", "access type"},
+		{"tool", "\t", "action"},
+	} {
+		var c collector
+		out := s.Invoke(context.Background(), tc.typ, tc.action, nil, c.sink)
+		require.NotNil(t, out.Failure, "%q/%q", tc.typ, tc.action)
+		assert.Equal(t, reason.MalformedMessage, out.Failure.Code)
+		assert.Contains(t, out.Failure.Msg, tc.msg)
+		assert.Empty(t, c.events, "nothing came back: nothing was sent")
+	}
+	reqs := f.Find(audit.EventInvokeRequest)
+	require.Len(t, reqs, 4)
+	for _, r := range reqs {
+		assert.Equal(t, audit.Deny, r.Decision)
+		assert.Equal(t, string(reason.MalformedMessage), r.Reason)
+	}
+	assert.Empty(t, f.Find(audit.EventInvokeOutcome), "no request went out")
+	var c collector
+	out := s.Invoke(context.Background(), "tool", "echo", nil, c.sink)
+	assert.Nil(t, out.Failure, "the session serves the next request")
+}

@@ -357,6 +357,13 @@ func (c *conn) Call(ctx context.Context, method string, params any, timeout time
 	}
 }
 
+// closeInput closes the plugin's stdin (EOF), after any write in progress.
+func (c *conn) closeInput() {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	_ = c.proc.Stdin.Close()
+}
+
 // Notify sends a request without waiting for its answer (shutdown during the ladder).
 func (c *conn) Notify(method string, params any) {
 	id, _, err := c.send(method, params, time.Now().Add(time.Second), nil)

@@ -123,6 +123,13 @@ func (p *Provider) HookNames(bindings []*core.Binding) []string {
 // type.
 func (p *Provider) RunHook(ctx context.Context, bindings []*core.Binding, hook string, data map[string]any) *HookResult {
 	res := &HookResult{Hook: hook, Action: ActionContinue, Data: copyMap(data), Steps: []HookStep{}}
+	if _, ok := res.Data["dynamic_context"]; !ok && hook == HookContextEnhance {
+		// The seed's context_enhance carries dynamic_context, and its own example reads it
+		// as optional (.get("dynamic_context", "")): an event without it starts from the
+		// empty context, so what the plugins add accumulates instead of being dropped as a
+		// key the event does not carry.
+		res.Data["dynamic_context"] = ""
+	}
 	subs, bad := p.subscribers(bindings, hook)
 	res.Steps = append(res.Steps, bad...)
 	for _, sub := range subs {

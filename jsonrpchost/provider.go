@@ -26,6 +26,9 @@ import (
 const (
 	HookTimeout      = 5 * time.Second
 	HandshakeTimeout = 5 * time.Second
+	// ShutdownWait bounds the wait for the answer to shutdown before the plugin's stdin is
+	// closed (the ladder's SIGTERM and SIGKILL still follow if it does not exit).
+	ShutdownWait = time.Second
 )
 
 func init() {
@@ -306,8 +309,17 @@ func handshake(ctx context.Context, c *conn, timeout time.Duration) (*Manifest, 
 
 // stop ends a session: shutdown, then SIGTERM, then SIGKILL (the ladder). A plugin stuck in
 // a request that timed out is not reading: it is killed at once.
+//
+// The seed's plugins exit after answering shutdown; many loop over stdin until it ends and
+// some do not know shutdown at all (they answer "Unknown method" and read on). So once the
+// answer came, or ShutdownWait passed, the plugin's stdin is closed: a plugin like that ends
+// by itself at EOF instead of waiting out the ladder and dying of its SIGTERM (a crash on
+// record for what was an orderly stop).
 func (s *session) stop() {
-	s.proc.Stop("shutdown", false, func() { s.conn.Notify("shutdown", map[string]any{}) })
+	s.proc.Stop("shutdown", false, func() {
+		_, _ = s.conn.Call(context.Background(), "shutdown", map[string]any{}, ShutdownWait, nil)
+		s.conn.closeInput()
+	})
 	if s.conn.hasExpired() {
 		s.proc.Stop("shutdown", false, nil)
 	}

@@ -269,8 +269,12 @@ func (c *captureUI) refuse(kind, msg string) error {
 func (c *captureUI) Interactive() bool { return false }
 
 func (c *captureUI) Prompt(ctx context.Context, req ui.PromptRequest) (string, error) {
+	check, err := ui.Validator(req.Validate)
+	if err != nil {
+		return "", err
+	}
 	if req.Default != nil {
-		return *req.Default, nil
+		return ui.DefaultAnswer(req, check)
 	}
 	return "", c.refuse("prompt", req.Message)
 }

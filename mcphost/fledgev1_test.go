@@ -96,3 +96,17 @@ func TestPluginTimeout(t *testing.T) {
 		assert.Equal(t, tc.warned, len(warned) == 1, "%q: %v", tc.manifest, warned)
 	}
 }
+
+// Served as MCP tools, a fledge-v1 command's prompt default is validated as under --ni: a
+// default that fails the prompt's validator is an invalid request, not the answer.
+func TestCaptureUIValidatesDefaults(t *testing.T) {
+	c := newCaptureUI("p", nil, 8)
+	bad, good := "abc", "3"
+	_, err := c.Prompt(t.Context(), ui.PromptRequest{Plugin: "p", Message: "n?", Default: &bad, Validate: ui.ValidateInteger})
+	require.ErrorIs(t, err, ui.ErrInvalidRequest)
+	got, err := c.Prompt(t.Context(), ui.PromptRequest{Plugin: "p", Message: "n?", Default: &good, Validate: ui.ValidateInteger})
+	require.NoError(t, err)
+	assert.Equal(t, "3", got)
+	_, err = c.Prompt(t.Context(), ui.PromptRequest{Plugin: "p", Message: "n?", Default: &good, Validate: "email"})
+	require.ErrorIs(t, err, ui.ErrInvalidRequest, "an unknown validator is refused, as on the console")
+}

@@ -13,7 +13,7 @@ import (
 )
 
 // A fledge-v1 manifest that does not mention filesystem gets the default level (the project,
-// read-only) without being asked; one that says "none" gets nothing; a legacy plugin has no
+// read-only) unless the user says no; one that says "none" gets nothing; a legacy plugin has no
 // grants at all.
 func TestInstallDefaultFilesystem(t *testing.T) {
 	withCaps := func(caps string) func(t *testing.T) string {
@@ -59,6 +59,73 @@ func TestInstallDefaultFilesystem(t *testing.T) {
 				assert.NotContains(t, out, tc.notShow)
 			}
 			assert.NotContains(t, strings.ToLower(out), "installed", "the one installed line is the CLI's")
+		})
+	}
+}
+
+// Install never grants silently: the default filesystem level is asked on a terminal like
+// any declared capability (default yes), and named on the Granting line under --yes, --ni
+// and --grant, also when the plugin declares nothing else.
+func TestInstallDefaultFilesystemIsShownAndAsked(t *testing.T) {
+	storeOnly := func(t *testing.T) string {
+		dir := copyFixture(t, "envcheck")
+		f, err := os.OpenFile(filepath.Join(dir, ManifestFile), os.O_APPEND|os.O_WRONLY, 0)
+		require.NoError(t, err)
+		_, err = f.WriteString("\n[capabilities]\nstore = true\n")
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		return dir
+	}
+	for _, tc := range []struct {
+		name      string
+		src       func(t *testing.T) string
+		answers   []bool
+		want      policy.Grants
+		questions []string
+		defaults  []bool
+	}{
+		{"nothing declared, yes", func(*testing.T) string { return "testdata/envcheck" }, []bool{true},
+			policy.Grants{Filesystem: policy.FilesystemProject}, []string{"Grant filesystem=project to envcheck"}, []bool{true}},
+		{"nothing declared, no", func(*testing.T) string { return "testdata/envcheck" }, []bool{false},
+			policy.Grants{Filesystem: policy.FilesystemNone}, []string{"Grant filesystem=project to envcheck"}, []bool{true}},
+		{"store declared, both yes", storeOnly, []bool{true, true},
+			policy.Grants{Store: true, Filesystem: policy.FilesystemProject}, []string{"Grant store", "Grant filesystem=project"}, []bool{false, true}},
+		{"store declared, filesystem no", storeOnly, []bool{true, false},
+			policy.Grants{Store: true, Filesystem: policy.FilesystemNone}, []string{"Grant store", "Grant filesystem=project"}, []bool{false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asker := &scriptedAsker{answers: tc.answers}
+			e, out, err := install(t, t.TempDir(), tc.src(t), func(o *InstallOptions) { o.NonInteractive = false; o.Asker = asker })
+			require.NoError(t, err, out)
+			assert.Equal(t, tc.want, e.Granted)
+			require.Len(t, asker.questions, len(tc.questions), out)
+			for i, q := range tc.questions {
+				assert.Contains(t, asker.questions[i], q)
+			}
+			assert.Equal(t, tc.defaults, asker.defaults)
+			assert.Contains(t, out, "Granting: "+tc.want.String())
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		src  func(t *testing.T) string
+		mod  func(*InstallOptions)
+		line string
+	}{
+		{"--ni, nothing declared", func(*testing.T) string { return "testdata/envcheck" }, nil,
+			"Granting: filesystem=project (filesystem=project by default)"},
+		{"--yes, nothing declared", func(*testing.T) string { return "testdata/envcheck" }, func(o *InstallOptions) { o.Yes = true },
+			"Granting: filesystem=project (filesystem=project by default)"},
+		{"--yes, store declared", storeOnly, func(o *InstallOptions) { o.Yes = true },
+			"Granting all declared: store,filesystem=project (filesystem=project by default)"},
+		{"--grant store", storeOnly, func(o *InstallOptions) { g := policy.Grants{Store: true}; o.Grant = &g },
+			"Granting: store,filesystem=project (filesystem=project by default)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, out, err := install(t, t.TempDir(), tc.src(t), tc.mod)
+			require.NoError(t, err, out)
+			assert.Contains(t, out, "filesystem=project   "+policy.DescribeDefaultFilesystem, "listed with the capabilities")
+			assert.Contains(t, out, tc.line)
 		})
 	}
 }

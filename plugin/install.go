@@ -313,20 +313,33 @@ func randHex() string {
 }
 
 // decideGrants applies --grant / --yes / interactive questions / refusal, in that order. A
-// fledge-v1 plugin whose manifest does not mention filesystem also gets the default level
-// (policy.FilesystemDefault), shown but not asked: it is the rule, not a request.
+// fledge-v1 plugin whose manifest does not mention filesystem is offered the default level
+// (policy.FilesystemDefault: the project, read-only, which plugins of the Rust fledge host
+// expect). Install never grants silently: that level is listed with the declared ones, asked
+// on a terminal like any other capability (default yes), and named on the Granting line
+// under --yes, --grant and --ni.
 func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, error) {
 	declared, asked := m.Declared(), m.Asked()
 	none := policy.Grants{Filesystem: policy.FilesystemNone}
+	defaulted := m.FilesystemDefaulted()
+	defaultItem := "filesystem=" + policy.FilesystemDefault
 	withDefault := func(g policy.Grants) policy.Grants {
-		if m.FilesystemDefaulted() && g.FS() == policy.FilesystemNone {
+		if defaulted && g.FS() == policy.FilesystemNone {
 			g.Filesystem = policy.FilesystemDefault
 		}
 		return g
 	}
+	// granting names what is granted, and says which level is the default rule.
+	granting := func(prefix string, g policy.Grants) {
+		note := ""
+		if defaulted && g.FS() == policy.FilesystemDefault {
+			note = fmt.Sprintf(" (%s by default)", defaultItem)
+		}
+		fmt.Fprintf(out, "%s: %s%s\n", prefix, g.String(), note)
+	}
 	defaultLine := func() {
-		if m.FilesystemDefaulted() {
-			fmt.Fprintf(out, "  %-20s %s\n", "filesystem", policy.DescribeDefaultFilesystem)
+		if defaulted {
+			fmt.Fprintf(out, "  %-20s %s\n", defaultItem, policy.DescribeDefaultFilesystem)
 		}
 	}
 	if declared.Empty() {
@@ -338,8 +351,17 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 			none = g // only a filesystem level at most the default can get here
 		}
 		fmt.Fprintf(out, "Plugin %s declares no capabilities.\n", m.Plugin.Name)
+		if !defaulted {
+			return none, nil
+		}
+		fmt.Fprintf(out, "By default it gets:\n")
 		defaultLine()
-		return withDefault(none), nil
+		if o.Grant == nil && !o.Yes && !o.NonInteractive && o.Asker != nil {
+			return askDefault(o, m, none, out, granting)
+		}
+		g := withDefault(none)
+		granting("Granting", g)
+		return g, nil
 	}
 	fmt.Fprintf(out, "Plugin %s declares these capabilities:\n", m.Plugin.Name)
 	for _, n := range declared.Names() {
@@ -353,10 +375,10 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 			return none, err
 		}
 		g = withDefault(g)
-		fmt.Fprintf(out, "Granting: %s\n", g.String())
+		granting("Granting", g)
 		return g, nil
 	case o.Yes:
-		fmt.Fprintf(out, "Granting all declared: %s\n", asked.String())
+		granting("Granting all declared", asked)
 		return asked, nil
 	case o.NonInteractive || o.Asker == nil:
 		return none, fmt.Errorf("%w: plugin %q declares %s; in non-interactive mode pass --yes to grant them all or --grant %s (or a subset)",
@@ -384,8 +406,27 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 			g.Filesystem = declared.Filesystem
 		}
 	}
-	g = withDefault(g)
-	fmt.Fprintf(out, "Granting: %s\n", g.String())
+	if defaulted {
+		return askDefault(o, m, g, out, granting)
+	}
+	granting("Granting", g)
+	return g, nil
+}
+
+// askDefault asks, on a terminal, for the default filesystem level on top of g (default
+// yes: the plugins of the Rust fledge host read the project from their own process).
+func askDefault(o InstallOptions, m *Manifest, g policy.Grants, out io.Writer, granting func(string, policy.Grants)) (policy.Grants, error) {
+	item := "filesystem=" + policy.FilesystemDefault
+	ok, err := o.Asker.Confirm(fmt.Sprintf("Grant %s to %s (%s)?", item, m.Plugin.Name, policy.DescribeDefaultFilesystem), true)
+	if err != nil {
+		return policy.Grants{Filesystem: policy.FilesystemNone}, fmt.Errorf("install cancelled: %w", err)
+	}
+	if ok {
+		g.Filesystem = policy.FilesystemDefault
+	} else {
+		g.Filesystem = policy.FilesystemNone
+	}
+	granting("Granting", g)
 	return g, nil
 }
 
@@ -398,7 +439,7 @@ func readManifest(dir string) (*Manifest, []string, error) {
 	defer root.Close()
 	f, err := root.Open(ManifestFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s has no readable %s: %v", ErrInvalidManifest, dir, ManifestFile, err)
+		return nil, nil, fmt.Errorf("%w: %s: %s %s", ErrInvalidManifest, dir, ManifestFile, fsProblem(err))
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))

@@ -25,10 +25,12 @@ import (
 type scriptedAsker struct {
 	answers   []bool
 	questions []string
+	defaults  []bool // the default each question offered
 }
 
 func (a *scriptedAsker) Confirm(q string, def bool) (bool, error) {
 	a.questions = append(a.questions, q)
+	a.defaults = append(a.defaults, def)
 	if len(a.answers) == 0 {
 		return false, errors.New("no more answers")
 	}

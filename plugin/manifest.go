@@ -251,8 +251,10 @@ func hookCommand(v any) string {
 	return fmt.Sprintf("%v", v)
 }
 
-// ParseManifest parses and validates plugin.toml content. Unknown keys become warnings, never
-// errors (plugins written for newer hosts must still install). Errors wrap ErrInvalidManifest
+// ParseManifest parses and validates plugin.toml content. Unknown keys become warnings
+// (plugins written for newer hosts must still install), except where a typo would change
+// the meaning silently: an unknown key in [plugin] or [capabilities], or a section one or
+// two edits from a known one, is an error naming the closest known name. Errors wrap ErrInvalidManifest
 // or ErrUnsupportedProtocol. Binary paths are checked for shape only; LoadManifest also checks
 // that they exist inside the plugin dir.
 func ParseManifest(data []byte) (*Manifest, []string, error) {
@@ -281,6 +283,9 @@ undecoded:
 			}
 		}
 		reported = append(reported, k)
+		if err := unknownKeyError(md, k); err != nil {
+			return nil, warnings, err
+		}
 		if len(warnings) < 32 {
 			warnings = append(warnings, fmt.Sprintf("plugin.toml: unknown key %q ignored", k.String()))
 		}
@@ -408,7 +413,7 @@ func LoadManifest(dir string) (*Manifest, []string, error) {
 	defer root.Close()
 	f, err := root.Open(ManifestFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidManifest, err)
+		return nil, nil, fmt.Errorf("%w: %s %s", ErrInvalidManifest, ManifestFile, fsProblem(err))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
 	f.Close()
@@ -422,7 +427,7 @@ func LoadManifest(dir string) (*Manifest, []string, error) {
 	for _, c := range m.Commands {
 		st, err := root.Stat(c.Binary)
 		if err != nil {
-			return nil, warnings, fmt.Errorf("%w: %w: command %q: binary %q: %v", ErrInvalidManifest, ErrMissingBinary, c.Name, c.Binary, err)
+			return nil, warnings, fmt.Errorf("%w: %w: command %q: binary %q %s%s", ErrInvalidManifest, ErrMissingBinary, c.Name, c.Binary, fsProblem(err), nearbyFile(root, c.Binary))
 		}
 		if !st.Mode().IsRegular() {
 			return nil, warnings, fmt.Errorf("%w: %w: command %q: binary %q is not a regular file", ErrInvalidManifest, ErrMissingBinary, c.Name, c.Binary)

@@ -25,7 +25,7 @@ func TestLoadManifestFixture(t *testing.T) {
 	assert.Equal(t, policy.Grants{Exec: true, Store: true, Filesystem: "project"}, m.Declared())
 	assert.Equal(t, []Hook{{"build", "make"}, {"post_install", "echo one && echo two"}}, m.HookList())
 	assert.Equal(t, []string{
-		`plugin.toml: unknown key "plugin.future_field" ignored`,
+		`plugin.toml: unknown key "commands.future_field" ignored`,
 		`plugin.toml: unknown key "extra" ignored`,
 	}, warnings)
 	raw, err := os.ReadFile("testdata/hello/plugin.toml")
@@ -83,17 +83,59 @@ func TestParseManifestErrors(t *testing.T) {
 	}
 }
 
+// Keys and sections a newer host may read stay warnings: the manifest still installs.
 func TestParseManifestUnknownKeysAreWarnings(t *testing.T) {
-	src := okHead + "shiny = true\n" + okCmd + "icon = \"x\"\n[capabilities]\nexec = true\nteleport = true\n[ui]\ntheme = \"dark\"\n[ui.colors]\nfg = 1\n"
+	src := "shiny = true\n" + okHead + okCmd + "icon = \"x\"\n[capabilities]\nexec = true\n[ui]\ntheme = \"dark\"\n[ui.colors]\nfg = 1\n[[tools]]\nname = \"t\"\nicon = 1\n[compatibility]\nhosts = 1\n"
 	m, warnings, err := ParseManifest([]byte(src))
 	require.NoError(t, err)
 	assert.True(t, m.Capabilities.Exec)
 	assert.Equal(t, []string{
-		`plugin.toml: unknown key "plugin.shiny" ignored`,
+		`plugin.toml: unknown key "shiny" ignored`,
 		`plugin.toml: unknown key "commands.icon" ignored`,
-		`plugin.toml: unknown key "capabilities.teleport" ignored`,
 		`plugin.toml: unknown key "ui" ignored`,
+		`plugin.toml: unknown key "tools.icon" ignored`,
+		`plugin.toml: unknown key "compatibility" ignored`,
 	}, warnings)
+}
+
+// A typo that would change what the plugin is or may do is an error naming the closest
+// known name: protcol = "fledge-v1" would install a legacy plugin, [capabilites] one with
+// no capabilities.
+func TestManifestTyposAreErrors(t *testing.T) {
+	for _, tc := range []struct{ name, src, msg string }{
+		{"protocol key", "[plugin]\nname = \"p\"\nprotcol = \"fledge-v1\"\n" + okCmd, "[plugin] protcol: unknown key (did you mean protocol?)"},
+		{"unknown plugin key", okHead + "shiny = true\n" + okCmd, "[plugin] shiny: unknown key (known: author, description, name, protocol, runtime, timeout, transport, version)"},
+		{"capability key", okHead + okCmd + "[capabilities]\nnetwrok = true\n", "[capabilities] netwrok: unknown key (did you mean network?)"},
+		{"unknown capability", okHead + okCmd + "[capabilities]\nteleport = true\n", "[capabilities] teleport: unknown key (known: exec, filesystem, metadata, network, store)"},
+		{"capabilities section", okHead + okCmd + "[capabilites]\nexec = true\n", "unknown section [capabilites] (did you mean [capabilities]?)"},
+		{"plugin section", "[plugn]\nname = \"p\"\n" + okCmd, "unknown section [plugn] (did you mean [plugin]?)"},
+		{"commands section", okHead + "[[comands]]\nname = \"c\"\nbinary = \"bin/c\"\n", "unknown section [comands] (did you mean [commands]?)"},
+		{"hooks section", okHead + okCmd + "[hook]\nbuild = \"make\"\n", "unknown section [hook] (did you mean [hooks]?)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := ParseManifest([]byte(tc.src))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalidManifest)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+}
+
+// A binary that is not there is said in words, with the file it was probably meant to be,
+// never as the system call that failed ("statat mian.sh: no such file or directory").
+func TestMissingBinaryInWords(t *testing.T) {
+	dir := writeTree(t, map[string]string{ManifestFile: okHead + "[[commands]]\nname = \"c\"\nbinary = \"mian.sh\"\n", "main.sh": "#!/bin/sh\n"})
+	_, _, err := LoadManifest(dir)
+	require.ErrorIs(t, err, ErrMissingBinary)
+	assert.Contains(t, err.Error(), `binary "mian.sh" does not exist in the plugin dir (did you mean main.sh?)`)
+	assert.NotContains(t, err.Error(), "statat")
+	assert.NotContains(t, err.Error(), "no such file")
+
+	dir = writeTree(t, map[string]string{"README": "x"})
+	_, _, err = LoadManifest(dir)
+	require.ErrorIs(t, err, ErrInvalidManifest)
+	assert.Contains(t, err.Error(), "plugin.toml does not exist in the plugin dir")
+	assert.NotContains(t, err.Error(), "openat")
 }
 
 func writeTree(t *testing.T, files map[string]string) string {

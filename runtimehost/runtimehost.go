@@ -64,6 +64,37 @@ type Manifest struct {
 	ProtocolVersion string   `json:"protocol_version"`
 	ExposedTools    []string `json:"exposed_tools"`
 	Capabilities    []string `json:"capabilities"`
+
+	// versionNotString: protocol_version came as another JSON type (1, 1.0, true). That is
+	// a plugin written for another version of the contract (protocol_version_mismatch), not
+	// a reply fledge cannot read (malformed_response).
+	versionNotString bool
+}
+
+// UnmarshalJSON reads a manifest whose protocol_version may be any JSON value: a string is
+// the version, anything else is kept as its JSON text and marked as not a string.
+func (m *Manifest) UnmarshalJSON(b []byte) error {
+	type plain Manifest
+	var raw struct {
+		plain
+		ProtocolVersion json.RawMessage `json:"protocol_version"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*m = Manifest(raw.plain)
+	m.ProtocolVersion, m.versionNotString = "", false
+	v := bytes.TrimSpace(raw.ProtocolVersion)
+	switch {
+	case len(v) == 0 || string(v) == "null":
+	case v[0] == '"':
+		if err := json.Unmarshal(v, &m.ProtocolVersion); err != nil {
+			return err
+		}
+	default:
+		m.ProtocolVersion, m.versionNotString = string(v), true
+	}
+	return nil
 }
 
 // ExecuteRequest is the host's second line.
@@ -119,6 +150,8 @@ func CheckManifest(m *Manifest, pluginName, tool string, allow []string) *Failur
 		return fail(reason.HandshakeFailed, "the handshake manifest lacks a required field (plugin_id, plugin_version, protocol_version, exposed_tools)")
 	case m.PluginID != pluginName:
 		return fail(reason.HandshakeFailed, "the handshake names plugin %q, but this is plugin %q", clip(m.PluginID), pluginName)
+	case m.versionNotString:
+		return fail(reason.ProtocolVersionMismatch, "the plugin speaks runtime protocol version %s (a JSON %s), fledge speaks %q (a string)", clip(m.ProtocolVersion), jsonKind(m.ProtocolVersion), ProtocolVersion)
 	case m.ProtocolVersion != ProtocolVersion:
 		return fail(reason.ProtocolVersionMismatch, "the plugin speaks runtime protocol version %q, fledge speaks %q", clip(m.ProtocolVersion), ProtocolVersion)
 	}
@@ -152,6 +185,19 @@ func CheckManifest(m *Manifest, pluginName, tool string, allow []string) *Failur
 		return fail(reason.ToolNotExposed, "the plugin does not expose tool %q (exposed: %s)", clip(tool), listOrNone(m.ExposedTools))
 	}
 	return nil
+}
+
+// jsonKind names the JSON type of a non-string, non-null value.
+func jsonKind(v string) string {
+	switch v[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	}
+	return "number"
 }
 
 func listOrNone(l []string) string {

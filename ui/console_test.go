@@ -74,6 +74,19 @@ func TestNonInteractiveRules(t *testing.T) {
 		{"prompt known validator keeps default", func() (any, error) {
 			return u.Prompt(ctx, PromptRequest{Message: "n", Default: ptr("42"), Validate: "integer"})
 		}, "42", nil},
+		// A default is validated like a typed answer: one that fails is no answer.
+		{"prompt default failing integer", func() (any, error) {
+			return u.Prompt(ctx, PromptRequest{Message: "n", Default: ptr("abc"), Validate: "integer"})
+		}, "", ErrInvalidRequest},
+		{"prompt empty default failing non_empty", func() (any, error) {
+			return u.Prompt(ctx, PromptRequest{Message: "n", Default: ptr(" "), Validate: "non_empty"})
+		}, "", ErrInvalidRequest},
+		{"prompt default failing url", func() (any, error) {
+			return u.Prompt(ctx, PromptRequest{Message: "n", Default: ptr("not a url"), Validate: "url"})
+		}, "", ErrInvalidRequest},
+		{"prompt default failing path_exists", func() (any, error) {
+			return u.Prompt(ctx, PromptRequest{Message: "n", Default: ptr("/no/such/path/here"), Validate: "path_exists"})
+		}, "", ErrInvalidRequest},
 		{"confirm default true", func() (any, error) { return u.Confirm(ctx, "p", "ok?", ptr(true)) }, true, nil},
 		{"confirm default false", func() (any, error) { return u.Confirm(ctx, "p", "ok?", ptr(false)) }, false, nil},
 		{"confirm no default is false", func() (any, error) { return u.Confirm(ctx, "p", "ok?", nil) }, false, nil},

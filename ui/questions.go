@@ -9,6 +9,17 @@ import (
 	"charm.land/huh/v2"
 )
 
+// DefaultAnswer is a prompt's default taken as the answer where nobody can type one (--ni):
+// it passes the prompt's validator like a typed answer, or the request is invalid (an
+// "integer" prompt whose default is "abc" gets an error reply, never "abc" as its answer).
+func DefaultAnswer(req PromptRequest, check func(string) error) (string, error) {
+	if err := check(*req.Default); err != nil {
+		return "", fmt.Errorf("%w: the default %q fails the prompt's own %s validator: %v",
+			ErrInvalidRequest, clip(oneLine(plainText(*req.Default)), 64), req.Validate, err)
+	}
+	return *req.Default, nil
+}
+
 // Prompt implements UI. Non-interactive: the default, else ErrNonInteractive.
 // Interactively, as the Rust fledge host does: the default is shown (a placeholder in the form,
 // in the question line in accessible mode), typed text replaces it, Enter alone takes it.
@@ -22,7 +33,7 @@ func (c *console) Prompt(ctx context.Context, req PromptRequest) (string, error)
 	}
 	if !c.interactive {
 		if req.Default != nil {
-			return *req.Default, nil
+			return DefaultAnswer(req, check)
 		}
 		return "", ErrNonInteractive
 	}

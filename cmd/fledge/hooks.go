@@ -42,10 +42,14 @@ goes on.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Hook = args[0]
+			if !cmd.Flags().Changed("params") {
+				// An event is its data: a hook run without it is a mistake, not an empty event.
+				return exitErr(ExitUsage, "hooks run %s: give the event's data with --params JSON ('{}' for none)", o.Hook)
+			}
 			return o.Run(cmd.Context())
 		},
 	}
-	c.Flags().StringVar(&o.Params, "params", "{}", "the event's data as one JSON object")
+	c.Flags().StringVar(&o.Params, "params", "", "the event's data as one JSON object (required; '{}' for none)")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print the whole chain (every plugin's step) as JSON")
 	return c
 }

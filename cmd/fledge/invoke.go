@@ -61,6 +61,9 @@ func runInvoke(ctx context.Context, o *InvokeOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if f := invokehost.CheckRequest(o.Type, o.Action); f != nil {
+		return exitErr(ExitUsage, "%s: give --type and --action (see 'fledge invoke --help')", f.Msg)
+	}
 	var req map[string]any
 	if err := json.Unmarshal([]byte(o.Request), &req); err != nil || req == nil {
 		return &ExitError{Code: ExitUsage, Msg: "--request must be a JSON object (see 'fledge invoke --help')"}

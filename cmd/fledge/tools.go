@@ -252,6 +252,17 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		if errors.Is(err, tools.ErrUnknownTool) {
 			return exitErr(ExitUnknownCmd, "%v", err)
 		}
+		// Listing the tools ran the plugin (a runtime-v1 handshake without [[tools]]): its
+		// failure has a reason, and the reason its exit status, as for a failed call.
+		var f *reason.Failure
+		if errors.As(err, &f) {
+			if o.JSON {
+				_ = writeJSON(o.g.Streams.Out, map[string]any{
+					"tool": o.Tool, "success": false, "result": nil, "reason": f.Code, "message": f.Msg,
+				})
+			}
+			return &ExitError{Code: ReasonExit(f.Code), Msg: fmt.Sprintf("tool %s: %s (reason: %s)", o.Tool, f.Msg, f.Code)}
+		}
 		return exitErr(ExitCannotRun, "%v", err)
 	}
 	if args == nil {
@@ -293,7 +304,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		_ = writeJSON(o.g.Streams.Out, map[string]any{
 			"tool": tool.Name, "success": res.Success, "result": res.Output, "reason": res.Reason, "message": res.Message,
 		})
-	} else if res.Reason == reason.OK {
+	} else if res.Reason == reason.OK && (res.Success || res.Message == "") {
 		// The result is the plugin's text: sanitised on a terminal, like all plugin output.
 		out, flush := pluginStderr(o.g.Streams.Out)
 		printResult(out, res.Output)
@@ -303,6 +314,10 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	case res.Reason != reason.OK:
 		code := ReasonExit(res.Reason)
 		return &ExitError{Code: code, Msg: fmt.Sprintf("tool %s: %s (reason: %s)", tool.Name, res.Message, res.Reason)}
+	case !res.Success && res.Message != "" && !o.JSON:
+		// The tool's own failure in its words (a runtime-v1 error reply: "code: message"),
+		// not the JSON object it came in.
+		return &ExitError{Code: ExitToolFalse, Msg: fmt.Sprintf("tool %s: %s", tool.Name, res.Message)}
 	case !res.Success:
 		return &ExitError{Code: ExitToolFalse}
 	}
