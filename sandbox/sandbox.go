@@ -132,6 +132,15 @@ type Process interface {
 	Kill() error
 }
 
+// Interrupter is a Process that can deliver a terminal's interrupt as the terminal would:
+// SIGINT to every process of the run's process group at once. A plugin runs in a session of
+// its own (never on the user's terminal), so Ctrl+C reaches it only this way; programs
+// written for a host that leaves them on the terminal expect it (bash dies in its read,
+// Python raises KeyboardInterrupt).
+type Interrupter interface {
+	Interrupt() error
+}
+
 // Result says how a run ended and what the sandbox saw.
 type Result struct {
 	ExitCode   int    // the main process's exit code; 128+n when killed by signal n

@@ -744,6 +744,19 @@ func (p *process) note(pids []int, main bool) {
 	}
 }
 
+// Interrupt sends SIGINT to the run's process group, as the terminal's Ctrl+C would: the
+// stub (which passes it on to the program once more, harmless for SIGINT), the program and
+// every child that stayed in its group. A child that left the group is not reached, as on
+// a terminal; the ladder's SIGKILL still is.
+func (p *process) Interrupt() error {
+	select {
+	case <-p.Exited():
+		return os.ErrProcessDone
+	default:
+	}
+	return syscall.Kill(-p.proc.Pid, syscall.SIGINT)
+}
+
 // signalTree sends sig to every process of the tree.
 func (p *process) signalTree(sig syscall.Signal) {
 	if p.cg != nil {
