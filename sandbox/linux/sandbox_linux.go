@@ -462,6 +462,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Scope:     true,
 			LogExec:   true,
 		}
+		// Any TCP port only where the run gets its own network namespace (below).
+		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && s.netns
 	}
 	if s.view {
 		if pol.View, err = buildView(spec, rw); err != nil {
