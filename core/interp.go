@@ -152,3 +152,21 @@ func readHead(file string) []byte {
 	b, _ := io.ReadAll(io.LimitReader(f, headBytes))
 	return b
 }
+
+// InterpreterHint is the hint for a plugin of b that could not run: "" unless its
+// interpreter chain needs a file access does not grant. For adapters whose start failed
+// (a handshake the plugin never answered, a plugin that ended before it was ready).
+func (e *Env) InterpreterHint(b *Binding, program string, access sandbox.Access) string {
+	gap := FindInterpreterGap(program, access, b.Paths.UserPATH, b.Paths.Home)
+	if gap == nil {
+		return ""
+	}
+	file := ""
+	if e.Config != nil {
+		file = e.Config.File
+	}
+	if file == "" {
+		file = filepath.Join(e.ConfigDir, policy.ConfigFile)
+	}
+	return gap.Hint(file)
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -206,15 +205,11 @@ func interpreterExit(e *env, name, program string, a sandbox.Access, p policy.Pa
 	if (code != 126 && code != 127) || (res != nil && res.Signal != "") {
 		return nil
 	}
-	gap := core.FindInterpreterGap(program, a, p.UserPATH, p.Home)
-	if gap == nil {
+	hint := e.InterpreterHint(&core.Binding{Paths: p}, program, a)
+	if hint == "" {
 		return nil
 	}
-	file := e.cfg.File
-	if file == "" {
-		file = filepath.Join(e.configDir, policy.ConfigFile)
-	}
-	return &ExitError{Code: code, Msg: fmt.Sprintf("plugin %s exited with code %d: %s", name, code, gap.Hint(file))}
+	return &ExitError{Code: code, Msg: fmt.Sprintf("plugin %s exited with code %d: %s", name, code, hint)}
 }
 
 // runLegacy runs a plugin without a protocol as a whole program on the project (the legacy
