@@ -22,8 +22,8 @@ type VersionManager struct {
 	// ReadExec are executables outside Root its shims run (mise's shims are symlinks to the
 	// mise binary).
 	ReadExec []string `json:"read_exec,omitempty"`
-	// ReadOnly are existing files and dirs outside Root it reads to pick a version: its
-	// global version file or config (~/.tool-versions, ~/.config/mise).
+	// ReadOnly are existing files outside Root it reads to pick a version: its global
+	// version file (~/.tool-versions). Never a config that can hold secrets (~/.config/mise).
 	ReadOnly []string `json:"read_only,omitempty"`
 	// Env are the variables it reads (names, or PREFIX_* patterns), passed through (the
 	// credential filter still applies).
@@ -108,7 +108,8 @@ func managerAt(dir, entry, home string, l Lookup) (VersionManager, bool) {
 		if bin := resolveShim(dir, l); bin != "" && filepath.Base(bin) == "mise" && !Within(bin, dir) {
 			vm.ReadExec = append(vm.ReadExec, bin)
 		}
-		vm.ReadOnly = appendExisting(vm.ReadOnly, l, homeFile(".config/mise"), homeFile(".tool-versions"))
+		// Not ~/.config/mise: its [env] section is where mise users keep secrets.
+		vm.ReadOnly = appendExisting(vm.ReadOnly, l, homeFile(".tool-versions"))
 	case l.Exists(j("installs")) && (l.Exists(j("asdf.sh")) || l.Exists(j("plugins"))) && in("shims", "bin"):
 		vm.Name, vm.Env, vm.VersionFiles = "asdf", []string{"ASDF_*"}, []string{".tool-versions"}
 		vm.ReadOnly = appendExisting(vm.ReadOnly, l, homeFile(".tool-versions"), homeFile(".asdfrc"))

@@ -83,7 +83,7 @@ func TestDetectVersionManagers(t *testing.T) {
 	}
 	assert.Equal(t, j(".pyenv/shims"), got["pyenv"].PATHEntry, "the first PATH entry of a manager names it")
 	assert.Equal(t, []string{j(".local/bin/mise")}, got["mise"].ReadExec, "mise's shims are symlinks to mise")
-	assert.ElementsMatch(t, []string{j(".config/mise"), j(".tool-versions")}, got["mise"].ReadOnly)
+	assert.Equal(t, []string{j(".tool-versions")}, got["mise"].ReadOnly, "not ~/.config/mise: its [env] holds secrets")
 	assert.Equal(t, []string{j(".tool-versions")}, got["asdf"].ReadOnly)
 
 	// Into a profile: each tree read+execute for execs and the plugin, never $HOME or ~/.ssh.
@@ -96,6 +96,7 @@ func TestDetectVersionManagers(t *testing.T) {
 			assert.Contains(t, a.re, j(root), name)
 		}
 		assert.Contains(t, a.ro, j(".tool-versions"), name)
+		assert.NotContains(t, append(a.re, a.ro...), j(".config/mise"), name)
 		for _, x := range append(a.re, a.ro...) {
 			assert.False(t, Within(home, x), "%s: %s covers $HOME", name, x)
 			assert.False(t, Within(x, j(".ssh")), "%s: %s", name, x)
