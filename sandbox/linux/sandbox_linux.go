@@ -747,16 +747,27 @@ func (p *process) note(pids []int, main bool) {
 }
 
 // Interrupt sends SIGINT to the run's process group, as the terminal's Ctrl+C would: the
-// stub (which passes it on to the program once more, harmless for SIGINT), the program and
-// every child that stayed in its group. A child that left the group is not reached, as on
-// a terminal; the ladder's SIGKILL still is.
+// program and every child that stayed in its group. A child that left the group is not
+// reached, as on a terminal; the ladder's SIGKILL still is.
 func (p *process) Interrupt() error {
 	select {
 	case <-p.Exited():
 		return os.ErrProcessDone
 	default:
 	}
-	return syscall.Kill(-p.proc.Pid, syscall.SIGINT)
+	if p.status == nil {
+		return syscall.Kill(-p.proc.Pid, syscall.SIGINT)
+	}
+	// The group leader is an init stub, which passes SIGINT on to the program: a group
+	// signal would reach the program twice (a Python plugin's KeyboardInterrupt handler
+	// interrupted by the second). Every member but the stub, then; one forked meanwhile is
+	// left to the ladder.
+	for _, pid := range pgroupMembers(p.proc.Pid) {
+		if pid != p.proc.Pid {
+			_ = syscall.Kill(pid, syscall.SIGINT)
+		}
+	}
+	return nil
 }
 
 // signalTree sends sig to every process of the tree.
