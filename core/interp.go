@@ -153,11 +153,11 @@ func readHead(file string) []byte {
 	return b
 }
 
-// InterpreterHint is the hint for a plugin of b that could not run: "" unless its
+// InterpreterHint is the hint for a plugin (with paths p) that could not run: "" unless its
 // interpreter chain needs a file access does not grant. For adapters whose start failed
 // (a handshake the plugin never answered, a plugin that ended before it was ready).
-func (e *Env) InterpreterHint(b *Binding, program string, access sandbox.Access) string {
-	gap := FindInterpreterGap(program, access, b.Paths.UserPATH, b.Paths.Home)
+func (e *Env) InterpreterHint(p policy.Paths, program string, access sandbox.Access) string {
+	gap := FindInterpreterGap(program, access, p.UserPATH, p.Home)
 	if gap == nil {
 		return ""
 	}

@@ -319,7 +319,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 				f = fail(reason.LaunchFailed, "plugin %s sent a malformed line while starting: %s", name, ev.msg)
 			case "eof":
 				f = fail(reason.LaunchFailed, "plugin %s ended before it was ready (%s)", name, ev.msg)
-				if hint := env.InterpreterHint(b, program, spec.Access); hint != "" {
+				if hint := env.InterpreterHint(b.Paths, program, spec.Access); hint != "" {
 					f.Msg += ": " + hint
 				}
 			}

@@ -205,7 +205,7 @@ func interpreterExit(e *env, name, program string, a sandbox.Access, p policy.Pa
 	if (code != 126 && code != 127) || (res != nil && res.Signal != "") {
 		return nil
 	}
-	hint := e.InterpreterHint(&core.Binding{Paths: p}, program, a)
+	hint := e.InterpreterHint(p, program, a)
 	if hint == "" {
 		return nil
 	}

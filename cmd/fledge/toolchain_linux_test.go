@@ -118,6 +118,52 @@ func TestReadOnlyToolchainTree(t *testing.T) {
 	assert.Contains(t, out, "EXEC code=0 out=/usr/bin/python3")
 }
 
+// jsonrpcPy is a JSON-RPC 2.0 tool plugin (the kind the seed's examples are) in Python.
+const jsonrpcPy = `#!/usr/bin/env python3
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m["method"] == "initialize":
+        r = {"name": "rpcpy", "version": "1.0.0", "description": "py", "hooks": [], "tools": [], "priority": 500}
+    else:
+        r = {"ok": True}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+    if m["method"] == "shutdown":
+        break
+`
+
+// The same for a JSON-RPC plugin: its install-time handshake fails with the path and the
+// line, and works with the line.
+func TestReadOnlyToolchainTreeJSONRPC(t *testing.T) {
+	e := newPtyEnv(t, "")
+	tool := filepath.Join(e.home, ".mytool")
+	require.NoError(t, os.MkdirAll(filepath.Join(tool, "shims"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(tool, "libexec"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(tool, "shims", "python3"),
+		[]byte("#!/usr/bin/env bash\nexec \""+filepath.Join(tool, "libexec", "mytool")+"\" \"$@\"\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(tool, "libexec", "mytool"),
+		[]byte("#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n"), 0o755))
+	for i, kv := range e.env {
+		if strings.HasPrefix(kv, "PATH=") {
+			e.env[i] = "PATH=" + filepath.Join(tool, "shims") + ":/usr/local/bin:/usr/bin:/bin"
+		}
+	}
+	src := filepath.Join(filepath.Dir(e.home), "src", "rpcpy")
+	require.NoError(t, os.MkdirAll(filepath.Dir(src), 0o700))
+	require.NoError(t, os.WriteFile(src, []byte(jsonrpcPy), 0o755))
+
+	out, code := e.run(t, "--ni", "plugins", "install", src, "--protocol", "jsonrpc-2.0", "--grant", "")
+	assert.NotEqual(t, 0, code, out)
+	assert.Contains(t, out, "its interpreter needs "+filepath.Join(tool, "libexec", "mytool"))
+	assert.Contains(t, out, `add read_only = ["`+tool+`"] under [sandbox] in `+filepath.Join(e.home, ".config", "fledge", "config.toml"))
+
+	require.NoError(t, os.WriteFile(filepath.Join(e.home, ".config", "fledge", "config.toml"),
+		[]byte("[sandbox]\nread_only = [\""+tool+"\"]\n"), 0o600))
+	out, code = e.run(t, "--ni", "plugins", "install", src, "--protocol", "jsonrpc-2.0", "--grant", "")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "installed rpcpy 1.0.0")
+}
+
 // toolEnvIn installs pyver into e with path as PATH.
 func toolEnvIn(t *testing.T, e *ptyEnv, path string) *ptyEnv {
 	t.Helper()
