@@ -116,7 +116,59 @@ func (e *Env) Paths(pluginDir, dataDir string, proj *project.Info) policy.Paths 
 	if proj != nil {
 		p.ProjectRoot = proj.Root
 	}
+	p.VersionManagers = policy.DetectVersionManagers(userPATH, p.Home, OSLookup{})
+	if len(p.VersionManagers) > 0 {
+		// The managers read their version files from the working directory up (the
+		// plugin's is the user's, or the project root).
+		seen := map[string]bool{}
+		dirs := []string{p.ProjectRoot}
+		if wd, err := os.Getwd(); err == nil {
+			dirs = append(dirs, Resolved(wd))
+		}
+		for _, d := range dirs {
+			for _, f := range policy.VersionFilesFor(d, p.VersionManagers, OSLookup{}) {
+				if !seen[f] {
+					seen[f] = true
+					p.VersionFiles = append(p.VersionFiles, f)
+				}
+			}
+		}
+	}
 	return p
+}
+
+// OSLookup is policy.Lookup on the real filesystem.
+type OSLookup struct{}
+
+func (OSLookup) Exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func (OSLookup) RegularFile(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func (OSLookup) Resolve(p string) string {
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return ""
+	}
+	return r
+}
+
+func (OSLookup) FirstEntry(dir string) string {
+	f, err := os.Open(dir)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
 
 // Resolved is p with symlinks resolved as far as it exists (the missing tail kept).

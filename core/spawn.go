@@ -222,7 +222,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 // ProfileDetails is the part of a plugin_start record that says what the plugin may reach.
 func ProfileDetails(spec *sandbox.Spec) map[string]any {
 	return map[string]any{
-		"network": spec.Network, "listen_tcp": spec.ListenTCP, "unix_sockets": spec.UnixSockets,
+		"network": spec.Network, "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
 		"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
 		"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
 	}
@@ -265,6 +265,32 @@ func (p *Proc) Stop(by string, userInterrupt bool, notify func()) {
 		time.AfterFunc(p.ladder.KillAfter, func() { _ = p.proc.Kill() }))
 }
 
+// Interrupt is the user's Ctrl+C: Stop (cancel, then SIGTERM and SIGKILL as the ladder
+// says) and, at once, SIGINT to the plugin's process group, as the terminal would have sent
+// it had the plugin been on it. A plugin written for a host that leaves it on the terminal
+// stops there, before it can take a cancelled question as an empty answer and go on to its
+// next step; one that handles SIGINT (or ignores it) still gets the cancel and the ladder.
+// A second interrupt kills at once (Stop's rule).
+func (p *Proc) Interrupt(by string, notify func()) {
+	p.stopMu.Lock()
+	first := !p.stopped
+	p.stopMu.Unlock()
+	p.Stop(by, true, notify)
+	if !first {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	if in, ok := p.proc.(sandbox.Interrupter); ok {
+		_ = in.Interrupt()
+		return
+	}
+	_ = p.proc.Signal(os.Interrupt)
+}
+
 // Stopping reports whether Stop was called.
 func (p *Proc) Stopping() bool {
 	p.stopMu.Lock()
@@ -272,8 +298,9 @@ func (p *Proc) Stopping() bool {
 	return p.stopped
 }
 
-// WatchSignals turns SIGINT/SIGTERM from sigs into Stop(signal, user interrupt, notify)
-// until the plugin is gone or done is closed; a second signal kills at once.
+// WatchSignals turns SIGINT from sigs into Interrupt and SIGTERM into Stop (both a user
+// interrupt, with notify) until the plugin is gone or done is closed; a second signal kills
+// at once.
 func (p *Proc) WatchSignals(sigs <-chan os.Signal, done <-chan struct{}, notify func()) {
 	if sigs == nil {
 		return
@@ -285,6 +312,10 @@ func (p *Proc) WatchSignals(sigs <-chan os.Signal, done <-chan struct{}, notify 
 		case <-done:
 			return
 		case sig := <-sigs:
+			if sig == os.Interrupt {
+				p.Interrupt(sig.String(), notify)
+				continue
+			}
 			p.Stop(sig.String(), true, notify)
 		}
 	}

@@ -252,6 +252,11 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 	spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindPlugin, name, program, []string{program}
 	if tcp && !spec.Network {
 		spec.ListenTCP = []uint16{port}
+		// In its own network namespace any loopback port is harmless (nothing else lives
+		// there and only fledge, entering it, connects): a plugin written for the Dify-style
+		// TCP mode binds port 0 or a port of its own and announces it. Without a namespace
+		// it is held to FLEDGE_LISTEN_PORT.
+		spec.ListenAnyTCP = inNetns
 	}
 	timeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, prof.Session)
 	s := &Session{b: b, h: h, prof: prof, lim: o.Limits.withDefaults(prof.Session.PendingRequests), timeout: timeout, name: name,
@@ -309,11 +314,14 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 				}
 				f = fail(reason.LaunchFailed, "plugin %s failed to start (%s): %s", name, kind, clip(ev.msg))
 			case "hostport":
-				f = s.connect(ev.host, ev.port, port, spec.ListenTCP != nil, inNetns)
+				f = s.connect(ev.host, ev.port, port, spec.ListenTCP != nil && !spec.ListenAnyTCP, inNetns)
 			case "malformed":
 				f = fail(reason.LaunchFailed, "plugin %s sent a malformed line while starting: %s", name, ev.msg)
 			case "eof":
 				f = fail(reason.LaunchFailed, "plugin %s ended before it was ready (%s)", name, ev.msg)
+				if hint := env.InterpreterHint(b.Paths, program, spec.Access); hint != "" {
+					f.Msg += ": " + hint
+				}
 			}
 		case <-timer.C:
 			f = fail(reason.LaunchFailed, "plugin %s was not ready within %s", name, startup)

@@ -412,8 +412,10 @@ func TestTCPPlugin(t *testing.T) {
 	require.Len(t, prof["listen_tcp"], 1)
 	assert.Contains(t, f.Stderr.String(), "plugin is running on 127.0.0.1:")
 
-	// While serving, it tries to connect out to a listener on the host, and to bind
-	// another port: both refused, and the listener saw nothing.
+	// While serving, it tries to connect out to a listener on the host (refused: the
+	// listener sees nothing) and to bind another port (allowed: in its own network namespace
+	// no port is reachable from outside; TestTCPWithoutNetworkNamespace holds it to one port
+	// where there is no namespace).
 	port, got := hostListener(t)
 	var c2 collector
 	out = s.Invoke(context.Background(), "tool", "connect_out", json.RawMessage(fmt.Sprintf(`{"port":%d}`, port)), c2.sink)
@@ -421,7 +423,8 @@ func TestTCPPlugin(t *testing.T) {
 	var res map[string]string
 	require.NoError(t, json.Unmarshal(c2.events[1].Response, &res))
 	assert.NotEqual(t, "ok", res["connect"], "a TCP plugin without network connects nowhere")
-	assert.Equal(t, "Permission denied", res["bind_other"], "it binds its one port only")
+	assert.Equal(t, "ok", res["bind_other"], "any port in its own network namespace")
+	assert.Equal(t, true, prof["listen_any_tcp"])
 	select {
 	case <-got:
 		t.Fatal("the host listener got a connection from the plugin")
@@ -430,12 +433,22 @@ func TestTCPPlugin(t *testing.T) {
 }
 
 func TestTCPPluginRefused(t *testing.T) {
-	for _, tc := range []struct{ mode, msg string }{
-		{"tcp_nonloopback", `announced host "10.11.12.13": refused, a TCP plugin must listen on loopback`},
-		{"tcp_wrong_port", "may listen only on port"},
+	for _, tc := range []struct {
+		name, mode, msg string
+		fixture         func(t *testing.T) *adaptertest.Fixture
+	}{
+		{"tcp_nonloopback", "tcp_nonloopback", `announced host "10.11.12.13": refused, a TCP plugin must listen on loopback`, nil},
+		// In its own network namespace any port is the plugin's to announce; one nobody
+		// listens on is simply not there.
+		{"tcp_wrong_port", "tcp_wrong_port", "connection refused", nil},
+		// Without one, it is held to FLEDGE_LISTEN_PORT.
+		{"tcp_wrong_port_no_netns", "tcp_wrong_port", "may listen only on port", noNetnsFixture},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			f := adaptertest.New(t, nil)
+			if tc.fixture != nil {
+				f = tc.fixture(t)
+			}
 			b := install(t, f, tc.mode, `transport = "tcp"`, noGrants)
 			s, fl := Start(context.Background(), Options{Host: host(f), Binding: b})
 			require.Nil(t, s)

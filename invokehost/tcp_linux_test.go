@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -45,6 +46,54 @@ func TestTCPWithoutNetworkNamespace(t *testing.T) {
 	require.NotNil(t, fl)
 	assert.Equal(t, reason.LaunchFailed, fl.Code)
 	assert.Contains(t, fl.Msg, "listens on 0.0.0.0:")
+}
+
+// TestTCPPluginOwnPort: a plugin written for the Dify-style TCP mode binds port 0 (or a
+// port of its own) instead of FLEDGE_LISTEN_PORT and announces it: in its own network
+// namespace that works, fledge connects to the announced loopback port, and the plugin still
+// connects nowhere.
+func TestTCPPluginOwnPort(t *testing.T) {
+	for _, mode := range []string{"tcp_port0", "tcp_own_port"} {
+		t.Run(mode, func(t *testing.T) {
+			f := adaptertest.New(t, nil)
+			testutil.SkipUnlessSupported(t, strings.Contains(f.Env.Sandbox.Report().NetworkDeny, "netns"), "no network namespace for plugins here")
+			s, fl := Start(context.Background(), Options{Host: host(f), Binding: install(t, f, mode, `transport = "tcp"`, noGrants)})
+			require.Nil(t, fl, "the plugin's own port is refused")
+			t.Cleanup(func() { s.Close() })
+			require.NotNil(t, s.conn, "connected over TCP")
+			var c collector
+			out := s.Invoke(context.Background(), "tool", "echo", json.RawMessage(`{"own":"port"}`), c.sink)
+			require.Nil(t, out.Failure)
+			assert.JSONEq(t, `{"type":"tool","request":{"own":"port"}}`, string(c.events[1].Response))
+			if mode == "tcp_own_port" {
+				assert.Contains(t, f.Stderr.String(), "plugin is running on 127.0.0.1:5003")
+			}
+
+			port, got := hostListener(t)
+			var c2 collector
+			out = s.Invoke(context.Background(), "tool", "connect_out", json.RawMessage(`{"port":`+strconv.Itoa(port)+`}`), c2.sink)
+			require.Nil(t, out.Failure)
+			var res map[string]string
+			require.NoError(t, json.Unmarshal(c2.events[1].Response, &res))
+			assert.NotEqual(t, "ok", res["connect"], "it connects nowhere")
+			select {
+			case <-got:
+				t.Fatal("the host listener got a connection from the plugin")
+			default:
+			}
+		})
+	}
+}
+
+// Without a network namespace the current rule holds: port 0 or a port of its own is
+// refused (Landlock), the plugin cannot start, and nothing was bound on the host.
+func TestTCPPluginOwnPortWithoutNetworkNamespace(t *testing.T) {
+	f := noNetnsFixture(t)
+	s, fl := Start(context.Background(), Options{Host: host(f), Binding: install(t, f, "tcp_port0", `transport = "tcp"`, noGrants)})
+	require.Nil(t, s)
+	require.NotNil(t, fl)
+	assert.Equal(t, reason.LaunchFailed, fl.Code)
+	assert.Contains(t, f.Stderr.String(), "Permission denied", "bind refused")
 }
 
 func TestProcIP(t *testing.T) {

@@ -2,6 +2,7 @@ package jsonrpchost
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,8 +54,9 @@ func Probe(ctx context.Context, o ProbeOptions) (*Manifest, error) {
 		return nil, err
 	}
 	none := policy.Grants{Filesystem: policy.FilesystemNone}
+	paths := o.Env.Paths(o.Dir, home, nil)
 	prof := o.Env.Config.Build(policy.ProfileInput{
-		Paths: o.Env.Paths(o.Dir, home, nil), Grants: none, Environ: os.Environ(),
+		Paths: paths, Grants: none, Environ: os.Environ(),
 		PluginEnv: PluginEnv(o.Ref.Name, home),
 	})
 	rec := o.Env.NewRecorder(log, o.Ref, warn)
@@ -72,6 +74,9 @@ func Probe(ctx context.Context, o ProbeOptions) (*Manifest, error) {
 		proc.Stop(string(reason.HandshakeFailed), false, nil)
 		c.recordMalformed()
 		proc.Finish(map[string]any{"protocol": "jsonrpc-2.0", "probe": true})
+		if hint := o.Env.InterpreterHint(paths, program, prof.Plugin.Access); hint != "" && errors.Is(err, ErrGone) {
+			err = fmt.Errorf("%w: %s", err, hint)
+		}
 		return nil, err
 	}
 	s.stop()

@@ -3,6 +3,7 @@ package jsonrpchost
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -232,6 +233,9 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		s.proc.Stop(string(reason.HandshakeFailed), false, nil) // a second Stop kills at once
 		s.conn.recordMalformed()
 		s.proc.Finish(map[string]any{"protocol": plugin.ProtocolJSONRPC})
+		if hint := env.InterpreterHint(b.Paths, program, prof.Plugin.Access); hint != "" && errors.Is(err, ErrGone) {
+			err = fmt.Errorf("%w: %s", err, hint)
+		}
 		return nil, err
 	}
 	s.man = live

@@ -130,9 +130,11 @@ func (c *Config) Build(in ProfileInput) Profile {
 	if p.PluginDir != "" {
 		roots = append(roots, p.PluginDir)
 	}
+	// The detected version managers' own variables (PYENV_VERSION, ...) pass through.
+	allow := append(append([]string{}, c.Sandbox.EnvAllow...), managerEnv(p)...)
 	return Profile{
 		Plugin: sandbox.Spec{
-			Env:     ChildEnv(in.Environ, c.Sandbox.EnvAllow, in.PluginEnv),
+			Env:     ChildEnv(in.Environ, allow, in.PluginEnv),
 			Access:  PluginAccess(p, in.Grants, c),
 			Network: c.PluginNetwork(in.Grants),
 			// Unix sockets follow policy; a plugin's network grant does not open them.
@@ -142,7 +144,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 			Strict:      c.Sandbox.Strict,
 		},
 		Exec: sandbox.Spec{
-			Env:         ChildEnv(in.Environ, c.Sandbox.EnvAllow, nil),
+			Env:         ChildEnv(in.Environ, allow, nil),
 			Access:      ExecAccess(p, c),
 			Network:     c.NetworkAllowed(),
 			UnixSockets: c.UnixSocketsAllowed(),
@@ -150,7 +152,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 			Strict:      c.Sandbox.Strict,
 		},
 		Legacy: sandbox.Spec{
-			Env:    ChildEnv(in.Environ, c.Sandbox.EnvAllow, in.LegacyEnv),
+			Env:    ChildEnv(in.Environ, allow, in.LegacyEnv),
 			Access: LegacyAccess(p, c), Network: c.NetworkAllowed(), UnixSockets: c.UnixSocketsAllowed(),
 			Limits: c.PluginLimits(), PrivateTmp: true, Strict: c.Sandbox.Strict,
 		},

@@ -47,6 +47,12 @@ type Paths struct {
 	PluginDirEntries []string
 	UserPATH         []string
 	Home             string
+	// VersionManagers are the language version managers behind UserPATH entries
+	// (DetectVersionManagers): their install trees are granted read+execute.
+	VersionManagers []VersionManager
+	// VersionFiles are the managers' version files (.python-version, ...) that exist in
+	// the plugin's working directory and its parents (VersionFilesFor): read-only.
+	VersionFiles []string
 }
 
 // Deny rule (how every profile encodes "never the fledge config or state dirs"):
@@ -160,9 +166,10 @@ next:
 
 func baseAccess(p Paths) (sandbox.Access, []string) {
 	deny := denyList(p)
+	mgrExec, mgrRead := managerAccess(p, deny)
 	a := sandbox.Access{
-		ReadExec: append(append([]string{}, SystemPaths...), usablePATH(p, deny)...),
-		ReadOnly: append(append([]string{"/etc"}, DeviceReadOnly...), ProcReadOnly...),
+		ReadExec: append(append(append([]string{}, SystemPaths...), usablePATH(p, deny)...), mgrExec...),
+		ReadOnly: append(append(append([]string{"/etc"}, DeviceReadOnly...), ProcReadOnly...), mgrRead...),
 		// ReadWrite starts with the devices commands write to.
 		ReadWrite: append([]string{}, DeviceReadWrite...),
 		Deny:      deny,
@@ -215,10 +222,27 @@ func ExecAccess(p Paths, c *Config) sandbox.Access {
 	a.ReadExec = append(a.ReadExec, pluginDirRules(p)...)
 	if c != nil {
 		a.ReadWrite = append(a.ReadWrite, safeExtra(c.Sandbox.ReadWrite, deny)...)
-		a.ReadOnly = append(a.ReadOnly, safeExtra(c.Sandbox.ReadOnly, deny)...)
+		tool := toolchainReadOnly(p, c, deny)
+		for _, ro := range safeExtra(c.Sandbox.ReadOnly, deny) {
+			if !hasPath(tool, ro) {
+				a.ReadOnly = append(a.ReadOnly, ro)
+			}
+		}
+		// A toolchain tree runs its interpreters: read+execute (read-only alone ends in
+		// "bad interpreter").
+		a.ReadExec = append(a.ReadExec, tool...)
 		a.Unprotect = unprotect(c)
 	}
 	return a
+}
+
+func hasPath(list []string, x string) bool {
+	for _, y := range list {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }
 
 // unprotect is policy's opt-out from the sandbox's default protected paths. Protected
@@ -236,10 +260,14 @@ func unprotect(c *Config) []string {
 // safe PATH entries and its own dir (it cannot rewrite its code or plant files there);
 // read-write on its private data dir; the project only per the filesystem grant (none: no
 // access; project: read-only; plugin: nothing beyond the data dir). Policy read_only and
-// read_write do not apply: a plugin gets what its grants say, nothing more.
+// read_write do not apply (a plugin gets what its grants say), except a read_only toolchain
+// tree that holds a PATH entry, where the plugin's interpreter lives.
 func PluginAccess(p Paths, g Grants, c *Config) sandbox.Access {
-	a, _ := baseAccess(p)
+	a, deny := baseAccess(p)
 	a.ReadExec = append(a.ReadExec, pluginDirRules(p)...)
+	// The one policy extra a plugin gets: a read_only toolchain tree holding a PATH entry,
+	// since its own interpreter (#!/usr/bin/env python3) is found there.
+	a.ReadExec = append(a.ReadExec, toolchainReadOnly(p, c, deny)...)
 	a.ReadWrite = addIf(a.ReadWrite, p.PluginDataDir)
 	a.Unprotect = unprotect(c)
 	if g.FS() == FilesystemProject {

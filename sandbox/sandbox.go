@@ -89,6 +89,12 @@ type Spec struct {
 	// run's own network namespace when there is one (so only the host, entering it, can
 	// reach the port). Other platforms do not support it: the bind is refused there.
 	ListenTCP []uint16
+	// ListenAnyTCP lets the process bind any TCP port while Network is false, but only in
+	// the run's own network namespace (Linux, where the sandbox makes one): nothing outside
+	// that namespace reaches its ports (only the host, entering it), so a program that
+	// binds port 0 or a port of its own choosing is harmless there. It still connects
+	// nowhere. Without such a namespace it is ignored and ListenTCP alone applies.
+	ListenAnyTCP bool
 	// UnixSockets allows creating unix-domain sockets. False (the default) refuses them, on
 	// Linux by seccomp: a path-based unix socket (docker.sock, D-Bus, systemd) is a way out
 	// that neither Landlock below ABI 9 nor a network namespace closes.
@@ -130,6 +136,15 @@ type Process interface {
 	Signal(sig os.Signal) error
 	// Kill ends the whole tree now (SIGKILL to every member).
 	Kill() error
+}
+
+// Interrupter is a Process that can deliver a terminal's interrupt as the terminal would:
+// SIGINT to every process of the run's process group at once. A plugin runs in a session of
+// its own (never on the user's terminal), so Ctrl+C reaches it only this way; programs
+// written for a host that leaves them on the terminal expect it (bash dies in its read,
+// Python raises KeyboardInterrupt).
+type Interrupter interface {
+	Interrupt() error
 }
 
 // Result says how a run ended and what the sandbox saw.

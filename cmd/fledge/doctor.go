@@ -45,15 +45,16 @@ func (o *DoctorOptions) Run() error {
 		(rep.OS == "linux" && rep.HostDeath == "none") || noView)
 	if o.JSON {
 		return writeJSON(o.g.Streams.Out, map[string]any{
-			"fledge":        version,
-			"sandbox":       rep,
-			"strict":        strict,
-			"home_path":     homePATHEntries(e),
-			"root":          os.Geteuid() == 0,
-			"strict_refuse": refuses,
-			"config_dir":    e.configDir,
-			"config_file":   e.cfg.File,
-			"audit_log":     e.auditPath,
+			"fledge":           version,
+			"sandbox":          rep,
+			"strict":           strict,
+			"home_path":        homePATHEntries(e),
+			"version_managers": versionManagers(e),
+			"root":             os.Geteuid() == 0,
+			"strict_refuse":    refuses,
+			"config_dir":       e.configDir,
+			"config_file":      e.cfg.File,
+			"audit_log":        e.auditPath,
 			"exec": map[string]any{
 				"limits": limitsJSON(e.cfg.ExecLimits()), "network": e.cfg.NetworkAllowed(),
 				"unprotect": unprotectJSON(e.cfg),
@@ -102,10 +103,22 @@ func (o *DoctorOptions) Run() error {
 			"           is root's own, so a command could change modes outside its sandbox (never contents).\n"+
 			"           Run fledge as an unprivileged user where you can.\n")
 	}
+	vms := versionManagers(e)
+	for _, vm := range vms {
+		fmt.Fprintf(w, "  version manager:  %s from PATH entry %s: %s read+execute for plugins and commands\n", vm.Name, vm.PATHEntry, vm.Root)
+		for _, x := range vm.ReadExec {
+			fmt.Fprintf(w, "                    and %s (read+execute)\n", x)
+		}
+		for _, x := range vm.ReadOnly {
+			fmt.Fprintf(w, "                    and %s (read-only: picks the version)\n", x)
+		}
+	}
 	if hp := homePATHEntries(e); len(hp) > 0 {
 		fmt.Fprintf(w, "  note: PATH entries inside $HOME are read+execute for commands: %s\n", strings.Join(hp, ", "))
-		fmt.Fprintf(w, "        version-manager shims there (pyenv, asdf, nvm) re-exec from elsewhere in $HOME and fail\n"+
-			"        confined: add the tool's dir to [sandbox] read_only, or use a system interpreter\n")
+		if len(vms) == 0 {
+			fmt.Fprintf(w, "        a shim there that re-execs from elsewhere in $HOME fails confined unless its tree\n"+
+				"        is granted: add it to [sandbox] read_only (a tree holding a PATH entry is read+execute)\n")
+		}
 	}
 	if refuses {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
@@ -173,6 +186,16 @@ func limitsJSON(l sandbox.Limits) map[string]any {
 	}
 }
 
+// versionManagers are the version managers found from PATH (pyenv, nvm, asdf, mise, rbenv,
+// volta), whose trees plugins and commands get.
+func versionManagers(e *env) []policy.VersionManager {
+	vms := e.paths("", "", nil).VersionManagers
+	if vms == nil {
+		vms = []policy.VersionManager{}
+	}
+	return vms
+}
+
 // homePATHEntries are the PATH entries inside $HOME that commands get read+execute on.
 func homePATHEntries(e *env) []string {
 	home, err := os.UserHomeDir()
@@ -182,8 +205,12 @@ func homePATHEntries(e *env) []string {
 	home = resolved(home)
 	a := policy.ExecAccess(e.paths("", "", nil), e.cfg)
 	out := []string{}
+	mgr := map[string]bool{}
+	for _, vm := range versionManagers(e) {
+		mgr[vm.Root] = true
+	}
 	for _, d := range a.ReadExec {
-		if policy.Within(d, home) && d != home {
+		if policy.Within(d, home) && d != home && !mgr[d] {
 			out = append(out, d)
 		}
 	}

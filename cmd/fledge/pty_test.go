@@ -67,8 +67,12 @@ timeout)
   out "ANSWER_T $(reply t)"
   ;;
 wait)
+  # Handles SIGINT (a trap interrupts the read with a status above 128) and waits for the
+  # cancel that comes with it.
+  trap 'out "SIGINT"' INT
   out "READY"
-  while read -r R; do
+  while :; do
+    read -r R || { [ $? -gt 128 ] && continue; exit 0; }
     case "$R" in *'"type":"cancel"'*) out "GOT ${R//\"/\'}"; exit 0;; esac
   done
   ;;
@@ -79,6 +83,8 @@ hello)
   out "HELLO2 $(reply h2)"
   ;;
 ctrlc)
+  # Ignores SIGINT, so only the cancels can stop it.
+  trap '' INT
   # Like a plugin that goes on to its next question after a cancelled one: only a session
   # interrupt keeps that question off the screen. A step reached with an answer leaves a marker.
   echo '{"type":"prompt","id":"c1","message":"Interrupt me:","default":"world"}'
@@ -173,13 +179,19 @@ binary = "ask.sh"
 // stderr.
 func (e *ptyEnv) start(t *testing.T, mode string, stderrPipe bool) *ptyFledge {
 	t.Helper()
+	return e.startArgs(t, stderrPipe, "ask", mode)
+}
+
+// startArgs runs `fledge args...` as start does.
+func (e *ptyEnv) startArgs(t *testing.T, stderrPipe bool, args ...string) *ptyFledge {
+	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		testutil.SkipUnlessSupported(t, false, "no pseudo-terminal: "+err.Error())
 	}
 	require.NoError(t, pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}))
 	p := &ptyFledge{t: t, ptmx: ptmx, screen: &syncBuffer{}, copied: make(chan struct{}), done: make(chan struct{})}
-	p.cmd = exec.Command(e.fledge, "ask", mode)
+	p.cmd = exec.Command(e.fledge, args...)
 	p.cmd.Env, p.cmd.Dir = e.env, e.work
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = tty, tty, tty
 	if stderrPipe {
@@ -309,7 +321,7 @@ func TestPTYInterrupt(t *testing.T) {
 			require.NoError(p.t, syscall.Kill(p.cmd.Process.Pid, syscall.SIGINT))
 		},
 		// Ctrl+C on the terminal signals its foreground group: fledge, never the plugin
-		// (its own session). A plugin hit by SIGINT in bash's read would die without GOT.
+		// (its own session); fledge passes the SIGINT on to the plugin's group.
 		"ctrl+c on the terminal": func(p *ptyFledge) { p.press("\x03") },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -320,6 +332,7 @@ func TestPTYInterrupt(t *testing.T) {
 			p.waitFor("GOT ")
 			assert.Equal(t, 130, p.exit(), "screen:\n%q", p.screen.String())
 			assert.Contains(t, p.screen.String(), `GOT {'type':'cancel','reason':'user_interrupt'}`)
+			assert.Contains(t, p.screen.String(), "SIGINT", "the plugin's group gets the terminal's SIGINT")
 		})
 	}
 }
@@ -352,7 +365,8 @@ func TestPTYPromptDefaultReplacedByTyping(t *testing.T) {
 	assert.Contains(t, screen, `HELLO2 {'type':'response','id':'h2','value':'world'}`)
 }
 
-// Ctrl+C at a question is a session interrupt, as outside one: the plugin is cancelled,
+// Ctrl+C at a question is a session interrupt, as outside one: the plugin (here one that
+// ignores SIGINT; TestPTYCtrlCStopsHostPlugin has one that does not) is cancelled,
 // fledge exits 130, and the plugin never gets an answer to go on with (no marker), nor is
 // its next question shown.
 func TestPTYCtrlCAtPrompt(t *testing.T) {

@@ -192,7 +192,24 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	if out.Interrupted {
 		return &ExitError{Code: ExitInterrupted}
 	}
+	if err := interpreterExit(e, entry.Name, program, prof.Plugin.Access, b.Paths, out.ExitCode, out.Result); err != nil {
+		return err
+	}
 	return pluginExit(entry.Name, out.ExitCode, out.Result)
+}
+
+// interpreterExit explains a 126/127 exit the sandbox caused: the plugin's interpreter (or a
+// version-manager shim on the way to it) needs a file the profile does not grant. The error
+// names the file and the config line that grants it; nil when that is not the cause.
+func interpreterExit(e *env, name, program string, a sandbox.Access, p policy.Paths, code int, res *sandbox.Result) error {
+	if (code != 126 && code != 127) || (res != nil && res.Signal != "") {
+		return nil
+	}
+	hint := e.InterpreterHint(p, program, a)
+	if hint == "" {
+		return nil
+	}
+	return &ExitError{Code: code, Msg: fmt.Sprintf("plugin %s exited with code %d: %s", name, code, hint)}
 }
 
 // runLegacy runs a plugin without a protocol as a whole program on the project (the legacy
@@ -225,6 +242,11 @@ func runLegacy(ctx context.Context, g *Globals, e *env, u ui.UI, rec *core.Recor
 	}
 	if ex.Interrupted {
 		return &ExitError{Code: ExitInterrupted}
+	}
+	if !unconfined {
+		if err := interpreterExit(e, b.Entry.Name, program, spec.Access, b.Paths, ex.Code, ex.Result); err != nil {
+			return err
+		}
 	}
 	return pluginExit(b.Entry.Name, ex.Code, ex.Result)
 }

@@ -24,6 +24,17 @@ if mode == "start_garbage":
     out.write("this is not json\n"); out.flush(); time.sleep(60)
 
 rf, wf = sys.stdin, out
+if mode in ("tcp_port0", "tcp_own_port"):
+    # Written for the Dify-style TCP mode: it picks its own port (0: the kernel's choice,
+    # else a fixed one), never reads FLEDGE_LISTEN_PORT, and announces what it got.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0 if mode == "tcp_port0" else 5003))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+    send(out, "", "info", {"info": "plugin is running on 127.0.0.1:%d" % port, "host": "127.0.0.1", "port": port})
+    conn, _ = srv.accept()
+    rf = conn.makefile("r", encoding="utf-8")
+    wf = conn.makefile("w", encoding="utf-8")
 if mode in ("tcp", "tcp_nonloopback", "tcp_wrong_port", "tcp_any"):
     port = int(os.environ["FLEDGE_LISTEN_PORT"])
     srv = socket.socket()

@@ -279,6 +279,9 @@ func (p *process) terminate() {
 	p.sweep()
 }
 
+// Interrupt sends SIGINT to the process group, as the terminal's Ctrl+C would.
+func (p *process) Interrupt() error { return unix.Kill(-p.pid, unix.SIGINT) }
+
 // signalTree sends sig to the process group and every current member of the tree.
 func (p *process) signalTree(sig unix.Signal) {
 	_ = unix.Kill(-p.pid, sig)

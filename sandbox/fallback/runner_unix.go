@@ -122,6 +122,9 @@ type process struct {
 
 func (p *process) Kill() error { p.group(syscall.SIGKILL); return nil }
 
+// Interrupt sends SIGINT to the process group, as the terminal's Ctrl+C would.
+func (p *process) Interrupt() error { return syscall.Kill(-p.proc.Pid, syscall.SIGINT) }
+
 // group signals the process group; it reports whether anything was still in it.
 func (p *process) group(sig syscall.Signal) bool {
 	if syscall.Kill(-p.proc.Pid, sig) != nil {

@@ -23,6 +23,9 @@ type Landlock struct {
 	// BindTCP are ports that may still be bound under DenyNet (ABI >= 4): a plugin serving
 	// its protocol on one loopback port, which connects nowhere.
 	BindTCP []uint16 `json:"bind_tcp,omitempty"`
+	// BindAnyTCP leaves TCP bind unhandled under DenyNet (connect stays denied): set only for
+	// a run in its own network namespace, where any port it binds is out of everyone's reach.
+	BindAnyTCP bool `json:"bind_any_tcp,omitempty"`
 	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
 	Scope bool `json:"scope,omitempty"`
 	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).

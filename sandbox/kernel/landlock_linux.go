@@ -104,6 +104,9 @@ func buildRuleset(l *Landlock) (int, error) {
 	attr := ll.RulesetAttr{HandledAccessFS: fs}
 	if l.DenyNet && abi >= 4 {
 		attr.HandledAccessNet = handledNet(abi)
+		if l.BindAnyTCP {
+			attr.HandledAccessNet &^= ll.AccessNetBindTCP
+		}
 	}
 	if l.Scope && abi >= 6 {
 		attr.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
@@ -142,7 +145,7 @@ func buildRuleset(l *Landlock) (int, error) {
 			return -1, err
 		}
 	}
-	if l.DenyNet && abi >= 4 {
+	if l.DenyNet && abi >= 4 && !l.BindAnyTCP {
 		for _, port := range l.BindTCP {
 			rule := ll.NetPortAttr{AllowedAccess: ll.AccessNetBindTCP, Port: uint64(port)}
 			if err := ll.LandlockAddNetPortRule(rfd, &rule, 0); err != nil {

@@ -65,3 +65,44 @@ s3 = socket.socket(); try_("connect", lambda: s3.connect(("127.0.0.1", target)))
 	require.Equal(t, 0, res.ExitCode)
 	assert.Contains(t, out, "bind-listed denied 13")
 }
+
+// ListenAnyTCP: in the run's own network namespace any port binds (port 0, a fixed one) and
+// the process still connects nowhere; without a namespace it is ignored (ListenTCP rules).
+func TestListenAnyTCPOnlyInOwnNetns(t *testing.T) {
+	script := `
+import socket
+def try_(what, f):
+    try:
+        f(); print(what, "ok")
+    except OSError as e:
+        print(what, "denied", e.errno)
+s = socket.socket(); try_("bind-zero", lambda: s.bind(("127.0.0.1", 0)))
+s2 = socket.socket(); try_("bind-fixed", lambda: s2.bind(("127.0.0.1", 5003)))
+s3 = socket.socket(); try_("connect", lambda: s3.connect(("1.1.1.1", 443)))
+`
+	for _, tc := range []struct {
+		name    string
+		noNetns bool
+		want    []string
+	}{
+		{"own netns", false, []string{"bind-zero ok", "bind-fixed ok", "connect denied"}},
+		{"no netns", true, []string{"bind-zero denied 13", "bind-fixed denied 13", "connect denied 13"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := newSandbox(t, Options{DisableNetNS: tc.noNetns})
+			testutil.SkipUnlessSupported(t, sb.abi >= 4, "Landlock network rules need ABI 4")
+			if !tc.noNetns {
+				testutil.SkipUnlessSupported(t, sb.netns, "no network namespaces here")
+			}
+			e := newEnv(t)
+			spec := e.spec("")
+			spec.Path, spec.Args = "/usr/bin/python3", []string{"python3", "-c", script}
+			spec.ListenAnyTCP = true
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, errOut)
+			for _, w := range tc.want {
+				assert.Contains(t, out, w)
+			}
+		})
+	}
+}

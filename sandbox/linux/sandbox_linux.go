@@ -515,6 +515,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Scope:     true,
 			LogExec:   true,
 		}
+		// Any TCP port only where the run gets its own network namespace (below).
+		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && s.netns
 	}
 	if s.view {
 		if pol.View, err = buildView(spec, rw); err != nil {
@@ -809,6 +811,30 @@ func (p *process) note(pids []int, main bool) {
 		}
 		p.killed[pid] = true
 	}
+}
+
+// Interrupt sends SIGINT to the run's process group, as the terminal's Ctrl+C would: the
+// program and every child that stayed in its group. A child that left the group is not
+// reached, as on a terminal; the ladder's SIGKILL still is.
+func (p *process) Interrupt() error {
+	select {
+	case <-p.Exited():
+		return os.ErrProcessDone
+	default:
+	}
+	if p.status == nil {
+		return syscall.Kill(-p.proc.Pid, syscall.SIGINT)
+	}
+	// The group leader is an init stub, which passes SIGINT on to the program: a group
+	// signal would reach the program twice (a Python plugin's KeyboardInterrupt handler
+	// interrupted by the second). Every member but the stub, then; one forked meanwhile is
+	// left to the ladder.
+	for _, pid := range pgroupMembers(p.proc.Pid) {
+		if pid != p.proc.Pid {
+			_ = syscall.Kill(pid, syscall.SIGINT)
+		}
+	}
+	return nil
 }
 
 // signalTree sends sig to every process of the tree.

@@ -140,6 +140,25 @@ func runUserNSHelper(root, m string) int {
 			}
 			return p.Signal(syscall.SIGTERM)
 		})
+	// Ctrl+C as the terminal sends it (sandbox.Interrupter): the program (under the init
+	// stub here) and its foreground child get SIGINT, the program once.
+	report("interrupt", pySpec(spec(""), `import signal, subprocess, sys, time
+def h(s, f):
+    open("ints.txt", "a").write("int\n")
+    time.sleep(0.2)
+signal.signal(signal.SIGINT, h)
+print("up", flush=True)
+r = subprocess.run(["sleep", "5"]).returncode
+time.sleep(0.5)
+print("after", r)`),
+		func(p sandbox.Process, stdout *bufio.Reader) error {
+			line, err := stdout.ReadString('\n')
+			if err != nil || line != "up\n" {
+				return fmt.Errorf("no start line: %q %v", line, err)
+			}
+			time.Sleep(100 * time.Millisecond) // the sleep has started
+			return p.(sandbox.Interrupter).Interrupt()
+		})
 	// Both sleeps carry the marker (as their shell's $0); the setsid'd one has left the
 	// process group, so only the end of the pid namespace can take it down.
 	report("leftover", spec(`sh -c ': > up1; sleep 300; :' "$1" & (setsid sh -c ': > up2; sleep 300; :' "$1" </dev/null >/dev/null 2>&1 &)
@@ -186,6 +205,12 @@ func runUserNSHelper(root, m string) int {
 	_, err = off.Start(context.Background(), strict)
 	_ = out.Encode(nsRun{Name: "strict-noview", Err: fmt.Sprint(err), View: off.Report().FilesystemView})
 	return 0
+}
+
+// pySpec makes s run a python3 program.
+func pySpec(s *sandbox.Spec, prog string) *sandbox.Spec {
+	s.Path, s.Args = "/usr/bin/python3", []string{"python3", "-c", prog}
+	return s
 }
 
 // prepareNobody copies the test binary where uid 65534 can run it and makes the fake
@@ -352,6 +377,15 @@ func TestUserNamespaceView(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(e.project, "term.txt"))
 		require.NoError(t, err)
 		assert.Equal(t, "trapped\n", string(b))
+	})
+	t.Run("interrupt", func(t *testing.T) {
+		r := runs["interrupt"]
+		require.Empty(t, r.Err)
+		assert.Equal(t, 0, r.Exit, r.Stderr)
+		assert.Equal(t, "after -2\n", r.Stdout, "the child died of SIGINT at once")
+		b, err := os.ReadFile(filepath.Join(e.project, "ints.txt"))
+		require.NoError(t, err)
+		assert.Equal(t, "int\n", string(b), "the program got SIGINT once")
 	})
 	t.Run("nothing outlives the command", func(t *testing.T) {
 		r := runs["leftover"]
