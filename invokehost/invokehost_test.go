@@ -432,18 +432,19 @@ func TestTCPPlugin(t *testing.T) {
 	}
 }
 
+// tcpRefusedCase is one refused TCP plugin; platformTCPRefusedCases adds this platform's.
+type tcpRefusedCase struct {
+	name, mode, msg string
+	fixture         func(t *testing.T) *adaptertest.Fixture
+}
+
 func TestTCPPluginRefused(t *testing.T) {
-	for _, tc := range []struct {
-		name, mode, msg string
-		fixture         func(t *testing.T) *adaptertest.Fixture
-	}{
+	for _, tc := range append([]tcpRefusedCase{
 		{"tcp_nonloopback", "tcp_nonloopback", `announced host "10.11.12.13": refused, a TCP plugin must listen on loopback`, nil},
 		// In its own network namespace any port is the plugin's to announce; one nobody
 		// listens on is simply not there.
 		{"tcp_wrong_port", "tcp_wrong_port", "connection refused", nil},
-		// Without one, it is held to FLEDGE_LISTEN_PORT.
-		{"tcp_wrong_port_no_netns", "tcp_wrong_port", "may listen only on port", noNetnsFixture},
-	} {
+	}, platformTCPRefusedCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := adaptertest.New(t, nil)
 			if tc.fixture != nil {

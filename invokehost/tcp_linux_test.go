@@ -103,6 +103,11 @@ func TestProcIP(t *testing.T) {
 	assert.Nil(t, procIP("xyz"))
 }
 
+// Without a network namespace, a TCP plugin is held to FLEDGE_LISTEN_PORT.
+var platformTCPRefusedCases = []tcpRefusedCase{
+	{"tcp_wrong_port_no_netns", "tcp_wrong_port", "may listen only on port", noNetnsFixture},
+}
+
 // noNetnsFixture is a fixture whose sandbox has no network namespaces (as for an
 // unprivileged user); the fixture closes it.
 func noNetnsFixture(t *testing.T) *adaptertest.Fixture {
