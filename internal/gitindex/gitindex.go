@@ -96,6 +96,9 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 				return nil, fmt.Errorf("%w: extended flags in a version %d index", ErrFormat, ver)
 			}
 			p += 2
+			if p > end {
+				return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
+			}
 		}
 		var name []byte
 		if ver == 4 {
