@@ -91,6 +91,8 @@ func TestViewGitNestedQuarantined(t *testing.T) {
 			res, out, errOut := run(t, sb, spec)
 			require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
 			require.Equal(t, "armed\n", out, "the attack itself is not stopped (the index is writable): %s", errOut)
+			userStatus(t, root)
+			requireNoMarks(t, marks)
 			require.Len(t, res.Quarantined, 2, "%+v", res.Quarantined)
 			for i, sub := range []string{"a/b/deep", "sub"} { // index order
 				dir := filepath.Join(root, sub)
@@ -104,8 +106,6 @@ func TestViewGitNestedQuarantined(t *testing.T) {
 				assert.Equal(t, root, got.Repository)
 				assert.Empty(t, got.Err)
 			}
-			userStatus(t, root)
-			requireNoMarks(t, marks)
 			assert.Contains(t, gitCmd(t, root, "ls-files", "--stage"), "160000 ", "the index is the command's: only the repositories went")
 		})
 	}
@@ -161,7 +161,7 @@ func TestViewGitNestedExisting(t *testing.T) {
 			gitCmd(t, lay.main, "commit", "-q", "-m", "old-style nested repository")
 			require.Contains(t, gitCmd(t, lay.main, "ls-files", "--stage", "vendor/pkg/old"), "160000 ")
 			marks := t.TempDir()
-			evilCfg := `printf '[core]\n\tfsmonitor = "touch $MARKS/fsmonitor-ran; false"\n'`
+			evilCfg := `printf '[core]\n\tfsmonitor = touch $MARKS/fsmonitor-ran\n'`
 			script := attemptScript + `o=vendor/pkg/old/.git
 attempt old-config sh -c "` + evilCfg + ` >> $o/config"
 attempt old-hook sh -c 'printf "#!/bin/sh\ntouch $MARKS/hook-ran\n" > vendor/pkg/old/.git/hooks/pre-commit'
