@@ -107,27 +107,35 @@ func newNestedStore() *nestedStore { return &nestedStore{indexes: map[string]*st
 // gitlinks are the (clean, deduplicated) gitlink paths of c's index; none when there is no
 // index. A nil store reads every time.
 func (s *nestedStore) gitlinks(c *indexedCheckout) ([]string, error) {
-	b, st, err := readIndexFile(c.index)
+	var cached []string
+	b, st, err := readIndexFile(c.index, func(st *unix.Stat_t) bool {
+		if s == nil {
+			return false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if si := s.indexes[c.index]; si != nil && si.gitlinks != nil && si.id == idOf(st, true) {
+			cached = si.gitlinks
+			return true
+		}
+		return false
+	})
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	id := idOf(&st, true)
-	if s != nil {
-		s.mu.Lock()
-		si := s.indexes[c.index]
-		s.mu.Unlock()
-		if si != nil && si.id == id && si.gitlinks != nil {
-			return si.gitlinks, nil
-		}
+	if cached != nil {
+		return cached, nil
 	}
-	links, err := parseGitlinks(b, c)
+	id := idOf(&st, true)
+	links, split, err := parseGitlinks(b, c)
 	if err != nil {
 		return nil, err
 	}
-	if s != nil {
+	// A split index's shared part can change with the index unchanged: never cached.
+	if s != nil && !split {
 		s.mu.Lock()
 		if si := s.indexes[c.index]; si != nil {
 			si.id, si.gitlinks = id, links
@@ -175,8 +183,9 @@ func (s *nestedStore) known(index, gitlink string, id gitFileID) bool {
 }
 
 // readIndexFile opens the index (following a symlink, as git does, but never blocking on
-// a FIFO put in its place) and reads it, bounded, with the identity it had when opened.
-func readIndexFile(p string) ([]byte, unix.Stat_t, error) {
+// a FIFO put in its place) and reads it, bounded, with the identity it had when opened;
+// it reads nothing when known (nil: never) says the identity is one already read.
+func readIndexFile(p string, known func(*unix.Stat_t) bool) ([]byte, unix.Stat_t, error) {
 	var st unix.Stat_t
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -193,6 +202,9 @@ func readIndexFile(p string) ([]byte, unix.Stat_t, error) {
 	if st.Size > maxIndexBytes {
 		return nil, st, fmt.Errorf("%w: index %s is %d bytes, more than the %d fledge reads (it refuses to run rather than leave a nested repository unprotected)", errGitProtect, p, st.Size, maxIndexBytes)
 	}
+	if known != nil && known(&st) {
+		return nil, st, nil
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxIndexBytes+1))
 	if err != nil {
 		return nil, st, err
@@ -204,27 +216,27 @@ func readIndexFile(p string) ([]byte, unix.Stat_t, error) {
 }
 
 // parseGitlinks reads the gitlinks of the index b (and of its shared index, when split).
-func parseGitlinks(b []byte, c *indexedCheckout) ([]string, error) {
+func parseGitlinks(b []byte, c *indexedCheckout) (_ []string, split bool, _ error) {
 	idx, err := gitindex.Parse(b, c.hashLen, maxIndexEntries, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w: index %s: %w (fledge refuses to run rather than leave a nested repository unprotected; git status repairs nothing here: remove the index and run git reset)", errGitProtect, c.index, err)
+		return nil, false, fmt.Errorf("%w: index %s: %w (fledge refuses to run rather than leave a nested repository unprotected; to repair it, move the index aside and run git reset)", errGitProtect, c.index, err)
 	}
 	links := idx.Gitlinks
 	if idx.SharedIndex != "" {
 		if _, err := hex.DecodeString(idx.SharedIndex); err != nil {
-			return nil, fmt.Errorf("%w: index %s names a shared index %q", errGitProtect, c.index, idx.SharedIndex)
+			return nil, false, fmt.Errorf("%w: index %s names a shared index %q", errGitProtect, c.index, idx.SharedIndex)
 		}
 		for _, gd := range c.gitDirs {
 			sp := filepath.Join(gd, "sharedindex."+idx.SharedIndex)
-			if sb, _, err := readIndexFile(sp); !errors.Is(err, os.ErrNotExist) {
+			if sb, _, err := readIndexFile(sp, nil); !errors.Is(err, os.ErrNotExist) {
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				// A gitlink that replaced a shared entry carries no path: every shared path
 				// may be one (a .git there is what counts).
 				shared, err := gitindex.Parse(sb, c.hashLen, maxIndexEntries, idx.StrippedGitlink)
 				if err != nil {
-					return nil, fmt.Errorf("%w: shared index %s: %w", errGitProtect, sp, err)
+					return nil, false, fmt.Errorf("%w: shared index %s: %w", errGitProtect, sp, err)
 				}
 				links = append(append(links, shared.Gitlinks...), shared.Paths...)
 				break
@@ -239,12 +251,12 @@ func parseGitlinks(b []byte, c *indexedCheckout) ([]string, error) {
 			continue
 		}
 		if len(out) >= maxGitlinks {
-			return nil, fmt.Errorf("%w: index %s has more than %d gitlinks (fledge refuses to run rather than leave a nested repository unprotected)", errGitProtect, c.index, maxGitlinks)
+			return nil, false, fmt.Errorf("%w: index %s has more than %d gitlinks (fledge refuses to run rather than leave a nested repository unprotected)", errGitProtect, c.index, maxGitlinks)
 		}
 		seen[l] = true
 		out = append(out, l)
 	}
-	return out, nil
+	return out, idx.SharedIndex != "", nil
 }
 
 // nested protects the git directory of every gitlink of the checkout worktree, whose

@@ -216,3 +216,32 @@ func TestViewGitNestedBadIndex(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "index")
 }
+
+// TestViewGitNestedSplitIndex: the gitlink is hidden in a split index (the command turns
+// it on itself: sharedindex.* is a name git writes): as a new entry of the index, or as
+// one replacing a shared entry of the same path (recorded without its path).
+func TestViewGitNestedSplitIndex(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	requireView(t, sb)
+	for _, tc := range []struct{ name, script string }{
+		{"new-entry", `git update-index --split-index && arm sub && gitlink sub && echo armed`},
+		{"replaced-entry", `echo x > sub && echo y > other && git add sub other && git update-index --split-index &&
+rm sub && arm sub && gitlink sub && echo armed`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := newRepo(t)
+			marks := t.TempDir()
+			spec := gitAttackSpec(t, armNested+gitlinkIt+tc.script, root, root)
+			spec.Env = append(spec.Env, "MARKS="+marks)
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			require.Equal(t, "armed\n", out, errOut)
+			m, _ := filepath.Glob(filepath.Join(root, ".git", "sharedindex.*"))
+			require.NotEmpty(t, m, "a split index")
+			userStatus(t, root)
+			requireNoMarks(t, marks)
+			require.Len(t, res.Quarantined, 1, "%+v", res.Quarantined)
+			quarantined(t, filepath.Join(root, "sub"))
+		})
+	}
+}
