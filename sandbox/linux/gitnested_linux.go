@@ -33,15 +33,16 @@ import (
 //     nested repository cannot be armed by a later run;
 //   - when a run ends (its whole tree gone, before its Result is published), every
 //     gitlink of the checkouts seen at its launch is looked at again, and a .git there that
-//     was not there when this fledge first saw that index (its baseline) is renamed to
+//     is not in that index's baseline (below) is renamed to
 //     .git.fledge-quarantine-<unix time>, through safefs (never following a symlink), and
 //     reported in Result.Quarantined, so the user's git no longer recurses into it and the
 //     adapter records and says what was moved. Nothing is deleted.
 //
-// The baseline is per Sandbox (one fledge process), taken the first time a launch reads
-// an index: a per-run one would let two concurrent runs of a plugin hand a repository
-// between them (one adds the gitlink while the other's launch sees it, the first removes
-// it, the second adds it again). The index is read by fledge itself (internal/gitindex),
+// The baseline is per Sandbox (one fledge process): the gitlinks with a .git when a launch
+// read the index while no other run was active on it (nestedStore.baseline). A per-run
+// one would let two concurrent runs of a plugin hand a repository between them (one adds
+// the gitlink while the other's launch sees it, the first removes it, the second adds it
+// again). The index is read by fledge itself (internal/gitindex),
 // never by the host's git, whose config in that repository is the danger.
 
 // Bounds of an index read. Past them the launch is refused (errGitProtect), as the other
@@ -90,10 +91,12 @@ type indexedCheckout struct {
 
 // nestedStore keeps, per index, the gitlinks of its last read (a cache keyed by the
 // index's identity: an exec in an unchanged repository reads no index) and the baseline:
-// the gitlinks whose .git existed when this Sandbox first read that index.
+// the gitlinks whose .git existed when a launch read that index with no run active on it.
 type nestedStore struct {
 	mu      sync.Mutex
 	indexes map[string]*storedIndex
+	// active counts, per index, the runs between their launch and the end of their check.
+	active map[string]int
 }
 
 type storedIndex struct {
@@ -102,7 +105,9 @@ type storedIndex struct {
 	base     map[string]gitFileID // gitlink path -> its .git at first sight
 }
 
-func newNestedStore() *nestedStore { return &nestedStore{indexes: map[string]*storedIndex{}} }
+func newNestedStore() *nestedStore {
+	return &nestedStore{indexes: map[string]*storedIndex{}, active: map[string]int{}}
+}
 
 // gitlinks are the (clean, deduplicated) gitlink paths of c's index; none when there is no
 // index. A nil store reads every time.
@@ -147,7 +152,13 @@ func (s *nestedStore) gitlinks(c *indexedCheckout) ([]string, error) {
 	return links, nil
 }
 
-// baseline records, the first time an index is seen, which gitlinks had a .git (present).
+// baseline counts a run as active on index from its launch until release, and takes
+// present (the gitlinks that have a .git now) as the index's baseline when no run is
+// active on it: each run's changes are checked when it ends, so with none running what is
+// there is what the runs left after their checks, or what the user made meanwhile (a
+// git submodule update in another terminal), not something to move aside. While a run is
+// active the baseline stays: that is what stops two runs from handing a repository to
+// each other.
 func (s *nestedStore) baseline(index string, present map[string]gitFileID) {
 	if s == nil {
 		return
@@ -157,13 +168,29 @@ func (s *nestedStore) baseline(index string, present map[string]gitFileID) {
 	si := s.indexes[index]
 	if si == nil {
 		if len(s.indexes) >= maxBaselines {
+			s.active[index]++
 			return
 		}
 		si = &storedIndex{}
 		s.indexes[index] = si
 	}
-	if si.base == nil {
+	if si.base == nil || s.active[index] == 0 {
 		si.base = present
+	}
+	s.active[index]++
+}
+
+// release ends the runs' hold on the checkouts' indexes (baseline).
+func (s *nestedStore) release(checkouts []*indexedCheckout) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range checkouts {
+		if s.active[c.index]--; s.active[c.index] <= 0 {
+			delete(s.active, c.index)
+		}
 	}
 }
 
@@ -274,7 +301,6 @@ func (g *gitProtector) nested(gd, common, worktree string, hashLen, depth int) e
 	if err != nil {
 		return err
 	}
-	g.checkouts = append(g.checkouts, c)
 	present := map[string]gitFileID{}
 	for _, l := range links {
 		sub := filepath.Join(worktree, l)
@@ -301,6 +327,7 @@ func (g *gitProtector) nested(gd, common, worktree string, hashLen, depth int) e
 		}
 	}
 	g.store.baseline(c.index, present)
+	g.checkouts = append(g.checkouts, c) // held until released (the run's end)
 	return nil
 }
 

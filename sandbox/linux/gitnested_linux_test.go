@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/sandbox"
 )
 
 // armNested is shell that makes $1 a new git repository whose config runs
@@ -244,4 +246,50 @@ rm sub && arm sub && gitlink sub && echo armed`},
 			quarantined(t, filepath.Join(root, "sub"))
 		})
 	}
+}
+
+// TestViewGitNestedConcurrentHandOff: two runs at once hand an armed repository to each
+// other: Y records the gitlink, Z is launched while it is there (and finds the .git
+// existing), Y takes the gitlink away before it ends, Z records it again. The baseline
+// taken before Y ran still holds at Z's end, so Z's end moves it aside. A repository the
+// user records while no run is active is theirs: the next run leaves it.
+func TestViewGitNestedConcurrentHandOff(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	requireView(t, sb)
+	root := newRepo(t)
+	marks := t.TempDir()
+	spec := func(script string) *sandbox.Spec {
+		s := gitAttackSpec(t, armNested+gitlinkIt+`waitfor() { i=0; while [ ! -e "$1" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; }
+`+script, root, root)
+		s.Env = append(s.Env, "MARKS="+marks)
+		return s
+	}
+	res, out, errOut := run(t, sb, spec("arm sub"))
+	require.Equal(t, 0, res.ExitCode, "%s %s", out, errOut)
+	require.Empty(t, res.Quarantined)
+
+	y, err := sb.Start(t.Context(), spec("gitlink sub && touch y-linked && waitfor go-y && git update-index --force-remove sub && echo y-done"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(root, "y-linked")); return err == nil }, 20*time.Second, 20*time.Millisecond)
+	z, err := sb.Start(t.Context(), spec("waitfor go-z && gitlink sub && echo z-done"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "go-y"), nil, 0o644))
+	yr := waitFor(t, y)
+	assert.Empty(t, yr.Quarantined, "no gitlink when Y ends")
+	require.NoError(t, os.WriteFile(filepath.Join(root, "go-z"), nil, 0o644))
+	zr := waitFor(t, z)
+	require.Len(t, zr.Quarantined, 1, "%+v", zr.Quarantined)
+	quarantined(t, filepath.Join(root, "sub"))
+	userStatus(t, root)
+	requireNoMarks(t, marks)
+
+	// The user's own nested repository, recorded between runs, stays.
+	mine := filepath.Join(root, "mine")
+	gitCmd(t, root, "init", "-q", mine)
+	gitCmd(t, mine, "commit", "-q", "--allow-empty", "-m", "mine")
+	gitCmd(t, root, "add", "mine")
+	res, out, errOut = run(t, sb, spec("true"))
+	require.Equal(t, 0, res.ExitCode, "%s %s", out, errOut)
+	assert.Empty(t, res.Quarantined)
+	assert.DirExists(t, filepath.Join(mine, ".git"))
 }

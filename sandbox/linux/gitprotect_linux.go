@@ -144,6 +144,7 @@ func gitProtectionWith(roots, unprotect []string, store *nestedStore) (gitProtec
 	scanned := 0
 	for _, r := range g.roots {
 		if err := g.scan(r.real, 0, &scanned); err != nil {
+			g.store.release(g.checkouts)
 			return gitProtection{}, err
 		}
 	}

@@ -936,6 +936,9 @@ func (p *process) wait() {
 // cleanup removes the run's cgroups and private tmp.
 func (p *process) cleanup() error {
 	p.sb.guard.remove(p.guarded...)
+	// After the check of the nested repositories (wait), or a launch that failed.
+	p.sb.nested.release(p.checkouts)
+	p.checkouts = nil
 	var errs []error
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {

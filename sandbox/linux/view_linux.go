@@ -43,6 +43,7 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 	if spec.Dir != nil {
 		var st unix.Stat_t
 		if err := unix.Fstat(int(spec.Dir.Fd()), &st); err != nil {
+			store.release(checkouts)
 			return nil, nil, fmt.Errorf("%w: stat working directory: %w", sandbox.ErrLaunch, err)
 		}
 		// The view is entered by path; the handle's identity is checked there, so a path
@@ -51,6 +52,7 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 		if dir == "" {
 			var err error
 			if dir, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", spec.Dir.Fd())); err != nil {
+				store.release(checkouts)
 				return nil, nil, fmt.Errorf("%w: working directory path: %w", sandbox.ErrLaunch, err)
 			}
 		}
