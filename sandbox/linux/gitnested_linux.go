@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -232,10 +233,12 @@ func readIndexFile(p string, known func(*unix.Stat_t) bool) ([]byte, unix.Stat_t
 	if known != nil && known(&st) {
 		return nil, st, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxIndexBytes+1))
-	if err != nil {
+	// Sized from the stat (a file growing meanwhile is read up to the bound, no further).
+	buf := bytes.NewBuffer(make([]byte, 0, st.Size+512))
+	if _, err := buf.ReadFrom(io.LimitReader(f, maxIndexBytes+1)); err != nil {
 		return nil, st, err
 	}
+	b := buf.Bytes()
 	if len(b) > maxIndexBytes {
 		return nil, st, fmt.Errorf("%w: index %s is more than %d bytes", errGitProtect, p, maxIndexBytes)
 	}
