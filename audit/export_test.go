@@ -85,6 +85,9 @@ func exportFixtureRecords() []*Record {
 		{Event: EventLogRecovered, Decision: Error, Reason: "crashed",
 			Details: map[string]any{DetailSkippedOffset: 1024, DetailSkippedBytes: 17, DetailSkippedSHA256: strings.Repeat("ab", 32),
 				DetailMessage: "a write was cut short (crash?); the torn bytes are kept and skipped"}},
+		{Session: "s1", Plugin: p, Sandbox: sb, Event: EventGitQuarantine, Decision: Deny, Reason: "path_escape",
+			Details: map[string]any{"path": "/work/proj/sub/.git", "moved_to": "/work/proj/sub/.git.fledge-quarantine-1772368245",
+				"repository": "/work/proj", DetailMessage: "a nested git repository recorded as a gitlink in the index was made or replaced by the run: git status would run its config"}},
 		{Plugin: &PluginRef{Name: "old", Version: "0.1.0"}, Event: EventLegacyUnconfined, Decision: Allow, Reason: "ok"},
 		{Plugin: p, Event: EventRemove, Decision: Allow, Reason: "ok"},
 	}

@@ -35,6 +35,9 @@ const (
 	EventMalformed        = "malformed_lines"
 	EventSandboxDegraded  = "sandbox_degraded"
 	EventLegacyUnconfined = "legacy_unconfined"
+	// EventGitQuarantine: when a run ended, the sandbox moved aside a nested git
+	// repository (or an index) it left where the user's git would run code from it.
+	EventGitQuarantine = "git_repo_quarantined"
 	// EventSuppressed sums up, once per session, the records of one repeated kind written
 	// past the per-session bound (so a plugin cannot fill the disk through the log).
 	EventSuppressed = "audit_suppressed"
@@ -54,7 +57,7 @@ var Events = []string{
 	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRevoke, EventRemove,
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
-	EventLegacyUnconfined, EventLogRecovered, EventLogPruned, EventSuppressed,
+	EventLegacyUnconfined, EventGitQuarantine, EventLogRecovered, EventLogPruned, EventSuppressed,
 	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
 	EventHandshake, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
 }

@@ -61,6 +61,8 @@ type SpawnOptions struct {
 	Ladder       Ladder
 	// DrainTimeout bounds how long Finish waits for stderr after the plugin exited.
 	DrainTimeout time.Duration
+	// Warn writes a host warning for the user (nil: "fledge: " and the line on os.Stderr).
+	Warn func(string)
 }
 
 // Proc is a started plugin process.
@@ -70,6 +72,7 @@ type Proc struct {
 
 	proc   sandbox.Process
 	rec    *Recorder
+	warn   func(string)
 	ladder Ladder
 	drain  time.Duration
 	start  time.Time
@@ -113,7 +116,11 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 			f.Close()
 		}
 	}
-	p := &Proc{rec: rec, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+	warn := o.Warn
+	if warn == nil {
+		warn = func(m string) { fmt.Fprintln(os.Stderr, "fledge: "+m) }
+	}
+	p := &Proc{rec: rec, warn: warn, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
 	var keep []*os.File
 	if o.Pipes {
 		inR, inW, err := os.Pipe()
@@ -400,6 +407,12 @@ func (p *Proc) Finish(extra map[string]any) *Exit {
 	}
 	for k, v := range extra {
 		details[k] = v
+	}
+	if res != nil && len(res.Quarantined) > 0 {
+		details["git_quarantined"] = len(res.Quarantined)
+		for _, w := range p.rec.Quarantined(res.Quarantined) {
+			p.warn(w)
+		}
 	}
 	p.rec.Close()
 	p.rec.Record(audit.EventPluginExit, decision, rc, details, true)

@@ -569,6 +569,11 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	if details["timeout_clamped"] == true {
 		out.Stderr += fmt.Sprintf("\nfledge: the requested timeout of %vs was clamped to the maximum of %s\n", details["timeout_requested_s"], timeout)
 	}
+	if len(res.Quarantined) > 0 {
+		for _, w := range s.rec.Quarantined(res.Quarantined) {
+			s.opts.UI.Warn(fmt.Sprintf("plugin %s: %s", s.opts.Plugin.Name, w))
+		}
+	}
 	// The reply goes first: the plugin's round trip does not wait for the outcome record,
 	// which still lands before the session's plugin_exit record (workers are waited for).
 	if res.Cancelled {
@@ -592,6 +597,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		"stderr_truncated":         out.StderrTruncated,
 		"cancelled":                res.Cancelled,
 		"sandbox_mode":             res.Mode,
+		"git_quarantined":          len(res.Quarantined),
 	}, false)
 }
 

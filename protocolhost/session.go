@@ -104,6 +104,11 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		Stderr: s.opts.Stderr, Recorder: s.rec, StartDetails: startDetails,
 		Ladder:       core.Ladder{CancelGrace: s.lim.CancelGrace, KillAfter: s.lim.KillAfter},
 		DrainTimeout: s.lim.DrainTimeout,
+		Warn: func(m string) {
+			if s.opts.UI != nil {
+				s.opts.UI.Warn(fmt.Sprintf("plugin %s: %s", s.opts.Plugin.Name, m))
+			}
+		},
 	})
 	if err != nil {
 		if errors.Is(err, core.ErrSandbox) {

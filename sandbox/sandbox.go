@@ -160,6 +160,19 @@ type Result struct {
 	Trap     string
 	Duration time.Duration
 	Mode     Mode
+	// Quarantined are the nested git repositories (or indexes) the run armed and the
+	// sandbox moved aside when it ended (Linux; docs/guarantees.md, "Nested repositories").
+	Quarantined []Quarantine
+}
+
+// Quarantine is a .git (or an index) a run left where the user's git would run code from
+// it, and where it was moved.
+type Quarantine struct {
+	Path       string `json:"path"`               // where it was
+	MovedTo    string `json:"moved_to,omitempty"` // where it is now ("" when the move failed)
+	Repository string `json:"repository"`         // the checkout whose index records it
+	Why        string `json:"why"`                // what was wrong
+	Err        string `json:"error,omitempty"`    // why it could not be moved
 }
 
 // Mode describes the confinement actually applied to one run (for results and audit).

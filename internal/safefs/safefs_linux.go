@@ -49,3 +49,8 @@ func openBeneath(root, rel string, rfd int, elems []string) (int, error) {
 	}
 	return walk(root, rel, rfd, elems, false, 0)
 }
+
+// renameNoReplace is renameat2(RENAME_NOREPLACE): the kernel refuses an existing target.
+func renameNoReplace(dirfd int, from, to string) error {
+	return unix.Renameat2(dirfd, from, dirfd, to, unix.RENAME_NOREPLACE)
+}

@@ -173,3 +173,28 @@ func TestTempParent(t *testing.T) {
 	_, err = TempParent([]string{"/"})
 	assert.ErrorIs(t, err, ErrUnsafePath, "everything writable: nowhere is safe")
 }
+
+func TestLstatRenameNoReplaceRefuseSymlinks(t *testing.T) {
+	bothWays(t, func(t *testing.T) {
+		w := newWorld(t)
+		require.NoError(t, os.Mkdir(filepath.Join(w.outside, ".git"), 0o755))
+		require.NoError(t, os.Mkdir(filepath.Join(w.root, "real", "sub", ".git"), 0o755))
+		// Through a symlink on the way: refused, nothing outside is renamed.
+		for _, rel := range []string{"abs/.git", "inside/sub/.git", "real/up/.git"} {
+			_, err := Lstat(w.root, rel)
+			assert.ErrorIs(t, err, ErrUnsafePath, rel)
+			assert.ErrorIs(t, RenameNoReplace(w.root, rel, ".git.q"), ErrUnsafePath, rel)
+		}
+		assert.DirExists(t, filepath.Join(w.outside, ".git"))
+		// The last element is not followed: a symlink there is seen and renamed as one.
+		st, err := Lstat(w.root, "abs")
+		require.NoError(t, err)
+		assert.Equal(t, uint32(0o120000), st.Mode&0o170000)
+		// A plain rename in one directory, never over an existing name.
+		require.NoError(t, RenameNoReplace(w.root, "real/sub/.git", ".git.q"))
+		assert.DirExists(t, filepath.Join(w.root, "real", "sub", ".git.q"))
+		require.NoError(t, os.Mkdir(filepath.Join(w.root, "real", "sub", ".git"), 0o755))
+		assert.ErrorIs(t, RenameNoReplace(w.root, "real/sub/.git", ".git.q"), os.ErrExist)
+		assert.ErrorIs(t, RenameNoReplace(w.root, "real/sub/.git", "../x"), ErrUnsafePath)
+	})
+}

@@ -158,3 +158,36 @@ func CreateExcl(root, rel string, perm os.FileMode) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), filepath.Join(root, rel)), nil
 }
+
+// Lstat stats rel beneath root without following a symlink in any element, the last one
+// included (a symlink there is reported as one, as os.Lstat).
+func Lstat(root, rel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	dir, name, err := parent(root, rel)
+	if err != nil {
+		return st, err
+	}
+	defer dir.Close()
+	if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return st, &os.PathError{Op: "fstatat", Path: filepath.Join(root, rel), Err: err}
+	}
+	return st, nil
+}
+
+// RenameNoReplace renames rel beneath root to newName in the same directory, refusing a
+// symlink in any element of rel's directory (rel's last element itself may be anything: it
+// is renamed, not followed) and an existing newName (an error matching os.ErrExist).
+func RenameNoReplace(root, rel, newName string) error {
+	if newName == "" || newName == "." || newName == ".." || filepath.Base(newName) != newName {
+		return &UnsafePathError{Root: root, Rel: newName, Why: "not a name in one directory"}
+	}
+	dir, name, err := parent(root, rel)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if err := renameNoReplace(int(dir.Fd()), name, newName); err != nil {
+		return &os.LinkError{Op: "renameat", Old: filepath.Join(root, rel), New: newName, Err: err}
+	}
+	return nil
+}

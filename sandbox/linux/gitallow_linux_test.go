@@ -132,7 +132,7 @@ func testGitAllowList(t *testing.T, opts Options) {
 	require.NoError(t, os.MkdirAll(filepath.Join(gd, "info"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(gd, "info", "attributes"), nil, 0o644))
 	marks := t.TempDir()
-	evilCfg := `printf '[core]\n\tfsmonitor = "touch $MARKS/fsmonitor-ran; false"\n'`
+	evilCfg := `printf '[core]\n\tfsmonitor = touch $MARKS/fsmonitor-ran\n'`
 	evilHook := `printf '#!/bin/sh\ntouch $MARKS/hook-ran\n'`
 	script := attemptScript + plantEvilCommon + `plant "$PWD/evil-common" "$MARKS"
 gd=.git; wt=.git/worktrees/wt

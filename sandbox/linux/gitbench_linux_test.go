@@ -5,7 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
 )
@@ -98,4 +101,78 @@ func BenchmarkDefaultProtectedGitLayout(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkNestedGitlinks is what the nested-repository defence adds to a launch and to
+// the end of a run, in a repository whose index holds 2000 files and 20 gitlinks (10 with
+// a .git directory): the launch's read of the index ("launch-cached": unchanged since the
+// last launch, a stat; "launch-parse": changed, read and parsed) and the end's check (a
+// stat of the index and an lstat per gitlink).
+func BenchmarkNestedGitlinks(b *testing.B) {
+	if _, err := exec.LookPath("git"); err != nil {
+		b.Skip("needs git")
+	}
+	root := b.TempDir()
+	git := func(args ...string) {
+		c := exec.Command("git", args...)
+		c.Dir = root
+		c.Env = append(os.Environ(), gitTestEnv...)
+		if out, err := c.CombinedOutput(); err != nil {
+			b.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	git("init", "-q", root)
+	for i := range 2000 {
+		p := filepath.Join(root, "d"+strconv.Itoa(i%50), "f"+strconv.Itoa(i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	git("add", ".")
+	for i := range 20 {
+		sub := "vendor/m" + strconv.Itoa(i)
+		if i%2 == 0 {
+			git("init", "-q", sub)
+		}
+		git("update-index", "--add", "--cacheinfo", "160000,1111111111111111111111111111111111111111,"+sub)
+	}
+	c := &indexedCheckout{index: filepath.Join(root, ".git", "index"), gitDirs: []string{filepath.Join(root, ".git")}, checkout: root, hashLen: 20}
+	b.Run("launch-cached", func(b *testing.B) {
+		s := newNestedStore()
+		for b.Loop() {
+			if _, err := s.gitlinks(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("launch-parse", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := (*nestedStore)(nil).gitlinks(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("end-check", func(b *testing.B) {
+		s := newNestedStore()
+		links, err := s.gitlinks(c)
+		if err != nil || len(links) != 20 {
+			b.Fatal(err, links)
+		}
+		present := map[string]gitFileID{}
+		for _, l := range links {
+			var st unix.Stat_t
+			if unix.Lstat(filepath.Join(root, l, ".git"), &st) == nil {
+				present[l] = idOf(&st, false)
+			}
+		}
+		s.baseline(c.index, present)
+		for b.Loop() {
+			if q := s.quarantineNested([]*indexedCheckout{c}, []string{root}, nil); len(q) != 0 {
+				b.Fatal(q)
+			}
+		}
+	})
 }

@@ -100,6 +100,8 @@ type gitProtector struct {
 	rw        map[string]string // view path -> real path, bound writable again (in out's)
 	gitDirs   int
 	entries   int
+	store     *nestedStore       // gitlink cache and baselines (nil: none kept)
+	checkouts []*indexedCheckout // checkouts whose index was read (gitnested_linux.go)
 }
 
 // gitProtection is what a launch mounts: Protected read-only, and Writable bound writable
@@ -107,6 +109,9 @@ type gitProtector struct {
 type gitProtection struct {
 	Protected []string
 	Writable  []string
+	// Checkouts are the checkouts in the writable roots whose index was read, looked at
+	// again when the run ends (quarantineNested).
+	Checkouts []*indexedCheckout
 }
 
 // defaultProtected is the default protected set of the writable roots, less what unprotect
@@ -121,7 +126,12 @@ func defaultProtected(roots, unprotect []string) ([]string, error) {
 // modules/, a commondir of ".") where a git directory lacks them, so a command cannot
 // create them.
 func defaultGitProtection(roots, unprotect []string) (gitProtection, error) {
-	g := &gitProtector{unprotect: unprotect, seen: map[string]bool{}, out: map[string]string{}, rw: map[string]string{}}
+	return gitProtectionWith(roots, unprotect, nil)
+}
+
+// gitProtectionWith is defaultGitProtection keeping gitlinks and baselines in store.
+func gitProtectionWith(roots, unprotect []string, store *nestedStore) (gitProtection, error) {
+	g := &gitProtector{unprotect: unprotect, seen: map[string]bool{}, out: map[string]string{}, rw: map[string]string{}, store: store}
 	for _, r := range roots {
 		r = filepath.Clean(r)
 		real, err := filepath.EvalSymlinks(r)
@@ -134,10 +144,11 @@ func defaultGitProtection(roots, unprotect []string) (gitProtection, error) {
 	scanned := 0
 	for _, r := range g.roots {
 		if err := g.scan(r.real, 0, &scanned); err != nil {
+			g.store.release(g.checkouts)
 			return gitProtection{}, err
 		}
 	}
-	var p gitProtection
+	p := gitProtection{Checkouts: g.checkouts}
 	for v := range g.out {
 		p.Protected = append(p.Protected, v)
 	}
@@ -254,6 +265,9 @@ func (g *gitProtector) gitDir(gd, worktree string, depth int) error {
 	if err := g.settings(gd, worktree, cfg, wcfg); err != nil {
 		return err
 	}
+	if err := g.nested(gd, "", worktree, hashLen(cfg), depth); err != nil {
+		return err
+	}
 	if err := g.eachDir(filepath.Join(gd, "worktrees"), func(wd string) error {
 		return g.linkedWorktree(wd, "", depth)
 	}); err != nil {
@@ -296,6 +310,9 @@ func (g *gitProtector) linkedWorktree(wd, worktree string, depth int) error {
 		return err
 	}
 	if err := g.settings(wd, worktree, ccfg, wcfg); err != nil {
+		return err
+	}
+	if err := g.nested(wd, common, worktree, hashLen(ccfg), depth); err != nil {
 		return err
 	}
 	if err := g.modules(filepath.Join(wd, "modules"), depth); err != nil {
@@ -668,6 +685,8 @@ type gitConfig struct {
 	worktree  string   // core.worktree
 	hooksPath []string // core.hooksPath (every value seen)
 	includes  []string // include.path, includeIf.*.path
+	// objectFormat is extensions.objectFormat (sha1 when unset): the hash length in the index.
+	objectFormat string
 }
 
 // readGitConfig reads the settings the walk follows. It is deliberately lenient and errs
@@ -712,6 +731,8 @@ func readGitConfig(p string) gitConfig {
 			c.worktree = val
 		case section == "core" && key == "hookspath":
 			c.hooksPath = append(c.hooksPath, val)
+		case section == "extensions" && key == "objectformat":
+			c.objectFormat = strings.ToLower(val)
 		case (section == "include" || section == "includeif") && key == "path":
 			c.includes = append(c.includes, val)
 		}

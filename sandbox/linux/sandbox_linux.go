@@ -91,6 +91,9 @@ type Sandbox struct {
 	pidns *pidNamespaces
 	// templates are the thread launcher's view templates (nil: every view built afresh).
 	templates *viewTemplates
+	// nested keeps the gitlinks of the indexes launches read and their baselines: which
+	// nested repositories existed when this Sandbox first saw each index.
+	nested *nestedStore
 }
 
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
@@ -119,7 +122,7 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // New probes the kernel once (Landlock ABI, cgroup mode and write access, network
 // namespaces) and returns a sandbox that uses what it found.
 func New(opts Options) (*Sandbox, error) {
-	sb := &Sandbox{stubPath: opts.StubPath, launch: opts.Launch, hideRoot: -1}
+	sb := &Sandbox{stubPath: opts.StubPath, launch: opts.Launch, hideRoot: -1, nested: newNestedStore()}
 	switch sb.launch {
 	case "":
 		sb.launch = LaunchThread
@@ -519,7 +522,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && s.netns
 	}
 	if s.view {
-		if pol.View, err = buildView(spec, rw); err != nil {
+		if pol.View, p.checkouts, err = buildView(spec, rw, s.nested); err != nil {
 			return nil, err
 		}
 		pol.View.RunTmp = p.tmp
@@ -783,6 +786,9 @@ type process struct {
 	status *os.File
 	// guarded are the watchdog registrations of this tree, removed once it is gone.
 	guarded []string
+	// checkouts are the checkouts whose index the launch read: their gitlinks are looked
+	// at again once the tree is gone (gitnested_linux.go).
+	checkouts []*indexedCheckout
 
 	mu        sync.Mutex
 	killed    map[int]bool
@@ -927,6 +933,11 @@ func (p *process) wait() {
 	if !p.stdio.Finish(copyGrace) {
 		res.Mode.Degraded = append(res.Mode.Degraded, "output copy did not finish")
 	}
+	if len(p.checkouts) > 0 {
+		// The tree is gone: nothing of this run can make a .git any more. Before the
+		// Result is published, so the adapter records and tells what was moved.
+		res.Quarantined = p.sb.nested.quarantineNested(p.checkouts, p.spec.Access.ReadWrite, p.spec.Access.Unprotect)
+	}
 	res.Duration = time.Since(p.start)
 	p.mu.Lock()
 	res.TimedOut, res.Cancelled, res.Killed = p.timedOut, p.cancelled, len(p.killed)
@@ -951,6 +962,9 @@ func (p *process) wait() {
 // cleanup removes the run's cgroups and private tmp.
 func (p *process) cleanup() error {
 	p.sb.guard.remove(p.guarded...)
+	// After the check of the nested repositories (wait), or a launch that failed.
+	p.sb.nested.release(p.checkouts)
+	p.checkouts = nil
 	var errs []error
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {
