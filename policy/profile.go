@@ -102,40 +102,17 @@ func CheckAccess(a sandbox.Access) error {
 	return nil
 }
 
-// usablePATH filters the user's PATH entries down to those safe to grant read+execute:
-// absolute, not "/", not $HOME or an ancestor of it, not inside a sensitive part of $HOME,
-// not overlapping a Deny path, and not already covered by a system path.
+// usablePATH filters the user's PATH entries down to those safe to grant read+execute
+// (safeGrant, the one rule for PATH entries and version managers' trees) and not already
+// covered by a system path.
 func usablePATH(p Paths, deny []string) []string {
 	var out []string
-	home := ""
-	if p.Home != "" {
-		home = filepath.Clean(p.Home)
-	}
 next:
 	for _, e := range p.UserPATH {
-		if e == "" || !filepath.IsAbs(e) || strings.ContainsRune(e, 0) {
+		if !safeGrant(e, p.Home, deny) {
 			continue
 		}
 		e = filepath.Clean(e)
-		if e == "/" {
-			continue
-		}
-		if home != "" {
-			if Within(home, e) {
-				continue // $HOME itself, /home, ...
-			}
-			for _, s := range sensitiveHome {
-				sp := filepath.Join(home, s)
-				if Within(e, sp) || Within(sp, e) {
-					continue next
-				}
-			}
-		}
-		for _, d := range deny {
-			if Within(e, d) || Within(d, e) {
-				continue next
-			}
-		}
 		for _, covered := range [][]string{SystemPaths, out} {
 			for _, s := range covered {
 				if Within(e, s) {

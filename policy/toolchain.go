@@ -173,7 +173,7 @@ func versionFilesAbove(dir string, vms []VersionManager, l Lookup) []string {
 
 // safeGrant reports whether a manager path may be granted: absolute, not "/", not $HOME or
 // an ancestor of it, not inside or around a sensitive part of $HOME, not overlapping a Deny
-// path (the same rule as PATH entries).
+// path. PATH entries (usablePATH) go through it too.
 func safeGrant(p, home string, deny []string) bool {
 	if p == "" || !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
 		return false
