@@ -308,9 +308,18 @@ func (s *session) answerInvalid(le *protocol.LineError) {
 
 // ---- storage ----
 
+// refusedCap is the reason a request for a capability the plugin does not hold is refused
+// with: never declared in its manifest, or declared and not granted by the user.
+func (s *session) refusedCap(declared bool) reason.Code {
+	if declared {
+		return reason.CapabilityNotGranted
+	}
+	return reason.CapabilityNotDeclared
+}
+
 func (s *session) handleStore(m *protocol.Store) {
 	if !s.opts.Grants.Store {
-		s.record(audit.EventStore, audit.Deny, reason.CapabilityNotGranted, map[string]any{audit.DetailKey: m.Key, audit.DetailCapability: "store"}, false)
+		s.record(audit.EventStore, audit.Deny, s.refusedCap(s.opts.Declared.Store), map[string]any{audit.DetailKey: m.Key, audit.DetailCapability: "store"}, false)
 		return // the spec: dropped silently
 	}
 	if s.opts.Store == nil {
@@ -336,7 +345,7 @@ func (s *session) handleStore(m *protocol.Store) {
 
 func (s *session) handleLoad(m *protocol.Load) {
 	if !s.opts.Grants.Store || s.opts.Store == nil {
-		rc := reason.CapabilityNotGranted
+		rc := s.refusedCap(s.opts.Declared.Store)
 		if s.opts.Grants.Store {
 			rc = reason.LaunchFailed
 		}
@@ -357,7 +366,7 @@ func (s *session) handleLoad(m *protocol.Load) {
 
 func (s *session) handleMetadata(m *protocol.Metadata) {
 	if !s.opts.Grants.Metadata {
-		s.record(audit.EventMetadata, audit.Deny, reason.CapabilityNotGranted, map[string]any{"keys": m.Keys, audit.DetailCapability: "metadata"}, false)
+		s.record(audit.EventMetadata, audit.Deny, s.refusedCap(s.opts.Declared.Metadata), map[string]any{"keys": m.Keys, audit.DetailCapability: "metadata"}, false)
 		s.respond(m.ID, map[string]any{})
 		return
 	}
@@ -405,8 +414,13 @@ func (s *session) startExec(m *protocol.Exec) {
 	}
 	if !s.opts.Grants.Exec {
 		base[audit.DetailCapability] = "exec"
-		s.record(audit.EventExecDecision, audit.Deny, reason.CapabilityNotGranted, base, true)
-		s.execRefuse(m.ID, 126, reason.CapabilityNotGranted, fmt.Sprintf("exec denied: plugin %q was not granted the exec capability", s.opts.Plugin.Name))
+		rc := s.refusedCap(s.opts.Declared.Exec)
+		s.record(audit.EventExecDecision, audit.Deny, rc, base, true)
+		why := "was not granted the exec capability"
+		if rc == reason.CapabilityNotDeclared {
+			why = "was not granted the exec capability (its plugin.toml does not declare it)"
+		}
+		s.execRefuse(m.ID, 126, rc, fmt.Sprintf("exec denied: plugin %q %s", s.opts.Plugin.Name, why))
 		return
 	}
 	// One timeout rule for every protocol (policy.ExecTimeout): above timeout_max the

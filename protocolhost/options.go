@@ -10,6 +10,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocol"
@@ -80,6 +81,10 @@ type Options struct {
 	Program       string   // absolute path of the plugin binary
 	Args          []string // user arguments after the command
 	Grants        protocol.Capabilities
+	// Declared is what the approved manifest asks for: a refusal of a capability it never
+	// declared is recorded capability_not_declared, one the user did not grant
+	// capability_not_granted, so an auditor can tell the two apart.
+	Declared protocol.Capabilities
 
 	Project     *project.Info     // nil outside a project
 	InitProject *protocol.Project // what init says about it (git info, credentials stripped)
@@ -150,6 +155,7 @@ func SessionOptions(ctx context.Context, env *core.Env, b *core.Binding, prof po
 			Source: b.Entry.Source, ManifestDigest: b.Entry.ManifestSHA256,
 		},
 		Grants:      Capabilities(b.Entry.Granted),
+		Declared:    declared(b.Manifest),
 		Project:     b.Project,
 		InitProject: InitProject(ctx, SandboxedGit(env.Sandbox, prof.Git), b.Project),
 		GitAccess:   prof.Git,
@@ -162,6 +168,14 @@ func SessionOptions(ctx context.Context, env *core.Env, b *core.Binding, prof po
 		MetadataEnv: prof.MetadataEnv,
 		Limits:      prof.Session,
 	}
+}
+
+// declared is what the approved manifest asks for (nothing when there is no manifest).
+func declared(m *plugin.Manifest) protocol.Capabilities {
+	if m == nil {
+		return protocol.Capabilities{}
+	}
+	return Capabilities(m.Declared())
 }
 
 // Capabilities is what init tells the plugin it was granted.

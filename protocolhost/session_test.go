@@ -113,8 +113,26 @@ func TestEveryMessageNonInteractive(t *testing.T) {
 	assert.Contains(t, string(data), `"k"`)
 }
 
+// TestCapabilitiesDenied: exec, store, load and metadata of a plugin that holds none of
+// them are refused and each refusal is on record, with the reason an auditor needs: the
+// manifest never declared it (capability_not_declared), or it declared it and the user did
+// not grant it (capability_not_granted).
 func TestCapabilitiesDenied(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		declared protocol.Capabilities
+		want     string
+	}{
+		{"not declared", protocol.Capabilities{}, "capability_not_declared"},
+		{"declared, not granted", protocol.Capabilities{Exec: true, Store: true, Metadata: true}, "capability_not_granted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testCapabilitiesDenied(t, tc.declared, tc.want) })
+	}
+}
+
+func testCapabilitiesDenied(t *testing.T, declared protocol.Capabilities, want string) {
 	f := newFixture(t, "scripted.py", protocol.Capabilities{Filesystem: "none"})
+	f.opts.Declared = declared
 	marker := filepath.Join(f.project, "exec-ran")
 	_, rep := f.runScript(
 		msg("type", "exec", "id", "1", "command", "touch "+marker),
@@ -125,6 +143,7 @@ func TestCapabilitiesDenied(t *testing.T) {
 	ex := f.reply(rep, "1")["value"].(map[string]any)
 	assert.EqualValues(t, 126, ex["code"])
 	assert.Contains(t, ex["stderr"], "not granted")
+	assert.Equal(t, want, ex["reason"], "the reply's reason")
 	assert.NoFileExists(t, marker, "a denied exec must not run")
 	assert.Nil(t, f.reply(rep, "2")["value"])
 	assert.Equal(t, map[string]any{}, f.reply(rep, "3")["value"])
@@ -132,11 +151,11 @@ func TestCapabilitiesDenied(t *testing.T) {
 
 	denies := 0
 	for _, r := range f.auditRecords() {
-		if r.Decision == audit.Deny && r.Reason == "capability_not_granted" {
+		if r.Decision == audit.Deny && r.Reason == want {
 			denies++
 		}
 	}
-	assert.Equal(t, 4, denies, "exec, store, load and metadata denials are each recorded")
+	assert.Equal(t, 4, denies, "exec, store, load and metadata denials are each recorded as %s", want)
 }
 
 func TestErrorTable(t *testing.T) {
@@ -405,7 +424,7 @@ func TestAuditSpamBounded(t *testing.T) {
 	sup := f.findRecords(audit.EventSuppressed)
 	require.Len(t, sup, 1)
 	counts := sup[0].Details["suppressed"].(map[string]any)
-	assert.Equal(t, "500", fmt.Sprint(counts["store/deny/capability_not_granted"]))
+	assert.Equal(t, "500", fmt.Sprint(counts["store/deny/capability_not_declared"]), "the fixture's manifest declares nothing")
 	rep, err := audit.Verify(f.auditPath)
 	require.NoError(t, err)
 	assert.True(t, rep.OK)
