@@ -496,6 +496,14 @@ func TestSignalAndKill(t *testing.T) {
 		spec := "sh -c 'sleep 1000' " + m + " & echo up; sleep 1000"
 		p, r := start(spec)
 		defer r.Close()
+		// "up" is printed once the background job is forked, not once it runs as the marked
+		// sh: wait for that, so the tree holds its two processes when the kill lands (under
+		// load CI once saw the kill count only one).
+		deadline := time.Now().Add(5 * time.Second)
+		for len(survivors(m)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		require.NotEmpty(t, survivors(m), "the background job never started")
 		require.NoError(t, p.Kill())
 		res := waitFor(t, p)
 		assert.Equal(t, "SIGKILL", res.Signal)
