@@ -28,8 +28,8 @@ func desyncV4Index() []byte {
 		return binary.BigEndian.AppendUint16(b, uint16(namelen))
 	}
 	hidden := append(fixed(0o100644, 1), 0, 'x', 0) // the reader's entry "x", strip 0
-	hidden = append(hidden, "ZZZZ"...)             // the reader's extension header
-	L := 2 + len(hidden) + 4 + 8                     // a's name length per its flags
+	hidden = append(hidden, "ZZZZ"...)              // the reader's extension header
+	L := 2 + len(hidden) + 4 + 8                    // a's name length per its flags
 	out := append([]byte("DIRC"), 0, 0, 0, 4, 0, 0, 0, 2)
 	out = append(append(out, fixed(0o100644, L)...), 0) // "a": strip 0
 	nameAt := len(out)
