@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -281,6 +282,11 @@ func parseGitlinks(b []byte, c *indexedCheckout) (_, refused []string, split boo
 	seen := map[string]bool{}
 	out := []string{}
 	for _, l := range links {
+		// git reads a name with a NUL inside as the C string before it (such an index
+		// has a refused path, but its gitlinks are checked all the same).
+		if i := strings.IndexByte(l, 0); i >= 0 {
+			l = l[:i]
+		}
 		l = path.Clean(l)
 		if l == "." || seen[l] {
 			continue
