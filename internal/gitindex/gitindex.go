@@ -190,7 +190,7 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 			// A split index's replacement entries carry no path; anywhere else git would
 			// refuse it (checked once the link extension is known).
 			empty = true
-		} else if !VerifyPath(string(name), mode) && len(idx.Refused) < maxRefused {
+		} else if !verifyPath(name, mode) && len(idx.Refused) < maxRefused {
 			idx.Refused = append(idx.Refused, string(name))
 		}
 		if allPaths && len(name) > 0 {

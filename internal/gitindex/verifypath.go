@@ -1,7 +1,5 @@
 package gitindex
 
-import "strings"
-
 const (
 	modeTypeMask = 0o170000
 	modeDir      = 0o040000 // a sparse index's directory entry
@@ -21,56 +19,83 @@ const (
 // and per element, split at "/" and "\" (NTFS), ".git" or "git~1" in any case followed
 // only by dots and spaces, or by ":" (an NTFS stream), and for a symlink ".gitmodules"
 // likewise.
-func VerifyPath(name string, mode uint32) bool {
-	if name == "" || strings.IndexByte(name, 0) >= 0 {
+func VerifyPath(name string, mode uint32) bool { return verifyPath(name, mode) }
+
+// verifyPath is VerifyPath on a string or, for Parse, the index's bytes (no copy, one
+// pass: it runs on every entry).
+func verifyPath[S ~string | ~[]byte](name S, mode uint32) bool {
+	n := len(name)
+	if n == 0 || refusedPart(name, 0, mode) {
 		return false
 	}
-	rest := name
-	for {
-		el, tail, more := strings.Cut(rest, "/")
-		if !more && el == "" {
-			// A trailing slash: a sparse index's directory entry only.
-			return mode&modeTypeMask == modeDir && rest != name
-		}
-		if el == "" || el == "." || el == ".." || !ntfsElementOK(el, mode) {
+	start := 0 // of the element
+	for i := 0; i < n; i++ {
+		switch name[i] {
+		case 0:
 			return false
+		case '\\':
+			if refusedPart(name, i+1, mode) {
+				return false
+			}
+		case '/':
+			if !elementOK(name, start, i) {
+				return false
+			}
+			if start = i + 1; start == n {
+				// A trailing slash: a sparse index's directory entry only.
+				return mode&modeTypeMask == modeDir
+			}
+			if refusedPart(name, start, mode) {
+				return false
+			}
 		}
-		if !more {
-			return true
-		}
-		rest = tail
 	}
+	return elementOK(name, start, n)
 }
 
-// ntfsElementOK checks each part of el between backslashes (is_ntfs_dotgit and, for a
-// symlink, a plain .gitmodules: git's is_ntfs_dotgitmodules also refuses its 8.3 short
-// names, which a symlink here could only use to reach a file of the checkout).
-func ntfsElementOK(el string, mode uint32) bool {
-	for _, part := range strings.Split(el, `\`) {
-		if ntfsDotGit(part) {
-			return false
-		}
-		if mode&modeTypeMask == modeSymlink && ntfsNamed(part, ".gitmodules") {
-			return false
-		}
+// elementOK: name[start:end] is not empty, "." or "..".
+func elementOK[S ~string | ~[]byte](name S, start, end int) bool {
+	switch end - start {
+	case 0:
+		return false
+	case 1:
+		return name[start] != '.'
+	case 2:
+		return name[start] != '.' || name[start+1] != '.'
 	}
 	return true
 }
 
-// ntfsDotGit is git's is_ntfs_dotgit on one element: ".git" or "git~1" in any case,
-// then only dots and spaces up to the end or a ":".
-func ntfsDotGit(s string) bool {
-	return ntfsNamed(s, ".git") || ntfsNamed(s, "git~1")
+// refusedPart: the part of name from i up to a "/", a "\" or the end is what git's
+// is_ntfs_dotgit refuses, or for a symlink a plain .gitmodules (git's
+// is_ntfs_dotgitmodules also refuses its 8.3 short names, which a symlink here could only
+// use to reach a file of the checkout).
+func refusedPart[S ~string | ~[]byte](name S, i int, mode uint32) bool {
+	if i >= len(name) {
+		return false
+	}
+	switch name[i] {
+	case '.', 'g', 'G':
+	default:
+		return false
+	}
+	e := i
+	for e < len(name) && name[e] != '/' && name[e] != '\\' {
+		e++
+	}
+	return ntfsNamed(name, i, e, ".git") || ntfsNamed(name, i, e, "git~1") ||
+		(mode&modeTypeMask == modeSymlink && ntfsNamed(name, i, e, ".gitmodules"))
 }
 
-// ntfsNamed: s is base (lower-case ASCII; s in any ASCII case) followed only by dots and spaces, up to its end
-// or a ":" (what NTFS resolves to base).
-func ntfsNamed(s, base string) bool {
-	if len(s) < len(base) {
+// ntfsNamed: name[start:end] is base (lower-case ASCII; name in any ASCII case) followed
+// only by dots and spaces, up to its end or a ":" (what NTFS resolves to base): git's
+// is_ntfs_dotgit.
+func ntfsNamed[S ~string | ~[]byte](name S, start, end int, base string) bool {
+	if end-start < len(base) {
 		return false
 	}
 	for i := 0; i < len(base); i++ {
-		c := s[i]
+		c := name[start+i]
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
@@ -78,8 +103,8 @@ func ntfsNamed(s, base string) bool {
 			return false
 		}
 	}
-	for i := len(base); i < len(s); i++ {
-		switch s[i] {
+	for i := start + len(base); i < end; i++ {
+		switch name[i] {
 		case '.', ' ':
 		case ':':
 			return true
