@@ -41,6 +41,10 @@ const (
 	sha1Len     = 20
 	sha256Len   = 32
 	maxVarBytes = 10
+	eoieSig     = "EOIE"
+	ieotSig     = "IEOT"
+	// maxRefused is how many refused paths Index.Refused lists (one is enough to act).
+	maxRefused = 16
 )
 
 // Index is what Parse found.
@@ -59,11 +63,23 @@ type Index struct {
 	// Paths are every entry's path, when Parse was asked for them (a shared index whose
 	// replaced entry is a gitlink).
 	Paths []string
+	// Refused are paths (at most maxRefused) git's verify_path refuses (VerifyPath): git
+	// never adds them to an index, but checks an index out without asking, so one there
+	// writes into .git (hooks, config) or out of the checkout.
+	Refused []string
 }
 
 // Parse reads the index in b (the whole file, already bounded by the caller). hashLen is
 // the repository's object hash length (20 for SHA-1, 32 for SHA-256); maxEntries bounds the
 // entries (ErrTooMany past it); allPaths fills Index.Paths.
+//
+// It reads every entry as git does (read-cache.c create_from_disk): a name's length is
+// the one in the entry's flags unless that is 0xFFF (then the name ends at its NUL), the
+// byte at that length must be the NUL, and a version-4 entry's name is the previous
+// entry's full name, less what it strips, and its own bytes. A name git reads with a NUL
+// inside it is kept as git keeps it, and is in Index.Refused. Where git could read the
+// entries otherwise (the EOIE and IEOT extensions, which let git start reading at offsets
+// the file states), those offsets must be the entries' own, or the index is not read.
 func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 	if hashLen != sha1Len && hashLen != sha256Len {
 		return nil, fmt.Errorf("%w: hash length %d", ErrFormat, hashLen)
@@ -81,15 +97,31 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 	}
 	idx := &Index{Version: int(ver)}
 	end := len(b) - hashLen // the trailing checksum
+	extAt, blocks, err := entryTable(b, hashLen, end)
+	if err != nil {
+		return nil, err
+	}
 	off := hdrLen
 	var prev []byte // v4: the previous entry's path
+	empty := false
+	bi, nextBlock := 0, uint64(0) // the next IEOT block, and the entry it starts at
 	for i := uint32(0); i < n; i++ {
+		blockStart := false
+		if bi < len(blocks) && uint64(i) == nextBlock {
+			if blocks[bi].offset != off {
+				return nil, fmt.Errorf("%w: entry %d is at %d, the IEOT extension says %d", ErrFormat, i, off, blocks[bi].offset)
+			}
+			nextBlock += uint64(blocks[bi].nr)
+			bi++
+			blockStart = true
+		}
 		fixed := statLen + hashLen + 2
 		if off+fixed > end {
 			return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
 		}
 		mode := binary.BigEndian.Uint32(b[off+24 : off+28])
 		flags := binary.BigEndian.Uint16(b[off+statLen+hashLen:])
+		flen := int(flags & nameMask)
 		p := off + fixed
 		if flags&flagExt != 0 {
 			if ver < 3 {
@@ -100,7 +132,7 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 				return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
 			}
 		}
-		var name []byte
+		keep := 0
 		if ver == 4 {
 			strip, used, err := varint(b[p:end])
 			if err != nil {
@@ -110,35 +142,56 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 			if strip > uint64(len(prev)) {
 				return nil, fmt.Errorf("%w: entry %d strips %d bytes of a %d-byte path", ErrFormat, i, strip, len(prev))
 			}
-			nul := bytes.IndexByte(b[p:end], 0)
-			if nul < 0 {
+			keep = len(prev) - int(strip)
+			// git reads the first entry of an IEOT block with no previous name: it must
+			// strip all of it, or git's name and this one differ.
+			if blockStart && keep != 0 {
+				return nil, fmt.Errorf("%w: entry %d starts an IEOT block and keeps %d bytes of the previous path", ErrFormat, i, keep)
+			}
+		}
+		// own is how many of the name's bytes are in this entry: all of them, or (v4)
+		// those after the kept prefix.
+		var own int
+		if flen == nameMask {
+			own = bytes.IndexByte(b[p:end], 0)
+			if own < 0 {
 				return nil, fmt.Errorf("%w: entry %d: path not terminated", ErrFormat, i)
 			}
-			keep := len(prev) - int(strip)
-			if keep+nul > maxPathLen {
-				return nil, fmt.Errorf("%w: entry %d: path longer than %d bytes", ErrFormat, i, maxPathLen)
-			}
-			name = append(prev[:keep:keep], b[p:p+nul]...)
-			prev = name
-			off = p + nul + 1
 		} else {
-			nul := bytes.IndexByte(b[p:end], 0)
-			if nul < 0 {
-				return nil, fmt.Errorf("%w: entry %d: path not terminated", ErrFormat, i)
+			if flen < keep {
+				return nil, fmt.Errorf("%w: entry %d: path length %d is shorter than the %d bytes it keeps", ErrFormat, i, flen, keep)
 			}
-			if l := int(flags & nameMask); l != nameMask && l != nul {
-				return nil, fmt.Errorf("%w: entry %d: path length %d, flags say %d", ErrFormat, i, nul, l)
+			own = flen - keep
+			if p+own >= end {
+				return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
 			}
-			if nul > maxPathLen {
-				return nil, fmt.Errorf("%w: entry %d: path longer than %d bytes", ErrFormat, i, maxPathLen)
+			if b[p+own] != 0 {
+				return nil, fmt.Errorf("%w: entry %d: no NUL at the path length %d its flags give", ErrFormat, i, flen)
 			}
-			name = b[p : p+nul]
+		}
+		if keep+own > maxPathLen {
+			return nil, fmt.Errorf("%w: entry %d: path longer than %d bytes", ErrFormat, i, maxPathLen)
+		}
+		var name []byte
+		if ver == 4 {
+			name = append(prev[:keep:keep], b[p:p+own]...)
+			prev = name
+			off = p + own + 1
+		} else {
+			name = b[p : p+own]
 			// 1 to 8 NULs pad the entry to a multiple of 8 bytes.
-			size := (p - off + nul + 8) &^ 7
+			size := (p - off + own + 8) &^ 7
 			if off+size > end {
 				return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
 			}
 			off += size
+		}
+		if len(name) == 0 {
+			// A split index's replacement entries carry no path; anywhere else git would
+			// refuse it (checked once the link extension is known).
+			empty = true
+		} else if !verifyPath(name, mode) && len(idx.Refused) < maxRefused {
+			idx.Refused = append(idx.Refused, string(name))
 		}
 		if allPaths && len(name) > 0 {
 			idx.Paths = append(idx.Paths, string(name))
@@ -150,6 +203,12 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 				idx.Gitlinks = append(idx.Gitlinks, string(name))
 			}
 		}
+	}
+	if bi != len(blocks) || (len(blocks) > 0 && nextBlock != uint64(n)) {
+		return nil, fmt.Errorf("%w: the IEOT extension's blocks do not cover the %d entries", ErrFormat, n)
+	}
+	if extAt >= 0 && extAt != off {
+		return nil, fmt.Errorf("%w: the entries end at %d, the EOIE extension says %d", ErrFormat, off, extAt)
 	}
 	// Extensions: a 4-byte signature and a 4-byte length each, up to the checksum.
 	for off < end {
@@ -170,7 +229,66 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 		}
 		off += int(size)
 	}
+	if empty && idx.SharedIndex == "" && len(idx.Refused) < maxRefused {
+		idx.Refused = append(idx.Refused, "")
+	}
 	return idx, nil
+}
+
+// ieotBlock is one block of the IEOT extension: git may read its nr entries, in a thread
+// of their own, from offset.
+type ieotBlock struct {
+	offset int
+	nr     uint32
+}
+
+// entryTable reads the EOIE extension (git's "end of index entries": the offset where
+// the extensions begin, stated as the index's last extension) and the IEOT extension it
+// leads to. git reads both only when it loads an index in threads (index.threads, on by
+// default for a large index), and then takes the extensions from EOIE's offset and the
+// entries from IEOT's: Parse requires them to be its own. extAt is -1 when there is no
+// EOIE. An EOIE git would ignore (its hash of the extension headers wrong) is read all the
+// same: a mismatch then only fails closed.
+func entryTable(b []byte, hashLen, end int) (extAt int, blocks []ieotBlock, _ error) {
+	pos := end - (extHdrLen + 4 + hashLen)
+	if pos < hdrLen || string(b[pos:pos+4]) != eoieSig || binary.BigEndian.Uint32(b[pos+4:]) != uint32(4+hashLen) {
+		return -1, nil, nil
+	}
+	at := int64(binary.BigEndian.Uint32(b[pos+8:]))
+	if at < hdrLen || at > int64(pos) {
+		return 0, nil, fmt.Errorf("%w: EOIE offset %d out of the index", ErrFormat, at)
+	}
+	extAt = int(at)
+	for off := extAt; off < pos; {
+		if off+extHdrLen > pos {
+			return 0, nil, fmt.Errorf("%w: extension header before EOIE cut short", ErrFormat)
+		}
+		sig := string(b[off : off+4])
+		size := int64(binary.BigEndian.Uint32(b[off+4 : off+8]))
+		off += extHdrLen
+		if int64(off)+size > int64(pos) {
+			return 0, nil, fmt.Errorf("%w: extension %q runs past EOIE", ErrFormat, sig)
+		}
+		if sig == ieotSig {
+			if blocks != nil {
+				return 0, nil, fmt.Errorf("%w: two IEOT extensions", ErrFormat)
+			}
+			e := b[off : off+int(size)]
+			if len(e) < 4 || binary.BigEndian.Uint32(e) != 1 || (len(e)-4)%8 != 0 {
+				return 0, nil, fmt.Errorf("%w: IEOT extension not version 1 or of a bad length", ErrFormat)
+			}
+			blocks = make([]ieotBlock, 0, (len(e)-4)/8)
+			for e = e[4:]; len(e) > 0; e = e[8:] {
+				nr := binary.BigEndian.Uint32(e[4:])
+				if nr == 0 {
+					return 0, nil, fmt.Errorf("%w: empty IEOT block", ErrFormat)
+				}
+				blocks = append(blocks, ieotBlock{offset: int(binary.BigEndian.Uint32(e)), nr: nr})
+			}
+		}
+		off += int(size)
+	}
+	return extAt, blocks, nil
 }
 
 // varint is git's offset varint (varint.c): each continuation adds one before shifting.

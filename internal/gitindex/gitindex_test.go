@@ -115,6 +115,7 @@ func TestParseBounds(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("DIRC\x00\x00\x00\x02\x00\x00\x00\x00" + strings.Repeat("\x00", 20)))
 	f.Add([]byte("DIRC\x00\x00\x00\x04\x00\x00\x00\x01" + strings.Repeat("\x00", 62) + "\x85\x00" + strings.Repeat("\x00", 20)))
+	f.Add(desyncV4Index())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, hl := range []int{20, 32} {
 			idx, err := Parse(b, hl, 1000, true)

@@ -143,21 +143,21 @@ func BenchmarkNestedGitlinks(b *testing.B) {
 	b.Run("launch-cached", func(b *testing.B) {
 		s := newNestedStore()
 		for b.Loop() {
-			if _, err := s.gitlinks(c); err != nil {
+			if _, _, err := s.gitlinks(c); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("launch-parse", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := (*nestedStore)(nil).gitlinks(c); err != nil {
+			if _, _, err := (*nestedStore)(nil).gitlinks(c); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("end-check", func(b *testing.B) {
 		s := newNestedStore()
-		links, err := s.gitlinks(c)
+		links, _, err := s.gitlinks(c)
 		if err != nil || len(links) != 20 {
 			b.Fatal(err, links)
 		}

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,8 +112,10 @@ func newNestedStore() *nestedStore {
 }
 
 // gitlinks are the (clean, deduplicated) gitlink paths of c's index; none when there is no
-// index. A nil store reads every time.
-func (s *nestedStore) gitlinks(c *indexedCheckout) ([]string, error) {
+// index. refused are paths of the index git's verify_path refuses (gitindex.VerifyPath),
+// which the user's git checkout would write all the same; an index with any is never
+// cached. A nil store reads every time.
+func (s *nestedStore) gitlinks(c *indexedCheckout) (links, refused []string, _ error) {
 	var cached []string
 	b, st, err := readIndexFile(c.index, func(st *unix.Stat_t) bool {
 		if s == nil {
@@ -127,21 +130,21 @@ func (s *nestedStore) gitlinks(c *indexedCheckout) ([]string, error) {
 		return false
 	})
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cached != nil {
-		return cached, nil
+		return cached, nil, nil
 	}
 	id := idOf(&st, true)
-	links, split, err := parseGitlinks(b, c)
+	links, refused, split, err := parseGitlinks(b, c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A split index's shared part can change with the index unchanged: never cached.
-	if s != nil && !split {
+	if s != nil && !split && len(refused) == 0 {
 		s.mu.Lock()
 		if si := s.indexes[c.index]; si != nil {
 			si.id, si.gitlinks = id, links
@@ -150,7 +153,7 @@ func (s *nestedStore) gitlinks(c *indexedCheckout) ([]string, error) {
 		}
 		s.mu.Unlock()
 	}
-	return links, nil
+	return links, refused, nil
 }
 
 // baseline counts a run as active on index from its launch until release, and takes
@@ -245,30 +248,33 @@ func readIndexFile(p string, known func(*unix.Stat_t) bool) ([]byte, unix.Stat_t
 	return b, st, nil
 }
 
-// parseGitlinks reads the gitlinks of the index b (and of its shared index, when split).
-func parseGitlinks(b []byte, c *indexedCheckout) (_ []string, split bool, _ error) {
+// parseGitlinks reads the gitlinks of the index b (and of its shared index, when split),
+// and the paths of either that git's verify_path refuses.
+func parseGitlinks(b []byte, c *indexedCheckout) (_, refused []string, split bool, _ error) {
 	idx, err := gitindex.Parse(b, c.hashLen, maxIndexEntries, false)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: index %s: %w (fledge refuses to run rather than leave a nested repository unprotected; to repair it, move the index aside and run git reset)", errGitProtect, c.index, err)
+		return nil, nil, false, fmt.Errorf("%w: index %s: %w (fledge refuses to run rather than leave a nested repository unprotected; to repair it, move the index aside and run git reset)", errGitProtect, c.index, err)
 	}
 	links := idx.Gitlinks
+	refused = idx.Refused
 	if idx.SharedIndex != "" {
 		if _, err := hex.DecodeString(idx.SharedIndex); err != nil {
-			return nil, false, fmt.Errorf("%w: index %s names a shared index %q", errGitProtect, c.index, idx.SharedIndex)
+			return nil, nil, false, fmt.Errorf("%w: index %s names a shared index %q", errGitProtect, c.index, idx.SharedIndex)
 		}
 		for _, gd := range c.gitDirs {
 			sp := filepath.Join(gd, "sharedindex."+idx.SharedIndex)
 			if sb, _, err := readIndexFile(sp, nil); !errors.Is(err, os.ErrNotExist) {
 				if err != nil {
-					return nil, false, err
+					return nil, nil, false, err
 				}
 				// A gitlink that replaced a shared entry carries no path: every shared path
 				// may be one (a .git there is what counts).
 				shared, err := gitindex.Parse(sb, c.hashLen, maxIndexEntries, idx.StrippedGitlink)
 				if err != nil {
-					return nil, false, fmt.Errorf("%w: shared index %s: %w", errGitProtect, sp, err)
+					return nil, nil, false, fmt.Errorf("%w: shared index %s: %w", errGitProtect, sp, err)
 				}
 				links = append(append(links, shared.Gitlinks...), shared.Paths...)
+				refused = append(refused, shared.Refused...)
 				break
 			}
 		}
@@ -276,17 +282,22 @@ func parseGitlinks(b []byte, c *indexedCheckout) (_ []string, split bool, _ erro
 	seen := map[string]bool{}
 	out := []string{}
 	for _, l := range links {
+		// git reads a name with a NUL inside as the C string before it (such an index
+		// has a refused path, but its gitlinks are checked all the same).
+		if i := strings.IndexByte(l, 0); i >= 0 {
+			l = l[:i]
+		}
 		l = path.Clean(l)
 		if l == "." || seen[l] {
 			continue
 		}
 		if len(out) >= maxGitlinks {
-			return nil, false, fmt.Errorf("%w: index %s has more than %d gitlinks (fledge refuses to run rather than leave a nested repository unprotected)", errGitProtect, c.index, maxGitlinks)
+			return nil, nil, false, fmt.Errorf("%w: index %s has more than %d gitlinks (fledge refuses to run rather than leave a nested repository unprotected)", errGitProtect, c.index, maxGitlinks)
 		}
 		seen[l] = true
 		out = append(out, l)
 	}
-	return out, idx.SharedIndex != "", nil
+	return out, refused, idx.SharedIndex != "", nil
 }
 
 // nested protects the git directory of every gitlink of the checkout worktree, whose
@@ -300,9 +311,14 @@ func (g *gitProtector) nested(gd, common, worktree string, hashLen, depth int) e
 	if common != "" {
 		c.gitDirs = append(c.gitDirs, common)
 	}
-	links, err := g.store.gitlinks(c)
+	links, refused, err := g.store.gitlinks(c)
 	if err != nil {
 		return err
+	}
+	if len(refused) > 0 {
+		// As an index fledge cannot read: the run is refused, not the index moved aside
+		// under the user's feet before anything ran.
+		return fmt.Errorf("%w: index %s records the path %q, which git refuses to add (a .git element, \"..\", an empty element): the user's git checkout would write it, into .git or out of the checkout (fledge refuses to run; to repair it, move the index aside and run git reset)", errGitProtect, c.index, refused[0])
 	}
 	present := map[string]gitFileID{}
 	for _, l := range links {
@@ -357,7 +373,7 @@ func (s *nestedStore) quarantineNested(checkouts []*indexedCheckout, roots, unpr
 		g.roots = append(g.roots, protRoot{view: r, real: real})
 	}
 	for _, c := range checkouts {
-		links, err := s.gitlinks(c)
+		links, refused, err := s.gitlinks(c)
 		if err != nil {
 			// Not readable as an index any more (grown past the bounds, garbled, a FIFO):
 			// git may read it all the same, so it goes aside and git sees an empty one.
@@ -375,6 +391,12 @@ func (s *nestedStore) quarantineNested(checkouts []*indexedCheckout, roots, unpr
 				continue
 			}
 			out = append(out, g.quarantine(dotgit, c.checkout, now, "a nested git repository recorded as a gitlink in the index was made or replaced by the run: git status would run its config"))
+		}
+		if len(refused) > 0 {
+			// git checkout -- . (or git restore .) would write the path wherever it
+			// leads, .git/hooks included: the index goes aside as an unreadable one.
+			// Its gitlinks were checked above all the same, should the user put it back.
+			out = append(out, g.quarantine(c.index, c.checkout, now, fmt.Sprintf("the index records the path %q, which git refuses to add (a .git element, \"..\", an empty element): git checkout would write it into .git or out of the checkout", refused[0])))
 		}
 	}
 	return out
