@@ -159,3 +159,25 @@ func sequenceEnded(rest []byte) bool {
 		return true
 	}
 }
+
+// HostLine writes one line of host text (a warning, an error) to w. Such a line quotes what
+// a plugin chose (a path it created, its name, a message it sent), so on a terminal it goes
+// through Sanitize like the plugin's own output: a gitlink named "x ESC ]52;c;... BEL" must
+// not write the user's clipboard from inside a fledge warning. A file or a pipe gets the
+// line as it is, as PluginStream does. One line: a trailing newline is added if missing.
+func HostLine(w io.Writer, line string) error {
+	if f, ok := w.(*os.File); ok && f != nil && term.IsTerminal(int(f.Fd())) {
+		line = Sanitize(line)
+	}
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		line += "\n"
+	}
+	_, err := io.WriteString(w, line)
+	return err
+}
+
+// HostWarnings returns a warning function writing "fledge: warning: " and the message to w
+// through HostLine.
+func HostWarnings(w io.Writer) func(string) {
+	return func(msg string) { _ = HostLine(w, "fledge: warning: "+msg) }
+}
