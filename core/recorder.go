@@ -397,17 +397,19 @@ func (r *Recorder) Degraded(rep sandbox.Report, strict bool) {
 // Quarantined records each nested git repository (or index) a run left where the user's
 // git would run code from it, and that the sandbox moved aside when the run ended: a deny,
 // since the run reached for code execution outside the sandbox. It returns the one-line
-// warnings for the user (what was moved, and how to restore it).
+// warnings for the user (what was moved, and how to restore it). The paths are the
+// plugin's choice (any byte but NUL and '/'): they are quoted, so a name carrying escape
+// sequences or line breaks reads as a name wherever the warning ends up.
 func (r *Recorder) Quarantined(qs []sandbox.Quarantine) []string {
 	var warn []string
 	for _, q := range qs {
 		d := map[string]any{"path": q.Path, "repository": q.Repository, audit.DetailMessage: q.Why}
 		if q.MovedTo != "" {
 			d["moved_to"] = q.MovedTo
-			warn = append(warn, fmt.Sprintf("a sandboxed run left %s, which git would run code from (%s); moved it to %s: look inside before restoring it with mv", q.Path, q.Why, q.MovedTo))
+			warn = append(warn, fmt.Sprintf("a sandboxed run left %q, which git would run code from (%s); moved it to %q: look inside before restoring it with mv", q.Path, q.Why, q.MovedTo))
 		} else {
 			d["error"] = q.Err
-			warn = append(warn, fmt.Sprintf("a sandboxed run left %s, which git would run code from (%s), and it could not be moved (%s): do not run git in %s before removing it", q.Path, q.Why, q.Err, q.Repository))
+			warn = append(warn, fmt.Sprintf("a sandboxed run left %q, which git would run code from (%s), and it could not be moved (%q): do not run git in %q before removing it", q.Path, q.Why, q.Err, q.Repository))
 		}
 		r.Record(audit.EventGitQuarantine, audit.Deny, reason.PathEscape, d, true)
 	}

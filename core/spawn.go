@@ -61,7 +61,8 @@ type SpawnOptions struct {
 	Ladder       Ladder
 	// DrainTimeout bounds how long Finish waits for stderr after the plugin exited.
 	DrainTimeout time.Duration
-	// Warn writes a host warning for the user (nil: "fledge: " and the line on os.Stderr).
+	// Warn writes a host warning for the user (nil: "fledge: " and the line on os.Stderr,
+	// through ui.HostLine: the warning quotes plugin-chosen text).
 	Warn func(string)
 }
 
@@ -118,7 +119,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 	}
 	warn := o.Warn
 	if warn == nil {
-		warn = func(m string) { fmt.Fprintln(os.Stderr, "fledge: "+m) }
+		warn = func(m string) { _ = ui.HostLine(os.Stderr, "fledge: "+m) } // sanitised on a terminal
 	}
 	p := &Proc{rec: rec, warn: warn, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
 	var keep []*os.File

@@ -11,7 +11,8 @@ import (
 )
 
 // maxHeld bounds what a SanitizingWriter keeps back waiting for the end of an escape
-// sequence or a character; past it the bytes are sanitised and written as they are.
+// sequence or a character; once the unfinished tail reaches it, the bytes are sanitised and
+// written as they are.
 const maxHeld = 4 << 10
 
 // SanitizingWriter streams plugin bytes (its stderr) to a terminal through Sanitize, so a
@@ -52,7 +53,13 @@ func (s *SanitizingWriter) Write(p []byte) (int, error) {
 	if cut == 0 && len(s.held) < maxHeld {
 		return len(p), nil
 	}
-	if len(s.held) >= maxHeld {
+	if len(s.held)-cut >= maxHeld {
+		// The unfinished tail alone has reached the bound: a sequence that never ends (or
+		// one no terminal would wait for). Sanitise everything, so what it carries is
+		// dropped and memory stays bounded. Only then: text in front of a tail that may
+		// still end (a character, a colour sequence, a CR cut by the write boundary, as a
+		// program writing 4 KiB stdio buffers to a pipe cuts them) is written, and the tail
+		// is kept to be judged whole.
 		cut = len(s.held)
 	}
 	out := Sanitize(string(s.held[:cut]))
@@ -151,4 +158,26 @@ func sequenceEnded(rest []byte) bool {
 	default: // two-byte escapes
 		return true
 	}
+}
+
+// HostLine writes one line of host text (a warning, an error) to w. Such a line quotes what
+// a plugin chose (a path it created, its name, a message it sent), so on a terminal it goes
+// through Sanitize like the plugin's own output: a gitlink named "x ESC ]52;c;... BEL" must
+// not write the user's clipboard from inside a fledge warning. A file or a pipe gets the
+// line as it is, as PluginStream does. One line: a trailing newline is added if missing.
+func HostLine(w io.Writer, line string) error {
+	if f, ok := w.(*os.File); ok && f != nil && term.IsTerminal(int(f.Fd())) {
+		line = Sanitize(line)
+	}
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		line += "\n"
+	}
+	_, err := io.WriteString(w, line)
+	return err
+}
+
+// HostWarnings returns a warning function writing "fledge: warning: " and the message to w
+// through HostLine.
+func HostWarnings(w io.Writer) func(string) {
+	return func(msg string) { _ = HostLine(w, "fledge: warning: "+msg) }
 }

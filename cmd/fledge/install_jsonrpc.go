@@ -19,6 +19,7 @@ import (
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/tools"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // maxExecutableBytes bounds a bare executable fledge copies in.
@@ -76,7 +77,7 @@ func (o *InstallOptions) runSelfDescribing(ctx context.Context, e *env, log *aud
 			failed++
 			var ee *ExitError
 			if errors.As(err, &ee) && ee.Msg != "" {
-				fmt.Fprintf(o.g.Streams.Err, "fledge: %s\n", ee.Msg)
+				_ = ui.HostLine(o.g.Streams.Err, "fledge: "+ee.Msg)
 			}
 		}
 	}
@@ -254,7 +255,7 @@ func paramText(ps []tools.Param) string {
 }
 
 func warnTo(w io.Writer) func(string) {
-	return func(msg string) { fmt.Fprintf(w, "fledge: warning: %s\n", msg) }
+	return ui.HostWarnings(w)
 }
 
 // recordedHandshake is what a jsonrpc-2.0 plugin said at install (nil for other plugins),

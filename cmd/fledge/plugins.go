@@ -440,7 +440,7 @@ func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
 		// A nested repository the hook left where the user's git would run it was moved
 		// aside when it ended (Linux): on record, and the user is told.
 		for _, w := range rec.Quarantined(res.Quarantined) {
-			fmt.Fprintln(out, "fledge: "+w)
+			_ = ui.HostLine(out, "fledge: "+w)
 		}
 		rec.Record(audit.EventExecOutcome, audit.Allow, rc,
 			map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),

@@ -11,6 +11,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // GrantOptions is `fledge plugins grant` and `fledge plugins revoke`: one capability, one
@@ -113,7 +114,7 @@ func (o *GrantOptions) Run() error {
 	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
 	if err := e.NewRecorder(log, ref, nil).RecordNow(event, audit.Allow, reason.OK, details); err != nil {
 		// The registry already changed: say so rather than pretend it did not.
-		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: the audit log could not record this %s: %v\n", verb, err)
+		_ = ui.HostLine(o.g.Streams.Err, fmt.Sprintf("fledge: warning: the audit log could not record this %s: %v", verb, err))
 	}
 	for _, u := range c.Unrequested {
 		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s did not ask for %s (its plugin.toml does not declare it); granted because you asked\n", entry.Name, u)

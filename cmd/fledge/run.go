@@ -65,7 +65,7 @@ func (e *env) openAudit() (*audit.Log, error) {
 
 func (e *env) close() {
 	if err := e.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "fledge: warning: %v\n", err)
+		_ = ui.HostLine(os.Stderr, fmt.Sprintf("fledge: warning: %v", err))
 	}
 }
 

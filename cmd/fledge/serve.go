@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"sort"
@@ -91,7 +90,7 @@ func serveJSONRPC(ctx context.Context, o *ServeOptions, t *toolsEnv) error {
 	err := jsonrpchost.Serve(ctx, jsonrpchost.ServeOptions{
 		In: o.g.Streams.In, Out: o.g.Streams.Out, Catalogue: t.cat, Provider: p, Bindings: bindings,
 		Version: version, Priority: o.Priority, LineMax: int(t.e.cfg.Limits.LineMax),
-		Warn: func(msg string) { fmt.Fprintf(o.g.Streams.Err, "fledge: warning: %s\n", msg) },
+		Warn: warnTo(o.g.Streams.Err),
 	})
 	if err != nil && ctx.Err() != nil {
 		return &ExitError{Code: ExitInterrupted}

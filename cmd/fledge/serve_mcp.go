@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +41,7 @@ func serveMCP(ctx context.Context, o *ServeOptions, t *toolsEnv) error {
 	err := mcphost.Serve(ctx, t.cat, o.g.Streams.In, nopWriteCloser{o.g.Streams.Out}, mcphost.ServeOptions{
 		Only:    o.Tools,
 		LineMax: int(t.e.cfg.Limits.LineMax),
-		Warn:    func(m string) { fmt.Fprintf(o.g.Streams.Err, "fledge: warning: %s\n", m) },
+		Warn:    warnTo(o.g.Streams.Err),
 	})
 	switch {
 	case errors.Is(err, mcphost.ErrNoSuchTool):

@@ -101,7 +101,7 @@ func (t *toolsEnv) jsonrpc(warn io.Writer) (*jsonrpchost.Provider, []*core.Bindi
 		}
 		b, err := t.cat.Binding(n)
 		if err != nil {
-			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: %v\n", n, err)
+			_ = ui.HostLine(warn, fmt.Sprintf("fledge: warning: plugin %s not loaded: %v", n, err))
 			continue
 		}
 		out = append(out, b)

@@ -12,6 +12,7 @@ import (
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/ui"
 	"github.com/fledgehq/fledge/wasmhost"
 )
 
@@ -92,11 +93,11 @@ func precompileWasm(ctx context.Context, e *env, name string, out io.Writer) {
 		done[c.Binary] = true
 		program, err := core.BinaryPath(dir, c.Binary, false)
 		if err == nil {
-			fmt.Fprintf(out, "compiling %s (WebAssembly)...\n", c.Binary)
+			_ = ui.HostLine(out, fmt.Sprintf("compiling %s (WebAssembly)...", c.Binary))
 			err = w.Precompile(ctx, program)
 		}
 		if err != nil {
-			fmt.Fprintf(out, "warning: %s: %v (it is compiled when it first runs)\n", c.Binary, err)
+			_ = ui.HostLine(out, fmt.Sprintf("warning: %s: %v (it is compiled when it first runs)", c.Binary, err))
 		}
 	}
 }
