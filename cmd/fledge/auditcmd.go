@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
 	"github.com/spf13/cobra"
 )
 
@@ -115,8 +116,33 @@ func (o *AuditShowOptions) Run() error {
 	// Machine formats stay empty on no match: a collector must not ingest a message.
 	if n == 0 && format == audit.FormatText {
 		fmt.Fprintln(o.g.Streams.Err, "no matching records")
+		if hint := o.pluginHint(); hint != "" {
+			fmt.Fprintln(o.g.Streams.Err, hint)
+		}
 	}
 	return nil
+}
+
+// pluginHint: records name the plugin, not the command a user types (the published
+// fledge-plugin-hello is plugin fledge-hello, run as `fledge hello`). When --plugin names a
+// command and not a plugin, say which plugin to ask for.
+func (o *AuditShowOptions) pluginHint() string {
+	if o.Plugin == "" {
+		return ""
+	}
+	dir, err := o.g.configDir()
+	if err != nil {
+		return ""
+	}
+	reg, err := plugin.LoadRegistry(dir)
+	if err != nil || reg.Find(o.Plugin) != nil {
+		return ""
+	}
+	e, err := reg.FindCommand(o.Plugin)
+	if err != nil || e == nil {
+		return ""
+	}
+	return fmt.Sprintf("%q is a command of plugin %q: records name the plugin (fledge audit show --plugin %s)", o.Plugin, e.Name, e.Name)
 }
 
 func newAuditVerifyCmd(g *Globals) *cobra.Command {
