@@ -37,7 +37,7 @@ const (
 
 // ErrSessionBudget says a record did not fit the session's byte budget and was counted, not
 // written. A decision that must precede an act is refused with it: no record, no act.
-var ErrSessionBudget = fmt.Errorf("session log budget spent: %w", audit.ErrBudget)
+var ErrSessionBudget = fmt.Errorf("this session's audit log budget is spent (raise [audit] session_max_bytes in config.toml): %w", audit.ErrBudget)
 
 // tier says which part of the session budget a record may use.
 type tier int

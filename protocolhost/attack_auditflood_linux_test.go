@@ -256,6 +256,8 @@ func TestAttackAuditBudgetRefusesExecs(t *testing.T) {
 	}
 	assert.True(t, actsRecord, "the budget record says execs are refused")
 	assert.LessOrEqual(t, grew, core.MinSessionBytes)
+	assert.Equal(t, 1, strings.Count(f.stderr.String(), "raise [audit] session_max_bytes"),
+		"the user is told once which setting refuses the execs: %s", f.stderr.String())
 	f.budgetEvidence()
 	f.requireVerifies()
 }

@@ -514,7 +514,11 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
 	if errors.Is(err, core.ErrSessionBudget) {
 		// The session wrote its share of the log: refused, counted, and said once in the
-		// log (session_log_budget), not warned about per exec.
+		// log (session_log_budget) and once to the user, who can raise the budget; not
+		// warned about per exec.
+		s.budgetWarn.Do(func() {
+			s.opts.UI.Warn(fmt.Sprintf("plugin %s: execs are refused from now on: %v", s.opts.Plugin.Name, err))
+		})
 		s.execRefuse(m.ID, 126, reason.LimitExceeded, "exec refused: the audit log cannot record it (this session's log budget is spent)")
 		return
 	}

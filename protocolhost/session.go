@@ -32,11 +32,13 @@ const maxConcurrentMetadata = 2
 const maxWarnings = 5
 
 type session struct {
-	tmp    execTmp
-	opts   Options
-	lim    Limits
-	writer *protocol.Writer
-	guard  *pathguard.Guard
+	// budgetWarn tells the user once that the session's audit log budget refuses execs.
+	budgetWarn sync.Once
+	tmp        execTmp
+	opts       Options
+	lim        Limits
+	writer     *protocol.Writer
+	guard      *pathguard.Guard
 
 	ctx    context.Context // cancelled on interrupt or plugin exit
 	cancel context.CancelFunc
