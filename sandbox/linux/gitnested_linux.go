@@ -218,7 +218,9 @@ func (s *nestedStore) known(index, gitlink string, id gitFileID) bool {
 // it reads nothing when known (nil: never) says the identity is one already read.
 func readIndexFile(p string, known func(*unix.Stat_t) bool) ([]byte, unix.Stat_t, error) {
 	var st unix.Stat_t
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	// O_NOFOLLOW: the index is the run's to replace, and fledge follows no symlink a plugin
+	// planted (ELOOP: an index fledge cannot check, moved aside or refused as such).
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, st, &os.PathError{Op: "open", Path: p, Err: err}
 	}

@@ -196,9 +196,21 @@ cd ../../../sub && git status --porcelain >/dev/null && git commit -q --allow-em
 func TestViewGitNestedBadIndex(t *testing.T) {
 	sb := newSandbox(t, Options{})
 	requireView(t, sb)
+	// A clean index outside the project: fledge following .git/index there would read a
+	// valid index with no gitlink and leave the link in place (git follows it too).
+	outside := t.TempDir()
+	clean := newRepo(t)
+	b, err := os.ReadFile(filepath.Join(clean, ".git", "index"))
+	if err != nil { // a fresh repository has no index yet: make one
+		gitCmd(t, clean, "update-index", "--add", "--cacheinfo", "100644,e69de29bb2d1d6434b8b29ae775ad8c2e48c5391,f")
+		b, err = os.ReadFile(filepath.Join(clean, ".git", "index"))
+	}
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "index"), b, 0o644))
 	for _, tc := range []struct{ name, script string }{
 		{"garbage", `printf 'DIRC\0\0\0\2\0\0\0\7garbage' > .git/index`},
 		{"fifo", `rm .git/index && mkfifo .git/index`},
+		{"symlink", `rm .git/index && ln -s ` + filepath.Join(outside, "index") + ` .git/index`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := newRepo(t)
@@ -210,11 +222,14 @@ func TestViewGitNestedBadIndex(t *testing.T) {
 			assert.True(t, strings.HasPrefix(filepath.Base(res.Quarantined[0].MovedTo), "index"+quarantineSuffix))
 			_, err := os.Lstat(filepath.Join(root, ".git", "index"))
 			assert.True(t, os.IsNotExist(err), "no index left")
+			got, err := os.ReadFile(filepath.Join(outside, "index"))
+			require.NoError(t, err)
+			assert.Equal(t, b, got, "the link's target is neither moved nor changed")
 		})
 	}
 	root := newRepo(t)
 	require.NoError(t, os.WriteFile(filepath.Join(root, ".git", "index"), []byte("DIRC\x00\x00\x00\x09"), 0o644))
-	_, err := sb.Start(t.Context(), gitAttackSpec(t, "true", root, root))
+	_, err = sb.Start(t.Context(), gitAttackSpec(t, "true", root, root))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "index")
 }
