@@ -308,3 +308,32 @@ func TestViewGitNestedConcurrentHandOff(t *testing.T) {
 	assert.Empty(t, res.Quarantined)
 	assert.DirExists(t, filepath.Join(mine, ".git"))
 }
+
+// TestGitProtectFIFOCannotHangLaunch: the protector reads git files in writable roots at
+// every launch (a repository's config, a .git file, commondir). A command that leaves a
+// repository whose config is a FIFO must not make the next launch block in open(2) forever
+// (no writer ever comes): the read is non-blocking and takes regular files only.
+func TestGitProtectFIFOCannotHangLaunch(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	requireView(t, sb)
+	root := newRepo(t)
+	for _, script := range []string{
+		`mkdir -p x/.git/objects x/.git/refs && echo 'ref: refs/heads/main' > x/.git/HEAD && mkfifo x/.git/config`,
+		`mkdir y && mkfifo y/.git`,
+	} {
+		res, out, errOut := run(t, sb, gitAttackSpec(t, script, root, root))
+		require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, out, errOut := run(t, sb, gitAttackSpec(t, "echo launched", root, root))
+		assert.Equal(t, 0, res.ExitCode, errOut)
+		assert.Equal(t, "launched\n", out)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the launch after a FIFO config was planted did not return in 30 s (fledge blocked opening it)")
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -671,12 +673,23 @@ func isFile(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
+// readBounded reads at most maxGitFileBytes of the regular file p. The files it reads lie
+// in roots a run writes: O_NONBLOCK and the type check on the opened descriptor keep a
+// FIFO (or a device) planted there from blocking every later launch in open(2) or read(2).
 func readBounded(p string) ([]byte, error) {
-	f, err := os.Open(p)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%w: %s is not a regular file", errGitProtect, p)
+	}
 	return io.ReadAll(io.LimitReader(f, maxGitFileBytes))
 }
 
