@@ -112,6 +112,17 @@ type Spec struct {
 	// other. It may run on the launching thread after confinement was applied to it: it
 	// must only wait for work done elsewhere, never touch files itself.
 	BeforeExec func() error
+	// KernelDenials, when set, is told what the kernel refused the run (Linux with seccomp
+	// user notification; never called elsewhere): every call on the seccomp deny-list and,
+	// with Trace, every path and network destination outside the grants. Rate-limited per
+	// run (DenialLog): the first of each kind at once, a repeat only counted, and the true
+	// count once the run has ended. Called from the sandbox's own goroutine, never
+	// concurrently for one run; it must not block for long.
+	KernelDenials func(KernelDenial)
+	// Trace observes every path and connect syscall of the run and reports those the
+	// grants do not cover (KernelDenials): observation only, every call continues and the
+	// kernel decides it as without trace. Costs a round trip to the host per such call.
+	Trace bool
 }
 
 // RunBeforeExec calls spec.BeforeExec if set; sandboxes call it right before launching.

@@ -10,5 +10,6 @@ const sysKexecLoad = -1
 
 var (
 	modeRules []modeRule
-	archRules []rule
+	archRules  []rule
+	traceCalls []traceCall
 )

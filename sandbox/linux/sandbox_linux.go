@@ -670,6 +670,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
+		if rn := newRunNotify(spec, pol); rn != nil && kernel.SeccompSupported() {
+			if err := rn.prepare(tl, sys.UseCgroupFD && tl.gate != nil, spec.Trace); err != nil {
+				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
+			} else {
+				p.notify = rn
+			}
+		}
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
@@ -689,6 +696,20 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.holder = tl.holder
 			if err == nil {
 				p.proc, err = tl.start(nil)
+			}
+		}
+		if p.notify != nil {
+			if err != nil || tl.notifyLost {
+				if tl.notifyLost {
+					p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records (an enclosing sandbox holds the seccomp listener)")
+				}
+				p.notify.abort()
+				if tl.listenerBack != nil {
+					s.guard.forget(tl.gateTID)
+				}
+				p.notify = nil
+			} else {
+				p.notify.launched()
 			}
 		}
 	}
@@ -789,6 +810,8 @@ type process struct {
 	// checkouts are the checkouts whose index the launch read: their gitlinks are looked
 	// at again once the tree is gone (gitnested_linux.go).
 	checkouts []*indexedCheckout
+	// notify records the run's kernel refusals (nil: not asked for, or unavailable).
+	notify *runNotify
 
 	mu        sync.Mutex
 	killed    map[int]bool
@@ -929,6 +952,11 @@ func (p *process) wait() {
 			errs = append(errs, err)
 		}
 		res.OOMKilled, res.PeakMemory = p.cg.stats()
+	}
+	if p.notify != nil {
+		// The tree is gone: its last refused calls are answered and the true counts
+		// reported before the Result is, so the adapter's records of them come first.
+		p.notify.finish()
 	}
 	if !p.stdio.Finish(copyGrace) {
 		res.Mode.Degraded = append(res.Mode.Degraded, "output copy did not finish")
