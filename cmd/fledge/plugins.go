@@ -422,6 +422,7 @@ func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
 			return fmt.Errorf("audit: %w", err)
 		}
 		spec.BeforeExec = sync
+		rec.ObserveKernel(&spec, h.Command)
 		proc, err := e.sb.Start(ctx, &spec)
 		if sync != nil {
 			_ = sync()
