@@ -9,7 +9,7 @@ const auditArch = 0
 const sysKexecLoad = -1
 
 var (
-	modeRules []modeRule
+	modeRules  []modeRule
 	archRules  []rule
 	traceCalls []traceCall
 )
