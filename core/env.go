@@ -279,6 +279,7 @@ func (e *Env) Refuse(ref *audit.PluginRef, kind, command, message string) {
 func (e *Env) Profile(b *Binding, environ []string, pluginEnv, legacyEnv map[string]string) policy.Profile {
 	return e.Config.Build(policy.ProfileInput{
 		Paths: b.Paths, Grants: b.Entry.Granted, Environ: environ, PluginEnv: pluginEnv, LegacyEnv: legacyEnv,
+		Read: b.Entry.Read,
 	})
 }
 

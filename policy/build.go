@@ -118,6 +118,9 @@ type ProfileInput struct {
 	PluginEnv map[string]string
 	// LegacyEnv are the variables of a legacy plugin.
 	LegacyEnv map[string]string
+	// Read are the plugin's read grants (readgrant.go): read-only for the plugin process
+	// and its commands.
+	Read []string
 }
 
 // Build is the one call that turns policy, grants and paths into a Profile.
@@ -132,10 +135,15 @@ func (c *Config) Build(in ProfileInput) Profile {
 	}
 	// The detected version managers' own variables (PYENV_VERSION, ...) pass through.
 	allow := append(append([]string{}, c.Sandbox.EnvAllow...), managerEnv(p)...)
+	pluginAccess, execAccess := PluginAccess(p, in.Grants, c), ExecAccess(p, c)
+	if read := readGrants(in.Read, p); len(read) > 0 {
+		pluginAccess.ReadOnly = append(pluginAccess.ReadOnly, read...)
+		execAccess.ReadOnly = append(execAccess.ReadOnly, read...)
+	}
 	return Profile{
 		Plugin: sandbox.Spec{
 			Env:     ChildEnv(in.Environ, allow, in.PluginEnv),
-			Access:  PluginAccess(p, in.Grants, c),
+			Access:  pluginAccess,
 			Network: c.PluginNetwork(in.Grants),
 			// Unix sockets follow policy; a plugin's network grant does not open them.
 			UnixSockets: c.UnixSocketsAllowed(),
@@ -145,7 +153,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 		},
 		Exec: sandbox.Spec{
 			Env:         ChildEnv(in.Environ, allow, nil),
-			Access:      ExecAccess(p, c),
+			Access:      execAccess,
 			Network:     c.NetworkAllowed(),
 			UnixSockets: c.UnixSocketsAllowed(),
 			Limits:      c.ExecLimits(),

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -28,16 +29,17 @@ func newGrantCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "grant <name> <capability>[=value]",
 		Short: "Grant an installed plugin one more capability",
-		Long: `Grant an installed plugin one more capability: exec, store, metadata, network or
+		Long: `Grant an installed plugin one more capability: exec, store, metadata, network,
 filesystem[=none|plugin|project] (a bare "filesystem" is the level the plugin asks for, else
-project).
+project), or read=PATH (one file or directory, read-only, for the plugin and its commands;
+never a key or token store such as ~/.ssh, nor fledge's own config and state).
 
 exec, store and metadata can only be granted when the plugin's manifest declares them.
 network and filesystem are the sandbox's to give: you may grant them even when the plugin
 did not ask, and fledge warns that it did not. The change is recorded in the audit log
 (event "grant"); the approved plugin.toml is unchanged, so an edited manifest is still
 refused at run time.`,
-		Example: "  fledge plugins grant envcheck network\n  fledge plugins grant deploy filesystem=project",
+		Example: "  fledge plugins grant envcheck network\n  fledge plugins grant deploy filesystem=project\n  fledge plugins grant lint read=~/.gitconfig",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name, o.Item = args[0], args[1]
@@ -53,7 +55,8 @@ func newRevokeCmd(g *Globals) *cobra.Command {
 		Short: "Take one capability back from an installed plugin",
 		Long: `Take one capability back from an installed plugin: exec, store, metadata, network or
 filesystem (the plugin process then reads nothing of the project, whatever its manifest
-says). Recorded in the audit log (event "revoke").`,
+says), or read=PATH (a path granted with grant read=PATH). Recorded in the audit log
+(event "revoke").`,
 		Example: "  fledge plugins revoke envcheck filesystem",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,6 +75,10 @@ func (o *GrantOptions) Run() error {
 	log, err := e.openAudit()
 	if err != nil {
 		return err
+	}
+	home, _ := os.UserHomeDir()
+	if path, ok := policy.ExpandReadGrant(strings.TrimSpace(o.Item), home); ok {
+		return o.runRead(e, log, path)
 	}
 	verb, event := "grant", audit.EventGrant
 	change := func(m *plugin.Manifest, cur policy.Grants) (policy.Change, error) {

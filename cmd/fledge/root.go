@@ -30,6 +30,10 @@ type Globals struct {
 	Project        string
 	ConfigDir      string
 	Streams        Streams
+	// Trace: the plugin's runs are traced (run --trace, tools call --trace, plugins learn).
+	Trace bool
+	// sessionStarted, when set, is told the session id of the run (plugins learn).
+	sessionStarted func(id string)
 }
 
 // configDir resolves --config-dir, FLEDGE_CONFIG_DIR, $XDG_CONFIG_HOME/fledge, ~/.config/fledge.
@@ -164,5 +168,6 @@ func newRunCmd(g *Globals) *cobra.Command {
 		},
 	}
 	c.Flags().SetInterspersed(false)
+	c.Flags().BoolVar(&g.Trace, "trace", false, "record every path and network destination the plugin and its commands try outside their grants (kernel_denied records; slower)")
 	return c
 }

@@ -51,7 +51,7 @@ func openEnv(g *Globals) (*env, error) {
 	if err != nil {
 		return nil, exitErr(ExitCannotRun, "sandbox: %v", err)
 	}
-	ce := &core.Env{ConfigDir: cd, StateDir: stateDir(), AuditPath: ap, Config: cfg, Sandbox: sb}
+	ce := &core.Env{ConfigDir: cd, StateDir: stateDir(), AuditPath: ap, Config: cfg, Sandbox: sb, Trace: g.Trace}
 	return &env{Env: ce, configDir: cd, stateDir: ce.StateDir, auditPath: ap, cfg: cfg, sb: sb}, nil
 }
 
@@ -133,6 +133,9 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	u := ui.New(ui.Options{In: g.Streams.In, Out: g.Streams.Out, Err: g.Streams.Err, NonInteractive: g.nonInteractive()})
 	defer u.Close()
 	rec := e.NewRecorder(log, b.Ref, u.Warn)
+	if g.sessionStarted != nil {
+		g.sessionStarted(rec.SessionID())
+	}
 	environ := os.Environ()
 	prof := e.Profile(b, environ,
 		pluginEnvVars(entry.Name, command, b.Paths.PluginDir, b.DataDir, g.nonInteractive()),

@@ -33,6 +33,13 @@ import (
 // rewrite the memory between our read and the kernel's own: what is recorded is what the
 // call named when we looked, and the kernel's decision is made without us either way.
 
+// execve and execveat are not traced. The thread launcher's child makes its first execve
+// between Go's vfork and the exec, while the launching thread of the host waits in raw
+// vfork: a stop-the-world of the host then waits for that thread, which waits for the
+// child, which would wait for the host's listener, stopped too. A program run outside the
+// grants is still seen: shells and execvp look each candidate up (stat, access) first, and
+// the dynamic loader opens it.
+
 // accessKind is what a traced call does with the path it names.
 type accessKind int
 
@@ -294,6 +301,11 @@ func (s *NotifyServer) look(pid int, t traceCall, args [6]uint64) *Notice {
 		}
 	}
 	if s.grants.allows(p, acc) {
+		return nil
+	}
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) && acc != accessWrite {
+		// Missing on the host too: the call fails whatever the grants (a loader probing
+		// /etc/ld.so.preload, a search along a path list), no refusal to report.
 		return nil
 	}
 	return &Notice{Pid: pid, Syscall: t.name, Path: p, Access: accessName(acc)}

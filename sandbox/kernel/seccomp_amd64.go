@@ -41,8 +41,6 @@ var traceCalls = []traceCall{
 	{name: "faccessat2", nr: unix.SYS_FACCESSAT2, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
 	{name: "readlink", nr: unix.SYS_READLINK, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessStat},
 	{name: "readlinkat", nr: unix.SYS_READLINKAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
-	{name: "execve", nr: unix.SYS_EXECVE, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessExec},
-	{name: "execveat", nr: unix.SYS_EXECVEAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessExec},
 	{name: "mkdir", nr: unix.SYS_MKDIR, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessWrite},
 	{name: "mkdirat", nr: unix.SYS_MKDIRAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessWrite},
 	{name: "unlink", nr: unix.SYS_UNLINK, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessWrite},

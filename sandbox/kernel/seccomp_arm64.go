@@ -27,8 +27,6 @@ var traceCalls = []traceCall{
 	{name: "faccessat", nr: unix.SYS_FACCESSAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
 	{name: "faccessat2", nr: unix.SYS_FACCESSAT2, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
 	{name: "readlinkat", nr: unix.SYS_READLINKAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
-	{name: "execve", nr: unix.SYS_EXECVE, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessExec},
-	{name: "execveat", nr: unix.SYS_EXECVEAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessExec},
 	{name: "mkdirat", nr: unix.SYS_MKDIRAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessWrite},
 	{name: "unlinkat", nr: unix.SYS_UNLINKAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessWrite},
 	{name: "connect", nr: unix.SYS_CONNECT, dirArg: -1, pathArg: -1, flagsArg: -1, access: accessConnect},
