@@ -209,6 +209,14 @@ type Report struct {
 	NetworkDeny    string `json:"network_deny"`     // how network=deny is enforced
 	UnixSocketDeny string `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
 	TreeKill       string `json:"tree_kill"`
+	// KernelRefusals says how what the kernel refuses a plugin reaches the audit log:
+	// "seccomp-notify" (every deny-list refusal is a kernel_denied record; trace mode
+	// works) or "none".
+	KernelRefusals string `json:"kernel_refusals,omitempty"`
+	// LandlockAudit says whether the kernel logs Landlock's own denials in its audit
+	// (ABI 7+): "kernel-audit" (audit enabled), "off" (audit disabled), "unknown" (could
+	// not be asked: not root), or "none" (Landlock below ABI 7 or absent).
+	LandlockAudit string `json:"landlock_audit,omitempty"`
 	// HostDeath says what ends every sandboxed process if fledge itself dies by a signal
 	// (kill -9, OOM killer): "watchdog" (a separate process that kills every registered
 	// cgroup and process group when the host's pipe closes) or "none".

@@ -46,3 +46,9 @@ func InstallNotifyFilter(Filter) (int, error) { return -1, ErrUnsupported }
 
 // NotifySupported is false outside Linux.
 func NotifySupported() bool { return false }
+
+// ErrAuditUnknown: there is no Linux audit here.
+var ErrAuditUnknown = ErrUnsupported
+
+// KernelAuditEnabled fails outside Linux.
+func KernelAuditEnabled() (bool, error) { return false, ErrUnsupported }

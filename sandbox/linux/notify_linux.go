@@ -164,3 +164,27 @@ func (rn *runNotify) finish() {
 	}
 	rn.log.Flush()
 }
+
+// kernelRefusals is Report.KernelRefusals: recorded where the thread launcher serves a
+// listener (the stub path does not pass one back yet).
+func kernelRefusals(launch string) string {
+	if launch == LaunchThread && kernel.NotifySupported() {
+		return "seccomp-notify"
+	}
+	return "none"
+}
+
+// landlockAudit is Report.LandlockAudit.
+func landlockAudit(abi int) string {
+	if abi < 7 {
+		return "none"
+	}
+	on, err := kernel.KernelAuditEnabled()
+	switch {
+	case err != nil:
+		return "unknown"
+	case on:
+		return "kernel-audit"
+	}
+	return "off"
+}

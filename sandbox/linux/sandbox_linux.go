@@ -324,6 +324,8 @@ func (s *Sandbox) Report() sandbox.Report {
 		IPCNamespace:   IPCNone,
 		SystemFiles:    SystemFilesByName,
 		Warnings:       append([]string{}, s.cg.warnings...),
+		KernelRefusals: kernelRefusals(s.launch),
+		LandlockAudit:  landlockAudit(s.abi),
 	}
 	switch {
 	case s.userView:
