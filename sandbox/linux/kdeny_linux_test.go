@@ -41,7 +41,13 @@ func requireNotify(t *testing.T) {
 func TestKernelDeniedSyscalls(t *testing.T) {
 	testutil.RequireContained(t)
 	requireNotify(t)
-	sb := newSandbox(t, Options{})
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) { testKernelDeniedSyscalls(t, launch) })
+	}
+}
+
+func testKernelDeniedSyscalls(t *testing.T, launch string) {
+	sb := newSandbox(t, Options{Launch: launch})
 	e := newEnv(t)
 	for _, tc := range []struct {
 		name, script, syscall, errno, out string
@@ -115,7 +121,13 @@ func TestKernelDeniedOffByDefault(t *testing.T) {
 func TestTraceReportsPathsOutsideGrants(t *testing.T) {
 	testutil.RequireContained(t)
 	requireNotify(t)
-	sb := newSandbox(t, Options{})
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) { testTraceReportsPaths(t, launch) })
+	}
+}
+
+func testTraceReportsPaths(t *testing.T, launch string) {
+	sb := newSandbox(t, Options{Launch: launch})
 	e := newEnv(t)
 	var got denials
 	key := filepath.Join(e.home, ".ssh", "id_rsa")

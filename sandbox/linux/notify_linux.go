@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,8 @@ type runNotify struct {
 	grants *kernel.Grants // nil: trace nothing
 	pair   [2]int         // socket pair of a launch without gate (-1: none)
 	cancel chan struct{}  // closed when the launch failed
+	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
+	stubEnd *os.File
 }
 
 // newRunNotify prepares spec's recording for pol (nil when spec asks for none or this
@@ -52,10 +55,24 @@ func newRunNotify(spec *sandbox.Spec, pol *stub.Policy) *runNotify {
 	return rn
 }
 
-// prepare points a thread launch at rn: over a socket pair, or (gated) back from the
-// watchdog.
+// prepareStub points a stub launch at rn: the stub sends its listener over a socket pair
+// whose other end becomes its fd 8.
+func (rn *runNotify) prepareStub(pol *stub.Policy, l *stub.Launch, trace bool) error {
+	if err := rn.prepare(nil, false, trace); err != nil {
+		return err
+	}
+	pol.Notify, pol.Trace = true, trace
+	rn.stubEnd = os.NewFile(uintptr(rn.pair[1]), "notify")
+	l.Notify = rn.stubEnd
+	return nil
+}
+
+// prepare points a thread launch at rn (tl nil: a stub launch): over a socket pair, or
+// (gated) back from the watchdog.
 func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
-	tl.notify, tl.trace = true, trace
+	if tl != nil {
+		tl.notify, tl.trace = true, trace
+	}
 	// Served as soon as it arrives, while the launch is still under way: the launch
 	// thread's own calls after its filter (traced ones) wait on the listener too.
 	go func() {
@@ -76,7 +93,9 @@ func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 		return err
 	}
 	rn.pair = [2]int{fds[0], fds[1]}
-	tl.listenerTo = fds[1]
+	if tl != nil {
+		tl.listenerTo = fds[1]
+	}
 	// Received at once, in parallel with the launch: the launch thread's own calls after
 	// its filter (traced ones) wait on the listener, so it must be served before the
 	// launch returns.
@@ -110,6 +129,10 @@ func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 // launched is called once the launch succeeded. The host's end of the pair is closed: the
 // launch thread's copy dies with the thread, so a receiver still waiting sees EOF.
 func (rn *runNotify) launched() {
+	if rn.stubEnd != nil {
+		rn.stubEnd.Close()
+		rn.stubEnd, rn.pair[1] = nil, -1
+	}
 	if rn.pair[1] >= 0 {
 		unix.Close(rn.pair[1])
 		rn.pair[1] = -1
@@ -118,6 +141,10 @@ func (rn *runNotify) launched() {
 
 // abort releases what a failed launch prepared.
 func (rn *runNotify) abort() {
+	if rn.stubEnd != nil {
+		rn.stubEnd.Close()
+		rn.stubEnd, rn.pair[1] = nil, -1
+	}
 	for i, fd := range rn.pair {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -165,10 +192,9 @@ func (rn *runNotify) finish() {
 	rn.log.Flush()
 }
 
-// kernelRefusals is Report.KernelRefusals: recorded where the thread launcher serves a
-// listener (the stub path does not pass one back yet).
+// kernelRefusals is Report.KernelRefusals: both launchers hand the listener to the host.
 func kernelRefusals(launch string) string {
-	if launch == LaunchThread && kernel.NotifySupported() {
+	if kernel.NotifySupported() {
 		return "seccomp-notify"
 	}
 	return "none"

@@ -614,6 +614,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
 			Sys: sys,
 		}
+		if rn := newRunNotify(spec, pol); rn != nil {
+			if err := rn.prepareStub(pol, l, spec.Trace); err != nil {
+				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
+			} else {
+				p.notify = rn
+			}
+		}
 		if pol.View != nil && !s.userView && s.pidns.available() {
 			// Root: the stub is born in the plugin's pid namespace (started from a thread
 			// that joined it) and mounts that namespace's procfs in its view.
@@ -622,6 +629,14 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.proc, err = l.Start()
 		}
 		p.status = l.Status
+		if p.notify != nil {
+			if err != nil {
+				p.notify.abort()
+				p.notify = nil
+			} else {
+				p.notify.launched()
+			}
+		}
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
