@@ -27,4 +27,6 @@ func fcntl(fd, cmd, arg int) (int, error) { return unix.FcntlInt(uintptr(fd), cm
 func cloexecFrom(first int) error { return cloexecFromDir("/dev/fd", first) }
 
 // installFilter: no seccomp here (Notify is never set outside Linux).
-func installFilter(pol *Policy) error { return kernel.InstallFilter(kernel.Filter{DenyUnix: pol.DenyUnix}) }
+func installFilter(pol *Policy) error {
+	return kernel.InstallFilter(kernel.Filter{DenyUnix: pol.DenyUnix})
+}
