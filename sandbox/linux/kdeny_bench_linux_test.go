@@ -5,7 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +29,10 @@ func BenchmarkKernelRecordAB(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer dir.Close()
-	goroot := runtime.GOROOT()
+	goroot := "/usr/local/go"
+	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
+		goroot = strings.TrimSpace(string(out))
+	}
 	mod := filepath.Join(work, "mod")
 	if err := os.MkdirAll(mod, 0o755); err != nil {
 		b.Fatal(err)
