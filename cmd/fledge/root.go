@@ -164,7 +164,14 @@ func newRunCmd(g *Globals) *cobra.Command {
 		Short: "Run a plugin command (the same as 'fledge <plugin-command>')",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runPlugin(cmd.Context(), g, args[0], args[1:])
+			if !g.Trace {
+				return runPlugin(cmd.Context(), g, args[0], args[1:])
+			}
+			session := ""
+			g.sessionStarted = func(id string) { session = id }
+			err := runPlugin(cmd.Context(), g, args[0], args[1:])
+			traceHint(g, session)
+			return err
 		},
 	}
 	c.Flags().SetInterspersed(false)
