@@ -276,3 +276,11 @@ func parseCheckpointLine(s string) (Head, string, bool) {
 	}
 	return h, log, true
 }
+
+// WarnWitness returns an Options.WitnessError that tells the user on w: the record was
+// written, only its checkpoint is missing from the head or the witness.
+func WarnWitness(w io.Writer) func(error) {
+	return func(err error) {
+		fmt.Fprintf(w, "fledge: warning: %v (the audit record was written; the checkpoint did not reach the head or the witness)\n", err)
+	}
+}

@@ -55,10 +55,16 @@ func (e *Env) Audit() (*audit.Log, error) {
 	if total == 0 {
 		total = -1
 	}
+	witness, err := audit.ParseWitness(e.Config.Audit.Witness)
+	if err != nil {
+		return nil, err
+	}
 	l, err := audit.Open(e.AuditPath, audit.Options{
 		Fsync:         audit.FsyncPolicy(e.Config.Audit.Fsync),
 		RotateBytes:   rotate,
 		MaxTotalBytes: total,
+		Witness:       witness,
+		WitnessError:  audit.WarnWitness(os.Stderr),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s: %w", e.AuditPath, err)
