@@ -184,7 +184,7 @@ type Log struct {
 	head   *os.File   // <path>.head: where the chain stood after the last durable append
 	// witnessErr is set once the first head or witness failure was reported.
 	witnessErr bool
-	io     fileIO     // write and fsync; replaced only by tests that inject I/O failures
+	io         fileIO // write and fsync; replaced only by tests that inject I/O failures
 }
 
 // fileIO is the two calls an append makes on the live file. Tests inject failures here
