@@ -136,15 +136,12 @@ func writeHead(f *os.File, h Head, both bool) error {
 	return nil
 }
 
-// advanceHead moves the head to pos (a record now on disk, written at t) if it is ahead of
-// the stored head, and hands the checkpoint to the witness. Called under the lock. A failed
-// head write does not fail the append (the record is durable; the head only lags).
+// advanceHead moves the head to pos (a record now on disk, written at t) and hands the
+// checkpoint to the witness. Called under the lock, right after pos was appended: pos is the
+// newest record, so it is ahead of any head. A failed head write does not fail the append
+// (the record is durable; the head only lags).
 func (l *Log) advanceHead(pos chainPos, t time.Time) {
 	if l.head == nil {
-		return
-	}
-	cur, err := readHead(l.head)
-	if err == nil && cur != nil && cur.Seq >= pos.seq {
 		return
 	}
 	h := Head{Seq: pos.seq, Hash: pos.hash, Time: t}
@@ -153,6 +150,18 @@ func (l *Log) advanceHead(pos chainPos, t time.Time) {
 		return
 	}
 	l.checkpoint(h)
+}
+
+// advanceHeadLate is advanceHead for a record whose deferred fsync finished after other
+// appends may have moved the head past it: the head only moves forward.
+func (l *Log) advanceHeadLate(pos chainPos, t time.Time) {
+	if l.head == nil {
+		return
+	}
+	if cur, err := readHead(l.head); err == nil && cur != nil && cur.Seq >= pos.seq {
+		return
+	}
+	l.advanceHead(pos, t)
 }
 
 // resetHead puts the head back at pos after a rollback took the record it named back.

@@ -577,7 +577,7 @@ func (l *Log) rollbackOnFailure(wait func() error, fi os.FileInfo, start int64, 
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			if !l.closed {
-				_ = l.locked(func() error { l.advanceHead(pos, t); return nil })
+				_ = l.locked(func() error { l.advanceHeadLate(pos, t); return nil })
 			}
 			return nil
 		}
