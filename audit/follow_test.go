@@ -130,3 +130,14 @@ func TestFollowWaitsForNewline(t *testing.T) {
 	r, _ = got.snapshot()
 	assert.Equal(t, uint64(2), r[1].Seq)
 }
+
+func waitFor(t *testing.T, d time.Duration, ok func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for "+msg, args...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

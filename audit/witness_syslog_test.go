@@ -66,14 +66,3 @@ input(type="imuxsock" Socket="`+sock+`")
 	requireOK(t, path, VerifyOptions{})
 	requireBroken(t, path, VerifyOptions{Witness: h}, BreakTruncated, "record seq 3 is missing")
 }
-
-func waitFor(t *testing.T, d time.Duration, ok func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for "+msg, args...)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
