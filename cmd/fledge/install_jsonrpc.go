@@ -13,12 +13,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/core"
-	"github.com/fledgehq/fledge/jsonrpchost"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
-	"github.com/fledgehq/fledge/tools"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/ui"
 )
 
@@ -112,7 +112,7 @@ func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *aud
 	if !plugin.ValidName(refName) {
 		refName = "unnamed"
 	}
-	man, err := jsonrpchost.Probe(ctx, jsonrpchost.ProbeOptions{
+	man, err := jsonrpc.Probe(ctx, jsonrpc.ProbeOptions{
 		Env: e.Env, Dir: tmp, Binary: bin, Stderr: o.g.Streams.Err, Warn: warnTo(o.g.Streams.Err),
 		Ref: &audit.PluginRef{Name: refName, Source: abs},
 	})
@@ -134,7 +134,7 @@ func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *aud
 	}
 	one := base
 	one.Source, one.RecordSource = tmp, abs
-	one.Handshake = handshakeHook(e, o.g.Streams.Err, map[string]*jsonrpchost.Manifest{tmp: man})
+	one.Handshake = handshakeHook(e, o.g.Streams.Err, map[string]*jsonrpc.Manifest{tmp: man})
 	return o.installOne(ctx, e, log, one)
 }
 
@@ -179,9 +179,9 @@ func checkPluginLimit(configDir, name string) error {
 			n++
 		}
 	}
-	if n >= jsonrpchost.MaxPlugins {
+	if n >= jsonrpc.MaxPlugins {
 		return fmt.Errorf("%w: %d jsonrpc-2.0 plugins are installed, the protocol's limit is %d: %s not installed (remove one first)",
-			jsonrpchost.ErrLimit, n, jsonrpchost.MaxPlugins, name)
+			jsonrpc.ErrLimit, n, jsonrpc.MaxPlugins, name)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func checkPluginLimit(configDir, name string) error {
 // handshakeHook is install's handshake step for jsonrpc-2.0 plugins: it runs the handshake
 // confined with nothing granted (unless it already ran: probed), checks the manifest agrees
 // with plugin.toml, shows what the plugin is, and returns the handshake install records.
-func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpchost.Manifest) func(context.Context, string, *plugin.Manifest) ([]byte, error) {
+func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpc.Manifest) func(context.Context, string, *plugin.Manifest) ([]byte, error) {
 	return func(ctx context.Context, dir string, m *plugin.Manifest) ([]byte, error) {
 		if m.Plugin.Protocol != plugin.ProtocolJSONRPC {
 			return nil, nil
@@ -200,7 +200,7 @@ func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpchost.Manifes
 		live := probed[dir]
 		if live == nil {
 			var err error
-			live, err = jsonrpchost.Probe(ctx, jsonrpchost.ProbeOptions{
+			live, err = jsonrpc.Probe(ctx, jsonrpc.ProbeOptions{
 				Env: e.Env, Dir: dir, Binary: m.Commands[0].Binary, Stderr: out, Warn: warnTo(out),
 				Ref: &audit.PluginRef{Name: m.Plugin.Name, Version: m.Plugin.Version, Source: dir, ManifestDigest: m.SHA256()},
 			})
@@ -209,7 +209,7 @@ func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpchost.Manifes
 			}
 		}
 		if live.Name != m.Plugin.Name {
-			return nil, fmt.Errorf("%w: plugin.toml names the plugin %q but its handshake says %q", jsonrpchost.ErrHandshake, m.Plugin.Name, live.Name)
+			return nil, fmt.Errorf("%w: plugin.toml names the plugin %q but its handshake says %q", jsonrpc.ErrHandshake, m.Plugin.Name, live.Name)
 		}
 		if err := checkPluginLimit(e.configDir, live.Name); err != nil {
 			return nil, err
@@ -220,7 +220,7 @@ func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpchost.Manifes
 }
 
 // showManifest tells the user what the plugin said it is before anything is granted.
-func showManifest(w io.Writer, m *jsonrpchost.Manifest) {
+func showManifest(w io.Writer, m *jsonrpc.Manifest) {
 	fmt.Fprintf(w, "Plugin %s %s (jsonrpc-2.0): %s\n", m.Name, m.Version, m.Description)
 	fmt.Fprintf(w, "  priority: %d\n", m.Priority)
 	if len(m.Hooks) == 0 {
@@ -260,18 +260,18 @@ func warnTo(w io.Writer) func(string) {
 
 // recordedHandshake is what a jsonrpc-2.0 plugin said at install (nil for other plugins),
 // for `plugins info`.
-func recordedHandshake(en *plugin.Entry, dir string) *jsonrpchost.Manifest {
+func recordedHandshake(en *plugin.Entry, dir string) *jsonrpc.Manifest {
 	if en.Protocol != plugin.ProtocolJSONRPC {
 		return nil
 	}
-	m, err := jsonrpchost.Recorded(&core.Binding{Entry: en, Dir: dir})
+	m, err := jsonrpc.Recorded(&core.Binding{Entry: en, Dir: dir})
 	if err != nil {
 		return nil
 	}
 	return m
 }
 
-func showHandshakeInfo(w io.Writer, m *jsonrpchost.Manifest) {
+func showHandshakeInfo(w io.Writer, m *jsonrpc.Manifest) {
 	fmt.Fprintf(w, "  jsonrpc-2.0 handshake (recorded at install):\n")
 	fmt.Fprintf(w, "    priority: %d\n", m.Priority)
 	hooks := "none"

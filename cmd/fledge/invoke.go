@@ -11,11 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/invokehost"
+	"github.com/fledgehq/fledge/protocolhost/invokev1"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/reason"
-	"github.com/fledgehq/fledge/tools"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 )
 
 // InvokeOptions is `fledge invoke`.
@@ -61,7 +61,7 @@ func runInvoke(ctx context.Context, o *InvokeOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if f := invokehost.CheckRequest(o.Type, o.Action); f != nil {
+	if f := invokev1.CheckRequest(o.Type, o.Action); f != nil {
 		return exitErr(ExitUsage, "%s: give --type and --action (see 'fledge invoke --help')", f.Msg)
 	}
 	var req map[string]any
@@ -103,12 +103,12 @@ func runInvoke(ctx context.Context, o *InvokeOptions) error {
 	defer flush()
 	stdout, flushOut := pluginStderr(o.g.Streams.Out)
 	defer flushOut()
-	sess, f := invokehost.Start(ctx, invokehost.Options{Host: &tools.Host{Env: e.Env, Project: proj, Stderr: stderr}, Binding: b})
+	sess, f := invokev1.Start(ctx, invokev1.Options{Host: &tools.Host{Env: e.Env, Project: proj, Stderr: stderr}, Binding: b})
 	if f != nil {
 		return reasonExit(f.Code, f.Msg)
 	}
 	defer sess.Close()
-	out := sess.Invoke(ctx, o.Type, o.Action, json.RawMessage(o.Request), func(ev invokehost.Event) error {
+	out := sess.Invoke(ctx, o.Type, o.Action, json.RawMessage(o.Request), func(ev invokev1.Event) error {
 		return printEvent(stdout, stderr, ev, o.JSON)
 	})
 	switch {
@@ -133,7 +133,7 @@ func protocolName(p string) string {
 }
 
 // printEvent writes one message of the request: chunks to stdout as they come.
-func printEvent(out, errw io.Writer, ev invokehost.Event, asJSON bool) error {
+func printEvent(out, errw io.Writer, ev invokev1.Event, asJSON bool) error {
 	if asJSON {
 		b, err := json.Marshal(ev)
 		if err != nil {
@@ -143,7 +143,7 @@ func printEvent(out, errw io.Writer, ev invokehost.Event, asJSON bool) error {
 		return err
 	}
 	switch ev.Type {
-	case invokehost.TypeResponse:
+	case invokev1.TypeResponse:
 		var s string
 		if json.Unmarshal(ev.Response, &s) == nil {
 			_, err := fmt.Fprintln(out, s)
@@ -151,7 +151,7 @@ func printEvent(out, errw io.Writer, ev invokehost.Event, asJSON bool) error {
 		}
 		_, err := out.Write(append(append([]byte{}, ev.Response...), '\n'))
 		return err
-	case invokehost.TypeInfo:
+	case invokev1.TypeInfo:
 		var body struct {
 			Info string `json:"info"`
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/jsonrpchost"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
@@ -168,7 +168,7 @@ func installReason(err error) string {
 		return string(reason.ProtocolVersionMismatch)
 	case errors.Is(err, plugin.ErrNotDeclared):
 		return string(reason.CapabilityNotDeclared)
-	case errors.Is(err, jsonrpchost.ErrHandshake), errors.Is(err, jsonrpchost.ErrManifest):
+	case errors.Is(err, jsonrpc.ErrHandshake), errors.Is(err, jsonrpc.ErrManifest):
 		return string(reason.HandshakeFailed)
 	}
 	return string(reason.LaunchFailed)

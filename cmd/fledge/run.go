@@ -10,12 +10,12 @@ import (
 	"syscall"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/protocol"
-	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/platform"
@@ -148,7 +148,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		return runLegacy(ctx, g, e, u, rec, b, prof, program, args, sigs)
 	}
 
-	var storeIface protocolhost.StateStore
+	var storeIface fledgev1.StateStore
 	if entry.Granted.Store {
 		store, err := plugin.OpenStore(plugin.StatePath(e.configDir, entry.Name), plugin.DefaultStoreLimits)
 		if err != nil {
@@ -167,7 +167,7 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	stderr, flushStderr := pluginStderr(g.Streams.Err)
 	defer flushStderr()
 
-	opts := protocolhost.SessionOptions(ctx, e.Env, b, prof, log, rec, version)
+	opts := fledgev1.SessionOptions(ctx, e.Env, b, prof, log, rec, version)
 	opts.Command, opts.Program, opts.Args = command, program, args
 	opts.UI, opts.Store, opts.Stderr, opts.PluginCwd = u, storeIface, stderr, pluginCwd
 	opts.Signals = sigs
@@ -179,9 +179,9 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 		}
 		defer w.Close()
 	}
-	out, err := protocolhost.Run(ctx, opts)
+	out, err := fledgev1.Run(ctx, opts)
 	if err != nil && out == nil {
-		if errors.Is(err, protocolhost.ErrSandbox) {
+		if errors.Is(err, fledgev1.ErrSandbox) {
 			return exitErr(ExitCannotRun, "%v (reason: %s; strict policy in %s)", err, reason.SandboxUnavailable, e.cfg.File)
 		}
 		return exitErr(ExitCannotRun, "%v", err)

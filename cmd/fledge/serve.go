@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/jsonrpchost"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
 )
 
@@ -44,7 +44,7 @@ func newServeCmd(g *Globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol to speak: "+strings.Join(serverNames(), ", "))
-	c.Flags().IntVar(&o.Priority, "priority", jsonrpchost.DefaultPriority, "jsonrpc-2.0: the priority fledge announces to its host (default: [serve] priority in config.toml, else 500)")
+	c.Flags().IntVar(&o.Priority, "priority", jsonrpc.DefaultPriority, "jsonrpc-2.0: the priority fledge announces to its host (default: [serve] priority in config.toml, else 500)")
 	addServeMCPFlags(c, o)
 	return c
 }
@@ -87,7 +87,7 @@ func serveJSONRPC(ctx context.Context, o *ServeOptions, t *toolsEnv) error {
 	if p == nil {
 		return exitErr(ExitCannotRun, "the jsonrpc-2.0 adapter is not built in")
 	}
-	err := jsonrpchost.Serve(ctx, jsonrpchost.ServeOptions{
+	err := jsonrpc.Serve(ctx, jsonrpc.ServeOptions{
 		In: o.g.Streams.In, Out: o.g.Streams.Out, Catalogue: t.cat, Provider: p, Bindings: bindings,
 		Version: version, Priority: o.Priority, LineMax: int(t.e.cfg.Limits.LineMax),
 		Warn: warnTo(o.g.Streams.Err),

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/mcphost"
+	"github.com/fledgehq/fledge/protocolhost/mcp"
 	"github.com/fledgehq/fledge/plugin"
 )
 
@@ -37,14 +37,14 @@ func (o *ServeOptions) resolveMCP() error {
 // serveMCP serves the tools catalogue as one MCP server on stdin/stdout. Stdout carries the
 // protocol only: plugins' stderr and fledge's warnings go to stderr.
 func serveMCP(ctx context.Context, o *ServeOptions, t *toolsEnv) error {
-	mcphost.Version = version
-	err := mcphost.Serve(ctx, t.cat, o.g.Streams.In, nopWriteCloser{o.g.Streams.Out}, mcphost.ServeOptions{
+	mcp.Version = version
+	err := mcp.Serve(ctx, t.cat, o.g.Streams.In, nopWriteCloser{o.g.Streams.Out}, mcp.ServeOptions{
 		Only:    o.Tools,
 		LineMax: int(t.e.cfg.Limits.LineMax),
 		Warn:    warnTo(o.g.Streams.Err),
 	})
 	switch {
-	case errors.Is(err, mcphost.ErrNoSuchTool):
+	case errors.Is(err, mcp.ErrNoSuchTool):
 		return exitErr(ExitUsage, "serve --mcp: %v", err)
 	case err != nil && ctx.Err() != nil:
 		return &ExitError{Code: ExitInterrupted}

@@ -17,13 +17,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/core"
-	"github.com/fledgehq/fledge/jsonrpchost"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/reason"
-	"github.com/fledgehq/fledge/tools"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/ui"
 )
 
@@ -84,8 +84,8 @@ func (t *toolsEnv) close() {
 
 // jsonrpc returns the jsonrpc-2.0 provider and the installed jsonrpc-2.0 plugins, bound, in
 // name order; plugins that cannot be bound are reported and left out.
-func (t *toolsEnv) jsonrpc(warn io.Writer) (*jsonrpchost.Provider, []*core.Binding) {
-	p, _ := t.cat.Provider(plugin.ProtocolJSONRPC).(*jsonrpchost.Provider)
+func (t *toolsEnv) jsonrpc(warn io.Writer) (*jsonrpc.Provider, []*core.Binding) {
+	p, _ := t.cat.Provider(plugin.ProtocolJSONRPC).(*jsonrpc.Provider)
 	var names []string
 	for _, en := range t.reg.Plugins {
 		if en.Protocol == plugin.ProtocolJSONRPC {
@@ -95,8 +95,8 @@ func (t *toolsEnv) jsonrpc(warn io.Writer) (*jsonrpchost.Provider, []*core.Bindi
 	sort.Strings(names)
 	var out []*core.Binding
 	for i, n := range names {
-		if i >= jsonrpchost.MaxPlugins {
-			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: at most %d jsonrpc-2.0 plugins run (the protocol's limit)\n", n, jsonrpchost.MaxPlugins)
+		if i >= jsonrpc.MaxPlugins {
+			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: at most %d jsonrpc-2.0 plugins run (the protocol's limit)\n", n, jsonrpc.MaxPlugins)
 			continue
 		}
 		b, err := t.cat.Binding(n)

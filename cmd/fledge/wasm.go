@@ -7,22 +7,22 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fledgehq/fledge/core"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/ui"
-	"github.com/fledgehq/fledge/wasmhost"
+	"github.com/fledgehq/fledge/protocolhost/wasm"
 )
 
 // wasmRuntime makes the runtime of a `runtime = "wasm"` plugin from policy and its grants and
 // wires it into the session: the module starts there, its execs and git calls still go
 // through the platform sandbox (opts.Sandbox), and plugin_start records the module's sha256,
 // preopens and limits. The caller closes the runtime after the session.
-func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, program string, opts *protocolhost.Options) (*wasmhost.Sandbox, error) {
-	wo := wasmhost.Options{
-		Grants:      protocolhost.Capabilities(grants),
+func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, program string, opts *fledgev1.Options) (*wasm.Sandbox, error) {
+	wo := wasm.Options{
+		Grants:      fledgev1.Capabilities(grants),
 		DataDir:     dataDir,
 		MemoryBytes: e.cfg.Wasm.Memory,
 		Timeout:     e.cfg.Wasm.Timeout,
@@ -33,11 +33,11 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 	}
 	// Compiled modules, keyed by content (wazero): never shared with a changed module.
 	wo.CacheDir = wasmCacheDir(e)
-	w, err := wasmhost.New(wo)
+	w, err := wasm.New(wo)
 	if err != nil {
 		// A cache that cannot be used costs compile time, not safety.
 		wo.CacheDir = ""
-		if w, err = wasmhost.New(wo); err != nil {
+		if w, err = wasm.New(wo); err != nil {
 			return nil, err
 		}
 	}
@@ -50,13 +50,13 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 	opts.PluginStartDetails = details
 	// Ctrl+C and SIGTERM: a module sees the session's cancel only when it next calls recv
 	// (not in a loop, not in a blocked host call), it has no processes to clean up, and its
-	// execs end with the session's cancel. It is closed after wasmhost.CancelGrace, not the
+	// execs end with the session's cancel. It is closed after wasm.CancelGrace, not the
 	// native plugin's 5 s.
-	if l := &opts.Limits; l.CancelGrace <= 0 || l.CancelGrace > wasmhost.CancelGrace {
-		l.CancelGrace = wasmhost.CancelGrace
+	if l := &opts.Limits; l.CancelGrace <= 0 || l.CancelGrace > wasm.CancelGrace {
+		l.CancelGrace = wasm.CancelGrace
 	}
-	if l := &opts.Limits; l.KillAfter <= 0 || l.KillAfter > 2*wasmhost.CancelGrace {
-		l.KillAfter = 2 * wasmhost.CancelGrace
+	if l := &opts.Limits; l.KillAfter <= 0 || l.KillAfter > 2*wasm.CancelGrace {
+		l.KillAfter = 2 * wasm.CancelGrace
 	}
 	// What init tells the plugin: a module has no sockets, whatever the network grant.
 	opts.PluginSpec.Network, opts.PluginSpec.UnixSockets = false, false
@@ -79,7 +79,7 @@ func precompileWasm(ctx context.Context, e *env, name string, out io.Writer) {
 	if err != nil || !man.IsWasm() || wasmCacheDir(e) == "" {
 		return
 	}
-	w, err := wasmhost.New(wasmhost.Options{CacheDir: wasmCacheDir(e)})
+	w, err := wasm.New(wasm.Options{CacheDir: wasmCacheDir(e)})
 	if err != nil {
 		fmt.Fprintf(out, "warning: wasm compilation cache: %v\n", err)
 		return
@@ -105,20 +105,20 @@ func precompileWasm(ctx context.Context, e *env, name string, out io.Writer) {
 // wasmInfo is what doctor and plugins info say about WASM plugins: confined by the runtime
 // itself, the same on every OS, with the policy's bounds (and, for one plugin, its preopens).
 func wasmInfo(e *env, grants *policy.Grants, dataDir string) map[string]any {
-	wo := wasmhost.Options{MemoryBytes: e.cfg.Wasm.Memory, Timeout: e.cfg.Wasm.Timeout}
+	wo := wasm.Options{MemoryBytes: e.cfg.Wasm.Memory, Timeout: e.cfg.Wasm.Timeout}
 	info := map[string]any{
-		"confinement":  wasmhost.Confinement,
+		"confinement":  wasm.Confinement,
 		"note":         "confined by the WASM runtime on every OS: no environment, no sockets, no processes, only the preopened directories",
 		"memory_bytes": e.cfg.Wasm.Memory,
 		"timeout_ms":   e.cfg.Wasm.Timeout.Milliseconds(),
 	}
 	if grants != nil {
-		wo.Grants = protocolhost.Capabilities(*grants)
+		wo.Grants = fledgev1.Capabilities(*grants)
 		wo.ProjectRoot = "<project>"
 		wo.DataDir = dataDir
 		pre := wo.Preopens()
 		if pre == nil {
-			pre = []wasmhost.Preopen{}
+			pre = []wasm.Preopen{}
 		}
 		info["preopens"] = pre
 	}
@@ -128,7 +128,7 @@ func wasmInfo(e *env, grants *policy.Grants, dataDir string) map[string]any {
 // wasmInfoText is wasmInfo on one line.
 func wasmInfoText(info map[string]any) string {
 	s := "confined by the runtime on every OS (no env, sockets or processes)"
-	if pre, ok := info["preopens"].([]wasmhost.Preopen); ok {
+	if pre, ok := info["preopens"].([]wasm.Preopen); ok {
 		if len(pre) == 0 {
 			s += "; no directories"
 		}
