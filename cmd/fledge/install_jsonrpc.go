@@ -13,12 +13,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui"
 )
 

@@ -11,11 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/protocolhost/invokev1"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/protocolhost/invokev1"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 // InvokeOptions is `fledge invoke`.

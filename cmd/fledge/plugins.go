@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/ui"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 )
 
 // ServeOptions is `fledge serve`: fledge as one plugin (or server) of another host, with

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/protocolhost/mcp"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/protocolhost/mcp"
 )
 
 func init() {

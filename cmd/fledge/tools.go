@@ -17,13 +17,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui"
 )
 

@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
-	"github.com/fledgehq/fledge/ui"
 	"github.com/fledgehq/fledge/protocolhost/wasm"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // wasmRuntime makes the runtime of a `runtime = "wasm"` plugin from policy and its grants and

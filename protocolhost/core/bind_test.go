@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/adaptertest"
 	"github.com/fledgehq/fledge/internal/safefs"
+	"github.com/fledgehq/fledge/internal/testing/adaptertest"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 )

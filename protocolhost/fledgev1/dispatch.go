@@ -12,12 +12,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/internal/capbuf"
 	"github.com/fledgehq/fledge/pathguard"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
-	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 func init() {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 // Hook actions of JSON-RPC 2.0 tool/hook plugins.

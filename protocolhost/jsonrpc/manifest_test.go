@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 func TestParseManifestDefaults(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"os"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/reason"
 )
 

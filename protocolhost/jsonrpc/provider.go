@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
-	"github.com/fledgehq/fledge/protocolhost/tools"
 )
 
 // Timeouts of the protocol. HookTimeout is the spec's ("5-second timeout per hook

@@ -12,8 +12,8 @@ import (
 
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
-	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 // JSON-RPC 2.0 error codes.

@@ -31,12 +31,12 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
-	"github.com/fledgehq/fledge/protocolhost/tools"
 )
 
 var (

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 // fledge-v1 commands that declare typed args are tools: a call runs the command once,

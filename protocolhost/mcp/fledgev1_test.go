@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/ui"
 )

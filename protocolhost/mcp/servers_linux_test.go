@@ -13,8 +13,8 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 // findTool returns the first listed tool among names (servers rename tools between

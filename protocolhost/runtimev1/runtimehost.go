@@ -23,13 +23,13 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
-	"github.com/fledgehq/fledge/protocolhost/tools"
 )
 
 // ProtocolVersion is the protocol_version of runtime-v1 handshakes.

@@ -15,8 +15,8 @@ import (
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/internal/testing/adaptertest"
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
 )
 
 var pluginScript = func() string {

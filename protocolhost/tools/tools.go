@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/reason"
 )
 

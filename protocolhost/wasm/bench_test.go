@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
-	"github.com/fledgehq/fledge/ui"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/fledgehq/fledge/protocolhost/wasm"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // firstOutputUI records when the first output message arrives (the cold-start probe).

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/internal/testing/testutil"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
-	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/fledgehq/fledge/protocolhost/wasm"
+	"github.com/fledgehq/fledge/sandbox"
 )
 
 // blockHangLimit only catches a run that never ends (the attack succeeding); nothing here

@@ -19,12 +19,12 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/wasm"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/platform"
 	"github.com/fledgehq/fledge/ui"
-	"github.com/fledgehq/fledge/protocolhost/wasm"
 )
 
 // fixture runs a WASM guest through the real fledge-v1 session (fledgev1.Run) the way

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
-	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/protocolhost/wasm"
+	"github.com/fledgehq/fledge/sandbox"
 )
 
 // Function types used by the assembled modules.
