@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/internal/safefs"
@@ -314,4 +315,67 @@ func BinaryPath(dir, rel string, exec bool) (string, error) {
 		return "", fmt.Errorf("%w: %q is not an executable file", ErrBinary, rel)
 	}
 	return real, nil
+}
+
+// Version is the fledge version told to plugins, servers and clients (set by cmd/fledge;
+// the module version when empty).
+var Version = ""
+
+// FledgeVersion is Version, else the module's version, else "dev".
+func FledgeVersion() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// PluginEnv are the FLEDGE_* variables a plugin process gets on top of the policy's
+// minimal environment, the same for every protocol. Each points at something the plugin
+// may actually reach:
+//
+//   - FLEDGE_PLUGIN_DIR: its installed dir, readable (read+execute) by the plugin, so
+//     multi-file plugins find their helpers and data files as under the Rust fledge host,
+//     which sets it for every plugin. Read-only here: state belongs in FLEDGE_DATA_DIR.
+//   - FLEDGE_DATA_DIR: its private data dir, the one place it may write.
+//   - FLEDGE_PLUGIN, FLEDGE_COMMAND, FLEDGE_VERSION: who it is, what it was run as, and
+//     which fledge runs it.
+//   - FLEDGE_NON_INTERACTIVE=1 when nobody can answer (--ni, a tool call, a server): the
+//     variable the Rust fledge host reads for the same mode, so a plugin can skip questions.
+//
+// Empty values are left out (a legacy plugin has no command name of its own).
+func (b *Binding) PluginEnv(command string, nonInteractive bool) map[string]string {
+	vars := map[string]string{
+		"FLEDGE_PLUGIN":     b.Entry.Name,
+		"FLEDGE_COMMAND":    command,
+		"FLEDGE_PLUGIN_DIR": b.Dir,
+		"FLEDGE_DATA_DIR":   b.DataDir,
+		"FLEDGE_VERSION":    FledgeVersion(),
+	}
+	if nonInteractive {
+		vars["FLEDGE_NON_INTERACTIVE"] = "1"
+	}
+	for k, v := range vars {
+		if v == "" {
+			delete(vars, k)
+		}
+	}
+	return vars
+}
+
+// StartDir is the one rule for where a plugin process starts, whatever its protocol
+// (policy.PluginCwd): the user's working directory when the plugin may read it, else the
+// project root when it may read the project, else its data dir. userCwd is "" where no user
+// stands behind the call (a tool call, a server).
+func (b *Binding) StartDir(userCwd string, a sandbox.Access) string {
+	root := ""
+	if b.Project != nil {
+		root = b.Project.Root
+	}
+	if userCwd != "" {
+		userCwd = Resolved(userCwd)
+	}
+	return policy.PluginCwd(userCwd, root, b.DataDir, a)
 }

@@ -266,10 +266,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 	}
 	s.slots = make(chan struct{}, s.lim.InFlight)
 	s.rec = env.NewRecorder(log, b.Ref, s.warn)
-	cwd := b.DataDir
-	if b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject {
-		cwd = b.Project.Root
-	}
+	cwd := b.StartDir("", prof.Plugin.Access)
 	proc, err := core.Spawn(core.SpawnOptions{
 		Sandbox: env.Sandbox, Spec: spec, Cwd: cwd, Pipes: true, Stderr: h.Stderr, Recorder: s.rec,
 		StartDetails: map[string]any{"protocol": plugin.ProtocolInvoke, "transport": transportName(tcp), "grants": b.Entry.Granted},

@@ -212,12 +212,12 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	if err := prepareHome(b.DataDir); err != nil {
 		return nil, fmt.Errorf("%w: data dir: %v", core.ErrLaunch, err)
 	}
-	// The plugin starts in the project when it may read it, else in its data dir.
-	cwd := b.DataDir
-	if b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject {
-		cwd = b.Project.Root
+	cwd := b.StartDir("", prof.Plugin.Access)
+	timeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, prof.Session)
+	if terr != nil {
+		p.warn(fmt.Sprintf("plugin %s: %v", b.Entry.Name, terr))
 	}
-	s := &session{b: b, rec: rec, toolTimeout: toolTimeout(b.Manifest.Plugin.Timeout, prof.Session)}
+	s := &session{b: b, rec: rec, toolTimeout: timeout}
 	s.proc, s.conn, err = spawn(env, rec, prof, b.Entry.Name, program, cwd, p.stderr(), p.warn)
 	if err != nil {
 		return nil, err
@@ -269,18 +269,6 @@ func PluginEnv(name, dataDir string) map[string]string {
 // (~/.local -> /etc) is refused, never followed (safefs).
 func prepareHome(dataDir string) error {
 	return safefs.MkdirAll(dataDir, filepath.Join(".local", "scaffold"), 0o700)
-}
-
-func toolTimeout(own string, lim policy.SessionLimits) time.Duration {
-	if own != "" {
-		if d, err := time.ParseDuration(own); err == nil {
-			secs := d.Seconds()
-			if t, _, err := policy.ExecTimeout(&secs, lim.ExecTimeoutDefault, lim.ExecTimeoutMax); err == nil {
-				return t
-			}
-		}
-	}
-	return lim.ExecTimeoutDefault
 }
 
 func spawn(env *core.Env, rec *core.Recorder, prof policy.Profile, name, program, cwd string, stderr io.Writer, warn func(string)) (*core.Proc, *conn, error) {

@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +36,7 @@ import (
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
 )
 
 var (
@@ -59,23 +59,8 @@ const (
 	maxResultBytes = 16 << 20
 )
 
-// Version is the fledge version told to servers and clients (set by cmd/fledge; the
-// module version when empty).
-var Version = ""
-
-func fledgeVersion() string {
-	if Version != "" {
-		return Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
-
 func init() {
 	tools.Register(plugin.ProtocolMCP, func(h *tools.Host) tools.Provider { return NewProvider(h) })
-	tools.Register(plugin.ProtocolFledgeV1, func(h *tools.Host) tools.Provider { return NewFledgeV1Provider(h) })
 }
 
 // Provider runs the protocol = "mcp" plugins of one fledge invocation: one server process
@@ -155,26 +140,18 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		return nil, err
 	}
 	rec := env.NewRecorder(log, b.Ref, p.warn)
-	pluginEnv := map[string]string{
-		"FLEDGE_PLUGIN":     b.Entry.Name,
-		"FLEDGE_COMMAND":    cmd.Name,
-		"FLEDGE_PLUGIN_DIR": b.Dir,
-		"FLEDGE_DATA_DIR":   b.DataDir,
-		"FLEDGE_VERSION":    fledgeVersion(),
-		// Nobody is at a terminal to answer an MCP server.
-		"FLEDGE_NON_INTERACTIVE": "1",
-	}
-	// The server starts in the project when it may read it, else in its data dir.
-	cwd := b.DataDir
+	// Nobody is at a terminal to answer an MCP server.
+	pluginEnv := b.PluginEnv(cmd.Name, true)
 	if b.Project != nil {
 		pluginEnv["FLEDGE_PROJECT_ROOT"] = b.Project.Root
-		if b.Entry.Granted.FS() == policy.FilesystemProject {
-			cwd = b.Project.Root
-		}
 	}
 	prof := env.Profile(b, os.Environ(), pluginEnv, nil)
+	cwd := b.StartDir("", prof.Plugin.Access)
 	lim := prof.Session
-	callTimeout := pluginTimeout(b, lim, p.warn)
+	callTimeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, lim)
+	if terr != nil {
+		p.warn(fmt.Sprintf("plugin %s: %v", b.Entry.Name, terr))
+	}
 
 	spec := prof.Plugin
 	spec.Kind = sandbox.KindPlugin
@@ -202,7 +179,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		_ = s.conn.Close()
 	}()
 
-	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: fledgeVersion()}, &mcpsdk.ClientOptions{
+	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
 		// No roots: the server keeps the roots its command line gives it, and the sandbox
 		// decides what it may actually reach.
 		Capabilities: &mcpsdk.ClientCapabilities{},
@@ -224,25 +201,6 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
 	}
 	return s, nil
-}
-
-// pluginTimeout is one tool call's bound: the plugin's own [plugin] timeout under policy's
-// exec timeout rule (clamped to timeout_max), else timeout_default.
-func pluginTimeout(b *core.Binding, lim policy.SessionLimits, warn func(string)) time.Duration {
-	t := strings.TrimSpace(b.Manifest.Plugin.Timeout)
-	if t == "" {
-		return lim.ExecTimeoutDefault
-	}
-	d, err := time.ParseDuration(t)
-	if err == nil {
-		secs := d.Seconds()
-		var ct time.Duration
-		if ct, _, err = policy.ExecTimeout(&secs, lim.ExecTimeoutDefault, lim.ExecTimeoutMax); err == nil {
-			return ct
-		}
-	}
-	warn(fmt.Sprintf("plugin %s: [plugin] timeout = %q: %v; using %s", b.Entry.Name, clip(t, 40), err, lim.ExecTimeoutDefault))
-	return lim.ExecTimeoutDefault
 }
 
 // explain turns an SDK error into what happened: a bound fledge enforced, a timeout, or
@@ -362,15 +320,8 @@ func validToolName(n string) bool {
 	return true
 }
 
-// safeText drops control characters from server-provided text shown to users.
-func safeText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r != '\n' && r != '\t' && unicode.IsControl(r) {
-			return -1
-		}
-		return r
-	}, s)
-}
+// safeText is server-provided text made safe to show: terminal sequences and controls removed.
+func safeText(s string) string { return ui.Sanitize(s) }
 
 // inputSchema checks a tool's input schema (an object schema, bounded, resolvable without
 // fetching anything) and returns it as JSON and resolved for validation.
@@ -452,25 +403,6 @@ func (p *Provider) Tools(ctx context.Context, b *core.Binding) ([]tools.Tool, er
 	return append([]tools.Tool(nil), s.list...), nil
 }
 
-// argKeys are the argument names, sorted: what the audit log records by default.
-func argKeys(args map[string]any) []string {
-	keys := make([]string, 0, len(args))
-	for k := range args {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// callDetails is the tool_call record's details.
-func callDetails(t tools.Tool, args map[string]any, values bool) map[string]any {
-	d := map[string]any{"tool": t.Name, "plugin_tool": t.Tool, "protocol": t.Protocol, "argument_keys": argKeys(args)}
-	if values {
-		d["arguments"] = args
-	}
-	return d
-}
-
 // Call validates args against the tool's JSON Schema, records the decision, calls the
 // tool and records the outcome.
 func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args map[string]any) (*tools.Result, error) {
@@ -497,7 +429,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if err := resolved.Validate(inst); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
 	}
-	sync, err := s.rec.BeforeAct(audit.EventToolCall, callDetails(t, args, s.argValues))
+	sync, err := s.rec.BeforeAct(audit.EventToolCall, tools.CallDetails(t, args, s.argValues))
 	if err != nil {
 		// Audit before act: no record, no call.
 		return nil, fmt.Errorf("%w: %w", core.ErrAudit, err)

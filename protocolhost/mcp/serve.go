@@ -13,6 +13,7 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 )
 
@@ -52,7 +53,7 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 		return err
 	}
 
-	srv := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "fledge", Version: fledgeVersion()}, &mcpsdk.ServerOptions{
+	srv := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ServerOptions{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Instructions: "Every tool runs in a plugin confined by fledge (sandbox, limits, audit log).",
 	})

@@ -110,32 +110,23 @@ type PluginError struct {
 	Message string `json:"message"`
 }
 
-// CapabilityNames spells grants the way runtime-v1 handshakes carry them: exec, store,
-// metadata, network, filesystem:<level>.
+// CapabilityNames spells grants the way runtime-v1 handshakes carry them (policy.WireName):
+// exec, store, metadata, network, filesystem:<level>.
 func CapabilityNames(g policy.Grants) []string {
 	out := []string{}
 	for _, n := range g.Names() {
-		out = append(out, strings.Replace(n, "filesystem=", "filesystem:", 1))
+		out = append(out, policy.WireName(n))
 	}
 	return out
 }
 
-// grantsOf is the inverse of CapabilityNames for values already checked against an
-// allow-list made by it.
+// grantsOf is the inverse of CapabilityNames (policy.ParseGrantName reads both spellings),
+// for values already checked against an allow-list made by it.
 func grantsOf(names []string) policy.Grants {
 	g := policy.Grants{Filesystem: policy.FilesystemNone}
 	for _, n := range names {
-		switch {
-		case n == "exec":
-			g.Exec = true
-		case n == "store":
-			g.Store = true
-		case n == "metadata":
-			g.Metadata = true
-		case n == "network":
-			g.Network = true
-		case strings.HasPrefix(n, "filesystem:"):
-			g.Filesystem = strings.TrimPrefix(n, "filesystem:")
+		if one, err := policy.ParseGrantName(n); err == nil {
+			g = g.Union(one)
 		}
 	}
 	return g
@@ -418,10 +409,7 @@ func (p *Provider) run(ctx context.Context, b *core.Binding, rs runSpec) *Outcom
 	rec := env.NewRecorder(log, b.Ref, p.warn)
 	spec := prof.Plugin
 	spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindPlugin, name, program, []string{program}
-	cwd := b.DataDir
-	if b.Project != nil && rs.caps.FS() == policy.FilesystemProject {
-		cwd = b.Project.Root
-	}
+	cwd := withGrants(b, rs.caps).StartDir("", spec.Access)
 	proc, err := core.Spawn(core.SpawnOptions{
 		Sandbox: env.Sandbox, Spec: spec, Cwd: cwd, Pipes: true, Stderr: p.h.Stderr, Recorder: rec,
 		StartDetails: map[string]any{

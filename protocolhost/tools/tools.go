@@ -374,3 +374,43 @@ func CallTimeout(ctx context.Context) (time.Duration, bool) {
 	d, ok := ctx.Value(callTimeoutKey{}).(time.Duration)
 	return d, ok && d > 0
 }
+
+// CallDetails is a tool_call record's details, the same for every protocol: the argument
+// names always, their values only when [audit] tool_argument_values says so.
+func CallDetails(t Tool, args map[string]any, values bool) map[string]any {
+	d := map[string]any{"tool": t.Name, "plugin_tool": t.Tool, "protocol": t.Protocol, "argument_keys": argKeys(args)}
+	if values {
+		d["arguments"] = args
+	}
+	return d
+}
+
+// argKeys are the argument names, sorted: what the audit log records by default.
+func argKeys(args map[string]any) []string {
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// ParamsText is a tool's parameters on one line, " (name:type, opt?)", as install and
+// `tools list` show them ("" for none).
+func ParamsText(ps []Param) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(ps))
+	for _, p := range ps {
+		s := p.Name
+		if p.Type != "" {
+			s += ":" + p.Type
+		}
+		if !p.Required {
+			s += "?"
+		}
+		parts = append(parts, s)
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}

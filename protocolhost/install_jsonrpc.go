@@ -1,4 +1,4 @@
-package main
+package protocolhost
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/spf13/cobra"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -25,17 +23,12 @@ import (
 // maxExecutableBytes bounds a bare executable fledge copies in.
 const maxExecutableBytes = 256 << 20
 
-func addSelfDescribingFlags(c *cobra.Command, o *InstallOptions) {
-	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol of a bare executable (or of every executable of --from-dir): "+plugin.ProtocolJSONRPC)
-	c.Flags().StringVar(&o.FromDir, "from-dir", "", "install every executable of a plugin dir as a JSON-RPC 2.0 host scans it (hidden files skipped; needs --protocol)")
-}
-
 // selfDescribing are the protocols whose bare executables describe themselves in a
 // handshake, so fledge can write the manifest it keeps.
 var selfDescribing = map[string]bool{plugin.ProtocolJSONRPC: true}
 
 // runSelfDescribing installs a bare executable or every executable of a dir.
-func (o *InstallOptions) runSelfDescribing(ctx context.Context, e *env, log *audit.Log, base plugin.InstallOptions) error {
+func (in *installer) runSelfDescribing(ctx context.Context, o *InstallRequest, base plugin.InstallOptions) error {
 	if !selfDescribing[o.Protocol] {
 		return exitErr(ExitUsage, "--protocol %q: installing bare executables is supported for: %s", o.Protocol, plugin.ProtocolJSONRPC)
 	}
@@ -46,10 +39,10 @@ func (o *InstallOptions) runSelfDescribing(ctx context.Context, e *env, log *aud
 			if m, _, err := plugin.LoadManifest(o.Source); err == nil && m.Plugin.Protocol != o.Protocol {
 				return exitErr(ExitUsage, "%s declares protocol %q, not %q", o.Source, m.Plugin.Protocol, o.Protocol)
 			}
-			base.Handshake = handshakeHook(e, o.g.Streams.Err, nil)
-			return o.installOne(ctx, e, log, base)
+			base.Handshake = in.handshakeHook(nil)
+			return in.installOne(ctx, base)
 		}
-		return o.installExecutable(ctx, e, log, base, o.Source)
+		return in.installExecutable(ctx, o, base, o.Source)
 	}
 	ents, err := os.ReadDir(o.FromDir)
 	if err != nil {
@@ -68,20 +61,20 @@ func (o *InstallOptions) runSelfDescribing(ctx context.Context, e *env, log *aud
 	}
 	sort.Strings(names)
 	if len(names) == 0 {
-		fmt.Fprintf(o.g.Streams.Err, "no executables in %s\n", o.FromDir)
+		fmt.Fprintf(in.errOut, "no executables in %s\n", o.FromDir)
 		return nil
 	}
 	failed := 0
 	for _, n := range names {
-		if err := o.installExecutable(ctx, e, log, base, filepath.Join(o.FromDir, n)); err != nil {
+		if err := in.installExecutable(ctx, o, base, filepath.Join(o.FromDir, n)); err != nil {
 			failed++
 			var ee *ExitError
 			if errors.As(err, &ee) && ee.Msg != "" {
-				_ = ui.HostLine(o.g.Streams.Err, "fledge: "+ee.Msg)
+				_ = ui.HostLine(in.errOut, "fledge: "+ee.Msg)
 			}
 		}
 	}
-	fmt.Fprintf(o.g.Streams.Out, "installed %d of %d plugins from %s\n", len(names)-failed, len(names), o.FromDir)
+	fmt.Fprintf(in.out, "installed %d of %d plugins from %s\n", len(names)-failed, len(names), o.FromDir)
 	if failed > 0 {
 		return &ExitError{Code: ExitFailure}
 	}
@@ -91,7 +84,8 @@ func (o *InstallOptions) runSelfDescribing(ctx context.Context, e *env, log *aud
 // installExecutable wraps a bare executable in a dir of its own, learns what it is from its
 // handshake (confined, nothing granted), writes the manifest fledge keeps, and installs it.
 // The handshake runs once: its answer is what install records.
-func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *audit.Log, base plugin.InstallOptions, path string) error {
+func (in *installer) installExecutable(ctx context.Context, o *InstallRequest, base plugin.InstallOptions, path string) error {
+	e, log := in.h.Env, in.log
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return exitErr(ExitFailure, "install %s: %v", path, err)
@@ -113,11 +107,11 @@ func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *aud
 		refName = "unnamed"
 	}
 	man, err := jsonrpc.Probe(ctx, jsonrpc.ProbeOptions{
-		Env: e.Env, Dir: tmp, Binary: bin, Stderr: o.g.Streams.Err, Warn: warnTo(o.g.Streams.Err),
+		Env: e, Dir: tmp, Binary: bin, Stderr: in.errOut, Warn: warnFunc(in.errOut),
 		Ref: &audit.PluginRef{Name: refName, Source: abs},
 	})
 	if err == nil {
-		err = checkPluginLimit(e.configDir, man.Name)
+		err = checkPluginLimit(e.ConfigDir, man.Name)
 	}
 	if err != nil {
 		_ = e.NewRecorder(log, &audit.PluginRef{Name: refName, Source: abs}, nil).RecordNow(audit.EventInstall, audit.Deny,
@@ -134,8 +128,8 @@ func (o *InstallOptions) installExecutable(ctx context.Context, e *env, log *aud
 	}
 	one := base
 	one.Source, one.RecordSource = tmp, abs
-	one.Handshake = handshakeHook(e, o.g.Streams.Err, map[string]*jsonrpc.Manifest{tmp: man})
-	return o.installOne(ctx, e, log, one)
+	one.Handshake = in.handshakeHook(map[string]*jsonrpc.Manifest{tmp: man})
+	return in.installOne(ctx, one)
 }
 
 func copyExecutable(src, dst string) error {
@@ -189,7 +183,8 @@ func checkPluginLimit(configDir, name string) error {
 // handshakeHook is install's handshake step for jsonrpc-2.0 plugins: it runs the handshake
 // confined with nothing granted (unless it already ran: probed), checks the manifest agrees
 // with plugin.toml, shows what the plugin is, and returns the handshake install records.
-func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpc.Manifest) func(context.Context, string, *plugin.Manifest) ([]byte, error) {
+func (in *installer) handshakeHook(probed map[string]*jsonrpc.Manifest) func(context.Context, string, *plugin.Manifest) ([]byte, error) {
+	e, out := in.h.Env, in.errOut
 	return func(ctx context.Context, dir string, m *plugin.Manifest) ([]byte, error) {
 		if m.Plugin.Protocol != plugin.ProtocolJSONRPC {
 			return nil, nil
@@ -201,7 +196,7 @@ func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpc.Manifest) f
 		if live == nil {
 			var err error
 			live, err = jsonrpc.Probe(ctx, jsonrpc.ProbeOptions{
-				Env: e.Env, Dir: dir, Binary: m.Commands[0].Binary, Stderr: out, Warn: warnTo(out),
+				Env: e, Dir: dir, Binary: m.Commands[0].Binary, Stderr: out, Warn: warnFunc(out),
 				Ref: &audit.PluginRef{Name: m.Plugin.Name, Version: m.Plugin.Version, Source: dir, ManifestDigest: m.SHA256()},
 			})
 			if err != nil {
@@ -211,7 +206,7 @@ func handshakeHook(e *env, out io.Writer, probed map[string]*jsonrpc.Manifest) f
 		if live.Name != m.Plugin.Name {
 			return nil, fmt.Errorf("%w: plugin.toml names the plugin %q but its handshake says %q", jsonrpc.ErrHandshake, m.Plugin.Name, live.Name)
 		}
-		if err := checkPluginLimit(e.configDir, live.Name); err != nil {
+		if err := checkPluginLimit(e.ConfigDir, live.Name); err != nil {
 			return nil, err
 		}
 		showManifest(out, live)
@@ -232,30 +227,8 @@ func showManifest(w io.Writer, m *jsonrpc.Manifest) {
 		fmt.Fprintln(w, "  tools:    none")
 	}
 	for _, t := range m.Tools {
-		fmt.Fprintf(w, "  tool:     %s  %s%s\n", tools.PublicName(m.Name, t.Name), t.Description, paramText(t.Parameters))
+		fmt.Fprintf(w, "  tool:     %s  %s%s\n", tools.PublicName(m.Name, t.Name), t.Description, tools.ParamsText(t.Parameters))
 	}
-}
-
-func paramText(ps []tools.Param) string {
-	if len(ps) == 0 {
-		return ""
-	}
-	parts := make([]string, 0, len(ps))
-	for _, p := range ps {
-		s := p.Name
-		if p.Type != "" {
-			s += ":" + p.Type
-		}
-		if !p.Required {
-			s += "?"
-		}
-		parts = append(parts, s)
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
-}
-
-func warnTo(w io.Writer) func(string) {
-	return ui.HostWarnings(w)
 }
 
 // recordedHandshake is what a jsonrpc-2.0 plugin said at install (nil for other plugins),
@@ -280,6 +253,6 @@ func showHandshakeInfo(w io.Writer, m *jsonrpc.Manifest) {
 	}
 	fmt.Fprintf(w, "    hooks:    %s\n", hooks)
 	for _, t := range m.Tools {
-		fmt.Fprintf(w, "    tool:     %s  %s%s\n", tools.PublicName(m.Name, t.Name), t.Description, paramText(t.Parameters))
+		fmt.Fprintf(w, "    tool:     %s  %s%s\n", tools.PublicName(m.Name, t.Name), t.Description, tools.ParamsText(t.Parameters))
 	}
 }

@@ -1,4 +1,7 @@
-package core
+// Package legacy is the adapter for plugins without a protocol: the whole program runs on
+// the project, confined by default (legacy = "confined"), or unconfined as an explicit,
+// announced and recorded policy choice.
+package legacy
 
 import (
 	"context"
@@ -9,13 +12,14 @@ import (
 	"os/exec"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/ui"
 )
 
-// LegacyOptions run a plugin without a protocol as a whole program (the legacy adapter).
-type LegacyOptions struct {
+// Options run a plugin without a protocol as a whole program (the legacy adapter).
+type Options struct {
 	Sandbox sandbox.Sandbox
 	// Spec is the legacy profile (policy.Profile.Legacy) with Name, Path and Args set.
 	Spec     sandbox.Spec
@@ -23,18 +27,18 @@ type LegacyOptions struct {
 	Stdin    io.Reader
 	Stdout   io.Writer
 	Stderr   io.Writer
-	Recorder *Recorder
+	Recorder *core.Recorder
 	// Unconfined runs it without the sandbox: an explicit policy choice (legacy =
 	// "unconfined") the caller announces; it is recorded as such before the start.
 	Unconfined bool
 	Signals    <-chan os.Signal
-	Ladder     Ladder
+	Ladder     core.Ladder
 	Ctx        context.Context // ends an unconfined run
 }
 
-// RunLegacy runs a legacy plugin to its end. A terminal is never handed to it: the sandbox
+// Run runs a legacy plugin to its end. A terminal is never handed to it: the sandbox
 // copies a terminal's bytes through pipes, so it cannot inject input with TIOCSTI.
-func RunLegacy(o LegacyOptions) (*Exit, error) {
+func Run(o Options) (*core.Exit, error) {
 	if o.Unconfined {
 		return runUnconfined(o)
 	}
@@ -48,9 +52,9 @@ func RunLegacy(o LegacyOptions) (*Exit, error) {
 	// A legacy plugin has no protocol cancel: the ladder starts at SIGTERM.
 	ladder := o.Ladder
 	if ladder.CancelGrace <= 0 {
-		ladder = Ladder{CancelGrace: 1, KillAfter: DefaultLadder.CancelGrace}
+		ladder = core.Ladder{CancelGrace: 1, KillAfter: core.DefaultLadder.CancelGrace}
 	}
-	proc, err := Spawn(SpawnOptions{
+	proc, err := core.Spawn(core.SpawnOptions{
 		Sandbox: o.Sandbox, Spec: spec, Cwd: o.Cwd, Stderr: o.Stderr, Recorder: o.Recorder,
 		StartDetails: map[string]any{audit.DetailCommand: spec.Name, "args": spec.Args[1:], "legacy": true},
 		Ladder:       ladder,
@@ -64,13 +68,13 @@ func RunLegacy(o LegacyOptions) (*Exit, error) {
 	return ex, nil
 }
 
-func runUnconfined(o LegacyOptions) (*Exit, error) {
+func runUnconfined(o Options) (*core.Exit, error) {
 	rec := o.Recorder
 	if err := rec.RecordNow(audit.EventLegacyUnconfined, audit.Allow, reason.OK, map[string]any{
 		"program": o.Spec.Path, "args": o.Spec.Args[1:],
 	}); err != nil {
 		// Audit before act: no record of the start, no start.
-		return nil, fmt.Errorf("%w: %w: %w", ErrLaunch, ErrAudit, err)
+		return nil, fmt.Errorf("%w: %w: %w", core.ErrLaunch, core.ErrAudit, err)
 	}
 	// Unconfined means as the user would run it: their environment, their terminal (it is
 	// in fledge's process group, so Ctrl+C reaches it directly).
@@ -90,8 +94,8 @@ func runUnconfined(o LegacyOptions) (*Exit, error) {
 		}
 	default:
 		rec.Record(audit.EventPluginExit, audit.Error, reason.LaunchFailed, map[string]any{"error": err.Error()}, true)
-		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+		return nil, fmt.Errorf("%w: %w", core.ErrLaunch, err)
 	}
 	rec.Record(audit.EventPluginExit, audit.Allow, reason.OK, map[string]any{audit.DetailExitCode: code, "unconfined": true}, true)
-	return &Exit{Code: code}, nil
+	return &core.Exit{Code: code}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package fledgev1
 
 import (
 	"context"
@@ -9,27 +9,26 @@ import (
 
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/protocolhost/wasm"
 	"github.com/fledgehq/fledge/ui"
 )
 
-// wasmRuntime makes the runtime of a `runtime = "wasm"` plugin from policy and its grants and
+// WasmRuntime makes the runtime of a `runtime = "wasm"` plugin from policy and its grants and
 // wires it into the session: the module starts there, its execs and git calls still go
 // through the platform sandbox (opts.Sandbox), and plugin_start records the module's sha256,
-// preopens and limits. The caller closes the runtime after the session.
-func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, program string, opts *fledgev1.Options) (*wasm.Sandbox, error) {
+// preopens and limits. The caller closes the runtime after the session. Every way a
+// fledge-v1 command runs (`fledge <command>`, a tool call) wires WASM through here.
+func WasmRuntime(e *core.Env, b *core.Binding, program string, opts *Options) (*wasm.Sandbox, error) {
 	wo := wasm.Options{
-		Grants:      fledgev1.Capabilities(grants),
-		DataDir:     dataDir,
-		MemoryBytes: e.cfg.Wasm.Memory,
-		Timeout:     e.cfg.Wasm.Timeout,
-		MessageMax:  int(e.cfg.Limits.LineMax),
+		Grants:      Capabilities(b.Entry.Granted),
+		DataDir:     b.DataDir,
+		MemoryBytes: e.Config.Wasm.Memory,
+		Timeout:     e.Config.Wasm.Timeout,
+		MessageMax:  int(e.Config.Limits.LineMax),
 	}
-	if proj != nil {
-		wo.ProjectRoot = proj.Root
+	if b.Project != nil {
+		wo.ProjectRoot = b.Project.Root
 	}
 	// Compiled modules, keyed by content (wazero): never shared with a changed module.
 	wo.CacheDir = wasmCacheDir(e)
@@ -64,17 +63,18 @@ func wasmRuntime(e *env, grants policy.Grants, proj *project.Info, dataDir, prog
 }
 
 // wasmCacheDir is where compiled modules are kept ("" when there is no state dir).
-func wasmCacheDir(e *env) string {
-	if e.stateDir == "" {
+func wasmCacheDir(e *core.Env) string {
+	if e.StateDir == "" {
 		return ""
 	}
-	return filepath.Join(e.stateDir, "wasm-cache")
+	return filepath.Join(e.StateDir, "wasm-cache")
 }
 
-// precompileWasm compiles an installed WASM plugin's modules into the cache, as the reference
-// does at install, so its first run does not pay the compile. A failure only costs that.
-func precompileWasm(ctx context.Context, e *env, name string, out io.Writer) {
-	dir := plugin.Dir(e.configDir, name)
+// PrecompileWasm compiles an installed WASM plugin's modules into the cache, as the Rust
+// fledge host does at install, so its first run does not pay the compile. A failure only
+// costs that.
+func PrecompileWasm(ctx context.Context, e *core.Env, name string, out io.Writer) {
+	dir := plugin.Dir(e.ConfigDir, name)
 	man, _, err := plugin.LoadManifest(dir)
 	if err != nil || !man.IsWasm() || wasmCacheDir(e) == "" {
 		return
@@ -102,18 +102,18 @@ func precompileWasm(ctx context.Context, e *env, name string, out io.Writer) {
 	}
 }
 
-// wasmInfo is what doctor and plugins info say about WASM plugins: confined by the runtime
+// WasmInfo is what doctor and plugins info say about WASM plugins: confined by the runtime
 // itself, the same on every OS, with the policy's bounds (and, for one plugin, its preopens).
-func wasmInfo(e *env, grants *policy.Grants, dataDir string) map[string]any {
-	wo := wasm.Options{MemoryBytes: e.cfg.Wasm.Memory, Timeout: e.cfg.Wasm.Timeout}
+func WasmInfo(e *core.Env, grants *policy.Grants, dataDir string) map[string]any {
+	wo := wasm.Options{MemoryBytes: e.Config.Wasm.Memory, Timeout: e.Config.Wasm.Timeout}
 	info := map[string]any{
 		"confinement":  wasm.Confinement,
 		"note":         "confined by the WASM runtime on every OS: no environment, no sockets, no processes, only the preopened directories",
-		"memory_bytes": e.cfg.Wasm.Memory,
-		"timeout_ms":   e.cfg.Wasm.Timeout.Milliseconds(),
+		"memory_bytes": e.Config.Wasm.Memory,
+		"timeout_ms":   e.Config.Wasm.Timeout.Milliseconds(),
 	}
 	if grants != nil {
-		wo.Grants = fledgev1.Capabilities(*grants)
+		wo.Grants = Capabilities(*grants)
 		wo.ProjectRoot = "<project>"
 		wo.DataDir = dataDir
 		pre := wo.Preopens()
@@ -125,8 +125,8 @@ func wasmInfo(e *env, grants *policy.Grants, dataDir string) map[string]any {
 	return info
 }
 
-// wasmInfoText is wasmInfo on one line.
-func wasmInfoText(info map[string]any) string {
+// WasmInfoText is WasmInfo on one line.
+func WasmInfoText(info map[string]any) string {
 	s := "confined by the runtime on every OS (no env, sockets or processes)"
 	if pre, ok := info["preopens"].([]wasm.Preopen); ok {
 		if len(pre) == 0 {

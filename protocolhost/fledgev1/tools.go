@@ -1,4 +1,4 @@
-package mcp
+package fledgev1
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui"
@@ -30,7 +29,7 @@ var ErrPromptRefused = errors.New("the command asked a question without a defaul
 
 // FledgeV1Provider offers the fledge-v1 commands that declare typed args
 // ([[commands.args]] in plugin.toml) as tools. A call runs the command once,
-// non-interactively, through the normal fledge-v1 session (fledgev1.Run): the same
+// non-interactively, through the normal fledge-v1 session (Run): the same
 // sandbox, grants, limits and audit as `fledge <command>`. Its `output` messages are the
 // result; questions are answered as under --ni, and a prompt or select without a default
 // fails the call.
@@ -45,11 +44,8 @@ type FledgeV1Provider struct {
 // NewFledgeV1Provider is the fledge-v1 tools provider for one fledge invocation.
 func NewFledgeV1Provider(h *tools.Host) *FledgeV1Provider { return &FledgeV1Provider{host: h} }
 
-// Tools lists the commands with typed args (native plugins; a WASM command is not run here).
+// Tools lists the commands with typed args, native or WebAssembly alike.
 func (p *FledgeV1Provider) Tools(ctx context.Context, b *core.Binding) ([]tools.Tool, error) {
-	if b.Manifest.Plugin.Runtime == "wasm" {
-		return nil, nil
-	}
 	var out []tools.Tool
 	for _, c := range b.Manifest.Commands {
 		if len(c.Args) == 0 {
@@ -123,19 +119,12 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	prof := env.Profile(b, os.Environ(), map[string]string{
-		"FLEDGE_PLUGIN":     b.Entry.Name,
-		"FLEDGE_COMMAND":    cmd.Name,
-		"FLEDGE_PLUGIN_DIR": b.Dir,
-		"FLEDGE_DATA_DIR":   b.DataDir,
-		"FLEDGE_VERSION":    fledgeVersion(),
-		// A tool call is non-interactive: the plugin may skip its questions up front.
-		"FLEDGE_NON_INTERACTIVE": "1",
-	}, nil)
+	// A tool call is non-interactive: the plugin may skip its questions up front.
+	prof := env.Profile(b, os.Environ(), b.PluginEnv(cmd.Name, true), nil)
 	cap := newCaptureUI(b.Entry.Name, stderr, prof.Session.OutputCap)
 	rec := env.NewRecorder(log, b.Ref, cap.Warn)
 
-	var store fledgev1.StateStore
+	var store StateStore
 	if b.Entry.Granted.Store {
 		st, err := plugin.OpenStore(plugin.StatePath(env.ConfigDir, b.Entry.Name), plugin.DefaultStoreLimits)
 		if err != nil {
@@ -144,12 +133,9 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 			store = st
 		}
 	}
-	cwd := b.DataDir
-	if b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject {
-		cwd = b.Project.Root
-	}
+	cwd := b.StartDir("", prof.Plugin.Access)
 
-	sync, err := rec.BeforeAct(audit.EventToolCall, callDetails(t, args, env.Config.Audit.ToolArgumentValues))
+	sync, err := rec.BeforeAct(audit.EventToolCall, tools.CallDetails(t, args, env.Config.Audit.ToolArgumentValues))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", core.ErrAudit, err)
 	}
@@ -161,7 +147,10 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 
 	// The call is bounded like an exec (policy's timeout rule, the plugin's own timeout
 	// within it); cancelling it runs the plugin's stop ladder (cancel, TERM, KILL).
-	timeout := pluginTimeout(b, prof.Session, cap.Warn)
+	timeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, prof.Session)
+	if terr != nil {
+		cap.Warn(fmt.Sprintf("plugin %s: %v", b.Entry.Name, terr))
+	}
 	if d, ok := tools.CallTimeout(ctx); ok {
 		timeout = d // fledge tools call --timeout, already within policy's maximum
 	}
@@ -178,11 +167,24 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	}()
 
 	start := time.Now()
-	opts := fledgev1.SessionOptions(ctx, env, b, prof, log, rec, fledgeVersion())
+	opts := SessionOptions(ctx, env, b, prof, log, rec, core.FledgeVersion())
 	opts.Command, opts.Program, opts.Args = cmd.Name, program, argv
 	opts.UI, opts.Store, opts.Stderr, opts.PluginCwd = cap, store, stderr, cwd
 	opts.Signals = sigs
-	out, runErr := fledgev1.Run(ctx, opts)
+	var out *Outcome
+	var runErr error
+	if b.Manifest.IsWasm() {
+		// The same runtime as `fledge <command>` (WasmRuntime): grants become preopens.
+		w, err := WasmRuntime(env, b, program, &opts)
+		if err != nil {
+			runErr = err
+		} else {
+			defer w.Close()
+		}
+	}
+	if runErr == nil {
+		out, runErr = Run(ctx, opts)
+	}
 	close(runDone)
 	details := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds()}
 	text, truncated := cap.output()
@@ -260,7 +262,7 @@ func (c *captureUI) refused() string {
 func (c *captureUI) refuse(kind, msg string) error {
 	c.mu.Lock()
 	if c.refusedQ == "" {
-		c.refusedQ = fmt.Sprintf("%s %q", kind, clip(safeText(msg), 200))
+		c.refusedQ = fmt.Sprintf("%s %q", kind, ui.Clip(ui.Sanitize(msg), 200))
 	}
 	c.mu.Unlock()
 	return ui.ErrNonInteractive
@@ -306,7 +308,7 @@ func (c *captureUI) Progress(string, string, *float64, *float64, bool) {}
 func (c *captureUI) Log(pluginName, level, message string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fmt.Fprintf(c.stderr, "[%s] %s: %s\n", safeText(pluginName), safeText(level), safeText(message))
+	fmt.Fprintf(c.stderr, "[%s] %s: %s\n", ui.Sanitize(pluginName), ui.Sanitize(level), ui.Sanitize(message))
 }
 
 func (c *captureUI) Output(text string) {
@@ -327,7 +329,11 @@ func (c *captureUI) Output(text string) {
 func (c *captureUI) Warn(message string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fmt.Fprintf(c.stderr, "fledge: warning: %s\n", safeText(message))
+	fmt.Fprintf(c.stderr, "fledge: warning: %s\n", ui.Sanitize(message))
 }
 
 func (c *captureUI) Close() {}
+
+func init() {
+	tools.Register(plugin.ProtocolFledgeV1, func(h *tools.Host) tools.Provider { return NewFledgeV1Provider(h) })
+}

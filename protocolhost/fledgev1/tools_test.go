@@ -1,16 +1,13 @@
-package mcp
+package fledgev1
 
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/plugin"
-	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/ui"
 )
@@ -74,27 +71,6 @@ func TestCaptureUIDefaultsOrRefuses(t *testing.T) {
 
 func promptReq(msg string, def *string) ui.PromptRequest {
 	return ui.PromptRequest{Plugin: "p", Message: msg, Default: def}
-}
-
-func TestPluginTimeout(t *testing.T) {
-	lim := policy.SessionLimits{ExecTimeoutDefault: 30 * time.Second, ExecTimeoutMax: 5 * time.Minute}
-	for _, tc := range []struct {
-		manifest string
-		want     time.Duration
-		warned   bool
-	}{
-		{"", 30 * time.Second, false},
-		{"90s", 90 * time.Second, false},
-		{"1h", 5 * time.Minute, false}, // clamped to timeout_max, as for execs
-		{"soon", 30 * time.Second, true},
-		{"-5s", 30 * time.Second, true},
-	} {
-		var warned []string
-		b := &core.Binding{Entry: &plugin.Entry{Name: "p"}, Manifest: &plugin.Manifest{Plugin: plugin.Meta{Timeout: tc.manifest}}}
-		got := pluginTimeout(b, lim, func(m string) { warned = append(warned, m) })
-		assert.Equal(t, tc.want, got, tc.manifest)
-		assert.Equal(t, tc.warned, len(warned) == 1, "%q: %v", tc.manifest, warned)
-	}
 }
 
 // Served as MCP tools, a fledge-v1 command's prompt default is validated as under --ni: a

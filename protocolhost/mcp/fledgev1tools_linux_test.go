@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
+	_ "github.com/fledgehq/fledge/protocolhost/fledgev1" // registers the fledge-v1 tools provider
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 )
