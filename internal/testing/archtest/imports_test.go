@@ -31,8 +31,8 @@ type rule struct {
 
 var rules = []rule{
 	{why: "the CLI parses flags, calls protocolhost and prints: no sandbox, policy, session core or adapter of its own",
-		from:  "cmd/fledge",
-		never: []string{"sandbox/...", "policy", "protocolhost/...", "internal/..."},
+		from:   "cmd/fledge",
+		never:  []string{"sandbox/...", "policy", "protocolhost/...", "internal/..."},
 		except: []string{"protocolhost", "protocolhost/tools"}},
 	{why: "an adapter decodes its protocol and asks the session core; it never reaches into another adapter",
 		from: "protocolhost/...", never: adapters,
