@@ -128,12 +128,21 @@ func (w *follower) handle(data []byte) error {
 func (w *follower) poll() error {
 	for {
 		if w.f == nil {
+			// Files rotated while there was no live file to follow (between a rotation and
+			// the next append, or before the first look) hold records not read yet. The live
+			// file is opened first: every file rotated before it existed is then listed.
 			f, err := openReadOnly(w.path)
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // not created yet, or between a rotation and the next append
-			}
-			if err != nil {
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
+			}
+			if cerr := w.catchUp(); cerr != nil {
+				if f != nil {
+					f.Close()
+				}
+				return cerr
+			}
+			if f == nil {
+				return nil // not created yet, or between a rotation and the next append
 			}
 			w.f, w.off, w.partial = f, 0, nil
 		}
@@ -160,9 +169,6 @@ func (w *follower) poll() error {
 		// may have happened since the last look: read the rotated files after it first.
 		w.f.Close()
 		w.f = nil
-		if cerr := w.catchUp(); cerr != nil {
-			return cerr
-		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -212,6 +218,9 @@ func (w *follower) readNew() error {
 // were rotated between two looks.
 func (w *follower) catchUp() error {
 	rs, err := listRotated(w.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no log directory yet
+	}
 	if err != nil {
 		return err
 	}
