@@ -311,3 +311,23 @@ fledge-audit checkpoint v1 log="/a b/audit.jsonl" seq=x hash=` + ZeroHash + ` ti
 	assert.Equal(t, uint64(9), h.Seq)
 	assert.Equal(t, strings.Repeat("a", 64), h.Hash)
 }
+
+// TestWitnessUnreachable: a witness that cannot be reached does not cost a record; the
+// failure is reported once per Log, and the head still advances.
+func TestWitnessUnreachable(t *testing.T) {
+	w, err := ParseWitness("syslog:" + filepath.Join(t.TempDir(), "no.sock"))
+	require.NoError(t, err)
+	var warned []error
+	path := testPath(t)
+	l := openLog(t, path, Options{Witness: w, WitnessError: func(err error) { warned = append(warned, err) }})
+	durableN(t, l, 3)
+	require.Len(t, warned, 1)
+	assert.ErrorIs(t, warned[0], ErrWitness)
+	var b bytes.Buffer
+	WarnWitness(&b)(warned[0])
+	assert.Contains(t, b.String(), "the audit record was written")
+	h, err := ReadHead(path)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), h.Seq)
+	assert.Len(t, readAll(t, path), 3)
+}
