@@ -131,7 +131,7 @@ func testTraceReportsPaths(t *testing.T, launch string) {
 	e := newEnv(t)
 	var got denials
 	key := filepath.Join(e.home, ".ssh", "id_rsa")
-	spec := e.spec("cat " + key + "; cat ./inside.txt; echo done")
+	spec := e.spec("cat " + key + "; cat ./inside.txt; " + python + ` -c 'import socket; s=socket.socket(); s.settimeout(1); print("connect", s.connect_ex(("127.0.0.1", 9)))'; echo done`)
 	require.NoError(t, os.WriteFile(filepath.Join(e.project, "inside.txt"), []byte("fine"), 0o644))
 	spec.KernelDenials = got.add
 	spec.Trace = true
@@ -146,6 +146,15 @@ func testTraceReportsPaths(t *testing.T, launch string) {
 		}
 	}
 	assert.Contains(t, paths, key+" read", "reported: %v", got.list())
+	// The network is not granted: the destination is on record (the kernel refused it).
+	var dests []string
+	for _, d := range got.list() {
+		if d.Kind == "network" {
+			dests = append(dests, d.Syscall+" "+d.Address)
+		}
+	}
+	assert.Contains(t, dests, "connect 127.0.0.1:9", "reported: %v", got.list())
+	assert.Contains(t, out, "connect ")
 	for _, p := range paths {
 		assert.NotContains(t, p, "inside.txt")
 	}
