@@ -27,7 +27,7 @@ func parseOne(item string) (Grants, error) {
 	if item == "" || item == "none" || strings.Contains(item, ",") {
 		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, item)
 	}
-	return ParseGrantList(item)
+	return ParseGrantItem(item)
 }
 
 // GrantOne adds one capability to cur. declared is what the manifest declares, asked what it
@@ -82,7 +82,7 @@ func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
 // (any level: the plugin process then reads nothing of the project).
 func RevokeOne(cur Grants, item string) (Change, error) {
 	item = strings.ToLower(strings.TrimSpace(item))
-	if strings.HasPrefix(item, "filesystem=") {
+	if strings.HasPrefix(item, "filesystem=") || strings.HasPrefix(item, "filesystem:") {
 		return Change{}, fmt.Errorf("%w: %q (revoke takes the name only: filesystem)", ErrUnknownCapability, item)
 	}
 	g, err := parseOne(item)

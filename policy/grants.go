@@ -158,9 +158,9 @@ var ErrBadGrantList = errors.New("invalid capability list")
 
 // ParseGrantList parses a --grant value such as "exec,store" or "metadata,filesystem=project".
 // "" and "none" mean no capabilities. A bare "filesystem" means the declared level (see
-// Resolve). Unknown items fail with ErrUnknownCapability naming the item; empty items
-// ("exec,,store", a trailing comma), padded ones (" exec") and repeated ones ("exec,exec")
-// fail with ErrBadGrantList naming it: a security decision is not guessed from a typo.
+// Resolve). Each item goes through ParseGrantItem. Empty items ("exec,,store", a trailing
+// comma), padded ones (" exec") and repeated ones ("exec,exec") fail with ErrBadGrantList
+// naming it: a security decision is not guessed from a typo.
 func ParseGrantList(s string) (Grants, error) {
 	g := Grants{Filesystem: FilesystemNone}
 	if s == "" || s == "none" {
@@ -174,34 +174,64 @@ func ParseGrantList(s string) (Grants, error) {
 		case strings.TrimSpace(raw) != raw:
 			return Grants{}, fmt.Errorf("%w: %q has spaces around it", ErrBadGrantList, raw)
 		}
-		item := strings.ToLower(raw)
-		name, _, _ := strings.Cut(item, "=")
+		one, name, err := parseGrantItem(raw)
+		if err != nil {
+			return Grants{}, err
+		}
 		if seen[name] {
 			return Grants{}, fmt.Errorf("%w: %q is given twice", ErrBadGrantList, raw)
 		}
 		seen[name] = true
-		switch {
-		case item == "exec":
-			g.Exec = true
-		case item == "store":
-			g.Store = true
-		case item == "metadata":
-			g.Metadata = true
-		case item == "network":
-			g.Network = true
-		case item == "filesystem":
-			g.Filesystem = FilesystemDeclared
-		case strings.HasPrefix(item, "filesystem="):
-			level := strings.TrimPrefix(item, "filesystem=")
-			if fsRank(level) < 0 || level == "" {
-				return Grants{}, fmt.Errorf("%w: %q (filesystem is one of none, plugin, project)", ErrUnknownCapability, item)
-			}
-			g.Filesystem = level
-		default:
-			return Grants{}, fmt.Errorf("%w: %q (known: exec, store, metadata, network, filesystem)", ErrUnknownCapability, item)
+		g.Exec = g.Exec || one.Exec
+		g.Store = g.Store || one.Store
+		g.Metadata = g.Metadata || one.Metadata
+		g.Network = g.Network || one.Network
+		if name == "filesystem" {
+			g.Filesystem = one.Filesystem
 		}
 	}
 	return g, nil
+}
+
+// ParseGrantItem parses one capability name, the one syntax every place that reads a
+// capability uses (--grant, plugins grant/revoke, the runtime contract's handshake): exec,
+// store, metadata, network, filesystem (the declared level, see Resolve), or
+// filesystem=LEVEL; filesystem:LEVEL is the same item in the runtime contract's spelling.
+// Case does not matter. Anything else is ErrUnknownCapability naming the item.
+func ParseGrantItem(item string) (Grants, error) {
+	g, _, err := parseGrantItem(item)
+	return g, err
+}
+
+// parseGrantItem is ParseGrantItem that also returns the capability's name (filesystem for
+// any level), for duplicate checks.
+func parseGrantItem(raw string) (Grants, string, error) {
+	g := Grants{Filesystem: FilesystemNone}
+	item := strings.ToLower(raw)
+	name, level, hasLevel := strings.Cut(item, "=")
+	if !hasLevel {
+		name, level, hasLevel = strings.Cut(item, ":")
+	}
+	switch {
+	case item == "exec":
+		g.Exec = true
+	case item == "store":
+		g.Store = true
+	case item == "metadata":
+		g.Metadata = true
+	case item == "network":
+		g.Network = true
+	case item == "filesystem":
+		g.Filesystem = FilesystemDeclared
+	case name == "filesystem" && hasLevel:
+		if fsRank(level) < 0 || level == "" {
+			return Grants{}, "", fmt.Errorf("%w: %q (filesystem is one of none, plugin, project)", ErrUnknownCapability, raw)
+		}
+		g.Filesystem = level
+	default:
+		return Grants{}, "", fmt.Errorf("%w: %q (known: exec, store, metadata, network, filesystem)", ErrUnknownCapability, raw)
+	}
+	return g, name, nil
 }
 
 // Describe says in a few words what each capability lets a plugin do (install prompts).

@@ -121,21 +121,20 @@ func CapabilityNames(g policy.Grants) []string {
 }
 
 // grantsOf is the inverse of CapabilityNames for values already checked against an
-// allow-list made by it.
+// allow-list made by it, through policy's one parser of capability names.
 func grantsOf(names []string) policy.Grants {
 	g := policy.Grants{Filesystem: policy.FilesystemNone}
 	for _, n := range names {
-		switch {
-		case n == "exec":
-			g.Exec = true
-		case n == "store":
-			g.Store = true
-		case n == "metadata":
-			g.Metadata = true
-		case n == "network":
-			g.Network = true
-		case strings.HasPrefix(n, "filesystem:"):
-			g.Filesystem = strings.TrimPrefix(n, "filesystem:")
+		one, err := policy.ParseGrantItem(n)
+		if err != nil {
+			continue // not on the allow-list CapabilityNames makes
+		}
+		g.Exec = g.Exec || one.Exec
+		g.Store = g.Store || one.Store
+		g.Metadata = g.Metadata || one.Metadata
+		g.Network = g.Network || one.Network
+		if one.FS() != policy.FilesystemNone && one.Filesystem != policy.FilesystemDeclared {
+			g.Filesystem = one.Filesystem
 		}
 	}
 	return g
