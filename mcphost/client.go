@@ -18,11 +18,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -202,11 +204,31 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		_ = s.conn.Close()
 	}()
 
+	caps := &mcp.ClientCapabilities{}
+	var roots []*mcp.Root
+	if b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject {
+		// The project is the server's one root when the plugin may read it (a filesystem
+		// server needs no arguments then); the sandbox still decides what it reaches.
+		caps.RootsV2 = &mcp.RootCapabilities{}
+		roots = append(roots, &mcp.Root{URI: fileURI(b.Project.Root), Name: b.Project.Name})
+	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "fledge", Version: fledgeVersion()}, &mcp.ClientOptions{
-		// No roots: the server keeps the roots its command line gives it, and the sandbox
-		// decides what it may actually reach.
-		Capabilities: &mcp.ClientCapabilities{},
+		Capabilities: caps,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	client.AddRoots(roots...)
+	var rootsAsked atomic.Bool
+	rootsServed := make(chan struct{})
+	var servedOnce sync.Once
+	client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "roots/list" {
+				return next(ctx, method, req)
+			}
+			rootsAsked.Store(true)
+			defer servedOnce.Do(func() { close(rootsServed) })
+			return next(ctx, method, req)
+		}
 	})
 	// initialize and tools/list are bounded by policy's timeout_default.
 	ictx, cancel := context.WithTimeout(ctx, lim.ExecTimeoutDefault)
@@ -222,6 +244,20 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		err = s.explain(ictx, err, fmt.Sprintf("did not answer tools/list within %s", lim.ExecTimeoutDefault))
 		s.endStart(reason.HandshakeFailed, err)
 		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
+	}
+	if len(roots) > 0 {
+		// A server that uses roots asks for them when initialized and applies them on its
+		// own time: a first tool call must not overtake that. Its roots/list request came
+		// before its tools/list answer; a ping flushes our reader past it, then the answer
+		// to it and one more round trip (bounded by the handshake's timeout).
+		_ = cs.Ping(ictx, nil)
+		if rootsAsked.Load() {
+			select {
+			case <-rootsServed:
+				_ = cs.Ping(ictx, nil)
+			case <-ictx.Done():
+			}
+		}
 	}
 	return s, nil
 }
@@ -639,3 +675,6 @@ func (p *Provider) Close() error {
 	wg.Wait()
 	return nil
 }
+
+// fileURI is the file:// URI of an absolute path.
+func fileURI(path string) string { return (&url.URL{Scheme: "file", Path: path}).String() }

@@ -26,7 +26,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Use:   "plugins",
 		Short: "Install, list, inspect and remove plugins",
 	}
-	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newNewCmd(g))
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newUpdateCmd(g), newNewCmd(g))
 	return c
 }
 
@@ -41,6 +41,8 @@ type InstallOptions struct {
 	// Protocol and FromDir install self-describing plugins (install_jsonrpc.go).
 	Protocol string
 	FromDir  string
+	// Pkg are the flags of a package source (npm:PKG; install_package.go).
+	Pkg packageFlags
 }
 
 // uiAsker asks install questions on the terminal.
@@ -53,10 +55,19 @@ func (a uiAsker) Confirm(question string, def bool) (bool, error) {
 func newInstallCmd(g *Globals) *cobra.Command {
 	o := &InstallOptions{g: g}
 	c := &cobra.Command{
-		Use:   "install <dir|git-url> | <executable> --protocol P | --from-dir DIR --protocol P",
+		Use:   "install <dir|git-url> | npm:PKG [--version V] [-- ARGS...] | <executable> --protocol P | --from-dir DIR --protocol P",
 		Short: "Install a plugin, granting only the capabilities you approve",
-		Args:  cobra.RangeArgs(0, 1),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				args, o.Pkg.ServerArgs = args[:dash], args[dash:]
+				if len(args) != 1 || !plugin.IsPackageSource(args[0]) {
+					return exitErr(ExitUsage, "arguments after -- are a package server's (npm:PKG -- ARGS...)")
+				}
+			}
+			if len(args) > 1 {
+				return exitErr(ExitUsage, "install takes one source (a dir, git URL, npm:PKG or executable)")
+			}
 			if (len(args) == 1) == (o.FromDir != "") {
 				return exitErr(ExitUsage, "install takes one source (a dir, git URL or executable) or --from-dir DIR (see 'fledge plugins install --help')")
 			}
@@ -68,6 +79,7 @@ func newInstallCmd(g *Globals) *cobra.Command {
 		},
 	}
 	addSelfDescribingFlags(c, o)
+	addPackageFlags(c, o)
 	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant every capability the manifest declares")
 	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|plugin]")
 	c.Flags().BoolVar(&o.RunHooks, "run-hooks", false, "run the plugin's build hooks (shown first)")
@@ -106,6 +118,9 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 		return err
 	}
 	io.RunHook = hookRunner(e, log, o.g.Streams.Err)
+	if plugin.IsPackageSource(o.Source) {
+		return o.runPackage(ctx, e, log, io, nil)
+	}
 	if o.Protocol != "" || o.FromDir != "" {
 		return o.runSelfDescribing(ctx, e, log, io)
 	}
