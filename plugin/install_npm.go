@@ -121,7 +121,9 @@ var placeholders = []string{"FLEDGE_PROJECT_ROOT", "FLEDGE_DATA_DIR", "FLEDGE_PL
 
 // Check validates a request before anything is fetched.
 func (r *NPMRequest) Check() error {
-	bad := func(format string, a ...any) error { return fmt.Errorf("%w: "+format, append([]any{ErrBadSource}, a...)...) }
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadSource}, a...)...)
+	}
 	switch {
 	case !ValidNPMPackage(r.Package):
 		return bad("%q is not an npm package name", clip(r.Package))
