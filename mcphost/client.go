@@ -59,6 +59,8 @@ const (
 	maxSchemaBytes = 256 << 10
 	// maxResultBytes bounds a tool result fledge passes on.
 	maxResultBytes = 16 << 20
+	// maxErrorText bounds a tool's own error text in its outcome record.
+	maxErrorText = 1024
 )
 
 // Version is the fledge version told to servers and clients (set by cmd/fledge; the
@@ -531,7 +533,9 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		return nil, fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
 	}
 	if err := resolved.Validate(inst); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
+		err = fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
+		s.rec.Record(audit.EventToolCall, audit.Deny, reason.BadArguments, tools.RefusalDetails(&t, args, err), true)
+		return nil, err
 	}
 	sync, err := s.rec.BeforeAct(audit.EventToolCall, callDetails(t, args, s.argValues))
 	if err != nil {
@@ -571,7 +575,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 				// The server answered with an error: the call ran and failed on its side.
 				out["error"] = clip(safeText(werr.Message), 1024)
 				out["error_code"] = werr.Code
-				s.rec.Record(audit.EventToolOutcome, audit.Allow, reason.OK, out, true)
+				s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, out, true)
 				return &tools.Result{Success: false, Reason: reason.OK, Output: json.RawMessage("null"),
 					Message: fmt.Sprintf("%s: %s", t.Name, clip(safeText(werr.Message), 1024))}, nil
 			}
@@ -590,7 +594,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	out["result_bytes"] = rbytes
 	if res.IsError {
 		// The server's own words for the failure (e.g. EACCES from the sandbox), clipped.
-		out["error"] = clip(safeText(textOf(res)), 256)
+		out["error"] = clip(safeText(textOf(res)), maxErrorText)
 	}
 	rc := reason.OK
 	if rbytes > maxResultBytes {
@@ -601,7 +605,13 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		return &tools.Result{Success: false, Reason: rc, Output: json.RawMessage("null"),
 			Message: fmt.Sprintf("%s returned %d bytes, over the %d fledge passes on", t.Name, rbytes, maxResultBytes)}, nil
 	}
-	s.rec.Record(audit.EventToolOutcome, audit.Allow, rc, out, true)
+	if res.IsError {
+		// The tool ran and failed (the sandbox refused it a file, say): an error, never
+		// "allow ok", with the tool's own words bounded.
+		s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, out, true)
+	} else {
+		s.rec.Record(audit.EventToolOutcome, audit.Allow, rc, out, true)
+	}
 	r := &tools.Result{Success: !res.IsError, Output: result, Reason: rc}
 	if res.IsError {
 		r.Message = textOf(res)

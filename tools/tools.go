@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/core"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/project"
@@ -233,6 +234,7 @@ func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) 
 		return nil, nil, err
 	}
 	if err := Check(t, args); err != nil {
+		c.Refuse(b, t, args, err)
 		return t, nil, err
 	}
 	res, err := c.provider(b.Manifest.Plugin.Protocol).Call(ctx, b, *t, args)
@@ -373,4 +375,31 @@ func WithCallTimeout(ctx context.Context, d time.Duration) context.Context {
 func CallTimeout(ctx context.Context) (time.Duration, bool) {
 	d, ok := ctx.Value(callTimeoutKey{}).(time.Duration)
 	return d, ok && d > 0
+}
+
+// Refuse records a call refused before anything was sent (bad arguments): a deny
+// tool_call with the argument names and why.
+func (c *Catalogue) Refuse(b *core.Binding, t *Tool, args map[string]any, why error) {
+	if c.host == nil || c.host.Env == nil {
+		return
+	}
+	log, err := c.host.Env.Audit()
+	if err != nil {
+		return
+	}
+	_ = c.host.Env.NewRecorder(log, b.Ref, nil).RecordNow(audit.EventToolCall, audit.Deny, reason.BadArguments, RefusalDetails(t, args, why))
+}
+
+// RefusalDetails are the details of a tool call refused for its arguments.
+func RefusalDetails(t *Tool, args map[string]any, why error) map[string]any {
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	msg := why.Error()
+	if len(msg) > 1024 {
+		msg = msg[:1024] + "..."
+	}
+	return map[string]any{"tool": t.Name, "plugin_tool": t.Tool, "protocol": t.Protocol, "argument_keys": keys, "error": msg}
 }

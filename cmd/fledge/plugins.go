@@ -448,16 +448,19 @@ func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
 		if err != nil {
 			return err
 		}
-		rc := reason.OK
-		if res.TimedOut {
-			rc = reason.Timeout
+		rc, decision := reason.OK, audit.Allow
+		switch {
+		case res.TimedOut:
+			rc, decision = reason.Timeout, audit.Error
+		case res.ExitCode != 0:
+			rc, decision = reason.ToolError, audit.Error
 		}
 		// A nested repository the hook left where the user's git would run it was moved
 		// aside when it ended (Linux): on record, and the user is told.
 		for _, w := range rec.Quarantined(res.Quarantined) {
 			_ = ui.HostLine(out, "fledge: "+w)
 		}
-		rec.Record(audit.EventExecOutcome, audit.Allow, rc,
+		rec.Record(audit.EventExecOutcome, decision, rc,
 			map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
 				"git_quarantined": len(res.Quarantined)}, false)
 		if res.ExitCode != 0 {

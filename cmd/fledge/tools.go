@@ -247,7 +247,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer t.close()
-	tool, _, err := t.cat.Find(ctx, o.Tool)
+	tool, b, err := t.cat.Find(ctx, o.Tool)
 	if err != nil {
 		if errors.Is(err, tools.ErrUnknownTool) {
 			return exitErr(ExitUnknownCmd, "%v", err)
@@ -267,11 +267,13 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	}
 	if args == nil {
 		if args, err = pairArgs(tool, o.Pairs); err != nil {
+			t.cat.Refuse(b, tool, map[string]any{}, err)
 			return exitErr(ExitUsage, "%v", err)
 		}
 	}
-	// Checked before anything starts: a usage error never starts a plugin.
+	// Checked before anything starts: a usage error never starts a plugin; it is on record.
 	if err := tools.Check(tool, args); err != nil {
+		t.cat.Refuse(b, tool, args, err)
 		return exitErr(ExitUsage, "%v (see 'fledge tools list')", err)
 	}
 	d, clamped, err := policy.ExecTimeout(timeout, t.e.cfg.Sandbox.TimeoutDefault, t.e.cfg.Sandbox.TimeoutMax)
