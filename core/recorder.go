@@ -145,14 +145,14 @@ type Recorder struct {
 	warn    func(string)
 	budget  *sessionBudget
 
-	errs     atomic.Int64
+	errs atomic.Int64
 	// denied and failed count every deny and error decision of the session, written or
 	// not (repeats suppressed, over budget): plugin_exit carries them.
 	denied, failed atomic.Int64
-	repeatMu sync.Mutex
-	repeats  map[string]int
-	over     map[string]int // records not written for the budget, by event/decision/reason
-	hit      [nTiers]bool   // the budget record of this tier was written
+	repeatMu       sync.Mutex
+	repeats        map[string]int
+	over           map[string]int // records not written for the budget, by event/decision/reason
+	hit            [nTiers]bool   // the budget record of this tier was written
 }
 
 // NewRecorder makes the recorder of one session, with DefaultSessionBytes as its budget.
