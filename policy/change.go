@@ -23,11 +23,7 @@ type Change struct {
 
 // parseOne parses exactly one capability item (no lists: one change, one audit record).
 func parseOne(item string) (Grants, error) {
-	item = strings.TrimSpace(item)
-	if item == "" || item == "none" || strings.Contains(item, ",") {
-		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, item)
-	}
-	return ParseGrantItem(item)
+	return ParseGrantName(strings.TrimSpace(item))
 }
 
 // GrantOne adds one capability to cur. declared is what the manifest declares, asked what it
@@ -82,7 +78,7 @@ func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
 // (any level: the plugin process then reads nothing of the project).
 func RevokeOne(cur Grants, item string) (Change, error) {
 	item = strings.ToLower(strings.TrimSpace(item))
-	if strings.HasPrefix(item, "filesystem=") || strings.HasPrefix(item, "filesystem:") {
+	if strings.HasPrefix(item, "filesystem=") {
 		return Change{}, fmt.Errorf("%w: %q (revoke takes the name only: filesystem)", ErrUnknownCapability, item)
 	}
 	g, err := parseOne(item)

@@ -158,9 +158,9 @@ var ErrBadGrantList = errors.New("invalid capability list")
 
 // ParseGrantList parses a --grant value such as "exec,store" or "metadata,filesystem=project".
 // "" and "none" mean no capabilities. A bare "filesystem" means the declared level (see
-// Resolve). Each item goes through ParseGrantItem. Empty items ("exec,,store", a trailing
-// comma), padded ones (" exec") and repeated ones ("exec,exec") fail with ErrBadGrantList
-// naming it: a security decision is not guessed from a typo.
+// Resolve). Unknown items fail with ErrUnknownCapability naming the item; empty items
+// ("exec,,store", a trailing comma), padded ones (" exec") and repeated ones ("exec,exec")
+// fail with ErrBadGrantList naming it: a security decision is not guessed from a typo.
 func ParseGrantList(s string) (Grants, error) {
 	g := Grants{Filesystem: FilesystemNone}
 	if s == "" || s == "none" {
@@ -174,64 +174,34 @@ func ParseGrantList(s string) (Grants, error) {
 		case strings.TrimSpace(raw) != raw:
 			return Grants{}, fmt.Errorf("%w: %q has spaces around it", ErrBadGrantList, raw)
 		}
-		one, name, err := parseGrantItem(raw)
-		if err != nil {
-			return Grants{}, err
-		}
+		item := strings.ToLower(raw)
+		name, _, _ := strings.Cut(item, "=")
 		if seen[name] {
 			return Grants{}, fmt.Errorf("%w: %q is given twice", ErrBadGrantList, raw)
 		}
 		seen[name] = true
-		g.Exec = g.Exec || one.Exec
-		g.Store = g.Store || one.Store
-		g.Metadata = g.Metadata || one.Metadata
-		g.Network = g.Network || one.Network
-		if name == "filesystem" {
-			g.Filesystem = one.Filesystem
+		switch {
+		case item == "exec":
+			g.Exec = true
+		case item == "store":
+			g.Store = true
+		case item == "metadata":
+			g.Metadata = true
+		case item == "network":
+			g.Network = true
+		case item == "filesystem":
+			g.Filesystem = FilesystemDeclared
+		case strings.HasPrefix(item, "filesystem="):
+			level := strings.TrimPrefix(item, "filesystem=")
+			if fsRank(level) < 0 || level == "" {
+				return Grants{}, fmt.Errorf("%w: %q (filesystem is one of none, plugin, project)", ErrUnknownCapability, item)
+			}
+			g.Filesystem = level
+		default:
+			return Grants{}, fmt.Errorf("%w: %q (known: exec, store, metadata, network, filesystem)", ErrUnknownCapability, item)
 		}
 	}
 	return g, nil
-}
-
-// ParseGrantItem parses one capability name, the one syntax every place that reads a
-// capability uses (--grant, plugins grant/revoke, the runtime contract's handshake): exec,
-// store, metadata, network, filesystem (the declared level, see Resolve), or
-// filesystem=LEVEL; filesystem:LEVEL is the same item in the runtime contract's spelling.
-// Case does not matter. Anything else is ErrUnknownCapability naming the item.
-func ParseGrantItem(item string) (Grants, error) {
-	g, _, err := parseGrantItem(item)
-	return g, err
-}
-
-// parseGrantItem is ParseGrantItem that also returns the capability's name (filesystem for
-// any level), for duplicate checks.
-func parseGrantItem(raw string) (Grants, string, error) {
-	g := Grants{Filesystem: FilesystemNone}
-	item := strings.ToLower(raw)
-	name, level, hasLevel := strings.Cut(item, "=")
-	if !hasLevel {
-		name, level, hasLevel = strings.Cut(item, ":")
-	}
-	switch {
-	case item == "exec":
-		g.Exec = true
-	case item == "store":
-		g.Store = true
-	case item == "metadata":
-		g.Metadata = true
-	case item == "network":
-		g.Network = true
-	case item == "filesystem":
-		g.Filesystem = FilesystemDeclared
-	case name == "filesystem" && hasLevel:
-		if fsRank(level) < 0 || level == "" {
-			return Grants{}, "", fmt.Errorf("%w: %q (filesystem is one of none, plugin, project)", ErrUnknownCapability, raw)
-		}
-		g.Filesystem = level
-	default:
-		return Grants{}, "", fmt.Errorf("%w: %q (known: exec, store, metadata, network, filesystem)", ErrUnknownCapability, raw)
-	}
-	return g, name, nil
 }
 
 // Describe says in a few words what each capability lets a plugin do (install prompts).
@@ -251,4 +221,36 @@ func Describe(item string) string {
 		return "use its private data dir only"
 	}
 	return item
+}
+
+// ParseGrantName is the one parser of a single capability name, in either spelling fledge
+// meets: "filesystem=<level>" (the CLI, plugins.toml, audit records) and
+// "filesystem:<level>" (how runtime-v1 handshakes carry it, WireName). Errors as
+// ParseGrantList's.
+func ParseGrantName(name string) (Grants, error) {
+	if level, ok := strings.CutPrefix(name, "filesystem:"); ok {
+		name = "filesystem=" + level
+	}
+	if name == "" || name == "none" || strings.Contains(name, ",") {
+		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, name)
+	}
+	return ParseGrantList(name)
+}
+
+// WireName spells one of Names the way runtime-v1 handshakes carry it ("filesystem:<level>").
+func WireName(name string) string {
+	if level, ok := strings.CutPrefix(name, "filesystem="); ok {
+		return "filesystem:" + level
+	}
+	return name
+}
+
+// Union is every capability granted by g or h (the higher filesystem level).
+func (g Grants) Union(h Grants) Grants {
+	u := Grants{Exec: g.Exec || h.Exec, Store: g.Store || h.Store, Metadata: g.Metadata || h.Metadata,
+		Network: g.Network || h.Network, Filesystem: g.FS()}
+	if fsRank(h.FS()) > fsRank(u.Filesystem) {
+		u.Filesystem = h.FS()
+	}
+	return u
 }
