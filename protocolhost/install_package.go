@@ -191,4 +191,3 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 		Bin: req.Bin, Env: req.Env, Network: req.Network, Filesystem: req.Filesystem, ServerArgs: req.Args}}
 	return in.runPackage(ctx, ir, base, &old)
 }
-
