@@ -127,8 +127,14 @@ func (r *NPMRequest) Check() error {
 	switch {
 	case !ValidNPMPackage(r.Package):
 		return bad("%q is not an npm package name", clip(r.Package))
+	case strings.HasPrefix(r.Version, "file:"):
+		// A tarball made by `npm pack`: npm's own spelling for a local package.
+		path := strings.TrimPrefix(r.Version, "file:")
+		if !filepath.IsAbs(path) || !strings.HasSuffix(path, ".tgz") || badText(path) {
+			return bad("version %q: a local package is file:/absolute/path/name-version.tgz (made by npm pack)", clip(r.Version))
+		}
 	case r.Version != "" && !npmVersionRe.MatchString(r.Version):
-		return bad("version %q is not a version, range or tag", clip(r.Version))
+		return bad("version %q is not a version, range, tag or file:/path.tgz", clip(r.Version))
 	case r.Name != "" && !ValidName(r.Name):
 		return bad("plugin name %q must match [a-z0-9][a-z0-9_-]*", clip(r.Name))
 	case len(r.Args) > maxNPMArgs:
@@ -217,6 +223,11 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 		r.Filesystem = policy.FilesystemProject
 	}
 	npm, node := o.NPM, o.Node
+	for _, p := range []string{npm, node} {
+		if st, err := os.Stat(p); p != "" && (err != nil || !st.Mode().IsRegular()) {
+			return nil, fmt.Errorf("%w: %s is not there", ErrNoNPM, p)
+		}
+	}
 	var err error
 	if npm == "" {
 		if npm, err = findProgram("npm"); err != nil {

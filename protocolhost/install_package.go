@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -45,6 +46,11 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	}
 	if p.Version != "" {
 		version = p.Version
+	}
+	if rest, ok := strings.CutPrefix(version, "file:"); ok && !filepath.IsAbs(rest) {
+		if abs, err := filepath.Abs(rest); err == nil {
+			version = "file:" + abs
+		}
 	}
 	req := plugin.NPMRequest{Package: pkg, Version: version, Args: p.ServerArgs, Env: p.Env, Name: p.Name,
 		Bin: p.Bin, Filesystem: p.Filesystem, Network: p.Network}
