@@ -10,6 +10,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
@@ -229,6 +230,9 @@ func (h *Host) Remove(name string) (*plugin.Entry, error) {
 		return nil, exitErr(ExitFailure, "remove %s: %v", name, err)
 	}
 	_ = h.Env.NewRecorder(log, entryRef(en), nil).RecordNow(audit.EventRemove, audit.Allow, reason.OK, nil)
+	if err := pins.Remove(h.Env.ConfigDir, en.Name); err != nil {
+		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the pinned tool definitions of %s stay: %v", en.Name, err))
+	}
 	return en, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui"
 )
@@ -185,6 +186,11 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 	base.KeepGrants = &old.Granted
 	if m, _, err := plugin.LoadManifest(plugin.Dir(e.ConfigDir, o.Name)); err == nil {
 		base.PreviousAsked = m.Asked()
+	}
+	// The user asked for the new version: its tool definitions are pinned afresh at its
+	// first listing (an npm package's install lists them at once).
+	if err := pins.Remove(e.ConfigDir, o.Name); err != nil {
+		return exitErr(ExitCannotRun, "update %s: %v", o.Name, err)
 	}
 	if !plugin.IsPackageSource(old.Source) {
 		return in.installOne(ctx, base)

@@ -88,8 +88,13 @@ type session struct {
 	rec         *core.Recorder
 	conn        *lineConn
 	cs          *mcpsdk.ClientSession
+	// list and schemas are the server's tools as last listed (a tools/list_changed
+	// notification lists them again); listMu guards them.
+	listMu      sync.Mutex
 	list        []tools.Tool
 	schemas     map[string]*jsonschema.Resolved
+	relisting   atomic.Bool
+	ready       atomic.Bool // cs is set
 	callTimeout time.Duration
 	argValues   bool
 
@@ -193,6 +198,21 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
 		Capabilities: caps,
+		// A server that says its tools changed is listed again (one listing at a time,
+		// bounded); the catalogue checks the new definitions against their pins.
+		ToolListChangedHandler: func(context.Context, *mcpsdk.ToolListChangedRequest) {
+			if !s.ready.Load() || !s.relisting.CompareAndSwap(false, true) {
+				return
+			}
+			go func() {
+				defer s.relisting.Store(false)
+				lctx, cancel := context.WithTimeout(context.Background(), lim.ExecTimeoutDefault)
+				defer cancel()
+				if err := s.listTools(lctx, b, p.warn); err != nil {
+					p.warn(fmt.Sprintf("plugin %s: listing its changed tools failed: %v", b.Entry.Name, err))
+				}
+			}()
+		},
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	client.AddRoots(roots...)
@@ -219,6 +239,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
 	}
 	s.cs = cs
+	s.ready.Store(true)
 	if err := s.listTools(ictx, b, p.warn); err != nil {
 		err = s.explain(ictx, err, fmt.Sprintf("did not answer tools/list within %s", lim.ExecTimeoutDefault))
 		s.endStart(reason.HandshakeFailed, err)
@@ -300,16 +321,19 @@ func (s *session) close(by string) {
 
 func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(string)) error {
 	var params mcpsdk.ListToolsParams
+	var list []tools.Tool
+	schemas := map[string]*jsonschema.Resolved{}
 	seen := map[string]bool{}
+pages:
 	for page := 0; page < maxToolPages; page++ {
 		res, err := s.cs.ListTools(ctx, &params)
 		if err != nil {
 			return err
 		}
 		for _, t := range res.Tools {
-			if len(s.list) >= maxTools {
+			if len(list) >= maxTools {
 				warn(fmt.Sprintf("plugin %s lists more than %d tools; the rest are ignored", b.Entry.Name, maxTools))
-				return nil
+				break pages
 			}
 			if t == nil || !validToolName(t.Name) || seen[t.Name] {
 				warn(fmt.Sprintf("plugin %s: tool %q ignored (empty, duplicate, too long or with characters fledge does not pass on)", b.Entry.Name, clip(safeText(toolName(t)), 80)))
@@ -321,8 +345,8 @@ func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(stri
 				continue
 			}
 			seen[t.Name] = true
-			s.schemas[t.Name] = resolved
-			s.list = append(s.list, tools.Tool{
+			schemas[t.Name] = resolved
+			list = append(list, tools.Tool{
 				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
 				Protocol: plugin.ProtocolMCP, Description: safeText(clip(t.Description, plugin.MaxFieldLen)),
 				InputSchema: schema, Params: schemaParams(schema),
@@ -333,7 +357,10 @@ func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(stri
 		}
 		params.Cursor = res.NextCursor
 	}
-	sort.Slice(s.list, func(i, j int) bool { return s.list[i].Name < s.list[j].Name })
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	s.listMu.Lock()
+	s.list, s.schemas = list, schemas
+	s.listMu.Unlock()
 	return nil
 }
 
@@ -438,7 +465,22 @@ func (p *Provider) Tools(ctx context.Context, b *core.Binding) ([]tools.Tool, er
 	if err != nil {
 		return nil, err
 	}
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
 	return append([]tools.Tool(nil), s.list...), nil
+}
+
+// Instructions are the server's instructions from its initialize result (pinned with its
+// tools by the catalogue).
+func (p *Provider) Instructions(ctx context.Context, b *core.Binding) string {
+	s, err := p.session(ctx, b)
+	if err != nil || s.cs == nil {
+		return ""
+	}
+	if r := s.cs.InitializeResult(); r != nil {
+		return r.Instructions
+	}
+	return ""
 }
 
 // Call validates args against the tool's JSON Schema, records the decision, calls the
@@ -451,7 +493,9 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if args == nil {
 		args = map[string]any{}
 	}
+	s.listMu.Lock()
 	resolved := s.schemas[t.Tool]
+	s.listMu.Unlock()
 	if resolved == nil {
 		return nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, t.Name)
 	}
