@@ -83,11 +83,11 @@ func NewProvider(h *tools.Host) *Provider {
 
 // session is one running MCP server.
 type session struct {
-	name        string
-	proc        *core.Proc
-	rec         *core.Recorder
-	conn        *lineConn
-	cs          *mcpsdk.ClientSession
+	name string
+	proc *core.Proc
+	rec  *core.Recorder
+	conn *lineConn
+	cs   *mcpsdk.ClientSession
 	// list and schemas are the server's tools as last listed (a tools/list_changed
 	// notification lists them again); listMu guards them.
 	listMu      sync.Mutex
@@ -213,7 +213,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 				}
 			}()
 		},
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	client.AddRoots(roots...)
 	var rootsAsked atomic.Bool
