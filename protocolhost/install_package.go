@@ -116,15 +116,7 @@ func (in *installer) listTools(ctx context.Context, name string) error {
 		return err
 	}
 	defer ts.Close()
-	b, err := ts.Catalogue.Binding(name)
-	if err != nil {
-		return exitErr(ExitCannotRun, "installed %s, but it cannot start: %v", name, err)
-	}
-	p := ts.Catalogue.Provider(b.Manifest.Plugin.Protocol)
-	if p == nil {
-		return nil
-	}
-	list, err := p.Tools(ctx, b)
+	list, err := ts.Catalogue.PluginTools(ctx, name)
 	if err != nil {
 		return exitErr(ExitCannotRun, "installed %s, but its server did not list its tools: %v (see 'fledge audit show --plugin %s'; 'fledge plugins remove %s' undoes the install)", name, err, name, name)
 	}

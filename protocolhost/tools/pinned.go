@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -153,4 +154,36 @@ func cleanText(s string) string {
 		s = s[:MaxDescription] + "..."
 	}
 	return s
+}
+
+// HasPluginFor reports whether name (plugin_<plugin>_<tool>) names an installed plugin.
+func (c *Catalogue) HasPluginFor(name string) bool {
+	rest, ok := strings.CutPrefix(name, "plugin_")
+	if !ok {
+		return false
+	}
+	for i := len(rest) - 1; i > 0; i-- {
+		if rest[i] == '_' && c.reg.Find(rest[:i]) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// PluginTools lists one installed plugin's tools through the same gate as List (pins,
+// sanitised descriptions): what install shows, and pins, right after installing.
+func (c *Catalogue) PluginTools(ctx context.Context, name string) ([]Tool, error) {
+	b, err := c.Binding(name)
+	if err != nil {
+		return nil, err
+	}
+	p := c.provider(b.Manifest.Plugin.Protocol)
+	if p == nil {
+		return nil, nil
+	}
+	ts, err := p.Tools(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return c.vet(ctx, b, p, ts), nil
 }
