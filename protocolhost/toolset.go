@@ -73,6 +73,7 @@ func (t *ToolSet) rebind(root string) (*tools.Catalogue, error) {
 	prev := t.flush
 	t.flush = func() { prev(); flush() }
 	c := tools.NewCatalogue(&tools.Host{Env: t.h.Env, Project: proj, Stderr: stderr}, t.reg)
+	c.Hooks = toolHooks{t, c}
 	t.rebound = append(t.rebound, c)
 	return c, nil
 }
@@ -110,14 +111,18 @@ func (t *ToolSet) Call(ctx context.Context, name string, args map[string]any, ti
 	if timeout > 0 {
 		ctx = tools.WithCallTimeout(ctx, timeout)
 	}
+	t.Catalogue.Hooks = toolHooks{t, t.Catalogue}
 	return t.Catalogue.Call(ctx, name, args)
 }
 
 // jsonrpc returns the jsonrpc-2.0 provider and the installed jsonrpc-2.0 plugins, bound, in
 // name order; plugins that cannot be bound are reported and left out.
-func (t *ToolSet) jsonrpc() (*jsonrpc.Provider, []*core.Binding) {
+func (t *ToolSet) jsonrpc() (*jsonrpc.Provider, []*core.Binding) { return t.jsonrpcIn(t.Catalogue) }
+
+// jsonrpcIn is jsonrpc for one of the set's catalogues (the one an MCP client's root chose).
+func (t *ToolSet) jsonrpcIn(cat *tools.Catalogue) (*jsonrpc.Provider, []*core.Binding) {
 	warn := t.h.stderr()
-	p, _ := t.Catalogue.Provider(plugin.ProtocolJSONRPC).(*jsonrpc.Provider)
+	p, _ := cat.Provider(plugin.ProtocolJSONRPC).(*jsonrpc.Provider)
 	var names []string
 	for _, en := range t.reg.Plugins {
 		if en.Protocol == plugin.ProtocolJSONRPC {
@@ -131,7 +136,7 @@ func (t *ToolSet) jsonrpc() (*jsonrpc.Provider, []*core.Binding) {
 			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: at most %d jsonrpc-2.0 plugins run (the protocol's limit)\n", n, jsonrpc.MaxPlugins)
 			continue
 		}
-		b, err := t.Catalogue.Binding(n)
+		b, err := cat.Binding(n)
 		if err != nil {
 			_ = ui.HostLine(warn, fmt.Sprintf("fledge: warning: plugin %s not loaded: %v", n, err))
 			continue
@@ -183,6 +188,7 @@ func (t *ToolSet) ServeJSONRPC(ctx context.Context, in io.Reader, out io.Writer,
 // to those tools. out carries the protocol only: plugins' stderr and fledge's warnings go
 // to stderr.
 func (t *ToolSet) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteCloser, only []string) error {
+	t.Catalogue.Hooks = toolHooks{t, t.Catalogue}
 	err := mcp.Serve(ctx, t.Catalogue, in, out, mcp.ServeOptions{
 		Only:    only,
 		LineMax: int(t.h.Env.Config.Limits.LineMax),

@@ -39,6 +39,9 @@ const (
 	// BadArguments: the arguments did not match the tool's declared parameters or schema;
 	// nothing was sent to the plugin.
 	BadArguments Code = "bad_arguments"
+	// HookStopped: a hook plugin subscribed to pre_tool_execute answered stop: the tool
+	// was not run; the plugin's result says why.
+	HookStopped Code = "hook_stopped"
 )
 
 // All lists every code, in taxonomy order (docs and tests iterate it).
@@ -46,7 +49,7 @@ var All = []Code{
 	OK, LaunchFailed, HandshakeFailed, Timeout, Crashed, MalformedMessage,
 	ProtocolVersionMismatch, CapabilityNotDeclared, CapabilityNotGranted, PathEscape,
 	LimitExceeded, OOMKilled, SandboxUnavailable, Cancelled, NonInteractive,
-	MalformedResponse, ToolNotExposed, CapabilityNotAllowed, ToolError, ToolChanged, BadArguments,
+	MalformedResponse, ToolNotExposed, CapabilityNotAllowed, ToolError, ToolChanged, BadArguments, HookStopped,
 }
 
 // Valid reports whether c is a known code.
@@ -86,6 +89,7 @@ var exitStatus = map[Code]int{
 	PathEscape:              111,
 	NonInteractive:          112,
 	ToolChanged:             113,
+	HookStopped:             114,
 	ToolError:               ToolFailed,
 	BadArguments:            2,
 	Timeout:                 124,

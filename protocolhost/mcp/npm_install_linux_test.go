@@ -273,3 +273,35 @@ func TestNPMInstallUnreachableRegistry(t *testing.T) {
 	leftovers, _ := filepath.Glob(filepath.Join(f.configDir, "plugins", ".*"))
 	assert.Empty(t, leftovers)
 }
+
+// Through `fledge serve --mcp` too, a JSON-RPC 2.0 hook plugin subscribed to
+// pre_tool_execute sees the MCP client's calls and its stop refuses one: the client gets an
+// error result with the plugin's reason, and the tool never runs.
+func TestServeMCPToolHooks(t *testing.T) {
+	sdk := npmInstall(t, pkgSDK)
+	fledge := buildFledge(t)
+	f := newFixture(t, nil)
+	c := &fledgeCLI{t: t, f: f, fledge: fledge}
+	guard, err := filepath.Abs(filepath.Join("testdata", "guard"))
+	require.NoError(t, err)
+	out, errOut, err := c.run(f.project, "--ni", "plugins", "install", guard, "--protocol", "jsonrpc-2.0", "--grant", "")
+	require.NoError(t, err, out+errOut)
+	echo, err := filepath.Abs(filepath.Join("testdata", "echo"))
+	require.NoError(t, err)
+	f.install(echo)
+	r, _ := tsServe(t, f, c, sdk, f.project, nil, []string{"--project", f.project, "serve", "--mcp"}, []map[string]any{
+		{"name": "plugin_echo_echo", "arguments": map[string]any{"text": "hello"}},
+		{"name": "plugin_echo_echo", "arguments": map[string]any{"text": "my secret"}},
+	})
+	require.Len(t, r.Calls, 2)
+	assert.False(t, r.Calls[0].IsError)
+	assert.Equal(t, "echo: hello", callText(r.Calls[0]))
+	assert.True(t, r.Calls[1].IsError)
+	assert.Contains(t, callText(r.Calls[1]), "plugin guard stopped the call of plugin_echo_echo: blocked: arguments mention a secret")
+	calls, err := os.ReadFile(filepath.Join(f.configDir, "plugins", "echo", "data", "calls"))
+	require.NoError(t, err)
+	assert.Equal(t, "hello\n", string(calls), "the stopped call never reached the server")
+	events, err := os.ReadFile(filepath.Join(f.configDir, "plugins", "guard", "data", "events"))
+	require.NoError(t, err)
+	assert.Contains(t, string(events), "post_tool_execute plugin_echo_echo echo: hello True")
+}

@@ -128,6 +128,8 @@ type Catalogue struct {
 	// pinned (public name -> the change); warned, the warnings already given.
 	quarantined map[string]pins.Change
 	warned      map[string]bool
+	// Hooks, when set, run around every call (tools call, serve --mcp).
+	Hooks CallHooks
 }
 
 // NewCatalogue prepares a catalogue over the installed plugins.
@@ -272,7 +274,10 @@ func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) 
 		c.Refuse(b, t, args, err)
 		return t, nil, err
 	}
-	res, err := c.provider(b.Manifest.Plugin.Protocol).Call(ctx, b, *t, args)
+	p := c.provider(b.Manifest.Plugin.Protocol)
+	res, err := c.callWithHooks(ctx, p, t, args, func(args map[string]any) (*Result, error) {
+		return p.Call(ctx, b, *t, args)
+	})
 	return t, res, err
 }
 
