@@ -160,6 +160,17 @@ func TestNPMInstalledServersThroughServeMCP(t *testing.T) {
 	assert.True(t, r.Calls[0].IsError, "no project: the server may read nothing: %+v", r.Calls[0])
 	assert.NotContains(t, callText(r.Calls[0]), "hello from the project")
 
+	// update fetches it again the way it was asked for (version, environment), keeps the
+	// grants (it asks for no more) and pins its tools afresh.
+	out, errOut, err = c.run(f.project, "--ni", "plugins", "update", "server-memory")
+	require.NoError(t, err, "stdout: %s\nstderr: %s", out, errOut)
+	assert.Contains(t, errOut, "asks for no more than before; keeping its grants: none")
+	assert.Contains(t, out, "plugin_server-memory_read_graph")
+	wrapper, err := os.ReadFile(filepath.Join(f.configDir, "plugins", "server-memory", "bin", "server"))
+	require.NoError(t, err)
+	assert.Contains(t, string(wrapper), `MEMORY_FILE_PATH=''"${FLEDGE_DATA_DIR}"'/memory.jsonl'`)
+	assert.FileExists(t, filepath.Join(f.configDir, "plugins", "server-memory", "data", "memory.jsonl"), "its data stays")
+
 	// The MCP Inspector's CLI, the other official client, lists and calls the same tools.
 	insp := npmInstall(t, pkgInspector)
 	launcher := filepath.Join(insp, "node_modules", "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js")
