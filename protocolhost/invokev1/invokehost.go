@@ -25,7 +25,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
@@ -416,11 +416,11 @@ func (s *Session) signalStart(ev startEvent) {
 
 // read reads one source of lines (the plugin's stdout, or its socket) until it ends.
 func (s *Session) read(rd io.Reader, src string) {
-	lr := protocol.NewLineReader(rd, s.prof.Session.LineMax)
+	lr := lines.NewReader(rd, s.prof.Session.LineMax)
 	for {
 		line, n, err := lr.Next()
 		if err != nil {
-			if errors.Is(err, protocol.ErrLineTooLong) {
+			if errors.Is(err, lines.ErrTooLong) {
 				s.malformed(fmt.Sprintf("%s line %d is longer than %d bytes", src, n, s.prof.Session.LineMax))
 				continue
 			}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/reason"
 )
 
@@ -117,7 +117,7 @@ func newConn(name string, proc *core.Proc, rec *core.Recorder, lineMax, maxPendi
 		name: name, proc: proc, rec: rec, maxPending: maxPending, lineMax: lineMax, warn: warn,
 		pending: map[int64]chan response{}, expired: map[int64]bool{}, dead: make(chan struct{}),
 	}
-	go c.readLoop(protocol.NewLineReader(proc.Stdout, lineMax))
+	go c.readLoop(lines.NewReader(proc.Stdout, lineMax))
 	return c
 }
 
@@ -130,11 +130,11 @@ type envelope struct {
 	Error   *RPCError       `json:"error"`
 }
 
-func (c *conn) readLoop(lr *protocol.LineReader) {
+func (c *conn) readLoop(lr *lines.Reader) {
 	for {
 		line, n, err := lr.Next()
 		if err != nil {
-			var le *protocol.LineError
+			var le *lines.TooLongError
 			if errors.As(err, &le) {
 				// A line over the bound cannot be matched to a request; a plugin that writes
 				// one is hostile or broken, and every answer after it is suspect.

@@ -11,7 +11,7 @@ import (
 	"sync"
 
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 )
@@ -74,19 +74,19 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		n    int
 		err  error
 	}
-	lines := make(chan read)
+	incoming := make(chan read)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
-		lr := protocol.NewLineReader(o.In, o.LineMax)
+		lr := lines.NewReader(o.In, o.LineMax)
 		for {
 			line, n, err := lr.Next()
 			select {
-			case lines <- read{line, n, err}:
+			case incoming <- read{line, n, err}:
 			case <-stop:
 				return
 			}
-			var le *protocol.LineError
+			var le *lines.TooLongError
 			if err != nil && !errors.As(err, &le) {
 				return
 			}
@@ -95,13 +95,13 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	for {
 		var r read
 		select {
-		case r = <-lines:
+		case r = <-incoming:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		line, n, err := r.line, r.n, r.err
 		if err != nil {
-			var le *protocol.LineError
+			var le *lines.TooLongError
 			if errors.As(err, &le) {
 				s.replyError(nil, CodeParseError, fmt.Sprintf("Parse error: line %d is over the %d-byte limit", n, o.LineMax))
 				continue

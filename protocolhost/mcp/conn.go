@@ -12,12 +12,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/lines"
 )
 
 var (
 	// ErrLineTooLong: the server sent a line over policy's line_max.
-	ErrLineTooLong = protocol.ErrLineTooLong
+	ErrLineTooLong = lines.ErrTooLong
 	// ErrFlood: the server sent notifications or requests faster than fledge takes them.
 	ErrFlood = errors.New("MCP server flooded fledge with messages")
 	// ErrUnknownID: the server answered a request fledge never sent.
@@ -70,7 +70,7 @@ type msgOrErr struct {
 }
 
 // lineConn is the MCP stdio framing (one JSON-RPC message per line) over a plugin's pipes,
-// with fledge's bounds between the pipe and the SDK: lines are read by protocol.LineReader
+// with fledge's bounds between the pipe and the SDK: lines are read by lines.Reader
 // (an over-long line is never held), server-initiated messages go through a token bucket,
 // responses must answer an id fledge sent. The MCP protocol itself is the SDK's.
 type lineConn struct {
@@ -129,13 +129,13 @@ func (c *lineConn) setFatal(err error) error {
 }
 
 func (c *lineConn) readLoop() {
-	lr := protocol.NewLineReader(c.r, c.lim.LineMax)
+	lr := lines.NewReader(c.r, c.lim.LineMax)
 	for {
 		line, n, err := lr.Next()
 		var m msgOrErr
 		switch {
 		case err != nil:
-			var le *protocol.LineError
+			var le *lines.TooLongError
 			if errors.As(err, &le) {
 				m.err = c.setFatal(fmt.Errorf("%w: line %d is longer than line_max (%d bytes)", ErrLineTooLong, n, c.lim.LineMax))
 			} else {

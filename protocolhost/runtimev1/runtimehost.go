@@ -26,7 +26,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
@@ -423,7 +423,7 @@ func (p *Provider) run(ctx context.Context, b *core.Binding, rs runSpec) *Outcom
 		return &Outcome{Failure: fail(reason.LaunchFailed, "plugin %s could not be started: %v", name, err)}
 	}
 	s := &session{b: b, rec: rec, proc: proc, lines: make(chan lineMsg), quit: make(chan struct{}), lineMax: prof.Session.LineMax, timeout: timeout}
-	go s.read(protocol.NewLineReader(proc.Stdout, prof.Session.LineMax))
+	go s.read(lines.NewReader(proc.Stdout, prof.Session.LineMax))
 	// The timeout is the host's: the plugin is killed, and the run fails with "timeout".
 	timer := time.AfterFunc(timeout, func() {
 		s.timedOut.Store(true)
@@ -461,7 +461,7 @@ func (p *Provider) run(ctx context.Context, b *core.Binding, rs runSpec) *Outcom
 	return out
 }
 
-func (s *session) read(lr *protocol.LineReader) {
+func (s *session) read(lr *lines.Reader) {
 	for {
 		line, _, err := lr.Next()
 		select {
@@ -485,7 +485,7 @@ func (s *session) next(what string) ([]byte, *Failure) {
 		return nil, fail(reason.Timeout, "the plugin did not send its %s within %s", what, s.timeout)
 	case s.cancel.Load():
 		return nil, fail(reason.Cancelled, "the call was cancelled before the plugin sent its %s", what)
-	case errors.Is(m.err, protocol.ErrLineTooLong):
+	case errors.Is(m.err, lines.ErrTooLong):
 		return nil, fail(reason.MalformedResponse, "the plugin's %s is longer than %d bytes", what, s.lineMax)
 	case errors.Is(m.err, io.EOF):
 		// The plugin closed its stdout: it is gone, or going, before a valid response.
@@ -642,7 +642,7 @@ func (s *session) expectEOF() *Failure {
 	for {
 		m := <-s.lines
 		switch {
-		case m.err == nil || errors.Is(m.err, protocol.ErrLineTooLong):
+		case m.err == nil || errors.Is(m.err, lines.ErrTooLong):
 			_ = s.proc.Kill()
 			return fail(reason.MalformedResponse, "the plugin sent another line after its one response")
 		default:

@@ -2,9 +2,10 @@ package protocol
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/fledgehq/fledge/protocolhost/lines"
 )
 
 // ErrSkipped matches (errors.Is) every *LineError: the line was dropped and the stream goes on.
@@ -12,7 +13,7 @@ var ErrSkipped = errors.New("protocol: line skipped")
 
 // ErrLineTooLong: a line over the bound, either way: Writer.Send refuses to encode it, and a
 // reader's *LineError of kind TooLong matches it (the line was consumed and dropped).
-var ErrLineTooLong = errors.New("protocol: line exceeds the line limit")
+var ErrLineTooLong = lines.ErrTooLong
 
 // ErrNotObject is returned by Writer.Send for a value that does not encode to a JSON object.
 var ErrNotObject = errors.New("protocol: message does not encode to a JSON object")
@@ -107,6 +108,4 @@ func quoteForLog(s string) string {
 	return strconv.Quote(s)
 }
 
-func tooLongDetail(n int64, limit int) string {
-	return fmt.Sprintf("line too long (at least %d bytes, limit %d)", n, limit)
-}
+func tooLongDetail(n int64, limit int) string { return lines.TooLongDetail(n, limit) }

@@ -1,23 +1,19 @@
 package protocol
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/fledgehq/fledge/protocolhost/lines"
 )
 
 // DefaultMaxLine is the default bound on one received line (without its newline).
-const DefaultMaxLine = 1 << 20
+const DefaultMaxLine = lines.DefaultMax
 
 // MaxIDLen bounds a request id: the host keeps pending ids in memory and echoes them back,
 // and no honest plugin needs a kilobyte to number its requests.
 const MaxIDLen = 1024
-
-// maxChunk is the bufio buffer size: lines up to it are decoded straight from the buffer
-// without a copy; longer ones are assembled (up to MaxLine) or discarded chunk by chunk.
-const maxChunk = 64 << 10
 
 // ReaderOptions configures a Reader.
 type ReaderOptions struct {
@@ -70,11 +66,10 @@ type ReaderStats struct {
 // MaxLine (+ one buffer) bytes of any line, whatever the peer sends. A Reader is not safe for
 // concurrent use; call Stats from the goroutine that calls Next, or after it is done.
 type Reader struct {
-	br    *bufio.Reader
+	sc    *lines.Scanner // the bounded framing every line protocol shares
 	opts  ReaderOptions
 	line  int
-	long  []byte // assembly buffer for lines longer than one bufio chunk
-	err   error  // sticky: io.EOF or a wrapped read error
+	err   error // sticky: io.EOF or a wrapped read error
 	stats ReaderStats
 }
 
@@ -83,14 +78,7 @@ func NewReader(r io.Reader, opts ReaderOptions) *Reader {
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = DefaultMaxLine
 	}
-	size := opts.MaxLine + 2 // room for "\r\n"
-	if size > maxChunk {
-		size = maxChunk
-	}
-	if size < 4096 {
-		size = 4096
-	}
-	return &Reader{br: bufio.NewReaderSize(r, size), opts: opts}
+	return &Reader{sc: lines.NewScanner(r, opts.MaxLine), opts: opts}
 }
 
 // Stats returns the counters so far.
@@ -140,60 +128,12 @@ func (r *Reader) Next() (*Message, error) {
 	}
 }
 
-// readLine returns one line without its "\n" (and "\r"), the raw bytes it spanned, its length
-// without the terminator, and whether it exceeded MaxLine. The returned slice is valid until the next call. A too-long
-// line is consumed in buffer-sized chunks and dropped, so memory stays O(MaxLine + buffer).
+// readLine is the shared framing's ReadLine, counting the bytes it consumed.
 func (r *Reader) readLine() (line []byte, raw, n int64, tooLong bool, err error) {
-	r.long = r.long[:0]
-	limit := r.opts.MaxLine + 2 // content plus an optional "\r\n"
-	for {
-		chunk, e := r.br.ReadSlice('\n')
-		n += int64(len(chunk))
-		r.stats.BytesRead += int64(len(chunk))
-		if e == bufio.ErrBufferFull {
-			if !tooLong {
-				if len(r.long)+len(chunk) > limit {
-					tooLong = true
-					r.long = r.long[:0]
-				} else {
-					r.long = append(r.long, chunk...)
-				}
-			}
-			continue
-		}
-		if !tooLong {
-			if len(r.long) > 0 {
-				r.long = append(r.long, chunk...)
-				line = r.long
-			} else {
-				line = chunk
-			}
-		}
-		err = e
-		break
-	}
-	raw = n
-	if tooLong {
-		if err == nil {
-			n-- // the "\n" was read but is not part of the line
-		}
-		return nil, raw, n, true, err
-	}
-	if len(line) > 0 && line[len(line)-1] == '\n' {
-		line = line[:len(line)-1]
-		if len(line) > 0 && line[len(line)-1] == '\r' {
-			line = line[:len(line)-1]
-		}
-	}
-	n = int64(len(line))
-	if len(line) > r.opts.MaxLine {
-		return nil, raw, n, true, err
-	}
-	return line, raw, n, false, err
+	before := r.sc.BytesRead()
+	line, raw, n, tooLong, err = r.sc.ReadLine()
+	r.stats.BytesRead += r.sc.BytesRead() - before
+	return line, raw, n, tooLong, err
 }
 
-func trimSpace(b []byte) []byte {
-	return bytes.TrimFunc(b, func(c rune) bool {
-		return c == ' ' || c == '\t' || c == '\r' || c == '\n'
-	})
-}
+func trimSpace(b []byte) []byte { return lines.TrimSpace(b) }

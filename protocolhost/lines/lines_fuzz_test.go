@@ -1,4 +1,4 @@
-package protocol
+package lines
 
 import (
 	"bytes"
@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// FuzzLineReader: whatever a plugin of another protocol sends, every line handed on is at
+// FuzzReader: whatever a plugin of another protocol sends, every line handed on is at
 // most maxLine bytes, non-blank, and exactly what the peer sent on that line (trimmed);
 // over-long lines are reported as TooLong and never returned; reading always ends.
-func FuzzLineReader(f *testing.F) {
+func FuzzReader(f *testing.F) {
 	f.Add([]byte("{\"a\":1}\n\n  \n{\"b\":2}\r\nlast"), 8)
 	f.Add(bytes.Repeat([]byte("x"), 10000), 16)
 	f.Add([]byte("\n\n\n"), 1)
@@ -24,11 +24,11 @@ func FuzzLineReader(f *testing.F) {
 			if i < len(parts)-1 { // a "\r" counts as part of the terminator only before "\n"
 				l = bytes.TrimSuffix(l, []byte("\r"))
 			}
-			if tl := trimSpace(l); len(tl) > 0 && len(l) <= max {
+			if tl := TrimSpace(l); len(tl) > 0 && len(l) <= max {
 				want[string(tl)]++
 			}
 		}
-		r := NewLineReader(bytes.NewReader(data), max)
+		r := NewReader(bytes.NewReader(data), max)
 		for i := 0; i <= len(data)+1; i++ {
 			line, _, err := r.Next()
 			if errors.Is(err, io.EOF) {
@@ -40,12 +40,12 @@ func FuzzLineReader(f *testing.F) {
 				return
 			}
 			if err != nil {
-				if !errors.Is(err, ErrLineTooLong) {
+				if !errors.Is(err, ErrTooLong) {
 					t.Fatalf("unexpected error %v", err)
 				}
 				continue
 			}
-			if len(line) > max || len(trimSpace(line)) == 0 {
+			if len(line) > max || len(TrimSpace(line)) == 0 {
 				t.Fatalf("line of %d bytes (max %d): %q", len(line), max, line)
 			}
 			if want[string(line)] == 0 {
