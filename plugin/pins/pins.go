@@ -277,7 +277,7 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 		if p, ok := pf.Tools[d.Name]; ok && p.Hash == now.Hash {
 			// Unchanged itself, held back by the instructions.
 			c := *instrChange
-			c.Tool, c.Fresh = d.Name, false
+			c.Fresh = false // Tool stays InstructionsKey: the reason it is held back
 			v.Quarantined[d.Name] = c
 			continue
 		}
