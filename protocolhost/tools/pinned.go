@@ -87,6 +87,16 @@ func (c *Catalogue) vet(ctx context.Context, b *core.Binding, p Provider, ts []T
 		c.warnOnce(t.Name, fmt.Sprintf("plugin %s: tool %s %s; it is not offered until you approve it ('fledge plugins review %s', then 'fledge plugins approve %s')",
 			b.Entry.Name, t.Tool, what, b.Entry.Name, b.Entry.Name))
 	}
+	if ch, ok := v.Quarantined[pins.InstructionsKey]; ok && ch.Fresh {
+		if rec == nil {
+			rec = c.recorder(b)
+		}
+		d := map[string]any{"changed": pins.InstructionsKey, "protocol": b.Manifest.Plugin.Protocol, "new_hash": ch.New}
+		if ch.Old != "" {
+			d["old_hash"] = ch.Old
+		}
+		rec.Record(audit.EventToolChanged, audit.Deny, reason.ToolChanged, d, true)
+	}
 	return out
 }
 
