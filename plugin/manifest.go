@@ -163,6 +163,9 @@ type Capabilities struct {
 type Hook struct {
 	Name    string
 	Command string
+	// Offline: the hook gets no network at all (install scripts of an npm package fetched
+	// already: they need none, and a script that phones home must not).
+	Offline bool
 }
 
 // Declared returns the declared capabilities as grants.

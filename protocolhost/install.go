@@ -173,12 +173,15 @@ func (in *installer) hookRunner() plugin.HookRunner {
 		defer d.Close()
 		spec := e.Config.HookSpec(e.Paths(dir, dir, nil), os.Environ())
 		spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindExec, "install-hook", "/bin/sh", []string{"sh", "-c", h.Command}
+		if h.Offline {
+			spec.Network = false
+		}
 		// Hook output is plugin bytes: on a terminal, sanitised like every plugin's.
 		hookOut, flush := pluginStream(out)
 		defer flush()
 		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, hookOut, hookOut
 		rec := e.NewRecorder(in.log, nil, nil)
-		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir})
+		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir, "network": spec.Network})
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}

@@ -94,6 +94,7 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	base.Source = tmp
 	base.RecordSource = plugin.SourceNPM + pkg
 	base.RunHooks = true
+	base.HooksOffline = true
 	base.Handshake = nil
 	if keep != nil {
 		base.KeepGrants = &keep.Granted
