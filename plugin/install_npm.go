@@ -110,7 +110,7 @@ var npmNameRe = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._
 
 // npmVersionRe accepts versions, ranges and dist-tags, nothing a shell or npm would read
 // as an option or a URL.
-var npmVersionRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.^~<>=*+| -]{0,127}$`)
+var npmVersionRe = regexp.MustCompile(`^[A-Za-z0-9^~<>=*][A-Za-z0-9.^~<>=*+| -]{0,127}$`)
 
 // ValidNPMPackage reports whether name is a valid npm package name (at most 214 bytes).
 func ValidNPMPackage(name string) bool { return len(name) <= 214 && npmNameRe.MatchString(name) }
