@@ -235,7 +235,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 		return nil, fail(reason.LaunchFailed, "plugin %s not started: %v", name, err)
 	}
 	tcp := b.Manifest.Plugin.Transport == "tcp"
-	pluginEnv := map[string]string{"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.DataDir, "FLEDGE_PROTOCOL": plugin.ProtocolInvoke}
+	pluginEnv := map[string]string{"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.Paths.PluginDataDir, "FLEDGE_PROTOCOL": plugin.ProtocolInvoke}
 	// A TCP plugin without network lives in its own network namespace (where the sandbox
 	// has one) and may bind only the port fledge chose for it.
 	prof := env.Profile(b, os.Environ(), pluginEnv, nil)

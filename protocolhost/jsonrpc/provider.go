@@ -208,7 +208,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		return nil, fmt.Errorf("%w: %w", core.ErrLaunch, err)
 	}
 	rec := env.NewRecorder(log, b.Ref, p.warn)
-	prof := env.Profile(b, os.Environ(), PluginEnv(b.Entry.Name, b.DataDir), nil)
+	prof := env.Profile(b, os.Environ(), PluginEnv(b.Entry.Name, b.Paths.PluginDataDir), nil)
 	if err := prepareHome(b.DataDir); err != nil {
 		return nil, fmt.Errorf("%w: data dir: %v", core.ErrLaunch, err)
 	}

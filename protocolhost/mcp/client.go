@@ -385,8 +385,9 @@ func validToolName(n string) bool {
 	return true
 }
 
-// safeText is server-provided text made safe to show: terminal sequences and controls removed.
-func safeText(s string) string { return ui.Sanitize(s) }
+// safeText is server-provided text made safe to pass on: every terminal sequence (colours
+// too: ui.PlainText) and control removed.
+func safeText(s string) string { return ui.PlainText(s) }
 
 // inputSchema checks a tool's input schema (an object schema, bounded, resolvable without
 // fetching anything) and returns it as JSON and resolved for validation.
