@@ -203,7 +203,7 @@ func Remove(configDir, plugin string) error {
 
 func keep(d Def) Pin {
 	// The hash covers the definition as given; what is kept is for a terminal to show.
-	p := Pin{Hash: Hash(d), Description: clip(ui.Sanitize(d.Description), maxKeptDesc)}
+	p := Pin{Hash: Hash(d), Description: ui.Clip(ui.PlainText(d.Description), maxKeptDesc)}
 	if len(d.InputSchema) <= maxKeptSchema {
 		var buf bytes.Buffer
 		if json.Compact(&buf, d.InputSchema) == nil {

@@ -159,11 +159,7 @@ func (c *Catalogue) warnOnce(key, msg string) {
 // cleanText is a plugin's description as fledge passes it on: no terminal control
 // sequences, bounded.
 func cleanText(s string) string {
-	s = ui.Sanitize(s)
-	if len(s) > MaxDescription {
-		s = s[:MaxDescription] + "..."
-	}
-	return s
+	return ui.Clip(ui.PlainText(s), MaxDescription)
 }
 
 // HasPluginFor reports whether name (plugin_<plugin>_<tool>) names an installed plugin.
