@@ -81,3 +81,25 @@ func TestParsePackageSource(t *testing.T) {
 	_, _, _, err = ParsePackageSource("/a/dir")
 	require.ErrorIs(t, err, ErrBadSource)
 }
+
+// The MCP registry's server.json: the npm entry's arguments and environment, value else
+// default; other registries' entries and other packages are ignored.
+func TestReadServerJSON(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.json"), []byte(`{
+  "name": "io.github.x/srv", "version": "1.0.0",
+  "packages": [
+    {"registryType": "pypi", "identifier": "srv", "packageArguments": [{"type": "positional", "value": "nope"}]},
+    {"registryType": "npm", "identifier": "@x/srv",
+     "packageArguments": [{"type": "positional", "default": "${FLEDGE_PROJECT_ROOT}"}, {"type": "named", "name": "--mode", "value": "ro"}, {"type": "positional"}],
+     "environmentVariables": [{"name": "LOG_LEVEL", "default": "info"}, {"name": "TOKEN", "isRequired": true}]}
+  ]}`), 0o644))
+	sj, err := readServerJSON(dir, "@x/srv")
+	require.NoError(t, err)
+	require.NotNil(t, sj)
+	assert.Equal(t, []string{"${FLEDGE_PROJECT_ROOT}", "--mode", "ro"}, sj.args)
+	assert.Equal(t, []string{"LOG_LEVEL=info"}, sj.env)
+	sj, err = readServerJSON(dir, "@other/pkg")
+	require.NoError(t, err)
+	assert.Nil(t, sj)
+}
