@@ -189,12 +189,11 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}()
 
 	caps := &mcpsdk.ClientCapabilities{}
-	var roots []*mcpsdk.Root
-	if b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject {
+	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
+	if offerRoot {
 		// The project is the server's one root when the plugin may read it (a filesystem
 		// server needs no arguments then); the sandbox still decides what it reaches.
-		caps.RootsV2 = &mcpsdk.RootCapabilities{}
-		roots = append(roots, &mcpsdk.Root{URI: fileURI(b.Project.Root), Name: b.Project.Name})
+		declareRoots(caps)
 	}
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
 		Capabilities: caps,
@@ -215,7 +214,9 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	client.AddRoots(roots...)
+	if offerRoot {
+		addRoot(client, fileURI(b.Project.Root), b.Project.Name)
+	}
 	var rootsAsked atomic.Bool
 	rootsServed := make(chan struct{})
 	var servedOnce sync.Once
@@ -245,7 +246,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		s.endStart(reason.HandshakeFailed, err)
 		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
 	}
-	if len(roots) > 0 {
+	if offerRoot {
 		// A server that uses roots asks for them when initialized and applies them on its
 		// own time: a first tool call must not overtake that. Its roots/list request came
 		// before its tools/list answer; a ping flushes our reader past it, then the answer

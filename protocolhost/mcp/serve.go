@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -79,13 +77,12 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 			root := ""
 			if ss != nil && o.Rebind != nil && offersRoots(ss) {
 				rctx, cancel := context.WithTimeout(ctx, rootsWait)
-				res, err := ss.ListRoots(rctx, nil)
+				r, err := clientRoot(rctx, ss)
 				cancel()
 				if err != nil {
 					warn(fmt.Sprintf("the MCP client offers roots but did not list them: %v", err))
-				} else {
-					root = firstFileRoot(res)
 				}
+				root = r
 			}
 			switch {
 			case root != "":
@@ -168,33 +165,6 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 		return nil
 	}
 	return err
-}
-
-// offersRoots reports whether the client said it can list roots.
-func offersRoots(ss *mcpsdk.ServerSession) bool {
-	p := ss.InitializeParams()
-	if p == nil || p.Capabilities == nil {
-		return false
-	}
-	return p.Capabilities.RootsV2 != nil || p.Capabilities.Roots.ListChanged
-}
-
-// firstFileRoot is the path of the first file:// root the client listed ("" for none).
-func firstFileRoot(res *mcpsdk.ListRootsResult) string {
-	if res == nil {
-		return ""
-	}
-	for _, r := range res.Roots {
-		if r == nil {
-			continue
-		}
-		u, err := url.Parse(r.URI)
-		if err != nil || u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(u.Path) {
-			continue
-		}
-		return filepath.Clean(u.Path)
-	}
-	return ""
 }
 
 func selectTools(list []tools.Tool, only []string) ([]tools.Tool, error) {
