@@ -61,6 +61,8 @@ const (
 	maxResultBytes = 16 << 20
 	// maxErrorText bounds a tool's own error text in its outcome record.
 	maxErrorText = 1024
+	// relistWait bounds how long a listing waits for one the server asked for.
+	relistWait = 2 * time.Second
 )
 
 func init() {
@@ -466,6 +468,11 @@ func (p *Provider) Tools(ctx context.Context, b *core.Binding) ([]tools.Tool, er
 	s, err := p.session(ctx, b)
 	if err != nil {
 		return nil, err
+	}
+	// A listing the server asked for (tools/list_changed) is under way: its answer, not
+	// the list it replaces, is what gets checked against the pins (bounded wait).
+	for deadline := time.Now().Add(relistWait); s.relisting.Load() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
