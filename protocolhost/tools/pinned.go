@@ -65,6 +65,7 @@ func (c *Catalogue) vet(ctx context.Context, b *core.Binding, p Provider, ts []T
 	for _, t := range ts {
 		t.Description = cleanText(t.Description)
 		if v.Allowed(t.Tool) {
+			delete(c.quarantined, t.Name) // approved since, or back to what was approved
 			out = append(out, t)
 			continue
 		}
