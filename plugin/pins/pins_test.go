@@ -90,3 +90,22 @@ func TestCorruptPinsTrustNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, v.FirstUse)
 }
+
+// BenchmarkCheck: what pinning adds to one listing of a 50-tool server (load, hash, compare).
+func BenchmarkCheck(b *testing.B) {
+	cfg := b.TempDir()
+	var ds []Def
+	for i := 0; i < 50; i++ {
+		ds = append(ds, Def{Name: "tool" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Description: "reads a file from the project and returns its text",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"head":{"type":"number"}},"required":["path"]}`)})
+	}
+	if _, err := Check(cfg, "fs", "", ds); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Check(cfg, "fs", "", ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
