@@ -119,6 +119,12 @@ func exportFixtureRecords() []*Record {
 			Details: map[string]any{DetailPrunedFiles: []string{"audit.jsonl.000001"}, DetailPrunedCount: 1, DetailPrunedBytes: 16777300,
 				DetailPrunedFirstSeq: 1, DetailPrunedLastSeq: 51234, DetailPrunedLastHash: strings.Repeat("cd", 32), DetailMaxTotalBytes: 268435456,
 				DetailMessage: "the oldest rotated files were deleted to keep the log within max_total_bytes"}},
+		&Record{Session: "s8", Plugin: p, Event: EventToolChanged, Decision: Deny, Reason: "tool_changed",
+			Details: map[string]any{"tool": "plugin_hello_echo", "plugin_tool": "echo", "protocol": "mcp",
+				"old_hash": "sha256:" + strings.Repeat("ab", 32), "new_hash": "sha256:" + strings.Repeat("ef", 32)}},
+		&Record{Session: "s9", Plugin: p, Event: EventToolsApproved, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"tools": []map[string]string{{"tool": "echo", "old_hash": "sha256:" + strings.Repeat("ab", 32),
+				"new_hash": "sha256:" + strings.Repeat("ef", 32)}}}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {

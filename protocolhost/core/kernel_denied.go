@@ -56,6 +56,11 @@ func (r *Recorder) KernelDenied(d sandbox.KernelDenial, command string) {
 		details[audit.DetailCommand] = command
 	}
 	r.Record(audit.EventKernelDenied, audit.Deny, KernelDeniedReason(d), details, false)
+	if d.Final && d.Count > 2 {
+		// The first occurrence and this record were counted as they were recorded; the
+		// repeats in between are refusals too, and plugin_exit counts every one.
+		r.denied.Add(d.Count - 2)
+	}
 }
 
 // KernelDeniedReason is the reason code of a kernel_denied record: a path outside the

@@ -417,6 +417,7 @@ func (p *Proc) Finish(extra map[string]any) *Exit {
 		}
 	}
 	p.rec.Close()
+	details["denied"], details["errors"] = p.rec.Counts()
 	p.rec.Record(audit.EventPluginExit, decision, rc, details, true)
 	return ex
 }
