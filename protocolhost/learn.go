@@ -185,7 +185,11 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 				}
 			}
 		case "syscall", "overflow":
-			apart = append(apart, ev+": on the kernel deny-list, no grant gives it")
+			if l.syscall == "socket" || l.syscall == "socketpair" {
+				apart = append(apart, ev+": unix sockets are no plugin's grant ([sandbox] unix_sockets in config.toml opens them to every plugin; often only glibc asking nscd)")
+			} else {
+				apart = append(apart, ev+": on the kernel deny-list, no grant gives it")
+			}
 		}
 	}
 	fmt.Fprintf(w, "traced %s under its current grants (%s); session %s\n", entry.Name, entry.Granted.String(), session)

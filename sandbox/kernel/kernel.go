@@ -55,7 +55,9 @@ type Filter struct {
 	// syscall, arguments) and records it. Only refused calls reach the listener, so a run
 	// that is refused nothing pays nothing; the answer is the same errno. The ENOSYS rows
 	// (clone3, openat2, foreign ABIs) stay in the filter: libc meets them in ordinary runs
-	// and falls back, they are no refusal of anything.
+	// and falls back, they are no refusal of anything. So do the AF_UNIX socket rows
+	// unless Trace is set: glibc's name service (nscd) and syslog(3) meet them in ordinary
+	// runs too.
 	Notify bool
 	// Trace also sends the path and connect syscalls (TraceSyscalls) to the listener, which
 	// reads what they name, records what lies outside the grants and lets every one of them

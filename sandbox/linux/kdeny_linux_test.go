@@ -166,3 +166,36 @@ func testTraceReportsPaths(t *testing.T, launch string) {
 		assert.NotContains(t, p, "inside.txt")
 	}
 }
+
+// A refused AF_UNIX socket (glibc asks nscd over one in ordinary runs) is answered in the
+// filter by default, recorded only in trace mode; the program gets EACCES either way.
+func TestKernelDeniedUnixSocketOnlyTraced(t *testing.T) {
+	testutil.RequireContained(t)
+	requireNotify(t)
+	sb := newSandbox(t, Options{})
+	e := newEnv(t)
+	for _, trace := range []bool{false, true} {
+		var got denials
+		spec := e.spec(python + ` -c 'import socket
+try:
+    socket.socket(socket.AF_UNIX)
+    print("created")
+except OSError as err:
+    print("refused", err.errno)'`)
+		spec.KernelDenials, spec.Trace = got.add, trace
+		res, out, errOut := run(t, sb, spec)
+		require.Equal(t, 0, res.ExitCode, errOut)
+		assert.Contains(t, out, "refused 13", "EACCES, trace %v", trace)
+		n := 0
+		for _, d := range got.list() {
+			if d.Syscall == "socket" {
+				n++
+			}
+		}
+		if trace {
+			assert.Equal(t, 1, n, "traced: %v", got.list())
+		} else {
+			assert.Zero(t, n, "default: %v", got.list())
+		}
+	}
+}
