@@ -12,11 +12,13 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
-// The official filesystem MCP server, asked for ~/.ssh/id_rsa (its own allowed directories
-// include /, so it tries): in trace mode the attempt is a kernel_denied deny record with the
+// The official filesystem MCP server, asked for ~/.ssh/id_rsa (its own allowed directory
+// is /, so it tries): in trace mode the attempt is a kernel_denied deny record with the
 // path its calls named, in the server's session; the key stays unread. Without trace, no
 // path record.
 func TestTraceFilesystemServerSSHKey(t *testing.T) {
@@ -27,11 +29,16 @@ func TestTraceFilesystemServerSSHKey(t *testing.T) {
 		t.Run(map[bool]string{false: "default", true: "trace"}[trace], func(t *testing.T) {
 			f := newFixture(t, nil)
 			f.env.Trace = trace
-			src := f.mcpPlugin("fs", "project", "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "$FLEDGE_PROJECT_ROOT", "/")
+			src := f.mcpPlugin("fs", "project", "node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "/")
 			copyTree(t, filepath.Join(prefix, "node_modules"), filepath.Join(src, "node_modules"))
 			f.install(src)
 			ctx := context.Background()
-			cat := f.catalogue()
+			// No project: fledge then offers the server no MCP roots, and the server keeps
+			// the directories on its command line (all of /), so it does try the key.
+			reg, err := plugin.LoadRegistry(f.configDir)
+			require.NoError(t, err)
+			cat := tools.NewCatalogue(&tools.Host{Env: f.env, Stderr: f.stderr}, reg)
+			t.Cleanup(func() { _ = cat.Close() })
 			list := cat.List(ctx)
 			require.Empty(t, cat.Errors, "stderr: %s", f.stderr.String())
 			read := findTool(t, list, "plugin_fs_read_text_file", "plugin_fs_read_file")
@@ -39,6 +46,7 @@ func TestTraceFilesystemServerSSHKey(t *testing.T) {
 			_, res, err := cat.Call(ctx, read.Name, map[string]any{"path": key})
 			require.NoError(t, err)
 			assert.False(t, res.Success)
+			t.Logf("result: %s %s", res.Message, outputText(t, res))
 			assert.NotContains(t, outputText(t, res)+res.Message, "fledge-test-secret")
 			require.NoError(t, cat.Close())
 
