@@ -149,6 +149,12 @@ func (e *Engine) startStack() error {
 	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
 	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
+	// fledge closes first when the destination does, so its side holds TIME_WAIT; the
+	// program's kernel reuses the port at once and a SYN into a long TIME_WAIT would stall.
+	tw := tcpip.TCPTimeWaitTimeoutOption(time.Second)
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &tw)
+	twr := tcpip.TCPTimeWaitReuseGlobal
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &twr)
 	fwd := tcp.NewForwarder(e.st, 0, e.lim.MaxConns, e.handleTCP)
 	e.st.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
 	ufwd := udp.NewForwarder(e.st, e.handleUDP)
@@ -636,7 +642,9 @@ func (e *Engine) serveLoopback(l net.Listener) {
 			continue
 		}
 		ev := egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: "localhost", Port: port, Address: lo.String()}
-		ev.Allow, ev.Reason = e.cfg.Policy.DecideName("localhost", lo, port, true)
+		if ev.Allow, ev.Reason = e.cfg.Policy.DecideAddr(lo, port); !ev.Allow {
+			ev.Allow, ev.Reason = e.cfg.Policy.DecideName("localhost", lo, port, true)
+		}
 		e.emit(ev)
 		if !ev.Allow {
 			<-e.sem
