@@ -72,6 +72,7 @@ type Proc struct {
 	Stdout io.ReadCloser  // nil without Pipes
 
 	proc   sandbox.Process
+	egress *sandbox.Egress // the session's network, closed by Finish (nil: none)
 	rec    *Recorder
 	warn   func(string)
 	ladder Ladder
@@ -111,6 +112,9 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 	if err := policy.CheckAccess(spec.Access); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
 	}
+	if spec.Egress != nil {
+		spec.Egress.SetRecord(netRecorder(rec)) // core/egress.go
+	}
 	var closeAfter []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -121,7 +125,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 	if warn == nil {
 		warn = func(m string) { _ = ui.HostLine(os.Stderr, "fledge: "+m) } // sanitised on a terminal
 	}
-	p := &Proc{rec: rec, warn: warn, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+	p := &Proc{egress: spec.Egress, rec: rec, warn: warn, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
 	var keep []*os.File
 	if o.Pipes {
 		inR, inW, err := os.Pipe()
@@ -348,6 +352,8 @@ func (p *Proc) Wait() (*sandbox.Result, error) {
 // how it ended.
 func (p *Proc) Finish(extra map[string]any) *Exit {
 	<-p.done
+	// The session's network ends with its plugin (its commands are gone by now).
+	_ = p.egress.Close()
 	select {
 	case <-p.stderrDone:
 	case <-time.After(p.drain):

@@ -132,11 +132,16 @@ func (c *Config) Build(in ProfileInput) Profile {
 	}
 	// The detected version managers' own variables (PYENV_VERSION, ...) pass through.
 	allow := append(append([]string{}, c.Sandbox.EnvAllow...), managerEnv(p)...)
+	// One network for the session: the plugin process and every command it runs share it
+	// (a command never gets more network than its plugin).
+	net := c.PluginNetwork(in.Grants)
+	eg := c.Egress(in.Grants)
 	return Profile{
 		Plugin: sandbox.Spec{
 			Env:     ChildEnv(in.Environ, allow, in.PluginEnv),
 			Access:  PluginAccess(p, in.Grants, c),
-			Network: c.PluginNetwork(in.Grants),
+			Network: net,
+			Egress:  eg,
 			// Unix sockets follow policy; a plugin's network grant does not open them.
 			UnixSockets: c.UnixSocketsAllowed(),
 			Limits:      c.PluginLimits(),
@@ -146,14 +151,15 @@ func (c *Config) Build(in ProfileInput) Profile {
 		Exec: sandbox.Spec{
 			Env:         ChildEnv(in.Environ, allow, nil),
 			Access:      ExecAccess(p, c),
-			Network:     c.NetworkAllowed(),
+			Network:     net,
+			Egress:      eg,
 			UnixSockets: c.UnixSocketsAllowed(),
 			Limits:      c.ExecLimits(),
 			Strict:      c.Sandbox.Strict,
 		},
 		Legacy: sandbox.Spec{
 			Env:    ChildEnv(in.Environ, allow, in.LegacyEnv),
-			Access: LegacyAccess(p, c), Network: c.NetworkAllowed(), UnixSockets: c.UnixSocketsAllowed(),
+			Access: LegacyAccess(p, c), Network: net, Egress: eg, UnixSockets: c.UnixSocketsAllowed(),
 			Limits: c.PluginLimits(), PrivateTmp: true, Strict: c.Sandbox.Strict,
 		},
 		Git:         GitAccess(p),
@@ -170,8 +176,9 @@ func (c *Config) HookSpec(p Paths, environ []string) sandbox.Spec {
 	limits := c.ExecLimits()
 	limits.Timeout = c.Sandbox.TimeoutMax
 	return sandbox.Spec{
-		Env:    ChildEnv(environ, c.Sandbox.EnvAllow, nil),
-		Access: ExecAccess(p, c), Network: c.NetworkAllowed(), UnixSockets: c.UnixSocketsAllowed(),
+		Env: ChildEnv(environ, c.Sandbox.EnvAllow, nil),
+		// Install hooks (run only when the user asks) keep the network unless policy denies it.
+		Access: ExecAccess(p, c), Network: c.Sandbox.Network != NetworkDeny, UnixSockets: c.UnixSocketsAllowed(),
 		Limits: limits, PrivateTmp: true, Strict: c.Sandbox.Strict,
 	}
 }

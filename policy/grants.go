@@ -6,6 +6,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -39,11 +40,14 @@ var (
 
 // Grants is a set of capabilities: what a manifest declares, or what the user granted.
 type Grants struct {
-	Exec       bool   `toml:"exec" json:"exec"`
-	Store      bool   `toml:"store" json:"store"`
-	Metadata   bool   `toml:"metadata" json:"metadata"`
-	Network    bool   `toml:"network" json:"network"`
-	Filesystem string `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
+	Exec     bool `toml:"exec" json:"exec"`
+	Store    bool `toml:"store" json:"store"`
+	Metadata bool `toml:"metadata" json:"metadata"`
+	Network  bool `toml:"network" json:"network"`
+	// NetworkTo are the destinations granted when Network (everything) is not
+	// ("api.github.com:443", "*.example.org:443", "10.0.0.0/8:5432"; package egress).
+	NetworkTo  []string `toml:"network_to,omitempty" json:"network_to,omitempty"`
+	Filesystem string   `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
 }
 
 // fsRank orders filesystem levels; -1 for an unknown level.
@@ -221,4 +225,12 @@ func Describe(item string) string {
 		return "use its private data dir only"
 	}
 	return item
+}
+
+// Equal reports whether g and o grant the same (NetworkTo compared in order).
+func (g Grants) Equal(o Grants) bool {
+	if g.Exec != o.Exec || g.Store != o.Store || g.Metadata != o.Metadata || g.Network != o.Network || g.FS() != o.FS() {
+		return false
+	}
+	return slices.Equal(g.NetworkTo, o.NetworkTo)
 }

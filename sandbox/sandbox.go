@@ -84,6 +84,10 @@ type Spec struct {
 	Access Access
 	// Network false blocks TCP connect/bind (and, where possible, all networking).
 	Network bool
+	// Egress, with Network false, gives the run the network of its plugin's grant by
+	// destination (Linux: a namespace whose only way out is fledge, egress/netstack);
+	// nil with Network false is no network at all. Every run of one session shares it.
+	Egress *Egress
 	// ListenTCP are TCP ports the process may bind (to listen on) while Network is false;
 	// it still connects nowhere. Linux: Landlock NET_BIND_TCP rules (ABI >= 4), in the
 	// run's own network namespace when there is one (so only the host, entering it, can
@@ -195,7 +199,10 @@ type Report struct {
 	CgroupWritable bool   `json:"cgroup_writable"`
 	CgroupPath     string `json:"cgroup_path,omitempty"`
 	UserNamespaces bool   `json:"user_namespaces"`
-	NetworkDeny    string `json:"network_deny"`     // how network=deny is enforced
+	NetworkDeny    string `json:"network_deny"` // how network=deny is enforced
+	// NetworkEgress says how a grant by destination is enforced ("netns+tun: ..." or
+	// "none: why"; without it such a plugin gets no network at all).
+	NetworkEgress  string `json:"network_egress,omitempty"`
 	UnixSocketDeny string `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
 	TreeKill       string `json:"tree_kill"`
 	// HostDeath says what ends every sandboxed process if fledge itself dies by a signal
@@ -250,4 +257,6 @@ var (
 	ErrInvalidSpec = errors.New("invalid sandbox spec")
 	// ErrLaunch: the process could not be started.
 	ErrLaunch = errors.New("launch failed")
+	// ErrEgressClosed: a run asked for a plugin session's network after the session ended.
+	ErrEgressClosed = errors.New("the plugin session's network is closed")
 )

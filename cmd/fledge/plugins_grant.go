@@ -102,7 +102,7 @@ func (o *GrantOptions) Run() error {
 	}
 	details := map[string]any{
 		audit.DetailCapabilities: c.After.Names(), audit.DetailCapability: c.Item,
-		"previous": c.Before.Names(), "changed": c.Before != c.After,
+		"previous": c.Before.Names(), "changed": !c.Before.Equal(c.After),
 	}
 	if !o.Revoke {
 		unrequested := c.Unrequested
@@ -120,9 +120,9 @@ func (o *GrantOptions) Run() error {
 		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s did not ask for %s (its plugin.toml does not declare it); granted because you asked\n", entry.Name, u)
 	}
 	switch {
-	case c.Before == c.After && o.Revoke:
+	case c.Before.Equal(c.After) && o.Revoke:
 		fmt.Fprintf(o.g.Streams.Out, "%s did not hold %s; granted: %s\n", entry.Name, c.Item, grantText(c.After))
-	case c.Before == c.After:
+	case c.Before.Equal(c.After):
 		fmt.Fprintf(o.g.Streams.Out, "%s already held %s; granted: %s\n", entry.Name, c.Item, grantText(c.After))
 	case o.Revoke:
 		fmt.Fprintf(o.g.Streams.Out, "revoked %s from %s; granted: %s\n", c.Item, entry.Name, grantText(c.After))

@@ -81,7 +81,8 @@ func (s *Sandbox) Report() sandbox.Report {
 		Confinement: "seatbelt",
 		CgroupMode:  "none",
 		NetworkDeny: "seatbelt", UnixSocketDeny: "seatbelt",
-		TreeKill: "pgroup",
+		NetworkEgress: "none: macOS has no per-plugin network namespace; a plugin granted destinations gets no network (docs/guarantees.md)",
+		TreeKill:      "pgroup",
 		Warnings: []string{
 			"no memory, pids or cpu limits on macOS (rlimits only)",
 			"tree kill is by process group plus a descendant sweep: an orphaned setsid child can survive",
