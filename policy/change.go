@@ -23,11 +23,7 @@ type Change struct {
 
 // parseOne parses exactly one capability item (no lists: one change, one audit record).
 func parseOne(item string) (Grants, error) {
-	item = strings.TrimSpace(item)
-	if item == "" || item == "none" || strings.Contains(item, ",") {
-		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, item)
-	}
-	return ParseGrantList(item)
+	return ParseGrantName(strings.TrimSpace(item))
 }
 
 // GrantOne adds one capability to cur. declared is what the manifest declares, asked what it

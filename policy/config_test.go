@@ -387,7 +387,8 @@ func TestCallTimeout(t *testing.T) {
 	}{
 		{"", 30 * time.Second, false},
 		{"5s", 5 * time.Second, false},
-		{"10m", time.Minute, false}, // clamped to the maximum, as execs are
+		{" 5s ", 5 * time.Second, false}, // one rule for every protocol: whitespace around is no error
+		{"10m", time.Minute, false},      // clamped to the maximum, as execs are
 		{"soon", 30 * time.Second, true},
 		{"-1s", 30 * time.Second, true},
 	} {

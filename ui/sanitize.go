@@ -246,3 +246,15 @@ func clip(s string, max int) string {
 	}
 	return s[:cut] + "…"
 }
+
+// Clip cuts s to at most n bytes (on a rune boundary) and marks the cut with "...": for
+// plugin text quoted in fledge's own messages, which must stay one readable line.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

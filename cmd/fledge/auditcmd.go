@@ -6,9 +6,10 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
-	"github.com/spf13/cobra"
 )
 
 func newAuditCmd(g *Globals) *cobra.Command {

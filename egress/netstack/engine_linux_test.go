@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/egress"
-	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/internal/testing/testutil"
 )
 
 func TestMain(m *testing.M) { os.Exit(testutil.RunContained(m)) }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/egress/netstack"
-	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
