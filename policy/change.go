@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -58,6 +59,15 @@ func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
 		if !asked.Network {
 			c.Unrequested = append(c.Unrequested, c.Item)
 		}
+	case len(g.NetworkTo) > 0: // one destination
+		d := g.NetworkTo[0]
+		c.Item = "network=" + d
+		if !slices.Contains(cur.NetworkTo, d) {
+			c.After.NetworkTo = append(slices.Clone(cur.NetworkTo), d)
+		}
+		if !asked.Network && !slices.Contains(asked.NetworkTo, d) {
+			c.Unrequested = append(c.Unrequested, c.Item)
+		}
 	default: // filesystem
 		level := g.Filesystem
 		if level == FilesystemDeclared {
@@ -94,8 +104,14 @@ func RevokeOne(cur Grants, item string) (Change, error) {
 		c.After.Store = false
 	case g.Metadata:
 		c.After.Metadata = false
-	case g.Network:
-		c.After.Network = false
+	case g.Network: // the whole grant: everything and every destination
+		c.After.Network, c.After.NetworkTo = false, nil
+	case len(g.NetworkTo) > 0:
+		c.Item = "network=" + g.NetworkTo[0]
+		c.After.NetworkTo = slices.DeleteFunc(slices.Clone(cur.NetworkTo), func(d string) bool { return d == g.NetworkTo[0] })
+		if len(c.After.NetworkTo) == 0 {
+			c.After.NetworkTo = nil
+		}
 	case g.Filesystem == FilesystemDeclared:
 		c.After.Filesystem = FilesystemNone
 	default:

@@ -6,6 +6,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"github.com/fledgehq/fledge/egress"
 	"slices"
 	"strings"
 )
@@ -94,6 +95,9 @@ func (g Grants) Names() []string {
 	if g.Network {
 		out = append(out, "network")
 	}
+	for _, d := range g.NetworkTo {
+		out = append(out, "network="+d)
+	}
 	if fs := g.FS(); fs != FilesystemNone {
 		out = append(out, "filesystem="+fs)
 	}
@@ -116,6 +120,11 @@ func (g Grants) Subset(of Grants) bool {
 		(g.Network && !of.Network) {
 		return false
 	}
+	for _, d := range g.NetworkTo {
+		if !of.Network && !slices.Contains(of.NetworkTo, d) {
+			return false
+		}
+	}
 	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
 	return r >= 0 && ro >= 0 && r <= ro
 }
@@ -132,6 +141,9 @@ func (g Grants) Missing(of Grants) []string {
 	add(g.Store, of.Store, "store")
 	add(g.Metadata, of.Metadata, "metadata")
 	add(g.Network, of.Network, "network")
+	for _, d := range g.NetworkTo {
+		add(true, of.Network || slices.Contains(of.NetworkTo, d), "network="+d)
+	}
 	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
 	if r < 0 || ro < 0 || r > ro {
 		out = append(out, "filesystem="+g.FS())
@@ -180,6 +192,9 @@ func ParseGrantList(s string) (Grants, error) {
 		}
 		item := strings.ToLower(raw)
 		name, _, _ := strings.Cut(item, "=")
+		if name == "network" {
+			name = item // several destinations may be listed, each once
+		}
 		if seen[name] {
 			return Grants{}, fmt.Errorf("%w: %q is given twice", ErrBadGrantList, raw)
 		}
@@ -193,6 +208,14 @@ func ParseGrantList(s string) (Grants, error) {
 			g.Metadata = true
 		case item == "network":
 			g.Network = true
+		case strings.HasPrefix(item, "network="):
+			d, err := egress.ParseDest(strings.TrimPrefix(item, "network="))
+			if err != nil {
+				return Grants{}, fmt.Errorf("%w: %w", ErrUnknownCapability, err)
+			}
+			if !slices.Contains(g.NetworkTo, d.String()) {
+				g.NetworkTo = append(g.NetworkTo, d.String())
+			}
 		case item == "filesystem":
 			g.Filesystem = FilesystemDeclared
 		case strings.HasPrefix(item, "filesystem="):
@@ -218,7 +241,9 @@ func Describe(item string) string {
 	case item == "metadata":
 		return "read project metadata: fledge.toml, git tags/status/log, filtered environment"
 	case item == "network":
-		return "open network connections from the plugin process"
+		return "the WHOLE network, every host and port, from the plugin and its commands (dangerous)"
+	case strings.HasPrefix(item, "network="):
+		return "connect to " + strings.TrimPrefix(item, "network=") + " (and look the name up), from the plugin and its commands"
 	case item == "filesystem=project":
 		return "read the project's files"
 	case item == "filesystem=plugin":

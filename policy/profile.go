@@ -316,3 +316,19 @@ func (c *Config) Egress(g Grants) *sandbox.Egress {
 	}
 	return sandbox.NewEgress(p, egress.Limits{})
 }
+
+// NetworkText says in words what network a plugin (and each command it runs) gets with
+// grants g under this policy (plugins info, doctor).
+func (c *Config) NetworkText(g Grants) string {
+	switch {
+	case c.NetworkAllowed():
+		return `everything ([sandbox] network = "allow" overrides the grant)`
+	case c.Sandbox.Network == NetworkDeny:
+		return `none ([sandbox] network = "deny")`
+	case g.Network:
+		return "everything (network = true granted)"
+	case len(g.NetworkTo) > 0:
+		return "only " + strings.Join(g.NetworkTo, ", ")
+	}
+	return "none (its own loopback only)"
+}

@@ -3,7 +3,9 @@ package core
 import (
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/egress"
+	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
 )
 
 // netRecorder turns the session network's decisions (package egress) into audit records:
@@ -45,4 +47,26 @@ func netRecorder(rec *Recorder) func(egress.Event) {
 		// An allowed connection's decision is durable before bytes flow (audit before act).
 		rec.Record(ev.Kind, d, rc, det, ev.Kind == egress.EventConnect && ev.Allow)
 	}
+}
+
+// announceNetworkOverride tells the user, on every session, that [sandbox] network =
+// "allow" gives everything the whole network, and records it.
+func announceNetworkOverride(c *policy.Config, r *Recorder, warn func(string)) {
+	if c == nil || warn == nil { // warn nil: install, grant, remove records (no run)
+		return
+	}
+	msg := c.NetworkOverride()
+	if msg == "" {
+		return
+	}
+	warn(msg)
+	r.Record(audit.EventSandboxDegraded, audit.Allow, reason.OK, map[string]any{"network_override": "allow", "message": msg}, false)
+}
+
+// networkTo lists the destinations of a spec's network by destination ([] for none).
+func networkTo(spec *sandbox.Spec) []string {
+	if spec.Egress == nil || spec.Egress.Policy == nil {
+		return []string{}
+	}
+	return egress.Strings(spec.Egress.Policy.Dests)
 }

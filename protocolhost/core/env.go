@@ -90,6 +90,7 @@ func (e *Env) NewRecorder(log audit.Recorder, ref *audit.PluginRef, warn func(st
 		// policy.Parse validated the range; a value set another way keeps the default.
 		_ = r.SetSessionBytes(e.Config.Audit.SessionMaxBytes)
 	}
+	announceNetworkOverride(e.Config, r, warn) // egress.go
 	return r
 }
 

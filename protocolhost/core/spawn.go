@@ -234,7 +234,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 // ProfileDetails is the part of a plugin_start record that says what the plugin may reach.
 func ProfileDetails(spec *sandbox.Spec) map[string]any {
 	return map[string]any{
-		"network": spec.Network, "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
+		"network": spec.Network, "network_to": networkTo(spec), "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
 		"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
 		"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
 	}
