@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,7 +160,13 @@ type Capabilities struct {
 	Metadata   bool       `toml:"metadata"`
 	Network    NetworkCap `toml:"network"`
 	Filesystem string     `toml:"filesystem"`
+	// Secrets are environment variable names the plugin process needs ("GITHUB_TOKEN"),
+	// each granted by name and passed to that process only.
+	Secrets []string `toml:"secrets"`
 }
+
+// MaxSecrets bounds [capabilities] secrets.
+const MaxSecrets = 32
 
 // NetworkCap is [capabilities] network: false, true (everything), or a list of
 // destinations ("api.github.com:443", "*.example.org:443", "10.0.0.0/8:5432",
@@ -207,6 +214,11 @@ func (m *Manifest) Declared() policy.Grants {
 	if !c.Network.All {
 		if ds, err := egress.ParseList(c.Network.To); err == nil && len(ds) > 0 {
 			g.NetworkTo = egress.Strings(ds)
+		}
+	}
+	for _, n := range c.Secrets {
+		if !slices.Contains(g.Secrets, n) {
+			g.Secrets = append(g.Secrets, n)
 		}
 	}
 	g.Filesystem = g.FS()
@@ -391,6 +403,14 @@ func (m *Manifest) validate() error {
 	} else if _, err := egress.ParseList(nc.To); err != nil {
 		// Every bad entry, each with why (errors.Join: one per line).
 		return bad("plugin.toml: [capabilities] network: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if len(m.Capabilities.Secrets) > MaxSecrets {
+		return bad("plugin.toml: [capabilities] secrets: more than %d", MaxSecrets)
+	}
+	for _, n := range m.Capabilities.Secrets {
+		if !policy.ValidSecretName(n) {
+			return bad("plugin.toml: [capabilities] secrets entry %q: not an environment variable name fledge passes (letters, digits and _, not PATH, HOME, TMPDIR, LD_* or FLEDGE_*)", clip(n))
+		}
 	}
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
 		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip(m.Capabilities.Filesystem))

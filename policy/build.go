@@ -120,6 +120,9 @@ type ProfileInput struct {
 	PluginEnv map[string]string
 	// LegacyEnv are the variables of a legacy plugin.
 	LegacyEnv map[string]string
+	// Secrets are the granted secrets' values: the plugin process's environment only
+	// (never a command's), past the credential filter because the user granted them.
+	Secrets map[string]string
 }
 
 // Build is the one call that turns policy, grants and paths into a Profile.
@@ -140,7 +143,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 	eg := c.Egress(in.Grants)
 	return Profile{
 		Plugin: sandbox.Spec{
-			Env:     ChildEnv(in.Environ, allow, in.PluginEnv),
+			Env:     ChildEnv(in.Environ, allow, withSecrets(in.PluginEnv, in.Secrets)),
 			Access:  PluginAccess(p, in.Grants, c),
 			Network: net,
 			Egress:  eg,
@@ -160,7 +163,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 			Strict:      c.Sandbox.Strict,
 		},
 		Legacy: sandbox.Spec{
-			Env:    ChildEnv(in.Environ, allow, in.LegacyEnv),
+			Env:    ChildEnv(in.Environ, allow, withSecrets(in.LegacyEnv, in.Secrets)),
 			Access: LegacyAccess(p, c), Network: net, Egress: eg, UnixSockets: c.UnixSocketsAllowed(),
 			Limits: c.PluginLimits(), PrivateTmp: true, Strict: c.Sandbox.Strict,
 		},
@@ -183,4 +186,19 @@ func (c *Config) HookSpec(p Paths, environ []string) sandbox.Spec {
 		Access: ExecAccess(p, c), Network: c.Sandbox.Network != NetworkDeny, UnixSockets: c.UnixSocketsAllowed(),
 		Limits: limits, PrivateTmp: true, Strict: c.Sandbox.Strict,
 	}
+}
+
+// withSecrets is set plus the granted secrets (fledge's own variables win).
+func withSecrets(set, secrets map[string]string) map[string]string {
+	if len(secrets) == 0 {
+		return set
+	}
+	out := make(map[string]string, len(set)+len(secrets))
+	for k, v := range secrets {
+		out[k] = v
+	}
+	for k, v := range set {
+		out[k] = v
+	}
+	return out
 }

@@ -47,7 +47,10 @@ type Grants struct {
 	Network  bool `toml:"network" json:"network"`
 	// NetworkTo are the destinations granted when Network (everything) is not
 	// ("api.github.com:443", "*.example.org:443", "10.0.0.0/8:5432"; package egress).
-	NetworkTo  []string `toml:"network_to,omitempty" json:"network_to,omitempty"`
+	NetworkTo []string `toml:"network_to,omitempty" json:"network_to,omitempty"`
+	// Secrets are environment variable names passed to the plugin process only (from the
+	// user's environment or fledge's secret store), never to its commands or another plugin.
+	Secrets    []string `toml:"secrets,omitempty" json:"secrets,omitempty"`
 	Filesystem string   `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
 }
 
@@ -98,6 +101,9 @@ func (g Grants) Names() []string {
 	for _, d := range g.NetworkTo {
 		out = append(out, "network="+d)
 	}
+	for _, n := range g.Secrets {
+		out = append(out, "secret="+n)
+	}
 	if fs := g.FS(); fs != FilesystemNone {
 		out = append(out, "filesystem="+fs)
 	}
@@ -125,6 +131,11 @@ func (g Grants) Subset(of Grants) bool {
 			return false
 		}
 	}
+	for _, n := range g.Secrets {
+		if !slices.Contains(of.Secrets, n) {
+			return false
+		}
+	}
 	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
 	return r >= 0 && ro >= 0 && r <= ro
 }
@@ -143,6 +154,9 @@ func (g Grants) Missing(of Grants) []string {
 	add(g.Network, of.Network, "network")
 	for _, d := range g.NetworkTo {
 		add(true, of.Network || slices.Contains(of.NetworkTo, d), "network="+d)
+	}
+	for _, n := range g.Secrets {
+		add(true, slices.Contains(of.Secrets, n), "secret="+n)
 	}
 	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
 	if r < 0 || ro < 0 || r > ro {
@@ -192,8 +206,8 @@ func ParseGrantList(s string) (Grants, error) {
 		}
 		item := strings.ToLower(raw)
 		name, _, _ := strings.Cut(item, "=")
-		if name == "network" {
-			name = item // several destinations may be listed, each once
+		if name == "network" || name == "secret" {
+			name = item // several destinations or secrets may be listed, each once
 		}
 		if seen[name] {
 			return Grants{}, fmt.Errorf("%w: %q is given twice", ErrBadGrantList, raw)
@@ -216,6 +230,12 @@ func ParseGrantList(s string) (Grants, error) {
 			if !slices.Contains(g.NetworkTo, d.String()) {
 				g.NetworkTo = append(g.NetworkTo, d.String())
 			}
+		case strings.HasPrefix(item, "secret="):
+			n := raw[len("secret="):] // names keep their case
+			if !ValidSecretName(n) {
+				return Grants{}, fmt.Errorf("%w: %q (a secret is an environment variable name: letters, digits, _)", ErrUnknownCapability, raw)
+			}
+			g.Secrets = append(g.Secrets, n)
 		case item == "filesystem":
 			g.Filesystem = FilesystemDeclared
 		case strings.HasPrefix(item, "filesystem="):
@@ -242,6 +262,8 @@ func Describe(item string) string {
 		return "read project metadata: fledge.toml, git tags/status/log, filtered environment"
 	case item == "network":
 		return "the WHOLE network, every host and port, from the plugin and its commands (dangerous)"
+	case strings.HasPrefix(item, "secret="):
+		return "receive the secret " + strings.TrimPrefix(item, "secret=") + " in its own process (never its commands)"
 	case strings.HasPrefix(item, "network="):
 		return "connect to " + strings.TrimPrefix(item, "network=") + " (and look the name up), from the plugin and its commands"
 	case item == "filesystem=project":
@@ -257,7 +279,25 @@ func (g Grants) Equal(o Grants) bool {
 	if g.Exec != o.Exec || g.Store != o.Store || g.Metadata != o.Metadata || g.Network != o.Network || g.FS() != o.FS() {
 		return false
 	}
-	return slices.Equal(g.NetworkTo, o.NetworkTo)
+	return slices.Equal(g.NetworkTo, o.NetworkTo) && slices.Equal(g.Secrets, o.Secrets)
+}
+
+// ValidSecretName reports whether n can name a secret: an environment variable name
+// ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters) that is not one fledge sets itself.
+func ValidSecretName(n string) bool {
+	if n == "" || len(n) > 128 || strings.HasPrefix(strings.ToUpper(n), "FLEDGE_") {
+		return false
+	}
+	for i, c := range n {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	switch n {
+	case "PATH", "HOME", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH":
+		return false
+	}
+	return true
 }
 
 // ParseGrantName is the one parser of a single capability name, in either spelling fledge
@@ -289,6 +329,11 @@ func (g Grants) Union(h Grants) Grants {
 	for _, d := range append(append([]string{}, g.NetworkTo...), h.NetworkTo...) {
 		if !slices.Contains(u.NetworkTo, d) {
 			u.NetworkTo = append(u.NetworkTo, d)
+		}
+	}
+	for _, n := range append(append([]string{}, g.Secrets...), h.Secrets...) {
+		if !slices.Contains(u.Secrets, n) {
+			u.Secrets = append(u.Secrets, n)
 		}
 	}
 	if fsRank(h.FS()) > fsRank(u.Filesystem) {
