@@ -279,8 +279,10 @@ mcp_demo
 # ---- network by destination -------------------------------------------------------------
 section "9b. Network by destination" "netcheck is granted one destination (localhost:PORT). From its own process and from a command it runs, curl reaches that one; another host (this machine's own address) and an ungranted name are refused, and both decisions are in the audit log. No proxy settings: the plugin runs in a network namespace whose only way out is fledge."
 net_demo() {
-	if ! "$fledge" doctor --json | grep -q '"network_egress": *"netns'; then
-		echo "network by destination is not available here (it needs root): $("$fledge" doctor --json | grep -o '"network_egress": *"[^"]*"')"
+	local doc
+	doc=$("$fledge" doctor --json)
+	if [[ $doc != *'"network_egress": "netns'* ]]; then
+		echo "network by destination is not available here (it needs root): $(grep -o '"network_egress": *"[^"]*"' <<<"$doc" || true)"
 		return
 	fi
 	local other
