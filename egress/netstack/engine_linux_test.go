@@ -453,3 +453,89 @@ func TestEgressLoopbackGrant(t *testing.T) {
 		t.Fatal("ungranted loopback port reached the host")
 	}
 }
+
+// The bounds: connections in flight per plugin, bytes per connection, idle timeout; each
+// crossing is a record, and nothing waits forever.
+func TestEgressBounds(t *testing.T) {
+	needEngine(t)
+	need(t, "/usr/bin/python3")
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }() // a sink that never answers
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	n := &names{m: map[string]string{"svc.test": "127.0.0.1"}}
+	grants := []string{fmt.Sprintf("svc.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)}
+
+	t.Run("bytes", func(t *testing.T) {
+		e, rec := startEngine(t, grants, n, egress.Limits{MaxBytes: 100 << 10})
+		out, err := inNS(t, e, 30*time.Second, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
+s=socket.create_connection(("svc.test",%d),timeout=10)
+sent=0
+try:
+  while sent < 10<<20:
+    sent+=s.send(b"x"*65536)
+except OSError as e:
+  print("stopped", sent < 10<<20)
+else:
+  print("sent all")`, port))
+		if err != nil || !strings.Contains(out, "stopped True") {
+			t.Fatalf("byte bound: %v %q", err, out)
+		}
+		waitRec(t, rec, egress.EventClose, egress.ReasonLimit)
+	})
+	t.Run("idle", func(t *testing.T) {
+		e, rec := startEngine(t, grants, n, egress.Limits{IdleTimeout: 300 * time.Millisecond})
+		start := time.Now()
+		out, err := inNS(t, e, 30*time.Second, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
+s=socket.create_connection(("svc.test",%d),timeout=20)
+print("eof", s.recv(1) == b"")`, port))
+		if err != nil || !strings.Contains(out, "eof True") || time.Since(start) > 10*time.Second {
+			t.Fatalf("idle bound: %v %q after %v", err, out, time.Since(start))
+		}
+		waitRec(t, rec, egress.EventClose, "idle_timeout")
+	})
+	t.Run("conns", func(t *testing.T) {
+		e, rec := startEngine(t, grants, n, egress.Limits{MaxConns: 3})
+		out, err := inNS(t, e, 30*time.Second, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
+held=[]; refused=0
+for i in range(6):
+  try:
+    held.append(socket.create_connection(("svc.test",%d),timeout=5))
+    held[-1].send(b"x")
+  except OSError:
+    refused+=1
+print("held", len(held), "refused", refused)`, port))
+		if err != nil || !strings.Contains(out, "held 3 refused 3") {
+			t.Fatalf("connection bound: %v %q", err, out)
+		}
+		waitRec(t, rec, egress.EventConnect, egress.ReasonLimit)
+	})
+}
+
+func waitRec(t *testing.T, rec *recorder, kind, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		rec.mu.Lock()
+		for _, ev := range rec.evs {
+			if ev.Kind == kind && ev.Reason == reason {
+				rec.mu.Unlock()
+				return
+			}
+		}
+		rec.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %s record with reason %s: %+v", kind, reason, rec.evs)
+}
