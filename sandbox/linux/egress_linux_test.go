@@ -81,3 +81,41 @@ func TestEgressSharedByPluginAndCommands(t *testing.T) {
 	assert.Equal(t, 2, allow, "%+v", recs)
 	_ = net.IPv4len
 }
+
+// Where the session's namespace cannot be made or joined (here: the stub launcher, as for
+// every unprivileged run), strict refuses the run, and otherwise the run goes on with no
+// network at all, never more, and says so in its mode.
+func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchStub})
+	var hits int
+	var mu sync.Mutex
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		mu.Unlock()
+	}))
+	defer s.Close()
+	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
+	pol, err := egress.NewPolicy(false, []string{"localhost:" + port})
+	require.NoError(t, err)
+	eg := sandbox.NewEgress(pol, egress.Limits{})
+	defer eg.Close()
+	e := newEnv(t)
+
+	spec := e.spec("")
+	spec.Egress, spec.Strict = eg, true
+	spec.Path, spec.Args = "/usr/bin/curl", []string{"curl", "-sS", "--max-time", "5", "http://localhost:" + port + "/"}
+	_, err = sb.Start(t.Context(), spec)
+	require.ErrorIs(t, err, sandbox.ErrUnavailable)
+	assert.Contains(t, err.Error(), "network by destination")
+
+	spec = e.spec("")
+	spec.Egress = eg
+	spec.Path, spec.Args = "/usr/bin/curl", []string{"curl", "-sS", "--max-time", "5", "http://localhost:" + port + "/"}
+	res, out, errOut := run(t, sb, spec)
+	assert.NotEqual(t, 0, res.ExitCode, "degraded run reached the network: %s%s", out, errOut)
+	assert.Contains(t, strings.Join(res.Mode.Degraded, "; "), "network by destination")
+	mu.Lock()
+	assert.Equal(t, 0, hits)
+	mu.Unlock()
+}
