@@ -593,9 +593,14 @@ func readFirst(c net.Conn) ([]byte, error) {
 	}
 }
 
+// copyBufs are the splice buffers, reused: a flood of short connections costs no garbage.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
 // copy moves bytes src -> dst and reports whether the byte bound stopped it.
 func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
-	buf := make([]byte, 64<<10)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
 	for {
 		k, err := src.Read(buf)
 		if k > 0 {

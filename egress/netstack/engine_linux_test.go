@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -383,6 +384,7 @@ func TestEgressAttackConnectionFlood(t *testing.T) {
 	e, rec := startEngine(t, []string{fmt.Sprintf("svc.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)}, n, egress.Limits{MaxConns: 32})
 	runtime.GC()
 	g0 := runtime.NumGoroutine()
+	rss0 := rss()
 	// 10,000 connections in a row, each closed at once; then a tight retry loop against
 	// a port that is not granted.
 	script := fmt.Sprintf(`import socket
@@ -428,6 +430,13 @@ print(ok,bad)`, port, port+1)
 	if denies > 200 {
 		t.Fatalf("%d deny records for a 2000-attempt loop", denies)
 	}
+	// What the host keeps once the flood is over (garbage returned to the OS first).
+	runtime.GC()
+	debug.FreeOSMemory()
+	if grew := rss() - rss0; grew > 32<<20 {
+		t.Fatalf("host RSS grew by %d MiB over 10,000 connections", grew>>20)
+	}
+	t.Logf("host RSS growth over the flood: %.1f MiB", float64(rss()-rss0)/(1<<20))
 	if accepted.Load() != 10000 {
 		t.Fatalf("server accepted %d of 10000", accepted.Load())
 	}
