@@ -145,6 +145,8 @@ func (e *Engine) startStack() error {
 	sack := tcpip.TCPSACKEnabled(true)
 	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	// Buffers big enough for a bulk copy at loopback speed.
+	mod := tcpip.TCPModerateReceiveBufferOption(true)
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &mod)
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
 	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
