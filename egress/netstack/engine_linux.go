@@ -407,6 +407,7 @@ func (e *Engine) accept(r *tcp.ForwarderRequest) net.Conn {
 	}
 	r.Complete(false)
 	ep.SocketOptions().SetKeepAlive(false)
+	ep.SocketOptions().SetDelayOption(false) // no Nagle: the program's small writes go out at once
 	return gonet.NewTCPConn(&wq, ep)
 }
 
