@@ -38,6 +38,7 @@ type Engine struct {
 	fake   *fakePool
 	own    map[netip.Addr]bool
 	sem    chan struct{}
+	dnsSem chan struct{} // DNS flows (UDP and TCP) answered at once
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -76,7 +77,7 @@ func Start(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, lim: lim, setup: s, fake: newFakePool(lim.MaxNames),
-		sem: make(chan struct{}, lim.MaxConns), cache: map[string]cached{},
+		sem: make(chan struct{}, lim.MaxConns), dnsSem: make(chan struct{}, maxDNSFlows), cache: map[string]cached{},
 		rec: egress.Limiter{Burst: 20, Window: 10 * time.Second}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.own = ownAddrs()
@@ -191,20 +192,32 @@ func (e *Engine) handleUDP(r *udp.ForwarderRequest) bool {
 			Port: id.LocalPort, Reason: egress.ReasonProtocol})
 		return true // consumed: dropped
 	}
+	select {
+	case e.dnsSem <- struct{}{}:
+	default:
+		e.emit(egress.Event{Kind: egress.EventDNS, Proto: "dns", Reason: egress.ReasonLimit})
+		return true // dropped: the resolver retries
+	}
 	var wq waiter.Queue
 	ep, terr := r.CreateEndpoint(&wq)
 	if terr != nil {
+		<-e.dnsSem
 		return true
 	}
 	c := gonet.NewUDPConn(&wq, ep)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		defer func() { <-e.dnsSem }()
 		defer c.Close()
 		// One query per flow is what resolvers send; a few more are answered, bounded.
 		buf := make([]byte, 4096)
+		wait := 2 * time.Second
 		for i := 0; i < 16; i++ {
-			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			// A resolver sends its queries (A and AAAA) together: after the first, the flow
+			// ends as soon as it falls quiet, so a lookup loop holds few flows at once.
+			_ = c.SetReadDeadline(time.Now().Add(wait))
+			wait = 50 * time.Millisecond
 			n, err := c.Read(buf)
 			if err != nil {
 				return
@@ -243,6 +256,9 @@ func (e *Engine) serveDNSTCP(c net.Conn) {
 // fakeTTL: how long a program may keep an answer; the address stays this session's for the
 // name whatever the TTL (the pool never reuses an address).
 const fakeTTL = 60
+
+// maxDNSFlows bounds the DNS exchanges answered at once (a resolver sends one or two).
+const maxDNSFlows = 256
 
 // answer answers one DNS query. Only granted names get an address, and that address is one
 // of the session's own (198.18.0.0/15): the connection to it tells fledge exactly which
@@ -320,10 +336,18 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := addrOf(id.LocalAddress)
 	port := id.LocalPort
-	if port == 53 && e.st != nil {
+	if port == 53 {
+		select {
+		case e.dnsSem <- struct{}{}:
+		default:
+			e.deny(r, egress.Event{Address: dst.String(), Port: port, Reason: egress.ReasonLimit})
+			return
+		}
 		if c := e.accept(r); c != nil {
 			e.wg.Add(1)
-			go func() { defer e.wg.Done(); e.serveDNSTCP(c) }()
+			go func() { defer e.wg.Done(); defer func() { <-e.dnsSem }(); e.serveDNSTCP(c) }()
+		} else {
+			<-e.dnsSem
 		}
 		return
 	}
@@ -580,9 +604,9 @@ func idleTick(d time.Duration) time.Duration {
 func readFirst(c net.Conn) ([]byte, error) {
 	buf := make([]byte, 0, 4096)
 	tmp := make([]byte, 4096)
-	_ = c.SetReadDeadline(time.Time{})
+	defer c.SetReadDeadline(time.Time{})
 	for {
-		n, err := c.Read(tmp)
+		n, err := c.Read(tmp[:min(len(tmp), maxSniff-len(buf))])
 		buf = append(buf, tmp[:n]...)
 		if err != nil {
 			return buf, err
@@ -590,9 +614,10 @@ func readFirst(c net.Conn) ([]byte, error) {
 		if complete(buf) || len(buf) >= maxSniff {
 			return buf, nil
 		}
-		// The rest of a started ClientHello or request head must follow promptly.
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		defer c.SetReadDeadline(time.Time{})
+		if len(buf) == n {
+			// The rest of a started ClientHello or request head must follow promptly.
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		}
 	}
 }
 
