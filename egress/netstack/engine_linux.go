@@ -89,6 +89,14 @@ func Start(cfg Config) (*Engine, error) {
 		e.wg.Add(1)
 		go e.serveLoopback(l)
 	}
+	for _, u := range s.dnsUDP {
+		e.wg.Add(1)
+		go e.serveDNSUDP(u)
+	}
+	for _, l := range s.dnsTCP {
+		e.wg.Add(1)
+		go e.serveDNSListener(l)
+	}
 	return e, nil
 }
 
@@ -106,6 +114,12 @@ func (e *Engine) Close() error {
 	e.cancel()
 	for _, l := range e.setup.listeners {
 		_ = l.Close()
+	}
+	for _, l := range e.setup.dnsTCP {
+		_ = l.Close()
+	}
+	for _, u := range e.setup.dnsUDP {
+		_ = u.Close()
 	}
 	e.st.RemoveNIC(nicID)
 	e.st.Close()
@@ -228,6 +242,40 @@ func (e *Engine) handleUDP(r *udp.ForwarderRequest) bool {
 		}
 	}()
 	return true
+}
+
+// serveDNSUDP answers the namespace's loopback nameserver (one datagram, one answer).
+func (e *Engine) serveDNSUDP(u net.PacketConn) {
+	defer e.wg.Done()
+	buf := make([]byte, 4096)
+	for {
+		n, from, err := u.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		if out := e.answer(buf[:n], 512); out != nil {
+			_, _ = u.WriteTo(out, from)
+		}
+	}
+}
+
+// serveDNSListener answers DNS over TCP on the namespace's loopback nameserver.
+func (e *Engine) serveDNSListener(l net.Listener) {
+	defer e.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case e.dnsSem <- struct{}{}:
+		default:
+			c.Close()
+			continue
+		}
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); defer func() { <-e.dnsSem }(); e.serveDNSTCP(c) }()
+	}
 }
 
 // serveDNSTCP answers DNS over TCP (resolvers fall back to it for large answers).

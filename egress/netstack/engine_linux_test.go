@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -547,4 +548,33 @@ func waitRec(t *testing.T, rec *recorder, kind, reason string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("no %s record with reason %s: %+v", kind, reason, rec.evs)
+}
+
+// A host whose resolv.conf names a loopback nameserver (systemd-resolved's 127.0.0.53):
+// inside the namespace that address is its own loopback, where fledge answers too.
+func TestEgressLoopbackNameserver(t *testing.T) {
+	needEngine(t)
+	need(t, "/usr/bin/python3")
+	conf := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(conf, []byte("nameserver 127.0.0.53\noptions edns0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := resolvConf
+	resolvConf = conf
+	defer func() { resolvConf = old }()
+	e, rec := startEngine(t, []string{"svc.test:80"}, &names{}, egress.Limits{})
+	query := `import socket, struct, sys
+def q(name):
+    m = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+    s.sendto(m, ("127.0.0.53", 53)); r = s.recv(512)
+    return "rcode=%d" % (r[3] & 15) + (" addr=" + ".".join(str(b) for b in r[-4:]) if r[7] else "")
+print(q("svc.test"), q("evil.test"))`
+	out, err := inNS(t, e, 20*time.Second, "/usr/bin/python3", "-c", query)
+	if err != nil || !strings.Contains(out, "rcode=0 addr=198.18.") || !strings.Contains(out, "rcode=3") {
+		t.Fatalf("loopback nameserver: %v %q", err, out)
+	}
+	if rec.find(egress.EventDNS, "evil.test", false, egress.ReasonNotGranted) == nil {
+		t.Fatalf("no record: %+v", rec.evs)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/link/tun"
@@ -28,6 +29,32 @@ type nsSetup struct {
 	ns        *os.File
 	tunFD     int
 	listeners []net.Listener
+	// dnsUDP, dnsTCP answer a loopback nameserver of the host's resolv.conf (127.0.0.53 of
+	// systemd-resolved): inside the namespace that address is its own loopback, which would
+	// otherwise answer nothing.
+	dnsUDP []net.PacketConn
+	dnsTCP []net.Listener
+}
+
+// resolvConf is the resolver configuration the plugin sees (its view shows the host's /etc).
+var resolvConf = "/etc/resolv.conf"
+
+// loopbackNameservers are the loopback addresses among resolv.conf's nameservers.
+func loopbackNameservers() []netip.Addr {
+	b, err := os.ReadFile(resolvConf)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil && a.Unmap().IsLoopback() && len(out) < 3 {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
 }
 
 // newNamespace makes a network namespace holding only lo and the TUN device, and listening
@@ -99,6 +126,19 @@ func setupOnThread(loopPorts []uint16) (_ *nsSetup, err error) {
 	if err := defaultRoute(tunName); err != nil {
 		return nil, err
 	}
+	for _, a := range loopbackNameservers() {
+		hp := net.JoinHostPort(a.String(), "53")
+		u, err := net.ListenPacket("udp", hp)
+		if err != nil {
+			return nil, fmt.Errorf("%w: DNS on %s in the namespace: %w", ErrSetup, hp, err)
+		}
+		s.dnsUDP = append(s.dnsUDP, u)
+		l, err := net.Listen("tcp", hp)
+		if err != nil {
+			return nil, fmt.Errorf("%w: DNS on %s in the namespace: %w", ErrSetup, hp, err)
+		}
+		s.dnsTCP = append(s.dnsTCP, l)
+	}
 	for _, p := range loopPorts {
 		l, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(p))))
 		if err != nil {
@@ -130,6 +170,12 @@ func (s *nsSetup) close() {
 	}
 	for _, l := range s.listeners {
 		_ = l.Close()
+	}
+	for _, l := range s.dnsTCP {
+		_ = l.Close()
+	}
+	for _, u := range s.dnsUDP {
+		_ = u.Close()
 	}
 	if s.tunFD >= 0 {
 		_ = unix.Close(s.tunFD)
