@@ -96,6 +96,15 @@ type Proc struct {
 // to get, is durable before it runs: no record, no plugin. A start that fails after that is
 // recorded as a plugin_exit with started=false.
 func Spawn(o SpawnOptions) (*Proc, error) {
+	p, err := spawn(o)
+	if err != nil {
+		// The session's network ends with the plugin that could not start (egress.go).
+		_ = o.Spec.Egress.Close()
+	}
+	return p, err
+}
+
+func spawn(o SpawnOptions) (*Proc, error) {
 	if o.Ladder.CancelGrace <= 0 || o.Ladder.KillAfter <= 0 {
 		o.Ladder = DefaultLadder
 	}
