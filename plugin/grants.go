@@ -49,7 +49,7 @@ func ChangeGrants(configDir, name string, change GrantChange) (*Entry, policy.Ch
 		return nil, policy.Change{}, fmt.Errorf("%w (sha256 %s, approved %s): reinstall it to review the change",
 			ErrManifestChanged, got[:12], e.ManifestSHA256[:min(12, len(e.ManifestSHA256))])
 	}
-	if !m.IsProtocol() {
+	if !m.HoldsGrants() {
 		return nil, policy.Change{}, fmt.Errorf("%w: %s", ErrLegacyNoGrants, name)
 	}
 	c, err := change(m, e.Granted)

@@ -205,6 +205,9 @@ func (n *NetworkCap) UnmarshalTOML(v any) error {
 type Hook struct {
 	Name    string
 	Command string
+	// Offline: the hook gets no network at all (install scripts of an npm package fetched
+	// already: they need none, and a script that phones home must not).
+	Offline bool
 }
 
 // Declared returns the declared capabilities as grants.
@@ -245,6 +248,11 @@ func (m *Manifest) IsWasm() bool { return m.Plugin.Runtime == RuntimeWasm }
 
 // IsProtocol reports whether the plugin speaks fledge-v1 (false: a legacy plugin).
 func (m *Manifest) IsProtocol() bool { return m.Plugin.Protocol == protocol.Version }
+
+// HoldsGrants reports whether capabilities apply to the plugin: every protocol (fledge-v1,
+// WASM, jsonrpc-2.0, runtime-v1, invoke-v1, mcp) runs under the grants in plugins.toml; only
+// a legacy plugin (no protocol) runs as a whole program under the legacy profile.
+func (m *Manifest) HoldsGrants() bool { return m.Plugin.Protocol != "" }
 
 // Raw returns the exact bytes the manifest was parsed from.
 func (m *Manifest) Raw() []byte { return m.raw }

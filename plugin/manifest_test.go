@@ -23,7 +23,7 @@ func TestLoadManifestFixture(t *testing.T) {
 	assert.Equal(t, "bin/hello", m.Command("hello-loud").Binary)
 	assert.Nil(t, m.Command("nope"))
 	assert.Equal(t, policy.Grants{Exec: true, Store: true, Filesystem: "project"}, m.Declared())
-	assert.Equal(t, []Hook{{"build", "make"}, {"post_install", "echo one && echo two"}}, m.HookList())
+	assert.Equal(t, []Hook{{Name: "build", Command: "make"}, {Name: "post_install", Command: "echo one && echo two"}}, m.HookList())
 	assert.Equal(t, []string{
 		`plugin.toml: unknown key "commands.future_field" ignored`,
 		`plugin.toml: unknown key "extra" ignored`,

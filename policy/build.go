@@ -140,7 +140,10 @@ func (c *Config) Build(in ProfileInput) Profile {
 	// One network for the session: the plugin process and every command it runs share it
 	// (a command never gets more network than its plugin).
 	net := c.PluginNetwork(in.Grants)
-	eg := c.Egress(in.Grants)
+	var eg sandbox.Egress // a nil *egress.Session must stay a nil interface
+	if s := c.Egress(in.Grants); s != nil {
+		eg = s
+	}
 	return Profile{
 		Plugin: sandbox.Spec{
 			Env:     ChildEnv(in.Environ, allow, withSecrets(in.PluginEnv, in.Secrets)),

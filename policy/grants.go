@@ -308,6 +308,11 @@ func ParseGrantName(name string) (Grants, error) {
 	if level, ok := strings.CutPrefix(name, "filesystem:"); ok {
 		name = "filesystem=" + level
 	}
+	return parseSingle(name)
+}
+
+// parseSingle parses exactly one capability in the "filesystem=<level>" spelling.
+func parseSingle(name string) (Grants, error) {
 	if name == "" || name == "none" || strings.Contains(name, ",") {
 		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, name)
 	}

@@ -2,10 +2,11 @@ package policy
 
 import (
 	"fmt"
-	"github.com/fledgehq/fledge/egress"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fledgehq/fledge/egress"
 
 	"github.com/fledgehq/fledge/sandbox"
 )
@@ -306,7 +307,7 @@ func (c *Config) PluginNetwork(g Grants) bool {
 
 // Egress is the network by destination of one plugin session (shared by the plugin process
 // and its commands), or nil: no list granted, the whole network, or networking denied.
-func (c *Config) Egress(g Grants) *sandbox.Egress {
+func (c *Config) Egress(g Grants) *egress.Session {
 	if c.PluginNetwork(g) || c.Sandbox.Network == NetworkDeny || len(g.NetworkTo) == 0 {
 		return nil
 	}
@@ -314,7 +315,7 @@ func (c *Config) Egress(g Grants) *sandbox.Egress {
 	if err != nil {
 		return nil // validated at install and grant; a bad entry here opens nothing
 	}
-	return sandbox.NewEgress(p, egress.Limits{})
+	return egress.NewSession(p, egress.Limits{})
 }
 
 // NetworkText says in words what network a plugin (and each command it runs) gets with

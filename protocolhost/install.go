@@ -10,6 +10,7 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
@@ -33,6 +34,8 @@ type InstallRequest struct {
 	// Asker asks the install questions (nil: none can be asked).
 	Asker          plugin.Asker
 	NonInteractive bool
+	// Package is how a package source (npm:PKG) is installed (install_package.go).
+	Package PackageRequest
 }
 
 // installer is one install command: its audit log and where it talks.
@@ -73,6 +76,9 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 		in.out = io.Discard
 	}
 	base.RunHook = in.hookRunner()
+	if plugin.IsPackageSource(o.Source) {
+		return in.runPackage(ctx, &o, base, nil)
+	}
 	if o.Protocol != "" || o.FromDir != "" {
 		return in.runSelfDescribing(ctx, &o, base)
 	}
@@ -167,12 +173,15 @@ func (in *installer) hookRunner() plugin.HookRunner {
 		defer d.Close()
 		spec := e.Config.HookSpec(e.Paths(dir, dir, nil), os.Environ())
 		spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindExec, "install-hook", "/bin/sh", []string{"sh", "-c", h.Command}
+		if h.Offline {
+			spec.Network = false
+		}
 		// Hook output is plugin bytes: on a terminal, sanitised like every plugin's.
 		hookOut, flush := pluginStream(out)
 		defer flush()
 		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, hookOut, hookOut
 		rec := e.NewRecorder(in.log, nil, nil)
-		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir})
+		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir, "network": spec.Network})
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -188,16 +197,19 @@ func (in *installer) hookRunner() plugin.HookRunner {
 		if err != nil {
 			return err
 		}
-		rc := reason.OK
-		if res.TimedOut {
-			rc = reason.Timeout
+		rc, decision := reason.OK, audit.Allow
+		switch {
+		case res.TimedOut:
+			rc, decision = reason.Timeout, audit.Error
+		case res.ExitCode != 0:
+			rc, decision = reason.ToolError, audit.Error
 		}
 		// A nested repository the hook left where the user's git would run it was moved
 		// aside when it ended (Linux): on record, and the user is told.
 		for _, w := range rec.Quarantined(res.Quarantined) {
 			_ = ui.HostLine(out, "fledge: "+w)
 		}
-		rec.Record(audit.EventExecOutcome, audit.Allow, rc,
+		rec.Record(audit.EventExecOutcome, decision, rc,
 			map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
 				"git_quarantined": len(res.Quarantined)}, false)
 		if res.ExitCode != 0 {
@@ -221,6 +233,9 @@ func (h *Host) Remove(name string) (*plugin.Entry, error) {
 		return nil, exitErr(ExitFailure, "remove %s: %v", name, err)
 	}
 	_ = h.Env.NewRecorder(log, entryRef(en), nil).RecordNow(audit.EventRemove, audit.Allow, reason.OK, nil)
+	if err := pins.Remove(h.Env.ConfigDir, en.Name); err != nil {
+		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the pinned tool definitions of %s stay: %v", en.Name, err))
+	}
 	return en, nil
 }
 

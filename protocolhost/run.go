@@ -165,6 +165,12 @@ func (h *Host) runLegacy(ctx context.Context, u ui.UI, rec *core.Recorder, b *co
 	}
 	spec := prof.Legacy
 	spec.Name, spec.Path, spec.Args = b.Entry.Name, program, append([]string{program}, args...)
+	// A legacy program runs on the project, its read-write place: under the user when the
+	// user stands in the project, else at the project root (else its data dir), never in a
+	// directory outside the project it merely may read, where writing beside itself fails.
+	if b.Project == nil || wd == "" || !policy.Within(core.Resolved(wd), b.Project.Root) {
+		wd = ""
+	}
 	st := h.opts.Streams
 	ex, err := legacy.Run(legacy.Options{
 		Sandbox: h.Env.Sandbox, Spec: spec, Cwd: b.StartDir(wd, spec.Access), Stdin: st.In, Stdout: st.Out, Stderr: st.Err,

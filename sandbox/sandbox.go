@@ -85,9 +85,10 @@ type Spec struct {
 	// Network false blocks TCP connect/bind (and, where possible, all networking).
 	Network bool
 	// Egress, with Network false, gives the run the network of its plugin's grant by
-	// destination (Linux: a namespace whose only way out is fledge, egress/netstack);
-	// nil with Network false is no network at all. Every run of one session shares it.
-	Egress *Egress
+	// destination (an *egress.Session; Linux: a namespace whose only way out is fledge,
+	// egress/netstack); nil with Network false is no network at all. Every run of one
+	// session shares it.
+	Egress Egress
 	// ListenTCP are TCP ports the process may bind (to listen on) while Network is false;
 	// it still connects nowhere. Linux: Landlock NET_BIND_TCP rules (ABI >= 4), in the
 	// run's own network namespace when there is one (so only the host, entering it, can
@@ -116,6 +117,12 @@ type Spec struct {
 	// other. It may run on the launching thread after confinement was applied to it: it
 	// must only wait for work done elsewhere, never touch files itself.
 	BeforeExec func() error
+}
+
+// Egress is a plugin session's network by destination. The interface keeps this package
+// free of fledge imports; the backends take the *egress.Session it holds.
+type Egress interface {
+	Close() error
 }
 
 // RunBeforeExec calls spec.BeforeExec if set; sandboxes call it right before launching.
@@ -257,6 +264,4 @@ var (
 	ErrInvalidSpec = errors.New("invalid sandbox spec")
 	// ErrLaunch: the process could not be started.
 	ErrLaunch = errors.New("launch failed")
-	// ErrEgressClosed: a run asked for a plugin session's network after the session ended.
-	ErrEgressClosed = errors.New("the plugin session's network is closed")
 )

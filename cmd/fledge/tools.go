@@ -178,7 +178,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer done()
-	tool, _, err := t.Catalogue.Find(ctx, o.Tool)
+	tool, b, err := t.Catalogue.Find(ctx, o.Tool)
 	if err != nil {
 		if errors.Is(err, tools.ErrUnknownTool) {
 			return exitErr(ExitUnknownCmd, "%v", err)
@@ -198,11 +198,13 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	}
 	if args == nil {
 		if args, err = pairArgs(tool, o.Pairs); err != nil {
+			t.Catalogue.Refuse(b, tool, map[string]any{}, err)
 			return exitErr(ExitUsage, "%v", err)
 		}
 	}
 	// Checked before anything starts: a usage error never starts a plugin.
 	if err := tools.Check(tool, args); err != nil {
+		t.Catalogue.Refuse(b, tool, args, err)
 		return exitErr(ExitUsage, "%v (see 'fledge tools list')", err)
 	}
 	if timeout > 0 {

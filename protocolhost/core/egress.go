@@ -65,8 +65,16 @@ func announceNetworkOverride(c *policy.Config, r *Recorder, warn func(string)) {
 
 // networkTo lists the destinations of a spec's network by destination ([] for none).
 func networkTo(spec *sandbox.Spec) []string {
-	if spec.Egress == nil || spec.Egress.Policy == nil {
+	s, ok := spec.Egress.(*egress.Session)
+	if !ok || s == nil || s.Policy == nil {
 		return []string{}
 	}
-	return egress.Strings(spec.Egress.Policy.Dests)
+	return egress.Strings(s.Policy.Dests)
+}
+
+// closeEgress ends a session's network (nil: nothing to end).
+func closeEgress(e sandbox.Egress) {
+	if e != nil {
+		_ = e.Close()
+	}
 }

@@ -56,10 +56,16 @@ func (e *Env) Audit() (*audit.Log, error) {
 	if total == 0 {
 		total = -1
 	}
+	witness, err := audit.ParseWitness(e.Config.Audit.Witness)
+	if err != nil {
+		return nil, err
+	}
 	l, err := audit.Open(e.AuditPath, audit.Options{
 		Fsync:         audit.FsyncPolicy(e.Config.Audit.Fsync),
 		RotateBytes:   rotate,
 		MaxTotalBytes: total,
+		Witness:       witness,
+		WitnessError:  audit.WarnWitness(os.Stderr),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s: %w", e.AuditPath, err)
@@ -355,13 +361,24 @@ func FledgeVersion() string {
 //   - FLEDGE_NON_INTERACTIVE=1 when nobody can answer (--ni, a tool call, a server): the
 //     variable the Rust fledge host reads for the same mode, so a plugin can skip questions.
 //
+// The dirs are the resolved paths policy grants (Paths), not the ones spelled through a
+// symlink: with the config dir reached through one (~/.config in a dotfiles checkout), the
+// link lives in $HOME, which the plugin never sees, so only the resolved path reaches the dir.
+//
 // Empty values are left out (a legacy plugin has no command name of its own).
 func (b *Binding) PluginEnv(command string, nonInteractive bool) map[string]string {
+	pluginDir, dataDir := b.Paths.PluginDir, b.Paths.PluginDataDir
+	if pluginDir == "" {
+		pluginDir = b.Dir
+	}
+	if dataDir == "" {
+		dataDir = b.DataDir
+	}
 	vars := map[string]string{
 		"FLEDGE_PLUGIN":     b.Entry.Name,
 		"FLEDGE_COMMAND":    command,
-		"FLEDGE_PLUGIN_DIR": b.Dir,
-		"FLEDGE_DATA_DIR":   b.DataDir,
+		"FLEDGE_PLUGIN_DIR": pluginDir,
+		"FLEDGE_DATA_DIR":   dataDir,
 		"FLEDGE_VERSION":    FledgeVersion(),
 	}
 	if nonInteractive {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fledgehq/fledge/egress"
+
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
@@ -72,7 +74,7 @@ type Proc struct {
 	Stdout io.ReadCloser  // nil without Pipes
 
 	proc   sandbox.Process
-	egress *sandbox.Egress // the session's network, closed by Finish (nil: none)
+	egress sandbox.Egress // the session's network, closed by Finish (nil: none)
 	rec    *Recorder
 	warn   func(string)
 	ladder Ladder
@@ -99,7 +101,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 	p, err := spawn(o)
 	if err != nil {
 		// The session's network ends with the plugin that could not start (egress.go).
-		_ = o.Spec.Egress.Close()
+		closeEgress(o.Spec.Egress)
 	}
 	return p, err
 }
@@ -121,8 +123,8 @@ func spawn(o SpawnOptions) (*Proc, error) {
 	if err := policy.CheckAccess(spec.Access); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
 	}
-	if spec.Egress != nil {
-		spec.Egress.SetRecord(netRecorder(rec)) // core/egress.go
+	if s, ok := spec.Egress.(*egress.Session); ok && s != nil {
+		s.SetRecord(netRecorder(rec)) // core/egress.go
 	}
 	var closeAfter []*os.File
 	closeAll := func(fs []*os.File) {
@@ -362,7 +364,7 @@ func (p *Proc) Wait() (*sandbox.Result, error) {
 func (p *Proc) Finish(extra map[string]any) *Exit {
 	<-p.done
 	// The session's network ends with its plugin (its commands are gone by now).
-	_ = p.egress.Close()
+	closeEgress(p.egress)
 	select {
 	case <-p.stderrDone:
 	case <-time.After(p.drain):
@@ -431,6 +433,7 @@ func (p *Proc) Finish(extra map[string]any) *Exit {
 		}
 	}
 	p.rec.Close()
+	details["denied"], details["errors"] = p.rec.Counts()
 	p.rec.Record(audit.EventPluginExit, decision, rc, details, true)
 	return ex
 }

@@ -235,7 +235,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 		return nil, fail(reason.LaunchFailed, "plugin %s not started: %v", name, err)
 	}
 	tcp := b.Manifest.Plugin.Transport == "tcp"
-	pluginEnv := map[string]string{"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.DataDir, "FLEDGE_PROTOCOL": plugin.ProtocolInvoke}
+	pluginEnv := map[string]string{"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.Paths.PluginDataDir, "FLEDGE_PROTOCOL": plugin.ProtocolInvoke}
 	// A TCP plugin without network lives in its own network namespace (where the sandbox
 	// has one) and may bind only the port fledge chose for it.
 	prof := env.Profile(b, os.Environ(), pluginEnv, nil)
@@ -771,7 +771,7 @@ func (s *Session) recordOutcome(out *Outcome, d time.Duration) {
 		s.rec.Record(audit.EventInvokeOutcome, audit.Error, out.Failure.Code, details, true)
 	case out.PluginError != "":
 		details["message"] = clip(out.PluginError)
-		s.rec.Record(audit.EventInvokeOutcome, audit.Error, reason.OK, details, true)
+		s.rec.Record(audit.EventInvokeOutcome, audit.Error, reason.ToolError, details, true)
 	default:
 		s.rec.Record(audit.EventInvokeOutcome, audit.Allow, reason.OK, details, true)
 	}

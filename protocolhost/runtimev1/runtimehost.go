@@ -397,7 +397,7 @@ func (p *Provider) run(ctx context.Context, b *core.Binding, rs runSpec) *Outcom
 		return &Outcome{Failure: fail(reason.LaunchFailed, "plugin %s not started: %v", name, err)}
 	}
 	prof := env.Profile(withGrants(b, rs.caps), os.Environ(), map[string]string{
-		"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.DataDir, "FLEDGE_PROTOCOL": plugin.ProtocolRuntime,
+		"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.Paths.PluginDataDir, "FLEDGE_PROTOCOL": plugin.ProtocolRuntime,
 	}, nil)
 	timeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, prof.Session)
 	if terr != nil && rs.phase == "execute" {
@@ -673,7 +673,7 @@ func (s *session) recordOutcome(out *Outcome) {
 		s.rec.Record(audit.EventToolOutcome, audit.Error, out.Failure.Code, details, true)
 	case out.PluginError != nil:
 		details["error_code"], details["message"] = out.PluginError.Code, clip(out.PluginError.Message)
-		s.rec.Record(audit.EventToolOutcome, audit.Error, reason.OK, details, true)
+		s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, details, true)
 	default:
 		details["output_bytes"] = len(out.Output)
 		s.rec.Record(audit.EventToolOutcome, audit.Allow, reason.OK, details, true)

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/egress"
-	"github.com/fledgehq/fledge/sandbox"
 )
 
 // A grant by destination becomes Seatbelt remote-tcp rules for its loopback ports only:
@@ -17,7 +16,7 @@ func TestProfileEgressLoopbackOnly(t *testing.T) {
 	pol, err := egress.NewPolicy(false, []string{"localhost:8080", "127.0.0.1:9000-9001", "api.github.com:443"})
 	require.NoError(t, err)
 	s := execSpec(false)
-	s.Egress = sandbox.NewEgress(pol, egress.Limits{})
+	s.Egress = egress.NewSession(pol, egress.Limits{})
 	got, err := Profile(s, goldenOpts())
 	require.NoError(t, err)
 	for _, want := range []string{`(remote tcp "localhost:8080")`, `(remote tcp "localhost:9000")`, `(remote tcp "localhost:9001")`} {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/fledgehq/fledge/egress"
+
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -373,8 +375,9 @@ func Profile(spec *sandbox.Spec, opts ProfileOptions) (string, error) {
 
 // seatbeltEgress are the rules a grant by destination can be turned into on macOS: one per
 // granted loopback port ("localhost:8080", "127.0.0.1:8080"), bounded like the Linux relay.
-func seatbeltEgress(eg *sandbox.Egress) []string {
-	if eg == nil || eg.Policy == nil {
+func seatbeltEgress(se sandbox.Egress) []string {
+	eg, ok := se.(*egress.Session)
+	if !ok || eg == nil || eg.Policy == nil {
 		return nil
 	}
 	lo := netip.MustParseAddr("127.0.0.1")

@@ -42,7 +42,7 @@ func TestEgressSharedByPluginAndCommands(t *testing.T) {
 	badPort, _ := srv(1)
 	pol, err := egress.NewPolicy(false, []string{"localhost:" + okPort})
 	require.NoError(t, err)
-	eg := sandbox.NewEgress(pol, egress.Limits{})
+	eg := egress.NewSession(pol, egress.Limits{})
 	var recs []egress.Event
 	eg.SetRecord(func(ev egress.Event) { mu.Lock(); recs = append(recs, ev); mu.Unlock() })
 	defer eg.Close()
@@ -98,7 +98,7 @@ func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
 	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
 	pol, err := egress.NewPolicy(false, []string{"localhost:" + port})
 	require.NoError(t, err)
-	eg := sandbox.NewEgress(pol, egress.Limits{})
+	eg := egress.NewSession(pol, egress.Limits{})
 	defer eg.Close()
 	e := newEnv(t)
 
