@@ -81,7 +81,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		Confinement: "seatbelt",
 		CgroupMode:  "none",
 		NetworkDeny: "seatbelt", UnixSocketDeny: "seatbelt",
-		NetworkEgress: "none: macOS has no per-plugin network namespace; a plugin granted destinations gets no network (docs/guarantees.md)",
+		NetworkEgress: "seatbelt: a grant's loopback ports only (Seatbelt names no other host); other destinations get nothing",
 		TreeKill:      "pgroup",
 		Warnings: []string{
 			"no memory, pids or cpu limits on macOS (rlimits only)",
