@@ -180,3 +180,15 @@ func TestEgressNoGrantNoNetwork(t *testing.T) {
 	info, _ := e.run(t, "plugins", "info", "netp")
 	assert.Contains(t, info, "network (plugin and its commands): none")
 }
+
+// [sandbox] network = "allow" is the user's override: every run says so, and the log too.
+func TestNetworkAllowOverrideAnnounced(t *testing.T) {
+	e := newPtyEnv(t, "[sandbox]\nnetwork = \"allow\"\n")
+	out, _ := e.run(t, "--ni", "ask", "x")
+	assert.Contains(t, out, `network = "allow"`, out)
+	assert.Contains(t, out, "whole network", out)
+	recs, _ := e.run(t, "audit", "show", "--json", "--event", "sandbox_degraded")
+	assert.Contains(t, recs, `"network_override":"allow"`)
+	doc, _ := e.run(t, "doctor")
+	assert.Contains(t, doc, `network = "allow"`)
+}
