@@ -276,3 +276,21 @@ echo "Rows 8a-8c (WASM): the Go SDK guest (protocolhost/wasm/testdata/guests/ben
 echo "Rows 9a-9c: the sandbox alone (no protocol), each run alternating with its baseline; 9c builds with a fresh GOCACHE each time, so the compiler and linker run and every file they open is a traced call."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."
+
+# Network by destination (egress/netstack): connection setup and bulk throughput through
+# fledge's namespace + userspace stack against a direct connection, and the host's RSS with
+# 100 connections open. Root only (the namespace needs CAP_NET_ADMIN); n/a otherwise.
+echo
+echo "Network by destination (goals: setup +1 ms or less; >= 1 Gbit/s and >= 0.5x direct):"
+bt=1s
+[[ ${FLEDGE_BENCH_QUICK:-} == 1 ]] && bt=200ms
+if out=$(FLEDGE_CONTAIN_STAGE=test "$GO" test ./egress/netstack -run '^$' -bench 'BenchmarkEgress' -benchtime "$bt" 2>&1); then
+	echo "$out" | awk '/^BenchmarkEgress/ {
+		name=$1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkEgress/, "", name)
+		v=""; for (i=2;i<=NF;i++) { if ($i=="ns/op") ns=$(i-1); if ($i=="MB/s") v=sprintf("%.2f Gbit/s", $(i-1)*8/1000); if ($i=="rss-MiB/100conns") v=sprintf("%.1f MiB RSS growth", $(i-1)) }
+		if (v=="") v=sprintf("%.3f ms per connect+round trip+close", ns/1e6)
+		printf "  %-36s %s\n", name, v }'
+	echo "  (fledge-tun crosses the TUN device and gVisor's stack; fledge-loopback is a granted host-loopback port, relayed by a socket in the namespace)"
+else
+	echo "  n/a: $(echo "$out" | tail -1)"
+fi

@@ -420,6 +420,10 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 			g.Metadata = true
 		case n == "network":
 			g.Network = true
+		case strings.HasPrefix(n, "secret="): // one question per secret
+			g.Secrets = append(g.Secrets, strings.TrimPrefix(n, "secret="))
+		case strings.HasPrefix(n, "network="): // one question per destination
+			g.NetworkTo = append(g.NetworkTo, strings.TrimPrefix(n, "network="))
 		case strings.HasPrefix(n, "filesystem="):
 			g.Filesystem = declared.Filesystem
 		}

@@ -348,7 +348,7 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 		Plugin: Meta{Name: name, Version: meta.Version, Description: clipN(desc, 200), Protocol: ProtocolMCP},
 		Commands: []Command{{Name: name, Binary: "bin/server",
 			Description: "the MCP server of npm package " + r.Package}},
-		Capabilities: Capabilities{Filesystem: r.Filesystem, Network: r.Network},
+		Capabilities: Capabilities{Filesystem: r.Filesystem, Network: NetworkCap{All: r.Network}},
 	}
 	if len(scripts) > 0 {
 		// Run confined in the staged copy: its only writable place is that dir; npm's

@@ -106,7 +106,7 @@ func TestManifestTyposAreErrors(t *testing.T) {
 		{"protocol key", "[plugin]\nname = \"p\"\nprotcol = \"fledge-v1\"\n" + okCmd, "[plugin] protcol: unknown key (did you mean protocol?)"},
 		{"unknown plugin key", okHead + "shiny = true\n" + okCmd, "[plugin] shiny: unknown key (known: author, description, name, protocol, runtime, timeout, transport, version)"},
 		{"capability key", okHead + okCmd + "[capabilities]\nnetwrok = true\n", "[capabilities] netwrok: unknown key (did you mean network?)"},
-		{"unknown capability", okHead + okCmd + "[capabilities]\nteleport = true\n", "[capabilities] teleport: unknown key (known: exec, filesystem, metadata, network, store)"},
+		{"unknown capability", okHead + okCmd + "[capabilities]\nteleport = true\n", "[capabilities] teleport: unknown key (known: exec, filesystem, metadata, network, secrets, store)"},
 		{"capabilities section", okHead + okCmd + "[capabilites]\nexec = true\n", "unknown section [capabilites] (did you mean [capabilities]?)"},
 		{"plugin section", "[plugn]\nname = \"p\"\n" + okCmd, "unknown section [plugn] (did you mean [plugin]?)"},
 		{"commands section", okHead + "[[comands]]\nname = \"c\"\nbinary = \"bin/c\"\n", "unknown section [comands] (did you mean [commands]?)"},

@@ -93,13 +93,15 @@ func (p *PluginInfo) JSON() map[string]any {
 	}
 	info["plugin_process"] = map[string]any{
 		"read_write": p.pa.ReadWrite, "read_only": p.pa.ReadOnly, "read_exec": p.pa.ReadExec,
-		"network": en.Granted.Network && cfg.NetworkAllowed(), "limits": limitsJSON(cfg.PluginLimits()),
+		"network": cfg.PluginNetwork(en.Granted), "network_to": networkTo(cfg, en.Granted),
+		"network_text": cfg.NetworkText(en.Granted), "limits": limitsJSON(cfg.PluginLimits()),
 		"unix_sockets": cfg.UnixSocketsAllowed(),
 	}
 	info["exec"] = map[string]any{
 		"allowed": en.Granted.Exec, "read_write": p.xa.ReadWrite, "read_only": p.xa.ReadOnly, "read_exec": p.xa.ReadExec,
 		"unprotect": unprotectJSON(cfg),
-		"network":   cfg.NetworkAllowed(), "limits": limitsJSON(cfg.ExecLimits()),
+		"network":   cfg.PluginNetwork(en.Granted), "network_to": networkTo(cfg, en.Granted),
+		"limits":       limitsJSON(cfg.ExecLimits()),
 		"unix_sockets": cfg.UnixSocketsAllowed(),
 	}
 	if p.handshake != nil {
@@ -131,7 +133,7 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(p.pa.ReadWrite, ", "))
 		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(p.pa.ReadOnly, ", "))
-		fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && cfg.NetworkAllowed())
+		fmt.Fprintf(w, "  network (plugin and its commands): %s\n", cfg.NetworkText(en.Granted))
 	}
 	if en.Granted.Exec {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(p.xa.ReadWrite, ", "))

@@ -293,7 +293,7 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 	}
 	details := map[string]any{
 		audit.DetailCapabilities: c.After.Names(), audit.DetailCapability: c.Item,
-		"previous": c.Before.Names(), "changed": c.Before != c.After,
+		"previous": c.Before.Names(), "changed": !c.Before.Equal(c.After),
 	}
 	unrequested := c.Unrequested
 	if unrequested == nil {
@@ -306,7 +306,7 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 		// The registry already changed: say so rather than pretend it did not.
 		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the audit log could not record this %s: %v", verb, err))
 	}
-	return &GrantChange{Plugin: entry.Name, Item: c.Item, Changed: c.Before != c.After, After: c.After.String(), Unrequested: unrequested}, nil
+	return &GrantChange{Plugin: entry.Name, Item: c.Item, Changed: !c.Before.Equal(c.After), After: c.After.String(), Unrequested: unrequested}, nil
 }
 
 // refusedRefByName names the installed plugin a refused grant was about, when there is one.

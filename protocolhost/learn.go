@@ -167,7 +167,8 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			if entry.Granted.Network {
 				apart = append(apart, ev+": the plugin holds network; the destination is refused by the egress policy")
 			} else {
-				propose("network", ev)
+				// The destination itself, not the whole network.
+				propose("network="+l.target, ev)
 			}
 		case "path":
 			switch {

@@ -84,6 +84,11 @@ type Spec struct {
 	Access Access
 	// Network false blocks TCP connect/bind (and, where possible, all networking).
 	Network bool
+	// Egress, with Network false, gives the run the network of its plugin's grant by
+	// destination (an *egress.Session; Linux: a namespace whose only way out is fledge,
+	// egress/netstack); nil with Network false is no network at all. Every run of one
+	// session shares it.
+	Egress Egress
 	// ListenTCP are TCP ports the process may bind (to listen on) while Network is false;
 	// it still connects nowhere. Linux: Landlock NET_BIND_TCP rules (ABI >= 4), in the
 	// run's own network namespace when there is one (so only the host, entering it, can
@@ -123,6 +128,12 @@ type Spec struct {
 	// grants do not cover (KernelDenials): observation only, every call continues and the
 	// kernel decides it as without trace. Costs a round trip to the host per such call.
 	Trace bool
+}
+
+// Egress is a plugin session's network by destination. The interface keeps this package
+// free of fledge imports; the backends take the *egress.Session it holds.
+type Egress interface {
+	Close() error
 }
 
 // RunBeforeExec calls spec.BeforeExec if set; sandboxes call it right before launching.
@@ -206,7 +217,10 @@ type Report struct {
 	CgroupWritable bool   `json:"cgroup_writable"`
 	CgroupPath     string `json:"cgroup_path,omitempty"`
 	UserNamespaces bool   `json:"user_namespaces"`
-	NetworkDeny    string `json:"network_deny"`     // how network=deny is enforced
+	NetworkDeny    string `json:"network_deny"` // how network=deny is enforced
+	// NetworkEgress says how a grant by destination is enforced ("netns+tun: ..." or
+	// "none: why"; without it such a plugin gets no network at all).
+	NetworkEgress  string `json:"network_egress,omitempty"`
 	UnixSocketDeny string `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
 	TreeKill       string `json:"tree_kill"`
 	// KernelRefusals says how what the kernel refuses a plugin reaches the audit log:

@@ -256,6 +256,72 @@ mcp_demo() {
 }
 mcp_demo
 
+# ---- network by destination -------------------------------------------------------------
+section "9b. Network by destination" "netcheck is granted one destination (localhost:PORT). From its own process and from a command it runs, curl reaches that one; another host (this machine's own address) and an ungranted name are refused, and both decisions are in the audit log. No proxy settings: the plugin runs in a network namespace whose only way out is fledge."
+net_demo() {
+	local doc
+	doc=$("$fledge" doctor --json)
+	if [[ $doc != *'"network_egress": "netns'* ]]; then
+		echo "network by destination is not available here (it needs root): $(grep -o '"network_egress": *"[^"]*"' <<<"$doc" || true)"
+		return
+	fi
+	local other
+	other=$(hostname -I 2>/dev/null | awk '{print $1}')
+	[[ -n $other ]] || other=192.0.2.1
+	mkdir -p "$work/www"
+	echo "hello from the granted host" >"$work/www/index.html"
+	python3 -u -m http.server --bind 127.0.0.1 0 --directory "$work/www" >"$work/www1.log" 2>&1 &
+	local srv1=$!
+	python3 -u -m http.server --bind 0.0.0.0 0 --directory "$work/www" >"$work/www2.log" 2>&1 &
+	local srv2=$!
+	local p1="" p2=""
+	for _ in $(seq 50); do
+		p1=$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$work/www1.log" | head -1 || true)
+		p2=$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$work/www2.log" | head -1 || true)
+		[[ -n $p1 && -n $p2 ]] && break
+		sleep 0.1
+	done
+	mkdir -p "$work/src/netcheck"
+	cat >"$work/src/netcheck/plugin.toml" <<-TOML
+		[plugin]
+		name = "netcheck"
+		version = "0.1.0"
+		protocol = "fledge-v1"
+
+		[[commands]]
+		name = "netcheck"
+		binary = "netcheck.sh"
+
+		[capabilities]
+		exec = true
+		network = ["localhost:$p1"]
+	TOML
+	cat >"$work/src/netcheck/netcheck.sh" <<-'SH'
+		#!/usr/bin/env bash
+		read -r _init
+		say() { printf '{"type":"output","text":"%s\\n"}\n' "$1"; }
+		if body=$(curl -sS --max-time 5 http://localhost:@P1@/ 2>&1); then say "plugin -> localhost:@P1@: $body"; else say "plugin -> localhost:@P1@: refused"; fi
+		if curl -sS --max-time 5 http://@OTHER@:@P2@/ >/dev/null 2>&1; then say "plugin -> @OTHER@:@P2@: REACHED"; else say "plugin -> @OTHER@:@P2@: refused"; fi
+		if getent hosts example.org >/dev/null; then say "lookup example.org: RESOLVED"; else say "lookup example.org: refused (NXDOMAIN)"; fi
+		printf '{"type":"exec","id":"1","command":"curl -sS --max-time 5 http://localhost:@P1@/; curl -sS --max-time 5 http://@OTHER@:@P2@/ >/dev/null 2>&1 && echo REACHED || echo refused"}\n'
+		read -r reply
+		say "its command -> localhost:@P1@ then @OTHER@:@P2@: $(printf '%s' "$reply" | grep -o '"stdout":"[^"]*"' | cut -d'"' -f4 | sed 's/\\n/ \/ /g')"
+	SH
+	sed -i "s/@P1@/$p1/g; s/@P2@/$p2/g; s/@OTHER@/$other/g" "$work/src/netcheck/netcheck.sh"
+	chmod +x "$work/src/netcheck/netcheck.sh"
+	"$fledge" --ni plugins install --yes "$work/src/netcheck" | sed 's/^/  /'
+	"$fledge" --ni netcheck | tee "$work/netcheck.out" || problem "netcheck failed"
+	grep -q "localhost:$p1: hello from the granted host" "$work/netcheck.out" || problem "the granted destination did not answer"
+	grep -q "REACHED\|RESOLVED" "$work/netcheck.out" && problem "netcheck reached what it was not granted"
+	echo "the audit log (net_connect, net_dns):"
+	"$fledge" audit show --plugin netcheck | grep -E 'net_connect|net_dns' || true
+	[[ $("$fledge" audit show --plugin netcheck --event net_connect --decision allow) == *net_connect* ]] || problem "no net_connect allow record"
+	[[ $("$fledge" audit show --plugin netcheck --event net_connect --decision deny) == *net_connect* ]] || problem "no net_connect deny record"
+	kill "$srv1" "$srv2" 2>/dev/null || true
+	wait "$srv1" "$srv2" 2>/dev/null || true
+}
+net_demo
+
 # ---- doctor ----------------------------------------------------------------------------
 section "10. This machine" "fledge doctor: what the OS lets fledge enforce here, and what it cannot."
 "$fledge" doctor || problem "doctor failed"

@@ -178,6 +178,7 @@ lands in a tamper-evident audit log.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newRunCmd(g), newPluginsCmd(g), newAuditCmd(g), newDoctorCmd(g), newToolsCmd(g), newHooksCmd(g), newServeCmd(g))
 	root.AddCommand(newInvokeCmd(g))
+	root.AddCommand(newSecretsCmd(g)) // secrets.go
 	refuseUnknownSubcommands(root)
 	return root
 }

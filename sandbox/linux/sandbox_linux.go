@@ -316,6 +316,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		CgroupPath:     s.cg.unified,
 		UserNamespaces: s.userns,
 		NetworkDeny:    s.networkDeny(),
+		NetworkEgress:  s.egressReport(),
 		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
 		TreeKill:       s.treeKill(),
 		HostDeath:      "none",
@@ -476,6 +477,20 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if err != nil {
 		return nil, err
 	}
+	// The plugin session's network by destination: its namespace, made by the first run
+	// of the session and joined by every later one. Without it the run gets no network
+	// at all (an empty namespace), never more.
+	var egressNS *os.File
+	if spec.Egress != nil && !spec.Network {
+		if egressNS, err = s.egressNS(spec); err != nil {
+			if spec.Strict {
+				return nil, fmt.Errorf("%w: network by destination: %w", sandbox.ErrUnavailable, err)
+			}
+			mode.Degraded = append(mode.Degraded, "network by destination ("+err.Error()+"): the run gets no network at all")
+		} else {
+			mode.NetNS = true
+		}
+	}
 	p := &process{
 		sb:    s,
 		spec:  spec,
@@ -515,7 +530,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			ReadWrite: append(rw, implicitReadWrite...),
 			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
 			ReadExec:  spec.Access.ReadExec,
-			DenyNet:   !spec.Network,
+			DenyNet:   !spec.Network && egressNS == nil,
 			BindTCP:   spec.ListenTCP,
 			Scope:     true,
 			LogExec:   true,
@@ -594,7 +609,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 		}
 	}
-	if !spec.Network && s.netns {
+	if !spec.Network && s.netns && egressNS == nil {
 		sys.Cloneflags |= unix.CLONE_NEWNET
 	}
 
@@ -640,7 +655,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
-		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1}
+		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1}
+		if egressNS != nil {
+			tl.netNS = int(egressNS.Fd())
+		}
 		var releases []func()
 		// join points the launch at the plugin's pid namespace and its view template.
 		join := func() error {

@@ -64,7 +64,10 @@ type threadLaunch struct {
 	// pidNS is the run's pid namespace (an fd of its holder, -1: none): the thread joins it
 	// for its children only (setns CLONE_NEWPID changes the namespace of the children a
 	// task forks from then on, never its own), so the child is born inside it.
-	pidNS  int
+	pidNS int
+	// netNS is the plugin session's egress namespace (an fd, -1: none): the thread joins
+	// it, so the child is born inside it.
+	netNS  int
 	holder *pidHolder // whose namespace pidNS is (nil: none)
 	// tmpl is the view template to copy (nil: build the view afresh).
 	tmpl *kernel.Template
@@ -141,6 +144,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 	}
 	if err := unix.Unshare(unshareFlags); err != nil {
 		return 0, threadStep("unshare", err)
+	}
+	if tl.netNS >= 0 {
+		if err := unix.Setns(tl.netNS, unix.CLONE_NEWNET); err != nil {
+			return 0, threadStep("network namespace", err)
+		}
 	}
 	if tl.pidNS >= 0 {
 		if err := unix.Setns(tl.pidNS, unix.CLONE_NEWPID); err != nil {
