@@ -77,8 +77,10 @@ type InstallOptions struct {
 	// RecordSource, when set, is the source recorded instead of the dir (a bare executable
 	// fledge wrapped in a dir of its own records the executable's path).
 	RecordSource string
-	// HooksOffline runs the hooks with no network (Hook.Offline).
-	HooksOffline bool
+	// HooksOffline runs the hooks with no network (Hook.Offline), or, with HooksNetworkTo,
+	// with only those destinations (Hook.NetworkTo).
+	HooksOffline   bool
+	HooksNetworkTo []string
 	// KeepGrants (plugins update) are the grants the plugin holds now; they are kept when
 	// the new manifest asks for no more than PreviousAsked (what the replaced one asked
 	// for), else the grants are decided again as for a fresh install.
@@ -191,7 +193,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 			return nil, fmt.Errorf("%w: no hook runner configured", ErrHooks)
 		}
 		for _, h := range hooks {
-			h.Offline = o.HooksOffline
+			h.Offline, h.NetworkTo = o.HooksOffline, o.HooksNetworkTo
 			if err := o.RunHook(ctx, stage, h); err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrHooks, h.Name, err)
 			}

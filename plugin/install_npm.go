@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,6 +94,9 @@ type NPMPackage struct {
 	Entry    string // the entry point, relative to the plugin dir
 	Scripts  []string
 	Manifest *Manifest
+	// Registry is the registry npm fetched from, as a destination ("host:port"), for the
+	// install scripts' network; "" when npm does not say.
+	Registry string
 }
 
 // IsPackageSource reports whether s names a package (npm:, pypi:, oci:) rather than a dir
@@ -368,7 +373,8 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 	if err := os.WriteFile(filepath.Join(o.Dir, ManifestFile), b.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
-	return &NPMPackage{Request: r, Name: name, Version: meta.Version, Entry: entryRel, Scripts: scripts, Manifest: man}, nil
+	return &NPMPackage{Request: r, Name: name, Version: meta.Version, Entry: entryRel, Scripts: scripts, Manifest: man,
+		Registry: npmRegistry(ctx, npm, o.Dir, cmd.Env)}, nil
 }
 
 // wrapperScript runs node on the entry point with the arguments. Arguments are quoted
@@ -621,4 +627,39 @@ func clipN(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// npmRegistry is the registry npm is configured for in this environment, as a destination
+// ("host:port": the URL's port, else 443 for https and 80 for http); "" when npm does not
+// say within a few seconds or says something that is not an http(s) URL.
+func npmRegistry(ctx context.Context, npm, dir string, environ []string) string {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, npm, "config", "get", "registry")
+	cmd.Dir, cmd.Env = dir, environ
+	var buf limitedBuffer
+	buf.max = 4 << 10
+	cmd.Stdout = &buf
+	cmd.WaitDelay = 2 * time.Second
+	if cmd.Run() != nil {
+		return ""
+	}
+	return RegistryDestination(strings.TrimSpace(buf.String()))
+}
+
+// RegistryDestination turns a registry URL into the destination its fetches reach
+// ("registry.npmjs.org:443"); "" for anything but an http(s) URL with a host.
+func RegistryDestination(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }

@@ -103,3 +103,20 @@ func TestReadServerJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, sj)
 }
+
+func TestRegistryDestination(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://registry.npmjs.org/":      "registry.npmjs.org:443",
+		"http://127.0.0.1:4873/":           "127.0.0.1:4873",
+		"https://Npm.Example.COM:8443/x/y": "npm.example.com:8443",
+		"http://mirror.local/":             "mirror.local:80",
+		"":                                 "",
+		"file:///srv/npm":                  "",
+		"ftp://x/":                         "",
+		"not a url":                        "",
+	} {
+		if got := RegistryDestination(in); got != want {
+			t.Errorf("RegistryDestination(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

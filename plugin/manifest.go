@@ -208,6 +208,10 @@ type Hook struct {
 	// Offline: the hook gets no network at all (install scripts of an npm package fetched
 	// already: they need none, and a script that phones home must not).
 	Offline bool
+	// NetworkTo, when set, are the only destinations ("host:port") the hook reaches, by
+	// name, through fledge's network by destination (an npm package's install scripts reach
+	// the registry npm is configured for, and nothing else).
+	NetworkTo []string
 }
 
 // Declared returns the declared capabilities as grants.

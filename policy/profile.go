@@ -318,6 +318,20 @@ func (c *Config) Egress(g Grants) *egress.Session {
 	return egress.NewSession(p, egress.Limits{})
 }
 
+// HookEgress is the network by destination of one install hook that may reach only dests
+// (an npm package's install scripts: the registry), or nil when policy denies networking or
+// dests is empty or invalid (the hook then gets no network at all).
+func (c *Config) HookEgress(dests []string) *egress.Session {
+	if c.Sandbox.Network == NetworkDeny || len(dests) == 0 {
+		return nil
+	}
+	p, err := egress.NewPolicy(false, dests)
+	if err != nil {
+		return nil
+	}
+	return egress.NewSession(p, egress.Limits{})
+}
+
 // NetworkText says in words what network a plugin (and each command it runs) gets with
 // grants g under this policy (plugins info, doctor).
 func (c *Config) NetworkText(g Grants) string {

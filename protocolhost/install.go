@@ -12,6 +12,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/reason"
@@ -176,12 +177,27 @@ func (in *installer) hookRunner() plugin.HookRunner {
 		if h.Offline {
 			spec.Network = false
 		}
+		rec := e.NewRecorder(in.log, nil, nil)
+		var networkTo []string
+		if len(h.NetworkTo) > 0 {
+			// Only these destinations, by name, through fledge (an npm package's scripts:
+			// the registry); each connection and lookup is recorded in the hook's session.
+			if sess := e.Config.HookEgress(h.NetworkTo); sess != nil {
+				spec.Network, spec.Egress = false, sess
+				core.RecordNetwork(sess, rec)
+				defer sess.Close()
+				networkTo = h.NetworkTo
+			}
+		}
 		// Hook output is plugin bytes: on a terminal, sanitised like every plugin's.
 		hookOut, flush := pluginStream(out)
 		defer flush()
 		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, hookOut, hookOut
-		rec := e.NewRecorder(in.log, nil, nil)
-		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir, "network": spec.Network})
+		details := map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir, "network": spec.Network}
+		if networkTo != nil {
+			details["network_to"] = networkTo
+		}
+		sync, err := rec.BeforeAct(audit.EventExecDecision, details)
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}

