@@ -63,8 +63,39 @@ func (h *Host) Learn(ctx context.Context, name, command string, args []string, o
 	if err != nil {
 		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
 	}
-	learnReport(out, entry, session, found, paths, proj, home)
+	learnReport(out, entry, session, found, paths, proj, home, h.secretsNotGranted(entry))
 	return runErr, nil
+}
+
+// secretNote is one secret the approved manifest declares and the plugin does not hold,
+// with where the user has it (never its value).
+type secretNote struct{ name, where string }
+
+// secretsNotGranted lists the declared secrets the plugin was not granted: the run did not
+// get them, so a failure for want of one shows as nothing at all in the kernel's records.
+// Only the approved manifest counts (a grant is checked against it); an edited one proposes
+// nothing, as `plugins grant` would refuse it.
+func (h *Host) secretsNotGranted(entry *plugin.Entry) []secretNote {
+	m, _, err := plugin.LoadManifest(plugin.Dir(h.Env.ConfigDir, entry.Name))
+	if err != nil || m.SHA256() != entry.ManifestSHA256 || !m.HoldsGrants() {
+		return nil
+	}
+	var out []secretNote
+	for _, n := range m.Declared().Secrets {
+		if slices.Contains(entry.Granted.Secrets, n) {
+			continue
+		}
+		where := "set neither in your environment nor in fledge's secret store: after granting, export it or store it with 'fledge secrets set " + n + "'"
+		if _, ok := os.LookupEnv(n); ok {
+			where = "set in your environment"
+		} else if _, ok, err := plugin.LookupSecret(h.Env.StateDir, n); err == nil && ok {
+			where = "stored with 'fledge secrets set'"
+		} else if err != nil {
+			where = "fledge's secret store: " + err.Error()
+		}
+		out = append(out, secretNote{name: n, where: where})
+	}
+	return out
 }
 
 // learned is one refused access, with how often and where it was seen.
@@ -122,7 +153,7 @@ func (h *Host) TraceSummary(session string) int {
 // report prints the proposals: the smallest grant for each refused access a grant can
 // lift, with its evidence; then what no grant lifts.
 func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[string]*learned,
-	paths policy.Paths, proj *project.Info, home string) {
+	paths policy.Paths, proj *project.Info, home string, secrets []secretNote) {
 	type proposal struct {
 		item     string
 		evidence []string
@@ -192,6 +223,9 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 				apart = append(apart, ev+": on the kernel deny-list, no grant gives it")
 			}
 		}
+	}
+	for _, sn := range secrets {
+		propose("secret="+sn.name, fmt.Sprintf("%s is declared in plugin.toml and not granted, so the run did not get it (%s)", sn.name, sn.where))
 	}
 	fmt.Fprintf(w, "traced %s under its current grants (%s); session %s\n", entry.Name, entry.Granted.String(), session)
 	if len(order) == 0 {
