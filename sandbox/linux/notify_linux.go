@@ -37,6 +37,9 @@ type runNotify struct {
 	cancel chan struct{}  // closed when the launch failed
 	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
 	stubEnd *os.File
+	// llSeen/llStop: the run's Landlock denials from the kernel's audit (nil: none).
+	llSeen func() int64
+	llStop func()
 }
 
 // newRunNotify prepares spec's recording for pol (nil when spec asks for none or this
@@ -126,6 +129,55 @@ func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 	return nil
 }
 
+// watchLandlock makes the Landlock denials the kernel's audit logs for this run reports
+// of kind "landlock": the launch thread (or stub) is named before it restricts itself, and
+// the domain logged under that name is the run's. Nothing when this process cannot read
+// the kernel's audit or the kernel does not log denials after exec (ABI below 7).
+func (rn *runNotify) watchLandlock(pol *stub.Policy) {
+	if pol.Landlock == nil || !pol.Landlock.LogExec || min(pol.Landlock.ABI, kernel.MaxLandlockABI) < 7 {
+		return
+	}
+	name := kernel.LandlockAuditName()
+	seen, stop, ok := kernel.WatchLandlock(name, func(d kernel.LandlockDenial) {
+		rn.log.Add(sandbox.KernelDenial{Kind: "landlock", Path: d.Path, Access: d.Blockers, Object: d.Object})
+	})
+	if !ok {
+		return
+	}
+	pol.AuditName, rn.llSeen, rn.llStop = name, seen, stop
+}
+
+// landlockSettle bounds how long the end of a run waits for the kernel's audit thread to
+// deliver its last Landlock records (they are queued before the run's processes exit, and
+// delivered asynchronously): until none came for landlockQuiet, at most landlockSettle.
+const (
+	landlockSettle = 250 * time.Millisecond
+	landlockQuiet  = 25 * time.Millisecond
+)
+
+// stopLandlock ends the run's Landlock watch once its last records had a chance to arrive.
+// It waits only while the kernel's audit is on (records flow at all).
+func (rn *runNotify) stopLandlock() {
+	if rn.llStop == nil {
+		return
+	}
+	// Unknown (a pid namespace of its own cannot ask) counts as on: records may flow.
+	if on, err := kernel.KernelAuditEnabled(); err != nil || on {
+		deadline := time.Now().Add(landlockSettle)
+		last := rn.llSeen()
+		for time.Now().Before(deadline) {
+			time.Sleep(landlockQuiet)
+			n := rn.llSeen()
+			if n == last {
+				break
+			}
+			last = n
+		}
+	}
+	rn.llStop()
+	rn.llStop = nil
+}
+
 // launched is called once the launch succeeded. The host's end of the pair is closed: the
 // launch thread's copy dies with the thread, so a receiver still waiting sees EOF.
 func (rn *runNotify) launched() {
@@ -153,6 +205,10 @@ func (rn *runNotify) abort() {
 	}
 	close(rn.cancel)
 	<-rn.ready
+	if rn.llStop != nil {
+		rn.llStop()
+		rn.llStop = nil
+	}
 	if rn.srv != nil {
 		rn.srv.Stop(notifyStopBound) // the failed launch's thread is gone or going
 	}
@@ -189,6 +245,7 @@ func (rn *runNotify) finish() {
 	if rn.srv != nil {
 		rn.srv.Stop(notifyStopBound)
 	}
+	rn.stopLandlock()
 	rn.log.Flush()
 }
 
@@ -209,6 +266,8 @@ func landlockAudit(abi int) string {
 	switch {
 	case err != nil:
 		return "unknown"
+	case on && kernel.NotifySupported() && kernel.AuditReadCapable():
+		return "recorded"
 	case on:
 		return "kernel-audit"
 	}

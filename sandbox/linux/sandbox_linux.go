@@ -634,6 +634,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
 			} else {
 				p.notify = rn
+				rn.watchLandlock(pol)
 			}
 		}
 		if pol.View != nil && !s.userView && s.pidns.available() {
@@ -710,6 +711,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
 			} else {
 				p.notify = rn
+				rn.watchLandlock(pol)
 			}
 		}
 		launchOn := sp
