@@ -186,8 +186,11 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 	for _, k := range keys {
 		l := found[k]
 		ev := fmt.Sprintf("%s %s %s", l.syscall, l.access, l.target)
-		if l.kind == "syscall" {
+		switch l.kind {
+		case "syscall":
 			ev = l.syscall
+		case "landlock":
+			ev = fmt.Sprintf("landlock %s %s", l.access, l.target)
 		}
 		ev += fmt.Sprintf(" (%s)", times(l.count))
 		if len(l.commands) > 0 {
@@ -207,6 +210,21 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 				// Looked for, never opened: not proposed.
 			case l.access == "write":
 				apart = append(apart, ev+": writes go through exec in the project, no grant gives them elsewhere")
+			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
+				propose("filesystem=project", ev)
+			default:
+				if err := policy.CheckReadGrant(l.target, paths); err != nil {
+					apart = append(apart, ev+": "+err.Error())
+				} else {
+					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
+				}
+			}
+		case "landlock":
+			// Landlock's own refusal, from the kernel's audit: a read of a path is lifted
+			// by a read grant; anything else (a write, a port, a signal) by none.
+			switch {
+			case !landlockReadOnly(l.access) || l.target == "" || l.target == l.syscall:
+				apart = append(apart, ev+": refused by Landlock, no grant gives it")
 			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
 				propose("filesystem=project", ev)
 			default:
@@ -246,6 +264,19 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			fmt.Fprintf(w, "  %s\n", a)
 		}
 	}
+}
+
+// landlockReadOnly reports whether a Landlock record's blockers ask only to read.
+func landlockReadOnly(blockers string) bool {
+	if blockers == "" {
+		return false
+	}
+	for _, b := range strings.Split(blockers, ",") {
+		if b != "fs.read_file" && b != "fs.read_dir" {
+			return false
+		}
+	}
+	return true
 }
 
 func times(n int64) string {
