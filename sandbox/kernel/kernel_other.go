@@ -50,6 +50,9 @@ func NotifySupported() bool { return false }
 // ErrAuditUnknown: there is no Linux audit here.
 var ErrAuditUnknown = ErrUnsupported
 
+// KernelAuditStatus fails outside Linux.
+func KernelAuditStatus() (bool, uint32, error) { return false, 0, ErrUnsupported }
+
 // KernelAuditEnabled fails outside Linux.
 func KernelAuditEnabled() (bool, error) { return false, ErrUnsupported }
 

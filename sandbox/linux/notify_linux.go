@@ -147,35 +147,50 @@ func (rn *runNotify) watchLandlock(pol *stub.Policy) {
 	pol.AuditName, rn.llSeen, rn.llStop = name, seen, stop
 }
 
-// landlockSettle bounds how long the end of a run waits for the kernel's audit thread to
-// deliver its last Landlock records (they are queued before the run's processes exit, and
-// delivered asynchronously): until none came for landlockQuiet, at most landlockSettle.
+// The end of a run waits for its last Landlock records: the kernel queues them before the
+// run's processes exit and its audit thread delivers them asynchronously. Where fledge
+// can ask the kernel (AUDIT_GET), it waits until the queue is empty (backlog 0) and
+// landlockDrain more for the reader to take what was just sent; where it cannot (a pid
+// namespace of its own), until none came for landlockQuiet. Never longer than
+// landlockSettle; not at all when the audit is off.
 const (
 	landlockSettle = 250 * time.Millisecond
 	landlockQuiet  = 25 * time.Millisecond
+	landlockDrain  = 2 * time.Millisecond
 )
 
 // stopLandlock ends the run's Landlock watch once its last records had a chance to arrive.
-// It waits only while the kernel's audit is on (records flow at all).
 func (rn *runNotify) stopLandlock() {
 	if rn.llStop == nil {
 		return
 	}
-	// Unknown (a pid namespace of its own cannot ask) counts as on: records may flow.
-	if on, err := kernel.KernelAuditEnabled(); err != nil || on {
-		deadline := time.Now().Add(landlockSettle)
-		last := rn.llSeen()
-		for time.Now().Before(deadline) {
-			time.Sleep(landlockQuiet)
+	defer func() { rn.llStop(); rn.llStop = nil }()
+	start := time.Now()
+	last, quietSince := rn.llSeen(), start
+	for time.Since(start) < landlockSettle {
+		on, backlog, err := kernel.KernelAuditStatus()
+		switch {
+		case err == nil && !on:
+			return // nothing flows
+		case err == nil && backlog == 0:
+			time.Sleep(landlockDrain)
 			n := rn.llSeen()
 			if n == last {
-				break
+				return
 			}
 			last = n
+			continue
+		case err == nil:
+			time.Sleep(landlockDrain) // the queue is still being sent
+			continue
+		}
+		time.Sleep(landlockDrain)
+		if n := rn.llSeen(); n != last {
+			last, quietSince = n, time.Now()
+		} else if time.Since(quietSince) >= landlockQuiet {
+			return
 		}
 	}
-	rn.llStop()
-	rn.llStop = nil
 }
 
 // launched is called once the launch succeeded. The host's end of the pair is closed: the
