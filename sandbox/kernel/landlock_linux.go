@@ -84,7 +84,7 @@ func handledNet(abi int) uint64 {
 // ApplyLandlock builds the ruleset for l and enforces it on the calling thread (the stub,
 // which execs next). The caller must have set no_new_privs on this thread.
 func ApplyLandlock(l *Landlock) error {
-	rfd, err := buildRuleset(l)
+	rfd, _, err := buildRuleset(l)
 	if err != nil {
 		return err
 	}
@@ -92,11 +92,28 @@ func ApplyLandlock(l *Landlock) error {
 	return restrictSelf(l, rfd)
 }
 
-// buildRuleset creates the ruleset for l and returns its fd (close-on-exec).
-func buildRuleset(l *Landlock) (int, error) {
+// pathID is what a path named when a ruleset was built: its inode, or nothing.
+type pathID struct {
+	path     string
+	dev, ino uint64
+	missing  bool
+}
+
+// current says whether path still names what it named when the ruleset was built.
+func (id pathID) current() bool {
+	var st unix.Stat_t
+	if err := unix.Stat(id.path, &st); err != nil {
+		return id.missing && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR))
+	}
+	return !id.missing && st.Dev == id.dev && st.Ino == id.ino
+}
+
+// buildRuleset creates the ruleset for l and returns its fd (close-on-exec) and what each
+// path named then.
+func buildRuleset(l *Landlock) (int, []pathID, error) {
 	abi := min(l.ABI, MaxLandlockABI)
 	if abi < 1 {
-		return -1, errors.New("no Landlock ABI")
+		return -1, nil, errors.New("no Landlock ABI")
 	}
 	fs := handledFS(abi)
 	// Fields the kernel's ABI does not know stay zero, which every Landlock kernel accepts
@@ -113,7 +130,7 @@ func buildRuleset(l *Landlock) (int, error) {
 	}
 	rfd, err := ll.LandlockCreateRuleset(&attr, 0)
 	if err != nil {
-		return -1, fmt.Errorf("create_ruleset (abi %d): %w", abi, err)
+		return -1, nil, fmt.Errorf("create_ruleset (abi %d): %w", abi, err)
 	}
 	ok := false
 	defer func() {
@@ -126,6 +143,7 @@ func buildRuleset(l *Landlock) (int, error) {
 	// Device nodes are never needed in a project: creating one (with a capability a
 	// regression left behind) would hand out raw disk or memory access.
 	rw := fs &^ (ll.AccessFSMakeBlock | ll.AccessFSMakeChar)
+	ids := make([]pathID, 0, len(l.ReadExec)+len(l.ReadOnly)+len(l.ReadWrite))
 	for _, set := range []struct {
 		paths  []string
 		rights uint64
@@ -135,26 +153,28 @@ func buildRuleset(l *Landlock) (int, error) {
 		{l.ReadWrite, rw},
 	} {
 		for _, p := range set.paths {
-			if err := addPathRule(rfd, p, set.rights&fs); err != nil {
-				return -1, err
+			id, err := addPathRule(rfd, p, set.rights&fs)
+			if err != nil {
+				return -1, nil, err
 			}
+			ids = append(ids, id)
 		}
 	}
 	if l.ProcFD > 2 {
 		if err := addFDRule(rfd, l.ProcFD, readRights&fs, "/proc"); err != nil {
-			return -1, err
+			return -1, nil, err
 		}
 	}
 	if l.DenyNet && abi >= 4 && !l.BindAnyTCP {
 		for _, port := range l.BindTCP {
 			rule := ll.NetPortAttr{AllowedAccess: ll.AccessNetBindTCP, Port: uint64(port)}
 			if err := ll.LandlockAddNetPortRule(rfd, &rule, 0); err != nil {
-				return -1, fmt.Errorf("add rule bind tcp %d: %w", port, err)
+				return -1, nil, fmt.Errorf("add rule bind tcp %d: %w", port, err)
 			}
 		}
 	}
 	ok = true
-	return rfd, nil
+	return rfd, ids, nil
 }
 
 // restrictSelf enforces the ruleset rfd on the calling thread only: no TSYNC flag.
@@ -179,29 +199,30 @@ func addFDRule(rfd, fd int, rights uint64, name string) error {
 
 // addPathRule allows rights beneath path. Missing paths are skipped (PATH entries and
 // optional system dirs come and go); a file gets only the rights that apply to files.
-func addPathRule(rfd int, path string, rights uint64) error {
+func addPathRule(rfd int, path string, rights uint64) (pathID, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return nil
+			return pathID{path: path, missing: true}, nil
 		}
-		return fmt.Errorf("open %s: %w", path, err)
+		return pathID{}, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
+		return pathID{}, fmt.Errorf("stat %s: %w", path, err)
 	}
+	id := pathID{path: path, dev: st.Dev, ino: st.Ino}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		rights &= fileRights
 	}
 	if rights == 0 {
-		return nil
+		return id, nil
 	}
 	if err := ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: rights, ParentFd: fd}, 0); err != nil {
-		return fmt.Errorf("add rule %s: %w", path, err)
+		return pathID{}, fmt.Errorf("add rule %s: %w", path, err)
 	}
-	return nil
+	return id, nil
 }
 
 // LandlockRuleset returns a ruleset fd for l (close-on-exec; the caller closes it). The
@@ -209,10 +230,13 @@ func addPathRule(rfd int, path string, rights uint64) error {
 // table, and the thread enforces it with RestrictLandlock.
 //
 // Rulesets are cached per policy: a session's execs share one (the same paths and rights),
-// and building one (an open and a rule per path) is a measurable part of a short exec. A
-// ruleset holds the inodes it was built from; a path replaced afterwards is simply not
-// covered by the cached rule (stricter, never looser). Callers get their own dup, so the
-// bounded cache can close what it evicts.
+// and building one (an open, a stat, a rule and a close per path) is a measurable part of
+// a short exec. A ruleset holds the inodes it was built from, so a cached one is used only
+// while every path still names the inode (or the absence) it named at build time, one
+// stat per path: a grant replaced on disk (a project removed and cloned again, an /etc
+// file replaced by rename) gets a new ruleset instead of a rule for the old inode, which
+// would refuse the new one. Callers get their own dup, so the bounded cache can close what
+// it evicts.
 func LandlockRuleset(l *Landlock) (int, error) { return rulesets.get(l) }
 
 // RestrictLandlock enforces ruleset rfd (built for l) on the calling OS thread only. The
@@ -225,11 +249,16 @@ const maxCachedRulesets = 16
 
 type rulesetCache struct {
 	mu    sync.Mutex
-	fds   map[string]int
+	fds   map[string]cachedRuleset
 	order []string
 }
 
-var rulesets = &rulesetCache{fds: map[string]int{}}
+type cachedRuleset struct {
+	fd  int
+	ids []pathID
+}
+
+var rulesets = &rulesetCache{fds: map[string]cachedRuleset{}}
 
 func (c *rulesetCache) get(l *Landlock) (int, error) {
 	keyb, err := json.Marshal(l)
@@ -239,23 +268,49 @@ func (c *rulesetCache) get(l *Landlock) (int, error) {
 	key := string(keyb)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fd, ok := c.fds[key]
+	e, ok := c.fds[key]
+	if ok && !idsCurrent(e.ids) {
+		c.dropLocked(key)
+		ok = false
+	}
 	if !ok {
-		if fd, err = buildRuleset(l); err != nil {
+		fd, ids, err := buildRuleset(l)
+		if err != nil {
 			return -1, err
 		}
 		if len(c.order) >= maxCachedRulesets {
-			old := c.order[0]
-			c.order = c.order[1:]
-			unix.Close(c.fds[old])
-			delete(c.fds, old)
+			c.dropLocked(c.order[0])
 		}
-		c.fds[key] = fd
+		e = cachedRuleset{fd: fd, ids: ids}
+		c.fds[key] = e
 		c.order = append(c.order, key)
 	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	dup, err := unix.FcntlInt(uintptr(e.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("dup landlock ruleset: %w", err)
 	}
 	return dup, nil
+}
+
+// dropLocked closes and forgets the cached ruleset of key.
+func (c *rulesetCache) dropLocked(key string) {
+	if e, ok := c.fds[key]; ok {
+		unix.Close(e.fd)
+		delete(c.fds, key)
+	}
+	for i, k := range c.order {
+		if k == key {
+			c.order = append(c.order[:i], c.order[i+1:]...)
+			break
+		}
+	}
+}
+
+func idsCurrent(ids []pathID) bool {
+	for _, id := range ids {
+		if !id.current() {
+			return false
+		}
+	}
+	return true
 }

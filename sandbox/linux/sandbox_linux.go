@@ -86,7 +86,9 @@ type Sandbox struct {
 	cleanupErr []error
 
 	spares spares
-	guard  *guard
+	// tmps are finished runs' emptied TMPDIRs, handed to later runs (runtmp_linux.go).
+	tmps  runTmps
+	guard *guard
 	// pidns are the pid-namespace holders of the thread launcher's runs (nil: none here).
 	pidns *pidNamespaces
 	// templates are the thread launcher's view templates (nil: every view built afresh).
@@ -103,6 +105,7 @@ func (s *Sandbox) Close() error {
 	s.pidns.close()
 	s.templates.close()
 	s.cleanups.Wait()
+	tmpErr := s.tmps.closeAll()
 	if s.hideRoot >= 0 {
 		unix.Close(s.hideRoot)
 		s.hideRoot = -1
@@ -111,6 +114,9 @@ func (s *Sandbox) Close() error {
 	defer s.cleanupMu.Unlock()
 	errs := s.cleanupErr
 	s.cleanupErr = nil
+	if tmpErr != nil {
+		errs = append(errs, tmpErr)
+	}
 	if err := s.guard.close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -498,9 +504,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if perr != nil {
 			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, perr)
 		}
-		if p.tmp, err = os.MkdirTemp(parent, "fledge-tmp-"+sandbox.SafeName(spec.Name)+"-"); err != nil {
+		if p.tmpd, err = s.tmps.get(parent, spec.Name); err != nil {
 			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, err)
 		}
+		p.tmp, p.tmpParent = p.tmpd.path, parent
 		rw = append(rw, p.tmp)
 		env = sandbox.WithEnv(env, "TMPDIR", p.tmp)
 	}
@@ -778,7 +785,13 @@ type process struct {
 	cg    *runCgroup
 	stdio *stub.Stdio
 	tmp   string
-	tmpl  *viewTemplate // the view template the run was launched from (nil: none)
+	// tmpd and tmpParent are tmp's identity and parent: a TMPDIR is handed to a later run
+	// only when treeGone (runtmp_linux.go).
+	tmpd      tmpDir
+	tmpParent string
+	// treeGone: the run's cgroup was killed and seen empty, so no process of it is left.
+	treeGone bool
+	tmpl     *viewTemplate // the view template the run was launched from (nil: none)
 	// holder is the pid namespace the run was launched into (nil: none), held until cleanup.
 	holder *pidHolder
 	// status is an init stub's status pipe (userView): proc is the stub, the program's
@@ -929,6 +942,7 @@ func (p *process) wait() {
 			errs = append(errs, err)
 		}
 		res.OOMKilled, res.PeakMemory = p.cg.stats()
+		p.treeGone = len(errs) == 0
 	}
 	if !p.stdio.Finish(copyGrace) {
 		res.Mode.Degraded = append(res.Mode.Degraded, "output copy did not finish")
@@ -982,7 +996,13 @@ func (p *process) cleanup() error {
 		p.tmpl = nil
 	}
 	if p.tmp != "" {
-		if err := os.RemoveAll(p.tmp); err != nil {
+		var err error
+		if p.treeGone {
+			err = p.sb.tmps.put(p.tmpParent, p.spec.Name, p.tmpd)
+		} else {
+			err = os.RemoveAll(p.tmp)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
