@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
+	"time"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -232,11 +234,11 @@ func addPathRule(rfd int, path string, rights uint64) (pathID, error) {
 // Rulesets are cached per policy: a session's execs share one (the same paths and rights),
 // and building one (an open, a stat, a rule and a close per path) is a measurable part of
 // a short exec. A ruleset holds the inodes it was built from, so a cached one is used only
-// while every path still names the inode (or the absence) it named at build time, one
-// stat per path: a grant replaced on disk (a project removed and cloned again, an /etc
-// file replaced by rename) gets a new ruleset instead of a rule for the old inode, which
-// would refuse the new one. Callers get their own dup, so the bounded cache can close what
-// it evicts.
+// while every path still names the inode (or the absence) it named at build time: a grant
+// replaced on disk (a project removed and cloned again, an /etc file replaced by rename)
+// gets a new ruleset instead of a rule for the old inode, which would refuse the new one.
+// Paths are checked by their parent directory where that says enough (see rulesetIDs).
+// Callers get their own dup, so the bounded cache can close what it evicts.
 func LandlockRuleset(l *Landlock) (int, error) { return rulesets.get(l) }
 
 // RestrictLandlock enforces ruleset rfd (built for l) on the calling OS thread only. The
@@ -255,7 +257,7 @@ type rulesetCache struct {
 
 type cachedRuleset struct {
 	fd  int
-	ids []pathID
+	ids *rulesetIDs
 }
 
 var rulesets = &rulesetCache{fds: map[string]cachedRuleset{}}
@@ -269,11 +271,14 @@ func (c *rulesetCache) get(l *Landlock) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.fds[key]
-	if ok && !idsCurrent(e.ids) {
+	if ok && !e.ids.current() {
 		c.dropLocked(key)
 		ok = false
 	}
 	if !ok {
+		// The parents' stamps are taken before the build opens their entries: a change
+		// after a stamp shows as a newer time later.
+		dirs := stampParents(l)
 		fd, ids, err := buildRuleset(l)
 		if err != nil {
 			return -1, err
@@ -281,7 +286,7 @@ func (c *rulesetCache) get(l *Landlock) (int, error) {
 		if len(c.order) >= maxCachedRulesets {
 			c.dropLocked(c.order[0])
 		}
-		e = cachedRuleset{fd: fd, ids: ids}
+		e = cachedRuleset{fd: fd, ids: newRulesetIDs(dirs, ids)}
 		c.fds[key] = e
 		c.order = append(c.order, key)
 	}
@@ -304,6 +309,123 @@ func (c *rulesetCache) dropLocked(key string) {
 			break
 		}
 	}
+}
+
+// A directory's mtime and ctime move whenever one of its entries is added, removed,
+// renamed or replaced, so while a directory's stamp is unchanged, every name in it still
+// names the inode (or the absence) it named — for a name that is not itself a symlink,
+// which could be retargeted without touching the directory. A stamp is trusted only when
+// both times are older than dirSettle when it is taken: a change within the filesystem's
+// timestamp granularity after the stamp then still shows as a newer time. The parent is
+// stat'ed by its path, so a directory replaced or a symlink on the way retargeted shows as
+// another inode. (A mount placed over an entry leaves its directory's times alone: the
+// cached rule then covers the hidden inode and not the mounted one, which is refused.)
+const dirSettle = time.Second
+
+type dirStamp struct {
+	dev, ino     uint64
+	mtime, ctime unix.Timespec
+}
+
+func stampDir(path string) (dirStamp, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return dirStamp{}, false
+	}
+	return dirStamp{dev: st.Dev, ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim}, true
+}
+
+func (d dirStamp) settled(now time.Time) bool {
+	limit := now.Add(-dirSettle)
+	return time.Unix(d.mtime.Unix()).Before(limit) && time.Unix(d.ctime.Unix()).Before(limit)
+}
+
+// stampParents stamps the parent directory of every path of l that is settled.
+func stampParents(l *Landlock) map[string]dirStamp {
+	now := time.Now()
+	out := map[string]dirStamp{}
+	seen := map[string]bool{}
+	for _, set := range [][]string{l.ReadExec, l.ReadOnly, l.ReadWrite} {
+		for _, p := range set {
+			dir := filepath.Dir(filepath.Clean(p))
+			if seen[dir] {
+				continue
+			}
+			seen[dir] = true
+			if st, ok := stampDir(dir); ok && st.settled(now) {
+				out[dir] = st
+			}
+		}
+	}
+	return out
+}
+
+// rulesetIDs is what a cached ruleset's paths named at build time: paths checked through
+// their parent's stamp (byDir), and the rest one stat each.
+type rulesetIDs struct {
+	byDir map[string]*dirGroup
+	each  []pathID
+}
+
+type dirGroup struct {
+	stamp dirStamp
+	ids   []pathID
+}
+
+// newRulesetIDs sorts ids into those their parent's stamp (from before the build) vouches
+// for and those checked one by one.
+func newRulesetIDs(dirs map[string]dirStamp, ids []pathID) *rulesetIDs {
+	r := &rulesetIDs{byDir: map[string]*dirGroup{}}
+	for _, id := range ids {
+		dir := filepath.Dir(filepath.Clean(id.path))
+		st, ok := dirs[dir]
+		if !ok || !plainEntry(id) {
+			r.each = append(r.each, id)
+			continue
+		}
+		g := r.byDir[dir]
+		if g == nil {
+			g = &dirGroup{stamp: st}
+			r.byDir[dir] = g
+		}
+		g.ids = append(g.ids, id)
+	}
+	return r
+}
+
+// plainEntry: id's path is a directory entry that is not a symlink (lstat agrees with what
+// the build opened), or no entry at all.
+func plainEntry(id pathID) bool {
+	var st unix.Stat_t
+	err := unix.Lstat(id.path, &st)
+	if id.missing {
+		return errors.Is(err, unix.ENOENT)
+	}
+	return err == nil && st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Dev == id.dev && st.Ino == id.ino
+}
+
+// current: every path still names what it named at build time. A directory whose stamp
+// moved has its entries checked one by one, and its new stamp kept when they all hold and
+// it is settled. Called under the cache's lock.
+func (r *rulesetIDs) current() bool {
+	now := time.Now()
+	for dir, g := range r.byDir {
+		st, ok := stampDir(dir)
+		if ok && st == g.stamp {
+			continue
+		}
+		if !idsCurrent(g.ids) {
+			return false
+		}
+		if ok && st.settled(now) {
+			g.stamp = st
+		} else {
+			// Not trusted any more: its entries are checked one by one from now on.
+			r.each = append(r.each, g.ids...)
+			delete(r.byDir, dir)
+		}
+	}
+	return idsCurrent(r.each)
 }
 
 func idsCurrent(ids []pathID) bool {
