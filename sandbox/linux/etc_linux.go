@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,10 +61,11 @@ type dirStamp struct {
 }
 
 type etcExpansion struct {
-	mu     sync.Mutex
-	root   string
-	stamps []dirStamp
-	out    []string
+	mu      sync.Mutex
+	root    string
+	secrets []string
+	stamps  []dirStamp
+	out     []string
 }
 
 var etcCache etcExpansion
@@ -80,7 +82,7 @@ func stampDir(path string) (dirStamp, bool) {
 func (c *etcExpansion) list(dir string, secrets []string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.root == dir && c.stamps != nil {
+	if c.root == dir && slices.Equal(c.secrets, secrets) && c.stamps != nil {
 		current := true
 		for _, old := range c.stamps {
 			if now, ok := stampDir(old.path); !ok || now != old {
@@ -102,7 +104,7 @@ func (c *etcExpansion) list(dir string, secrets []string) []string {
 			return out // too fresh (or unstatable) to trust its times: not kept
 		}
 	}
-	c.root, c.stamps, c.out = dir, stamps, append([]string(nil), out...)
+	c.root, c.secrets, c.stamps, c.out = dir, append([]string(nil), secrets...), stamps, append([]string(nil), out...)
 	return out
 }
 
