@@ -29,6 +29,10 @@ const (
 	BreakTornTail      BreakKind = "torn_tail"      // the last line is partial: a write cut short by a crash
 	BreakBadJSON       BreakKind = "bad_json"       // a line that is not a fledge record
 	BreakChainMismatch BreakKind = "chain_mismatch" // prev_hash does not match the previous record
+	// BreakTruncated: the log is shorter than its head or its witness says it was (records
+	// deleted from the end), or a log_truncated record says a writer found it so.
+	BreakTruncated BreakKind = "truncated"
+	BreakBadHead   BreakKind = "bad_head" // the head file exists but no slot of it is valid
 )
 
 // lineError says why one line is not a valid record.

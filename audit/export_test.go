@@ -156,6 +156,11 @@ func TestExportFixtureIsAValidLog(t *testing.T) {
 		seen[r.Event] = true
 	}
 	for _, e := range Events {
+		if e == EventLogTruncated {
+			// It marks a gap in the chain by design, so a valid fixture cannot hold one; its
+			// mappings are checked by TestOCSFValidatesAgainstSchema.
+			continue
+		}
 		assert.True(t, seen[e], "the fixture has a %s record", e)
 	}
 }

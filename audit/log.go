@@ -84,6 +84,12 @@ type Options struct {
 	// the rest fits. 0 = DefaultMaxTotalBytes, -1 = keep everything. Needs rotation, and at
 	// least 2*(RotateBytes+MaxRecordBytes) so the newest rotated file is always kept.
 	MaxTotalBytes int64
+	// Witness receives a checkpoint (the head) after each durable append, to keep where the
+	// plugin's user cannot rewrite it (see witness.go); nil: none. The Log closes it.
+	Witness Witness
+	// WitnessError is told the first failure to update the head or reach the witness (the
+	// append itself succeeded); nil: ignored.
+	WitnessError func(error)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -175,7 +181,10 @@ type Log struct {
 	pid    int
 	closed bool
 	tail   *tailCache // the chain position after our last write, while the file is unchanged
-	io     fileIO     // write and fsync; replaced only by tests that inject I/O failures
+	head   *os.File   // <path>.head: where the chain stood after the last durable append
+	// witnessErr is set once the first head or witness failure was reported.
+	witnessErr bool
+	io         fileIO // write and fsync; replaced only by tests that inject I/O failures
 }
 
 // fileIO is the two calls an append makes on the live file. Tests inject failures here
@@ -248,7 +257,12 @@ func Open(path string, opts Options) (*Log, error) {
 	if err != nil {
 		host = "unknown"
 	}
-	l := &Log{path: abs, dir: dir, opts: o, lock: lock, host: host, uid: os.Getuid(), pid: os.Getpid()}
+	head, err := openPrivate(abs+HeadSuffix, os.O_RDWR)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	l := &Log{path: abs, dir: dir, opts: o, lock: lock, head: head, host: host, uid: os.Getuid(), pid: os.Getpid()}
 	err = l.locked(func() error {
 		f, err := l.liveFile()
 		if err != nil {
@@ -325,6 +339,9 @@ func (l *Log) AppendBudget(r *Record, durable bool, b Budget) error {
 		}
 		s.commit(r)
 		l.remember(f, chainPos{s.seq, s.hash})
+		if sync || durable {
+			l.advanceHead(chainPos{s.seq, s.hash}, s.time)
+		}
 		// The record is safely in the live file; a failed rename is retried by the next
 		// append, so it must not read as a failed append.
 		_ = l.maybeRotate(f)
@@ -392,10 +409,14 @@ func (l *Log) AppendDeferredSyncBudget(r *Record, b Budget) (sync func() error, 
 				_ = wait()
 				return errors.Join(fmt.Errorf("audit: stat %s: %w", l.path, err), l.rollback(f, start, &prev))
 			}
-			sync = l.rollbackOnFailure(wait, fi, start, &prev)
+			sync = l.rollbackOnFailure(wait, fi, start, &prev, chainPos{s.seq, s.hash}, s.time)
 		}
 		s.commit(r)
 		l.remember(f, chainPos{s.seq, s.hash})
+		if l.opts.Fsync != FsyncDurable {
+			// Synced already (always), or never synced (never): the head moves now.
+			l.advanceHead(chainPos{s.seq, s.hash}, s.time)
+		}
 		_ = l.maybeRotate(f)
 		return nil
 	})
@@ -432,6 +453,14 @@ func (l *Log) Close() error {
 		l.f = nil
 	}
 	errs = append(errs, l.lock.Close())
+	if l.head != nil {
+		errs = append(errs, l.head.Close())
+	}
+	if l.opts.Witness != nil {
+		if err := l.opts.Witness.Close(); err != nil {
+			l.witnessFailed(err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -524,6 +553,7 @@ func (l *Log) rollback(f *os.File, start int64, prev *chainPos) error {
 	}
 	if prev != nil {
 		l.remember(f, *prev)
+		l.resetHead(*prev)
 	}
 	return nil
 }
@@ -532,7 +562,9 @@ func (l *Log) rollback(f *os.File, start int64, prev *chainPos) error {
 // taken back as Append would, as long as it is still the last thing in the same live file
 // (fi, ending at its size). Once another record chained to it, or the file rotated, it
 // stays: it is whole, so the log still verifies, and the caller still does not act on it.
-func (l *Log) rollbackOnFailure(wait func() error, fi os.FileInfo, start int64, prev *chainPos) func() error {
+//
+// Once the fsync succeeded, the head advances to the record (pos, written at t).
+func (l *Log) rollbackOnFailure(wait func() error, fi os.FileInfo, start int64, prev *chainPos, pos chainPos, t time.Time) func() error {
 	var res error
 	done := false
 	return func() error {
@@ -542,6 +574,11 @@ func (l *Log) rollbackOnFailure(wait func() error, fi os.FileInfo, start int64, 
 		done = true
 		res = wait()
 		if res == nil {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if !l.closed {
+				_ = l.locked(func() error { l.advanceHeadLate(pos, t); return nil })
+			}
 			return nil
 		}
 		l.mu.Lock()
@@ -580,6 +617,9 @@ var genesis = chainPos{0, ZeroHash}
 // prepare reads the chain's tail from disk (never from memory: another process may have
 // appended) and repairs a torn tail: it terminates the torn bytes and appends a
 // log_recovered record naming them, chained to the last complete record.
+//
+// A tail read from disk is then checked against the head: a log shorter than its head gets
+// a log_truncated record (see checkTruncated).
 func (l *Log) prepare(f *os.File) (chainPos, error) {
 	fi, err := f.Stat()
 	if err != nil {
@@ -589,6 +629,16 @@ func (l *Log) prepare(f *os.File) (chainPos, error) {
 		return c.pos, nil
 	}
 	l.tail = nil
+	pos, err := l.prepareTail(f, fi)
+	if err != nil {
+		return chainPos{}, err
+	}
+	return l.checkTruncated(f, pos)
+}
+
+// prepareTail reads the chain's tail from f (of info fi) and recovers a torn tail.
+func (l *Log) prepareTail(f *os.File, fi os.FileInfo) (chainPos, error) {
+	var err error
 	ti := &tailInfo{}
 	if fi.Size() > 0 {
 		if ti, err = readTail(f, fi.Size()); err != nil {

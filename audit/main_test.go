@@ -24,6 +24,7 @@ const (
 	envFsync       = "FLEDGE_AUDIT_TEST_FSYNC"
 	envDetailBytes = "FLEDGE_AUDIT_TEST_DETAIL_BYTES"
 	envBarrier     = "FLEDGE_AUDIT_TEST_BARRIER" // wait for stdin EOF before writing
+	envWitness     = "FLEDGE_AUDIT_TEST_WITNESS" // [audit] witness of the writer
 )
 
 func TestMain(m *testing.M) {
@@ -50,7 +51,13 @@ func writerMain(path string) error {
 			return fmt.Errorf("barrier: no start signal within 30s")
 		}
 	}
-	l, err := Open(path, Options{Fsync: FsyncPolicy(os.Getenv(envFsync)), RotateBytes: rotate})
+	witness, err := ParseWitness(os.Getenv(envWitness))
+	if err != nil {
+		return err
+	}
+	var werr error
+	l, err := Open(path, Options{Fsync: FsyncPolicy(os.Getenv(envFsync)), RotateBytes: rotate, Witness: witness,
+		WitnessError: func(err error) { werr = err }})
 	if err != nil {
 		return err
 	}
@@ -68,7 +75,10 @@ func writerMain(path string) error {
 			fmt.Println("ready")
 		}
 	}
-	return nil
+	if err := l.Close(); err != nil {
+		return err
+	}
+	return werr
 }
 
 func testRecord(i int) *Record {

@@ -115,6 +115,7 @@ func (l *Log) pruneRound() (more bool, err error) {
 		return false, err
 	}
 	l.remember(f, chainPos{s.seq, s.hash})
+	l.advanceHead(chainPos{s.seq, s.hash}, s.time)
 	// Oldest first: a crash part-way leaves a start that the record's per-file list names.
 	for _, v := range victims {
 		if err := os.Remove(v.path); err != nil {

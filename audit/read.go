@@ -168,6 +168,9 @@ type snapshot struct {
 	// skipVanished: a rotated file deleted (pruned) after the snapshot is skipped, not an
 	// error (Read); Verify starts again instead, on what is kept.
 	skipVanished bool
+	// head is the log's head read under the same lock (nil: none); headErr when unreadable.
+	head    *Head
+	headErr error
 }
 
 // errVanished says a rotated file of the snapshot was deleted before it was read.
@@ -193,11 +196,18 @@ func takeSnapshot(path string) (*snapshot, error) {
 		}
 		defer funlock(lf)
 	}
+	s := &snapshot{}
+	// Under the lock, the head never names a record the files do not hold yet.
+	if s.head, err = ReadHead(abs); err != nil {
+		if !errors.Is(err, ErrBadHead) {
+			return nil, err
+		}
+		s.head, s.headErr = nil, err
+	}
 	rs, err := listRotated(abs)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	s := &snapshot{}
 	for _, r := range rs {
 		s.files = append(s.files, fileRef{path: r.path, size: -1})
 	}
@@ -215,7 +225,8 @@ func takeSnapshot(path string) (*snapshot, error) {
 		return nil, err
 	}
 	if len(s.files) == 0 {
-		return nil, fmt.Errorf("%w at %s: %w", ErrNoLog, abs, fs.ErrNotExist)
+		// The snapshot comes back for its head: a log deleted whole is shorter than its head.
+		return s, fmt.Errorf("%w at %s: %w", ErrNoLog, abs, fs.ErrNotExist)
 	}
 	return s, nil
 }

@@ -57,7 +57,7 @@ var Events = []string{
 	EventPluginStart, EventPluginExit, EventInstall, EventGrant, EventRevoke, EventRemove,
 	EventExecDecision, EventExecOutcome, EventCwdRefused, EventStore, EventLoad,
 	EventMetadata, EventPrompt, EventLimit, EventMalformed, EventSandboxDegraded,
-	EventLegacyUnconfined, EventGitQuarantine, EventLogRecovered, EventLogPruned, EventSuppressed,
+	EventLegacyUnconfined, EventGitQuarantine, EventLogRecovered, EventLogPruned, EventLogTruncated, EventSuppressed,
 	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
 	EventHandshake, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
 }

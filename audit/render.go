@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 // Column widths of the table. Fixed widths let the table stream with bounded memory.
 const (
+	colSession  = 16 // a session id is 16 hex digits
 	colPlugin   = 16
 	colEvent    = 17
 	colDecision = 8
@@ -37,8 +37,8 @@ func (t *TableWriter) Header() error {
 		return nil
 	}
 	t.header = true
-	_, err := fmt.Fprintf(t.w, "%-23s  %6s  %-*s  %-*s  %-*s  %-*s  %s\n", "TIME (UTC)", "SEQ",
-		colPlugin, "PLUGIN", colEvent, "EVENT", colDecision, "DECISION", colReason, "REASON", "DETAILS")
+	_, err := fmt.Fprintf(t.w, "%-23s  %6s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n", "TIME (UTC)", "SEQ",
+		colSession, "SESSION", colPlugin, "PLUGIN", colEvent, "EVENT", colDecision, "DECISION", colReason, "REASON", "DETAILS")
 	return err
 }
 
@@ -54,8 +54,12 @@ func (t *TableWriter) Write(r *Record) error {
 			plugin += "@" + r.Plugin.Version
 		}
 	}
-	row := fmt.Sprintf("%-23s  %6d  %s  %s  %s  %s  %s", r.Time.UTC().Format(timeLayout), r.Seq,
-		cell(plugin, colPlugin), cell(r.Event, colEvent), cell(string(r.Decision), colDecision),
+	session := r.Session
+	if session == "" {
+		session = "-"
+	}
+	row := fmt.Sprintf("%-23s  %6d  %s  %s  %s  %s  %s  %s", r.Time.UTC().Format(timeLayout), r.Seq,
+		cell(session, colSession), cell(plugin, colPlugin), cell(r.Event, colEvent), cell(string(r.Decision), colDecision),
 		cell(r.Reason, colReason), ShortDetails(r.Details, colDetails))
 	_, err := io.WriteString(t.w, strings.TrimRight(row, " ")+"\n")
 	return err
@@ -81,7 +85,8 @@ func ShortDetails(d map[string]any, max int) string {
 		switch v := d[k].(type) {
 		case string:
 			if v == "" || strings.ContainsAny(v, " =\"") {
-				j, _ := json.Marshal(v)
+				// Quoted as JSON, but without HTML escaping: "a && b", not "a \u0026\u0026 b".
+				j, _ := marshalCompact(v)
 				b.Write(j)
 			} else {
 				b.WriteString(v)

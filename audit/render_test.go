@@ -29,11 +29,12 @@ func golden(t *testing.T, name string, got []byte) {
 func renderFixture() []*Record {
 	t0 := time.Date(2026, 3, 1, 12, 30, 45, 123456789, time.UTC)
 	p := &PluginRef{Name: "hello", Version: "1.2.0"}
+	const sess = "3f2a9c1e0b7d4a55"
 	return []*Record{
-		{Seq: 1, Time: t0, Plugin: p, Event: EventPluginStart, Decision: Allow, Reason: "ok",
+		{Seq: 1, Time: t0, Session: sess, Plugin: p, Event: EventPluginStart, Decision: Allow, Reason: "ok",
 			Details: map[string]any{"pid": 4242}},
-		{Seq: 2, Time: t0.Add(time.Millisecond), Plugin: p, Event: EventExecDecision, Decision: Allow, Reason: "ok",
-			Details: map[string]any{DetailCommand: "git status", DetailCwdResolved: "/work/proj", DetailArgv: []any{"git", "status"}}},
+		{Seq: 2, Time: t0.Add(time.Millisecond), Session: sess, Plugin: p, Event: EventExecDecision, Decision: Allow, Reason: "ok",
+			Details: map[string]any{DetailCommand: "git status && make <all>", DetailCwdResolved: "/work/proj", DetailArgv: []any{"git", "status"}}},
 		{Seq: 3, Time: t0.Add(2 * time.Second), Plugin: p, Event: EventExecOutcome, Decision: Allow, Reason: "timeout",
 			Details: map[string]any{DetailExitCode: -1, DetailTimedOut: true, DetailDurationMS: 30000, DetailProcsKilled: 3}},
 		{Seq: 4, Time: t0.Add(3 * time.Second), Plugin: &PluginRef{Name: "a-plugin-with-a-very-long-name", Version: "10.20.30"},
@@ -54,6 +55,9 @@ func TestRenderTableGolden(t *testing.T) {
 	out := b.String()
 	assert.NotContains(t, out, "\x1b", "terminal escapes are neutralised")
 	assert.NotContains(t, out, "\u202e", "bidi overrides are neutralised")
+	assert.Contains(t, out, `command="git status && make <all>"`, "details are text, not HTML-escaped JSON")
+	assert.NotContains(t, out, `\u0026`)
+	assert.Contains(t, out, "  3f2a9c1e0b7d4a55  hello@1.2.0  ", "the session column")
 	golden(t, "table.golden", b.Bytes())
 
 	// The text format of `audit show` is this table.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"time"
 )
 
 // maxRecoveredListed bounds VerifyReport.Recovered; RecoveredCount has the full count.
@@ -42,6 +44,16 @@ type VerifyReport struct {
 	// log_pruned record PrunedBy (a seq) says, naming the hash the first kept record chains to.
 	PrunedThrough uint64
 	PrunedBy      uint64
+	// Head is the log's head (nil: none yet, as before the first durable append of a fledge
+	// that keeps one); Witness the checkpoint VerifyOptions gave. The log must reach both.
+	Head    *Head
+	Witness *Head
+}
+
+// VerifyOptions are what Verify checks the log against besides itself.
+type VerifyOptions struct {
+	// Witness is the newest checkpoint a witness kept (ParseCheckpoints); nil: none.
+	Witness *Head
 }
 
 // Verify walks the whole chain, rotated files first, and reports the first break: an edited
@@ -55,10 +67,19 @@ type VerifyReport struct {
 // A log whose oldest files fledge pruned starts after seq 1: that is accepted only when a
 // log_pruned record later in the chain names the first kept record's prev_hash as the last
 // hash it deleted; any other missing start (a file deleted by hand) is a deleted break.
+//
+// The end of the log is checked against its head (<log>.head) and the witness's checkpoint:
+// a log that ends before either, or whose record at their seq has another hash, is a
+// truncated break naming the missing seqs.
 func Verify(path string) (*VerifyReport, error) {
+	return VerifyWith(path, VerifyOptions{})
+}
+
+// VerifyWith is Verify checking the end of the log against o's witness checkpoint too.
+func VerifyWith(path string, o VerifyOptions) (*VerifyReport, error) {
 	// A writer may prune the oldest files while we read them: start again on what is kept.
 	for attempt := 0; ; attempt++ {
-		rep, err := verifyOnce(path)
+		rep, err := verifyOnce(path, o)
 		if errors.Is(err, errVanished) && attempt < 3 {
 			continue
 		}
@@ -66,13 +87,32 @@ func Verify(path string) (*VerifyReport, error) {
 	}
 }
 
-func verifyOnce(path string) (*VerifyReport, error) {
+func verifyOnce(path string, o VerifyOptions) (*VerifyReport, error) {
 	snap, err := takeSnapshot(path)
+	var want []anchorCheck
+	if snap != nil && snap.head != nil {
+		want = append(want, anchorCheck{Head: *snap.head, what: "its head (" + filepath.Base(path) + HeadSuffix + ")"})
+	}
+	if w := o.Witness; w != nil {
+		want = append(want, anchorCheck{Head: *w, what: "the witness's checkpoint"})
+	}
+	if errors.Is(err, ErrNoLog) && len(want) > 0 {
+		// No log file at all, but a head or witness says there were records.
+		rep := &VerifyReport{LastHash: ZeroHash, Head: snap.head, Witness: o.Witness}
+		v := &verifier{rep: rep, want: want}
+		v.checkEnd()
+		return rep, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer snap.close()
-	v := &verifier{snap: snap, rep: &VerifyReport{Files: snap.names(), LastHash: ZeroHash}}
+	v := &verifier{snap: snap, want: want, rep: &VerifyReport{Files: snap.names(), LastHash: ZeroHash, Head: snap.head, Witness: o.Witness}}
+	if snap.headErr != nil {
+		v.brk(path+HeadSuffix, 0, 0, BreakBadHead, snap.headErr.Error()+": the head was overwritten (only a writer's crash mid-update is expected, and it spoils one slot of two)")
+		v.rep.OK = false
+		return v.rep, nil
+	}
 	err = snap.walk(0, 0, 1, v.line)
 	var le *LineError
 	switch {
@@ -95,8 +135,59 @@ func verifyOnce(path string) (*VerifyReport, error) {
 		}
 		v.brk(a.file, a.line, a.seq+1, BreakDeleted, detail)
 	}
+	switch b := v.rep.Break; {
+	case b == nil:
+		v.checkEnd()
+	case b.Kind == BreakTornTail:
+		// A partial last line is a crash only when it comes after every record the head
+		// and witness name: cutting a durable record in two is truncation.
+		v.rep.Break = nil
+		v.checkEnd()
+		if v.rep.Break == nil {
+			v.rep.Break = b
+		} else {
+			v.rep.Break.Detail += fmt.Sprintf("; a partial line follows at %s line %d", b.File, b.Line)
+		}
+	}
 	v.rep.OK = v.rep.Break == nil
 	return v.rep, nil
+}
+
+// anchorCheck is a checkpoint the log must reach: the head or the witness's.
+type anchorCheck struct {
+	Head
+	what string
+	seen bool   // the record at Seq was walked
+	got  string // ... and had this hash
+}
+
+// checkEnd reports a log that ends before a checkpoint, or whose record at the checkpoint's
+// seq is another record.
+func (v *verifier) checkEnd() {
+	last := v.rep.LastSeq
+	file, line := "", 0
+	if v.snap != nil && len(v.snap.files) > 0 {
+		file = v.snap.files[len(v.snap.files)-1].path
+		line = v.lines
+	}
+	for _, a := range v.want {
+		when := a.Time.UTC().Format(time.RFC3339)
+		switch {
+		case a.Seq > last:
+			missing := fmt.Sprintf("records seq %d..%d are missing", last+1, a.Seq)
+			if a.Seq == last+1 {
+				missing = fmt.Sprintf("record seq %d is missing", a.Seq)
+			}
+			v.brk(file, line, last+1, BreakTruncated, fmt.Sprintf("the log ends at seq %d but %s says seq %d was written (%s): %s", last, a.what, a.Seq, when, missing))
+			return
+		case a.seen && a.got != a.Hash:
+			v.brk(file, line, a.Seq, BreakTruncated, fmt.Sprintf("record seq %d has hash %.12s… but %s names hash %.12s… (%s): the end of the log was replaced", a.Seq, a.got, a.what, a.Hash, when))
+			return
+		}
+	}
+	if v.snap == nil {
+		v.brk("", 0, 1, BreakTruncated, "no log at all")
+	}
 }
 
 // pruneAnchor is where a log that starts after seq 1 says the chain stood before it.
@@ -135,6 +226,8 @@ func (a *pruneAnchor) confirms(r *Record) bool {
 var errStop = errors.New("stop")
 
 type verifier struct {
+	want   []anchorCheck // checkpoints the log must reach
+	lines  int           // lines walked in the last file
 	snap   *snapshot
 	rep    *VerifyReport
 	g      *region      // pending torn lines
@@ -147,6 +240,7 @@ func (v *verifier) brk(file string, line int, seq uint64, kind BreakKind, detail
 }
 
 func (v *verifier) line(ln *line) error {
+	v.lines = ln.no
 	next := v.rep.LastSeq + 1
 	if v.g != nil && v.g.fileIdx != ln.fileIdx {
 		// Writers never rotate a file with a torn tail, so this is not a crash.
@@ -204,6 +298,11 @@ func (v *verifier) line(ln *line) error {
 	}
 	switch {
 	case r.Seq == next && r.PrevHash == prev:
+		for i := range v.want {
+			if v.want[i].Seq == r.Seq {
+				v.want[i].seen, v.want[i].got = true, r.Hash
+			}
+		}
 		v.rep.Records++
 		v.rep.LastSeq, v.rep.LastHash = r.Seq, r.Hash
 		if a := v.anchor; a != nil && !a.confirmed && a.confirms(r) {
@@ -211,6 +310,10 @@ func (v *verifier) line(ln *line) error {
 			v.rep.PrunedThrough, v.rep.PrunedBy = a.seq, r.Seq
 		}
 		return nil
+	case r.Seq == next && r.Event == EventLogTruncated:
+		return v.brk(ln.file, ln.no, r.Seq, BreakTruncated, fmt.Sprintf(
+			"record seq %d is not the one the head named (hash %.12s…): the end of the log was replaced, found by the writer of log_truncated seq %d (%s)",
+			next-1, r.PrevHash, r.Seq, r.Time.UTC().Format(time.RFC3339)))
 	case r.Seq == next:
 		return v.brk(ln.file, ln.no, r.Seq, BreakChainMismatch, fmt.Sprintf(
 			"prev_hash %.12s… does not match hash %.12s… of seq %d: that record was edited and re-hashed, or this one replaced",
@@ -227,6 +330,10 @@ func (v *verifier) line(ln *line) error {
 	detail := fmt.Sprintf("records seq %d..%d are missing", next, r.Seq-1)
 	if next == r.Seq-1 {
 		detail = fmt.Sprintf("record seq %d is missing", next)
+	}
+	if r.Event == EventLogTruncated {
+		// A writer found the log shorter than its head and went on from the head.
+		return v.brk(ln.file, ln.no, r.Seq, BreakTruncated, detail+fmt.Sprintf(": deleted from the end of the log, found by the writer of log_truncated seq %d (%s)", r.Seq, r.Time.UTC().Format(time.RFC3339)))
 	}
 	return v.brk(ln.file, ln.no, r.Seq, BreakDeleted, detail)
 }

@@ -127,24 +127,24 @@ log "exec round trip and cold start ($execN iterations, $count rounds)"
 : >"$work/out/exec.txt"
 for ((r = 0; r < count; r++)); do
 	"$GO" test -run '^$' -bench 'ExecRoundTrip|ColdStart' -benchtime "${execN}x" -count 1 \
-		./protocolhost/ >>"$work/out/exec.txt" 2>&1 || { cat "$work/out/exec.txt" >&2; exit 1; }
+		./protocolhost/fledgev1/ >>"$work/out/exec.txt" 2>&1 || { cat "$work/out/exec.txt" >&2; exit 1; }
 done
 log "64 pipelined execs"
 "$GO" test -run '^$' -bench 'ExecPipeline' -benchtime 3x -count 1 \
-	./protocolhost/ >"$work/out/pipeline.txt" 2>&1 || { cat "$work/out/pipeline.txt" >&2; exit 1; }
+	./protocolhost/fledgev1/ >"$work/out/pipeline.txt" 2>&1 || { cat "$work/out/pipeline.txt" >&2; exit 1; }
 log "WASM plugin: cold start (first compile, cached) and exec round trip ($count rounds)"
 : >"$work/out/wasm.txt"
 wasmStarts=$((reps + 2))
 # Each WASM figure right after its native counterpart, so both see the same machine load.
 for ((r = 0; r < count; r++)); do
 	"$GO" test -run '^$' -bench 'ColdStart/confined' -benchtime "${wasmStarts}x" -count 1 \
-		./protocolhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+		./protocolhost/fledgev1/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 	"$GO" test -run '^$' -bench 'WasmColdStart' -benchtime "${wasmStarts}x" -count 1 \
-		./wasmhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+		./protocolhost/wasm/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 	"$GO" test -run '^$' -bench 'ExecRoundTrip/fledge$' -benchtime "${execN}x" -count 1 \
-		./protocolhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+		./protocolhost/fledgev1/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 	"$GO" test -run '^$' -bench 'WasmExecRoundTrip' -benchtime "${execN}x" -count 1 \
-		./wasmhost/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+		./protocolhost/wasm/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 done
 log "audit appends"
 "$GO" test -run '^$' -bench 'AppendFsync$|AppendNoFsync$' -benchtime 500x -count "$count" \
@@ -266,6 +266,6 @@ echo
 awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision fsync adds %.0f us to an exec round trip.\n", (a - b) / 1e3}'
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
 echo "Row 7: a host sends $rpcN tool/execute calls one after another; through fledge serve each is an audit decision (durable) and an outcome, and two more pipe hops; the first call is left out (row 7b)."
-echo "Rows 8a-8c (WASM): the Go SDK guest (wasmhost/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a fresh runtime on a warm cache dir; each beside the native figure measured right before it."
+echo "Rows 8a-8c (WASM): the Go SDK guest (protocolhost/wasm/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a fresh runtime on a warm cache dir; each beside the native figure measured right before it."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."

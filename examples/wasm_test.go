@@ -103,6 +103,15 @@ func TestWasmPluginEndToEnd(t *testing.T) {
 	require.NoError(t, err, "the module wrote its data dir through /plugin")
 	assert.Equal(t, "world", string(greeted))
 
+	// A WASM command with typed args is a tool like a native one: the same runtime, grants
+	// and audit as `fledge hello-wasm`.
+	out, errOut, err = fledge("tools", "list")
+	require.NoError(t, err, "tools list:\n%s\n%s", out, errOut)
+	assert.Contains(t, out, "plugin_hello-wasm_hello-wasm")
+	out, errOut, err = fledge("tools", "call", "plugin_hello-wasm_hello-wasm", "name=Tool")
+	require.NoError(t, err, "tools call:\n%s\n%s", out, errOut)
+	assert.Contains(t, out, "Hello, Tool, from WebAssembly! Run #3.")
+
 	var starts, decisions, exits []*audit.Record
 	require.NoError(t, audit.Read(auditLog, func(r *audit.Record) error {
 		switch r.Event {
@@ -115,15 +124,17 @@ func TestWasmPluginEndToEnd(t *testing.T) {
 		}
 		return nil
 	}))
-	require.Len(t, starts, 2)
+	require.Len(t, starts, 3)
 	assert.Equal(t, "wasm", starts[0].Details["runtime"])
+	assert.Equal(t, "wasm", starts[2].Details["runtime"], "the tool call ran in the WASM runtime")
 	assert.Len(t, starts[0].Details["module_sha256"], 64)
-	require.Len(t, decisions, 2)
+	require.Len(t, decisions, 3)
 	assert.Equal(t, audit.Allow, decisions[0].Decision)
 	assert.Equal(t, "echo exec-ok; pwd", decisions[0].Details[audit.DetailCommand])
 	assert.Equal(t, proj, decisions[0].Details[audit.DetailCwdResolved])
-	require.Len(t, exits, 2)
+	require.Len(t, exits, 3)
 	assert.Equal(t, "ok", exits[1].Reason)
+	assert.Equal(t, "ok", exits[2].Reason)
 
 	// The compiled module was cached under fledge's state dir.
 	ents, err := os.ReadDir(filepath.Join(home, ".local", "state", "fledge", "wasm-cache"))

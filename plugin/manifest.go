@@ -20,7 +20,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/protocol"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 )
 
 // ManifestFile is the manifest's name inside a plugin dir.

@@ -12,7 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/protocol"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 )
 
 // RegistryFile is the registry's name inside the config dir.

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/fledgehq/fledge/sandbox"
@@ -71,6 +72,7 @@ func ExecTimeout(seconds *float64, def, max time.Duration) (d time.Duration, cla
 // the exec timeout rule, else the default. An unusable value gives the default and an error
 // to warn about.
 func CallTimeout(manifestTimeout string, lim SessionLimits) (time.Duration, error) {
+	manifestTimeout = strings.TrimSpace(manifestTimeout)
 	if manifestTimeout == "" {
 		return lim.ExecTimeoutDefault, nil
 	}

@@ -22,12 +22,11 @@ type Change struct {
 }
 
 // parseOne parses exactly one capability item (no lists: one change, one audit record).
+// It is the CLI's and plugins.toml's spelling only: runtime-v1's "filesystem:<level>" is
+// not something users type, and a command that read it would record one spelling for
+// another (ParseGrantName reads both, for runtime-v1 handshakes).
 func parseOne(item string) (Grants, error) {
-	item = strings.TrimSpace(item)
-	if item == "" || item == "none" || strings.Contains(item, ",") {
-		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, item)
-	}
-	return ParseGrantList(item)
+	return parseSingle(strings.TrimSpace(item))
 }
 
 // GrantOne adds one capability to cur. declared is what the manifest declares, asked what it

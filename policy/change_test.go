@@ -35,6 +35,9 @@ func TestGrantOne(t *testing.T) {
 		{"unknown", none, declared, asked, "root", Grants{}, nil, ErrUnknownCapability},
 		{"lists are refused", none, declared, asked, "exec,network", Grants{}, nil, ErrUnknownCapability},
 		{"bad level", none, declared, asked, "filesystem=all", Grants{}, nil, ErrUnknownCapability},
+		// The CLI spells a level "filesystem=<level>"; runtime-v1's wire spelling is not a
+		// capability name users type (plugins grant refused it before the shared parser).
+		{"wire spelling", none, declared, asked, "filesystem:plugin", Grants{}, nil, ErrUnknownCapability},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +67,8 @@ func TestRevokeOne(t *testing.T) {
 		require.NoError(t, err, item)
 		assert.Equal(t, want, c.After, item)
 	}
-	for _, bad := range []string{"filesystem=plugin", "", "none", "exec,store", "sudo"} {
+	// "filesystem:project" (runtime-v1's spelling) is refused as unknown, like any level.
+	for _, bad := range []string{"filesystem=plugin", "filesystem:project", "filesystem:", "", "none", "exec,store", "sudo"} {
 		_, err := RevokeOne(all, bad)
 		assert.ErrorIs(t, err, ErrUnknownCapability, bad)
 	}

@@ -152,6 +152,10 @@ type AuditConfig struct {
 	// ToolArgumentValues records tool call argument values, not only their keys (off by
 	// default: arguments may hold secrets).
 	ToolArgumentValues bool
+	// Witness receives each checkpoint of the log (its head) where the plugin's user cannot
+	// rewrite it: "journald", "syslog" (optionally ":SOCKET"), or "exec:/path/to/program
+	// args" (run with the last checkpoint on stdin when fledge closes the log). "" = none.
+	Witness string
 }
 
 // [audit] defaults and bounds. They mirror core.DefaultSessionBytes, core.Min/MaxSessionBytes,
@@ -365,6 +369,7 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"session_max_bytes":    sizeField(&a.SessionMaxBytes, MinSessionMaxBytes, MaxSessionMaxBytes, 0),
 			"max_total_bytes":      sizeField(&a.MaxTotalBytes, 0, 1<<50, 0),
 			"tool_argument_values": boolField(&a.ToolArgumentValues),
+			"witness":              witnessField(&a.Witness),
 		}, true
 	case "serve":
 		var n int64
@@ -453,6 +458,27 @@ func floatField(dst *float64, lo, hi float64) setter {
 			return fmt.Sprintf("must be between %v and %v, got %v", lo, hi, f)
 		}
 		*dst = f
+		return ""
+	}
+}
+
+// witnessField is [audit] witness: the syntax audit.ParseWitness accepts (policy does not
+// import the writers).
+func witnessField(dst *string) setter {
+	return func(v any) string {
+		s, ok := v.(string)
+		if !ok {
+			return "expected a string (journald, syslog or exec:/path/to/program), got " + showValue(v)
+		}
+		kind, arg, hasArg := strings.Cut(s, ":")
+		switch {
+		case s == "":
+		case (kind == "journald" || kind == "syslog") && (!hasArg || strings.HasPrefix(arg, "/")):
+		case kind == "exec" && strings.HasPrefix(strings.TrimSpace(arg), "/"):
+		default:
+			return fmt.Sprintf("expected journald, syslog, journald:/SOCKET, syslog:/SOCKET or exec:/path/to/program, got %s", showValue(v))
+		}
+		*dst = s
 		return ""
 	}
 }

@@ -64,6 +64,7 @@ rotate_bytes = "100MiB"
 session_max_bytes = "2MiB"
 max_total_bytes = "1GiB"
 tool_argument_values = true
+witness = "journald"
 `
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), []byte(src), 0o600))
 	home, err := os.UserHomeDir()
@@ -97,6 +98,7 @@ tool_argument_values = true
 	assert.Equal(t, 2*MiB, c.Audit.SessionMaxBytes)
 	assert.Equal(t, 1*GiB, c.Audit.MaxTotalBytes)
 	assert.True(t, c.Audit.ToolArgumentValues)
+	assert.Equal(t, "journald", c.Audit.Witness)
 
 	el := c.ExecLimits()
 	assert.Equal(t, 512*MiB, el.MemoryBytes)
@@ -152,6 +154,18 @@ func TestConfigErrors(t *testing.T) {
 			src:  "[audit]\nrotate_bytes = \"200MiB\"\n",
 			want: `/cfg/config.toml:2: [audit] rotate_bytes: max_total_bytes (256MiB) must hold at least two rotated files of rotate_bytes (200MiB) plus one record: 410112KiB or more`,
 			line: 2, key: "audit.rotate_bytes",
+		},
+		{
+			name: "unknown witness",
+			src:  "[audit]\nwitness = \"sylog\"\n",
+			want: `/cfg/config.toml:2: [audit] witness: expected journald, syslog, journald:/SOCKET, syslog:/SOCKET or exec:/path/to/program, got "sylog"`,
+			line: 2, key: "audit.witness",
+		},
+		{
+			name: "witness program not absolute",
+			src:  "[audit]\nwitness = \"exec:upload.sh\"\n",
+			want: `/cfg/config.toml:2: [audit] witness: expected journald, syslog, journald:/SOCKET, syslog:/SOCKET or exec:/path/to/program, got "exec:upload.sh"`,
+			line: 2, key: "audit.witness",
 		},
 		{
 			name: "wrong type",
@@ -385,7 +399,8 @@ func TestCallTimeout(t *testing.T) {
 	}{
 		{"", 30 * time.Second, false},
 		{"5s", 5 * time.Second, false},
-		{"10m", time.Minute, false}, // clamped to the maximum, as execs are
+		{" 5s ", 5 * time.Second, false}, // one rule for every protocol: whitespace around is no error
+		{"10m", time.Minute, false},      // clamped to the maximum, as execs are
 		{"soon", 30 * time.Second, true},
 		{"-1s", 30 * time.Second, true},
 	} {

@@ -222,3 +222,40 @@ func Describe(item string) string {
 	}
 	return item
 }
+
+// ParseGrantName is the one parser of a single capability name, in either spelling fledge
+// meets: "filesystem=<level>" (the CLI, plugins.toml, audit records) and
+// "filesystem:<level>" (how runtime-v1 handshakes carry it, WireName). Errors as
+// ParseGrantList's.
+func ParseGrantName(name string) (Grants, error) {
+	if level, ok := strings.CutPrefix(name, "filesystem:"); ok {
+		name = "filesystem=" + level
+	}
+	return parseSingle(name)
+}
+
+// parseSingle parses exactly one capability in the "filesystem=<level>" spelling.
+func parseSingle(name string) (Grants, error) {
+	if name == "" || name == "none" || strings.Contains(name, ",") {
+		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, name)
+	}
+	return ParseGrantList(name)
+}
+
+// WireName spells one of Names the way runtime-v1 handshakes carry it ("filesystem:<level>").
+func WireName(name string) string {
+	if level, ok := strings.CutPrefix(name, "filesystem="); ok {
+		return "filesystem:" + level
+	}
+	return name
+}
+
+// Union is every capability granted by g or h (the higher filesystem level).
+func (g Grants) Union(h Grants) Grants {
+	u := Grants{Exec: g.Exec || h.Exec, Store: g.Store || h.Store, Metadata: g.Metadata || h.Metadata,
+		Network: g.Network || h.Network, Filesystem: g.FS()}
+	if fsRank(h.FS()) > fsRank(u.Filesystem) {
+		u.Filesystem = h.FS()
+	}
+	return u
+}

@@ -116,3 +116,22 @@ func TestDescribe(t *testing.T) {
 		assert.NotEqual(t, n, Describe(n), n)
 	}
 }
+
+// ParseGrantName reads runtime-v1's spelling too; the CLI's parser (GrantOne, RevokeOne)
+// does not.
+func TestParseGrantName(t *testing.T) {
+	for name, want := range map[string]Grants{
+		"exec":               {Exec: true, Filesystem: FilesystemNone},
+		"filesystem=project": {Filesystem: FilesystemProject},
+		"filesystem:project": {Filesystem: FilesystemProject},
+		"filesystem:plugin":  {Filesystem: FilesystemPlugin},
+	} {
+		g, err := ParseGrantName(name)
+		require.NoError(t, err, name)
+		assert.Equal(t, want, g, name)
+	}
+	for _, bad := range []string{"", "none", "exec,network", "filesystem:", "filesystem:all", "root"} {
+		_, err := ParseGrantName(bad)
+		assert.ErrorIs(t, err, ErrUnknownCapability, bad)
+	}
+}

@@ -90,7 +90,7 @@ func ExitStatus(c Code) int {
 }
 
 // Failure is a failure of fledge's taxonomy: its code and the words for the user. Of is
-// the adapter's sentinel it wraps (errors.Is(err, runtimehost.ErrRuntime), ...).
+// the adapter's sentinel it wraps (errors.Is(err, runtimev1.ErrRuntime), ...).
 type Failure struct {
 	Code Code
 	Msg  string

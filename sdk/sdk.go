@@ -24,7 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/fledgehq/fledge/protocol"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 )
 
 // DefaultMaxPending bounds the requests a Plugin has in flight at once.

@@ -40,6 +40,12 @@ func Sanitize(s string) string { return sanitize(s, true) }
 // (progress descriptions, plugin names, option labels).
 func plainText(s string) string { return sanitize(s, false) }
 
+// PlainText is Sanitize without colours either: for a plugin's words fledge passes on as
+// data (tool and parameter descriptions, messages in results), read by people and by
+// programs alike. A colour there is the plugin's way to hide words from the person (SGR 8
+// conceals, same foreground and background) while a model reading the same text sees them.
+func PlainText(s string) string { return plainText(s) }
+
 func sanitize(s string, keepSGR bool) string {
 	if isPlain(s) {
 		return s // nothing to remove or replace: no copy (a chatty plugin's usual line)
@@ -245,4 +251,16 @@ func clip(s string, max int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// Clip cuts s to at most n bytes (on a rune boundary) and marks the cut with "...": for
+// plugin text quoted in fledge's own messages, which must stay one readable line.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }

@@ -1,14 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
-	"github.com/spf13/cobra"
 )
 
 func newAuditCmd(g *Globals) *cobra.Command {
@@ -16,7 +18,7 @@ func newAuditCmd(g *Globals) *cobra.Command {
 		Use:   "audit",
 		Short: "Read and verify the tamper-evident audit log",
 	}
-	c.AddCommand(newAuditShowCmd(g), newAuditVerifyCmd(g))
+	c.AddCommand(newAuditShowCmd(g), newAuditVerifyCmd(g), newAuditSessionsCmd(g))
 	return c
 }
 
@@ -27,9 +29,14 @@ type AuditShowOptions struct {
 	Decision string
 	Event    string
 	Session  string
-	Since    time.Duration
+	Since    string
 	JSON     bool
 	Format   string
+	// Follow keeps printing new records as they are written, until interrupted.
+	Follow bool
+	// ctx ends --follow (the command's context: Ctrl-C); now is the clock for --since.
+	ctx context.Context
+	now func() time.Time
 }
 
 func newAuditShowCmd(g *Globals) *cobra.Command {
@@ -38,21 +45,27 @@ func newAuditShowCmd(g *Globals) *cobra.Command {
 		Use:   "show",
 		Short: "Show audit records (a table, JSON lines as stored, or OCSF/ECS JSON lines)",
 		Long: `Show audit records, oldest first, filtered by --plugin, --decision, --event, --session
-and --since (every filter works with every format).
+and --since (every filter works with every format). --since takes a duration back from now
+(1h, 30m), an RFC 3339 time (2026-01-02T15:04:05Z) or a date (2026-01-02, midnight UTC).
+--follow then keeps printing new records as any fledge process writes them, until Ctrl-C.
 
 --format text (default) is a sanitised table; json prints the lines exactly as stored (same
 as --json); ocsf maps each record to an OCSF Process Activity event (class_uid 1007) and ecs
 to an Elastic Common Schema document, one JSON object per line, so a log collector can ship
 the output unchanged. The mappings are described in docs/audit.md.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return o.Run() },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ctx = cmd.Context()
+			return o.Run()
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.Plugin, "plugin", "", "only records about this plugin")
 	f.StringVar(&o.Decision, "decision", "", "only allow, deny or error")
 	f.StringVar(&o.Event, "event", "", "only this event (e.g. exec_decision, cwd_refused)")
 	f.StringVar(&o.Session, "session", "", "only this session id")
-	f.DurationVar(&o.Since, "since", 0, "only records newer than this (e.g. 1h, 30m)")
+	f.StringVar(&o.Since, "since", "", "only records from then on: a duration back from now (1h, 30m), an RFC 3339 time or a date (2026-01-02)")
+	f.BoolVarP(&o.Follow, "follow", "f", false, "keep printing new records as they are written (Ctrl-C ends)")
 	f.BoolVar(&o.JSON, "json", false, "print JSON lines, as stored (same as --format json)")
 	f.StringVar(&o.Format, "format", "", "output format: text, json, ocsf or ecs (default text)")
 	return c
@@ -82,8 +95,13 @@ func (o *AuditShowOptions) Run() error {
 	default:
 		return exitErr(ExitUsage, "--decision must be allow, deny or error, not %q", o.Decision)
 	}
-	if o.Since < 0 {
-		return exitErr(ExitUsage, "--since must be positive")
+	now := time.Now
+	if o.now != nil {
+		now = o.now
+	}
+	since, err := audit.ParseSince(o.Since, now())
+	if err != nil {
+		return exitErr(ExitUsage, "%v", err)
 	}
 	format, err := o.format()
 	if err != nil {
@@ -93,13 +111,13 @@ func (o *AuditShowOptions) Run() error {
 	if err != nil {
 		return exitErr(ExitCannotRun, "%v", err)
 	}
-	f := audit.Filter{Plugin: o.Plugin, Event: o.Event, Session: o.Session, Decision: audit.Decision(o.Decision)}
-	if o.Since > 0 {
-		f.Since = time.Now().Add(-o.Since)
-	}
+	f := audit.Filter{Plugin: o.Plugin, Event: o.Event, Session: o.Session, Decision: audit.Decision(o.Decision), Since: since}
 	rw, err := audit.NewRecordWriter(o.g.Streams.Out, format, audit.ExportOptions{ProductVersion: version})
 	if err != nil {
 		return exitErr(ExitUsage, "%v", err)
+	}
+	if o.Follow {
+		return o.follow(path, f, rw)
 	}
 	n := 0
 	err = audit.Query(path, f, func(r *audit.Record) error {
@@ -143,47 +161,4 @@ func (o *AuditShowOptions) pluginHint() string {
 		return ""
 	}
 	return fmt.Sprintf("%q is a command of plugin %q: records name the plugin (fledge audit show --plugin %s)", o.Plugin, e.Name, e.Name)
-}
-
-func newAuditVerifyCmd(g *Globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "verify",
-		Short: "Verify the hash chain; non-zero exit on any edit, deletion, reorder or torn tail",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := audit.DefaultPath()
-			if err != nil {
-				return exitErr(ExitCannotRun, "%v", err)
-			}
-			rep, err := audit.Verify(path)
-			if err != nil {
-				return exitErr(ExitFailure, "audit verify: %v", err)
-			}
-			w := g.Streams.Out
-			// Crashes the writer recovered from do not break the chain, but an auditor should
-			// know about them.
-			for _, r := range rep.Recovered {
-				fmt.Fprintf(w, "recovered: %s line %d: %s\n", r.File, r.Line, r.Detail)
-			}
-			if n := rep.RecoveredCount - len(rep.Recovered); n > 0 {
-				fmt.Fprintf(w, "recovered: %d more\n", n)
-			}
-			if rep.OK {
-				fmt.Fprintf(w, "ok: %d records in %d file(s), chain intact\n", rep.Records, len(rep.Files))
-				if rep.PrunedThrough > 0 {
-					// The start of the chain was deleted to keep the log within max_total_bytes;
-					// the log_pruned record says so and holds the hash the kept part chains to.
-					fmt.Fprintf(w, "pruned: seq 1..%d deleted by fledge ([audit] max_total_bytes), recorded by log_pruned seq %d\n", rep.PrunedThrough, rep.PrunedBy)
-				}
-				// Deleting records from the end keeps a valid chain: only a copy of this
-				// anchor kept elsewhere can tell. Print it so it can be kept.
-				fmt.Fprintf(w, "last: seq %d hash %s\n", rep.LastSeq, rep.LastHash)
-				return nil
-			}
-			b := rep.Break
-			fmt.Fprintf(w, "BROKEN: %s at %s line %d (seq %d): %s\n", b.Kind, b.File, b.Line, b.Seq, b.Detail)
-			fmt.Fprintf(w, "%d records verified before the break; last good: seq %d hash %s\n", rep.Records, rep.LastSeq, rep.LastHash)
-			return &ExitError{Code: ExitFailure}
-		},
-	}
 }

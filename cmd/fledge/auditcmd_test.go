@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fledgehq/fledge/audit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/audit"
 )
 
 // The audit package's fixture: a real, verifying log with one record of every kind.

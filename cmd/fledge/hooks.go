@@ -65,18 +65,17 @@ func (o *HooksRunOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return exitErr(ExitUsage, "--params: %v", err)
 	}
-	t, err := openTools(o.g)
+	t, done, err := openTools(o.g)
 	if err != nil {
 		return err
 	}
-	defer t.close()
-	p, bindings := t.jsonrpc(o.g.Streams.Err)
-	if p == nil {
-		return exitErr(ExitCannotRun, "the jsonrpc-2.0 adapter is not built in")
-	}
+	defer done()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res := p.RunHook(ctx, bindings, o.Hook, data)
+	res, err := t.RunHook(ctx, o.Hook, data)
+	if err != nil {
+		return err
+	}
 	if o.JSON {
 		if err := writeJSON(o.g.Streams.Out, res); err != nil {
 			return err

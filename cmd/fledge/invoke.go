@@ -11,11 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/invokehost"
-	"github.com/fledgehq/fledge/plugin"
-	"github.com/fledgehq/fledge/project"
-	"github.com/fledgehq/fledge/reason"
-	"github.com/fledgehq/fledge/tools"
+	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // InvokeOptions is `fledge invoke`.
@@ -61,79 +58,32 @@ func runInvoke(ctx context.Context, o *InvokeOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if f := invokehost.CheckRequest(o.Type, o.Action); f != nil {
-		return exitErr(ExitUsage, "%s: give --type and --action (see 'fledge invoke --help')", f.Msg)
+	if err := protocolhost.CheckInvoke(o.Type, o.Action); err != nil {
+		return err
 	}
 	var req map[string]any
 	if err := json.Unmarshal([]byte(o.Request), &req); err != nil || req == nil {
 		return &ExitError{Code: ExitUsage, Msg: "--request must be a JSON object (see 'fledge invoke --help')"}
 	}
-	e, err := openEnv(o.g)
+	h, err := o.g.openHost()
 	if err != nil {
 		return err
 	}
-	defer e.close()
-	reg, err := plugin.LoadRegistry(e.configDir)
-	if err != nil {
-		return exitErr(ExitCannotRun, "%v", err)
-	}
-	entry := reg.Find(o.Plugin)
-	if entry == nil {
-		return exitErr(ExitUnknownCmd, "no plugin named %q is installed (see 'fledge plugins list')", o.Plugin)
-	}
-	cwd, _ := os.Getwd()
-	proj, err := project.Detect(cwd, o.g.Project)
-	if err != nil {
-		return exitErr(ExitCannotRun, "%v", err)
-	}
-	if _, err := e.openAudit(); err != nil {
-		return err
-	}
-	b, err := e.Bind(entry, proj)
-	if err != nil {
-		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
-	}
-	if b.Manifest.Plugin.Protocol != plugin.ProtocolInvoke {
-		return exitErr(ExitUsage, "plugin %s speaks %s, not %s: 'fledge invoke' is for invoke-v1 plugins", entry.Name, protocolName(b.Manifest.Plugin.Protocol), plugin.ProtocolInvoke)
-	}
+	defer h.Close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// On a terminal, plugin text is stripped of escape sequences (as everywhere).
-	stderr, flush := pluginStderr(o.g.Streams.Err)
+	stderr, flush := ui.PluginStream(o.g.Streams.Err)
 	defer flush()
-	stdout, flushOut := pluginStderr(o.g.Streams.Out)
+	stdout, flushOut := ui.PluginStream(o.g.Streams.Out)
 	defer flushOut()
-	sess, f := invokehost.Start(ctx, invokehost.Options{Host: &tools.Host{Env: e.Env, Project: proj, Stderr: stderr}, Binding: b})
-	if f != nil {
-		return reasonExit(f.Code, f.Msg)
-	}
-	defer sess.Close()
-	out := sess.Invoke(ctx, o.Type, o.Action, json.RawMessage(o.Request), func(ev invokehost.Event) error {
+	return h.Invoke(ctx, o.Plugin, o.Type, o.Action, json.RawMessage(o.Request), func(ev protocolhost.InvokeEvent) error {
 		return printEvent(stdout, stderr, ev, o.JSON)
 	})
-	switch {
-	case out.Failure != nil:
-		return reasonExit(out.Failure.Code, out.Failure.Msg)
-	case out.PluginError != "":
-		return &ExitError{Code: reason.ToolFailed, Msg: fmt.Sprintf("plugin %s: %s", entry.Name, out.PluginError)}
-	}
-	return nil
-}
-
-// reasonExit prints the reason code and exits with its documented status.
-func reasonExit(code reason.Code, msg string) error {
-	return &ExitError{Code: reason.ExitStatus(code), Msg: fmt.Sprintf("%s (reason: %s)", msg, code)}
-}
-
-func protocolName(p string) string {
-	if p == "" {
-		return "no protocol (legacy)"
-	}
-	return p
 }
 
 // printEvent writes one message of the request: chunks to stdout as they come.
-func printEvent(out, errw io.Writer, ev invokehost.Event, asJSON bool) error {
+func printEvent(out, errw io.Writer, ev protocolhost.InvokeEvent, asJSON bool) error {
 	if asJSON {
 		b, err := json.Marshal(ev)
 		if err != nil {
@@ -143,7 +93,7 @@ func printEvent(out, errw io.Writer, ev invokehost.Event, asJSON bool) error {
 		return err
 	}
 	switch ev.Type {
-	case invokehost.TypeResponse:
+	case protocolhost.InvokeResponse:
 		var s string
 		if json.Unmarshal(ev.Response, &s) == nil {
 			_, err := fmt.Fprintln(out, s)
@@ -151,7 +101,7 @@ func printEvent(out, errw io.Writer, ev invokehost.Event, asJSON bool) error {
 		}
 		_, err := out.Write(append(append([]byte{}, ev.Response...), '\n'))
 		return err
-	case invokehost.TypeInfo:
+	case protocolhost.InvokeInfo:
 		var body struct {
 			Info string `json:"info"`
 		}

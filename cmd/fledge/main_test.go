@@ -10,9 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fledgehq/fledge/sandbox/stub"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
 func TestMain(m *testing.M) {

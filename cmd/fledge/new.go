@@ -6,8 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fledgehq/fledge/scaffold"
 	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/scaffold"
 )
 
 // NewOptions is `fledge plugins new`.

@@ -3,22 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/jsonrpchost"
-	"github.com/fledgehq/fledge/plugin"
-	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/reason"
-	"github.com/fledgehq/fledge/sandbox"
-	"github.com/fledgehq/fledge/ui"
 	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/ui"
 )
 
 func newPluginsCmd(g *Globals) *cobra.Command {
@@ -67,7 +61,8 @@ func newInstallCmd(g *Globals) *cobra.Command {
 			return o.Run(cmd.Context())
 		},
 	}
-	addSelfDescribingFlags(c, o)
+	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol of a bare executable (or of every executable of --from-dir): "+plugin.ProtocolJSONRPC)
+	c.Flags().StringVar(&o.FromDir, "from-dir", "", "install every executable of a plugin dir as a JSON-RPC 2.0 host scans it (hidden files skipped; needs --protocol)")
 	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant every capability the manifest declares")
 	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|plugin]")
 	c.Flags().BoolVar(&o.RunHooks, "run-hooks", false, "run the plugin's build hooks (shown first)")
@@ -75,115 +70,18 @@ func newInstallCmd(g *Globals) *cobra.Command {
 }
 
 func (o *InstallOptions) Run(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	e, err := openEnv(o.g)
+	h, err := o.g.openHost()
 	if err != nil {
 		return err
 	}
-	defer e.close()
+	defer h.Close()
 	u := ui.New(ui.Options{In: o.g.Streams.In, Out: o.g.Streams.Out, Err: o.g.Streams.Err, NonInteractive: o.g.nonInteractive()})
 	defer u.Close()
-	io := plugin.InstallOptions{
-		ConfigDir:      e.configDir,
-		Source:         o.Source,
-		Yes:            o.Yes,
-		NonInteractive: !u.Interactive(),
-		RunHooks:       o.RunHooks,
-		Asker:          uiAsker{u},
-		Out:            o.g.Streams.Err,
-	}
-	if o.GrantSet {
-		gr, err := policy.ParseGrantList(o.Grant)
-		if err != nil {
-			return exitErr(ExitUsage, "--grant: %v", err)
-		}
-		io.Grant = &gr
-	}
-	log, err := e.openAudit()
-	if err != nil {
-		return err
-	}
-	io.RunHook = hookRunner(e, log, o.g.Streams.Err)
-	if o.Protocol != "" || o.FromDir != "" {
-		return o.runSelfDescribing(ctx, e, log, io)
-	}
-	io.Handshake = handshakeHook(e, o.g.Streams.Err, nil)
-	return o.installOne(ctx, e, log, io)
-}
-
-// installOne runs one install and records it.
-func (o *InstallOptions) installOne(ctx context.Context, e *env, log *audit.Log, io plugin.InstallOptions) error {
-	entry, err := plugin.Install(ctx, io)
-	// One install is one session: its records share an id and say what the sandbox enforces.
-	if err != nil {
-		_ = e.NewRecorder(log, refusedRef(io.Source), nil).RecordNow(audit.EventInstall, audit.Deny, reason.Code(installReason(err)),
-			map[string]any{"source": io.Source, "error": err.Error()})
-		code := ExitFailure
-		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
-		// protocol) is "could not run", like the same refusal at run time.
-		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
-			code = ExitCannotRun
-		}
-		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
-			code = ExitInterrupted
-		}
-		src := io.Source
-		if io.RecordSource != "" {
-			src = io.RecordSource
-		}
-		return exitErr(code, "install %s: %v", src, err)
-	}
-	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
-	rec := e.NewRecorder(log, ref, nil)
-	_ = rec.RecordNow(audit.EventInstall, audit.Allow, reason.OK, map[string]any{"source": entry.Source, "commands": entry.Commands})
-	_ = rec.RecordNow(audit.EventGrant, audit.Allow, reason.OK, map[string]any{audit.DetailCapabilities: entry.Granted.Names()})
-	precompileWasm(ctx, e, entry.Name, o.g.Streams.Err)
-	fmt.Fprintf(o.g.Streams.Out, "installed %s %s (commands: %s; granted: %s)\n",
-		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.configDir, entry))
-	return nil
-}
-
-// sandboxInfo is the sandbox part of an audit record.
-// refusedRef names the plugin a refused install was about, when the source is a local dir
-// whose manifest still parses, so `audit show --plugin NAME` finds refusals too.
-func refusedRef(source string) *audit.PluginRef {
-	st, err := os.Stat(source)
-	if err != nil || !st.IsDir() {
-		return nil
-	}
-	man, _, err := plugin.LoadManifest(source)
-	if err != nil || !plugin.ValidName(man.Plugin.Name) {
-		return nil
-	}
-	return &audit.PluginRef{Name: man.Plugin.Name, Version: man.Plugin.Version, Source: source, ManifestDigest: man.SHA256()}
-}
-
-func installReason(err error) string {
-	switch {
-	case errors.Is(err, plugin.ErrNeedsGrant):
-		return string(reason.NonInteractive)
-	case errors.Is(err, plugin.ErrUnsupportedProtocol):
-		return string(reason.ProtocolVersionMismatch)
-	case errors.Is(err, plugin.ErrNotDeclared):
-		return string(reason.CapabilityNotDeclared)
-	case errors.Is(err, jsonrpchost.ErrHandshake), errors.Is(err, jsonrpchost.ErrManifest):
-		return string(reason.HandshakeFailed)
-	}
-	return string(reason.LaunchFailed)
-}
-
-func grantText(gr policy.Grants) string { return gr.String() }
-
-// installedGrantText is grantText saying when the filesystem level is the default rule
-// rather than something the manifest declared.
-func installedGrantText(configDir string, en *plugin.Entry) string {
-	man, _, err := plugin.LoadManifest(plugin.Dir(configDir, en.Name))
-	if err != nil || !man.FilesystemDefaulted() || en.Granted.FS() != policy.FilesystemDefault {
-		return grantText(en.Granted)
-	}
-	return en.Granted.String() + " by default"
+	return h.Install(ctx, protocolhost.InstallRequest{
+		Source: o.Source, Yes: o.Yes, Grant: o.Grant, GrantSet: o.GrantSet, RunHooks: o.RunHooks,
+		Protocol: o.Protocol, FromDir: o.FromDir,
+		Asker: uiAsker{u}, NonInteractive: !u.Interactive(),
+	})
 }
 
 // ListOptions is `fledge plugins list`.
@@ -220,7 +118,7 @@ func (o *ListOptions) Run() error {
 	if o.JSON {
 		out := make([]map[string]any, 0, len(entries))
 		for _, en := range entries {
-			out = append(out, entryJSON(en))
+			out = append(out, protocolhost.EntryJSON(en))
 		}
 		return writeJSON(o.g.Streams.Out, out)
 	}
@@ -231,17 +129,9 @@ func (o *ListOptions) Run() error {
 	tw := tabwriter.NewWriter(o.g.Streams.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tVERSION\tCOMMANDS\tGRANTED\tSOURCE")
 	for _, en := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.Name, en.Version, strings.Join(en.Commands, ","), grantText(en.Granted), en.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.Name, en.Version, strings.Join(en.Commands, ","), en.Granted.String(), en.Source)
 	}
 	return tw.Flush()
-}
-
-func entryJSON(en *plugin.Entry) map[string]any {
-	return map[string]any{
-		"name": en.Name, "version": en.Version, "source": en.Source,
-		"installed": en.Installed.UTC().Format(time.RFC3339), "commands": en.Commands,
-		"granted": en.Granted, "manifest_sha256": en.ManifestSHA256, "protocol": en.Protocol,
-	}
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -274,88 +164,19 @@ func newInfoCmd(g *Globals) *cobra.Command {
 }
 
 func (o *InfoOptions) Run() error {
-	e, err := openEnv(o.g)
+	h, err := o.g.openHost()
 	if err != nil {
 		return err
 	}
-	defer e.close()
-	pi, err := plugin.GetInfo(e.configDir, o.Name)
-	if errors.Is(err, plugin.ErrNotInstalled) {
-		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
-	}
+	defer h.Close()
+	info, err := h.Info(o.Name)
 	if err != nil {
-		return exitErr(ExitCannotRun, "%v", err)
-	}
-	en := &pi.Entry
-	dir := pi.Dir
-	paths := e.paths(dir, plugin.DataDir(e.configDir, en.Name), nil)
-	paths.ProjectRoot = "<project>"
-	rep := e.sb.Report()
-	pa := policy.PluginAccess(paths, en.Granted, e.cfg)
-	xa := policy.ExecAccess(paths, e.cfg)
-	info := entryJSON(en)
-	info["dir"] = dir
-	info["data_dir"] = pi.DataDir
-	// Only what was granted counts; a live manifest that changed is refused at run time.
-	info["manifest_changed"] = pi.ManifestChanged
-	if pi.Declared != nil {
-		info["declared"] = pi.Declared.Names()
-	}
-	info["sandbox"] = map[string]any{
-		"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode,
-		"tree_kill": rep.TreeKill, "strict": e.cfg.Sandbox.Strict,
-	}
-	info["plugin_process"] = map[string]any{
-		"read_write": pa.ReadWrite, "read_only": pa.ReadOnly, "read_exec": pa.ReadExec,
-		"network": en.Granted.Network && e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.PluginLimits()),
-		"unix_sockets": e.cfg.UnixSocketsAllowed(),
-	}
-	info["exec"] = map[string]any{
-		"allowed": en.Granted.Exec, "read_write": xa.ReadWrite, "read_only": xa.ReadOnly, "read_exec": xa.ReadExec,
-		"unprotect": unprotectJSON(e.cfg),
-		"network":   e.cfg.NetworkAllowed(), "limits": limitsJSON(e.cfg.ExecLimits()),
-		"unix_sockets": e.cfg.UnixSocketsAllowed(),
-	}
-	handshake := recordedHandshake(en, dir)
-	if handshake != nil {
-		info["handshake"] = handshake
-	}
-	var wasm map[string]any
-	if pi.Manifest != nil && pi.Manifest.IsWasm() {
-		wasm = wasmInfo(e, &en.Granted, plugin.DataDir(e.configDir, en.Name))
-		info["runtime"], info["plugin_process"] = plugin.RuntimeWasm, wasm
+		return err
 	}
 	if o.JSON {
-		return writeJSON(o.g.Streams.Out, info)
+		return writeJSON(o.g.Streams.Out, info.JSON())
 	}
-	w := o.g.Streams.Out
-	fmt.Fprintf(w, "%s %s\n  source:    %s\n  installed: %s\n  commands:  %s\n  manifest:  sha256:%s\n  granted:   %s\n",
-		en.Name, en.Version, en.Source, en.Installed.UTC().Format(time.RFC3339), strings.Join(en.Commands, ", "),
-		en.ManifestSHA256, grantText(en.Granted))
-	if pi.ManifestChanged {
-		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
-	}
-	fmt.Fprintf(w, "  protocol:  %s\n", protocolName(en.Protocol))
-	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
-		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, e.cfg.Sandbox.Strict)
-	if wasm != nil {
-		fmt.Fprintf(w, "  runtime:   wasm: %s\n", wasmInfoText(wasm))
-	} else {
-		fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(pa.ReadWrite, ", "))
-		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(pa.ReadOnly, ", "))
-		fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && e.cfg.NetworkAllowed())
-	}
-	if en.Granted.Exec {
-		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(xa.ReadWrite, ", "))
-		if len(xa.Unprotect) > 0 {
-			fmt.Fprintf(w, "  ...including (policy unprotect): %s\n", strings.Join(xa.Unprotect, ", "))
-		}
-	} else {
-		fmt.Fprintln(w, "  exec: not granted (every exec request is refused with code 126)")
-	}
-	if handshake != nil {
-		showHandshakeInfo(w, handshake)
-	}
+	info.WriteText(o.g.Streams.Out)
 	return nil
 }
 
@@ -379,75 +200,15 @@ func newRemoveCmd(g *Globals) *cobra.Command {
 }
 
 func (o *RemoveOptions) Run() error {
-	e, err := openEnv(o.g)
+	h, err := o.g.openHost()
 	if err != nil {
 		return err
 	}
-	defer e.close()
-	log, err := e.openAudit()
+	defer h.Close()
+	en, err := h.Remove(o.Name)
 	if err != nil {
 		return err
 	}
-	en, err := plugin.Remove(e.configDir, o.Name)
-	if err != nil {
-		if errors.Is(err, plugin.ErrNotInstalled) {
-			return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
-		}
-		return exitErr(ExitFailure, "remove %s: %v", o.Name, err)
-	}
-	_ = e.NewRecorder(log, &audit.PluginRef{Name: en.Name, Version: en.Version, Source: en.Source, ManifestDigest: en.ManifestSHA256}, nil).
-		RecordNow(audit.EventRemove, audit.Allow, reason.OK, nil)
 	fmt.Fprintf(o.g.Streams.Out, "removed %s\n", en.Name)
 	return nil
-}
-
-// hookRunner runs an install hook the user asked for (--run-hooks) as a confined exec whose
-// only writable place is the staged plugin dir; hooks are plugin code like any other.
-func hookRunner(e *env, log *audit.Log, out io.Writer) plugin.HookRunner {
-	return func(ctx context.Context, dir string, h plugin.Hook) error {
-		d, err := os.Open(dir)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		spec := e.cfg.HookSpec(e.paths(dir, dir, nil), os.Environ())
-		spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindExec, "install-hook", "/bin/sh", []string{"sh", "-c", h.Command}
-		// Hook output is plugin bytes: on a terminal, sanitised like every plugin's.
-		hookOut, flush := pluginStderr(out)
-		defer flush()
-		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, hookOut, hookOut
-		rec := e.NewRecorder(log, nil, nil)
-		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir})
-		if err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		spec.BeforeExec = sync
-		proc, err := e.sb.Start(ctx, &spec)
-		if sync != nil {
-			_ = sync()
-		}
-		if err != nil {
-			return err
-		}
-		res, err := proc.Wait()
-		if err != nil {
-			return err
-		}
-		rc := reason.OK
-		if res.TimedOut {
-			rc = reason.Timeout
-		}
-		// A nested repository the hook left where the user's git would run it was moved
-		// aside when it ended (Linux): on record, and the user is told.
-		for _, w := range rec.Quarantined(res.Quarantined) {
-			_ = ui.HostLine(out, "fledge: "+w)
-		}
-		rec.Record(audit.EventExecOutcome, audit.Allow, rc,
-			map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
-				"git_quarantined": len(res.Quarantined)}, false)
-		if res.ExitCode != 0 {
-			return fmt.Errorf("hook %s exited with status %d", h.Name, res.ExitCode)
-		}
-		return nil
-	}
 }

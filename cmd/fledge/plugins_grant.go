@@ -1,17 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/plugin"
-	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/reason"
-	"github.com/fledgehq/fledge/ui"
 )
 
 // GrantOptions is `fledge plugins grant` and `fledge plugins revoke`: one capability, one
@@ -64,83 +56,29 @@ says). Recorded in the audit log (event "revoke").`,
 }
 
 func (o *GrantOptions) Run() error {
-	e, err := openEnv(o.g)
+	h, err := o.g.openHost()
 	if err != nil {
 		return err
 	}
-	defer e.close()
-	log, err := e.openAudit()
+	defer h.Close()
+	c, err := h.ChangeGrant(o.Name, o.Item, o.Revoke)
 	if err != nil {
 		return err
-	}
-	verb, event := "grant", audit.EventGrant
-	change := func(m *plugin.Manifest, cur policy.Grants) (policy.Change, error) {
-		return policy.GrantOne(cur, m.Declared(), m.Asked(), o.Item)
-	}
-	if o.Revoke {
-		verb, event = "revoke", audit.EventRevoke
-		change = func(_ *plugin.Manifest, cur policy.Grants) (policy.Change, error) {
-			return policy.RevokeOne(cur, o.Item)
-		}
-	}
-	entry, c, err := plugin.ChangeGrants(e.configDir, o.Name, change)
-	if err != nil {
-		code, rc := ExitFailure, reason.LaunchFailed
-		switch {
-		case errors.Is(err, plugin.ErrNotInstalled):
-			return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
-		case errors.Is(err, policy.ErrUnknownCapability):
-			code, rc = ExitUsage, reason.CapabilityNotDeclared
-		case errors.Is(err, policy.ErrNotDeclared), errors.Is(err, plugin.ErrLegacyNoGrants):
-			code, rc = ExitUsage, reason.CapabilityNotDeclared
-		case errors.Is(err, plugin.ErrManifestChanged):
-			code = ExitCannotRun
-		}
-		_ = e.NewRecorder(log, refusedRefByName(e.configDir, o.Name), nil).RecordNow(event, audit.Deny, rc,
-			map[string]any{audit.DetailCapability: o.Item, "error": err.Error()})
-		return exitErr(code, "%s %s %s: %v", verb, o.Name, o.Item, err)
-	}
-	details := map[string]any{
-		audit.DetailCapabilities: c.After.Names(), audit.DetailCapability: c.Item,
-		"previous": c.Before.Names(), "changed": c.Before != c.After,
 	}
 	if !o.Revoke {
-		unrequested := c.Unrequested
-		if unrequested == nil {
-			unrequested = []string{}
+		for _, u := range c.Unrequested {
+			fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s did not ask for %s (its plugin.toml does not declare it); granted because you asked\n", c.Plugin, u)
 		}
-		details["unrequested"] = unrequested
-	}
-	ref := &audit.PluginRef{Name: entry.Name, Version: entry.Version, Source: entry.Source, ManifestDigest: entry.ManifestSHA256}
-	if err := e.NewRecorder(log, ref, nil).RecordNow(event, audit.Allow, reason.OK, details); err != nil {
-		// The registry already changed: say so rather than pretend it did not.
-		_ = ui.HostLine(o.g.Streams.Err, fmt.Sprintf("fledge: warning: the audit log could not record this %s: %v", verb, err))
-	}
-	for _, u := range c.Unrequested {
-		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s did not ask for %s (its plugin.toml does not declare it); granted because you asked\n", entry.Name, u)
 	}
 	switch {
-	case c.Before == c.After && o.Revoke:
-		fmt.Fprintf(o.g.Streams.Out, "%s did not hold %s; granted: %s\n", entry.Name, c.Item, grantText(c.After))
-	case c.Before == c.After:
-		fmt.Fprintf(o.g.Streams.Out, "%s already held %s; granted: %s\n", entry.Name, c.Item, grantText(c.After))
+	case !c.Changed && o.Revoke:
+		fmt.Fprintf(o.g.Streams.Out, "%s did not hold %s; granted: %s\n", c.Plugin, c.Item, c.After)
+	case !c.Changed:
+		fmt.Fprintf(o.g.Streams.Out, "%s already held %s; granted: %s\n", c.Plugin, c.Item, c.After)
 	case o.Revoke:
-		fmt.Fprintf(o.g.Streams.Out, "revoked %s from %s; granted: %s\n", c.Item, entry.Name, grantText(c.After))
+		fmt.Fprintf(o.g.Streams.Out, "revoked %s from %s; granted: %s\n", c.Item, c.Plugin, c.After)
 	default:
-		fmt.Fprintf(o.g.Streams.Out, "granted %s to %s; granted: %s\n", c.Item, entry.Name, grantText(c.After))
+		fmt.Fprintf(o.g.Streams.Out, "granted %s to %s; granted: %s\n", c.Item, c.Plugin, c.After)
 	}
 	return nil
-}
-
-// refusedRefByName names the installed plugin a refused grant was about, when there is one.
-func refusedRefByName(configDir, name string) *audit.PluginRef {
-	reg, err := plugin.LoadRegistry(configDir)
-	if err != nil {
-		return nil
-	}
-	en := reg.Find(strings.TrimSpace(name))
-	if en == nil {
-		return nil
-	}
-	return &audit.PluginRef{Name: en.Name, Version: en.Version, Source: en.Source, ManifestDigest: en.ManifestSHA256}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,19 +9,17 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fledgehq/fledge/ui"
 	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
 // Streams are the command's I/O, injectable so commands are testable without a terminal.
-type Streams struct {
-	In  *os.File
-	Out io.Writer
-	Err io.Writer
-}
+type Streams = protocolhost.Streams
 
 func defaultStreams() Streams { return Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr} }
 
@@ -71,6 +70,30 @@ func (g *Globals) nonInteractive() bool {
 	}
 	v := strings.ToLower(os.Getenv("FLEDGE_NON_INTERACTIVE"))
 	return v == "1" || v == "true" || v == "yes"
+}
+
+// openHost opens fledge's side of a plugin run (policy, sandbox, audit log) for a command
+// that runs, installs or changes plugins. Commands that only read (list) do not need it.
+func (g *Globals) openHost() (*protocolhost.Host, error) {
+	cd, err := g.configDir()
+	if err != nil {
+		return nil, exitErr(ExitCannotRun, "%v", err)
+	}
+	protocolhost.SetVersion(version)
+	return protocolhost.Open(protocolhost.Options{
+		ConfigDir: cd, StateDir: stateDir(), ProjectFlag: g.Project,
+		NonInteractive: g.nonInteractive(), Streams: g.Streams,
+	})
+}
+
+// runPlugin is `fledge <command> [args]` and `fledge run <command> [args]`.
+func runPlugin(ctx context.Context, g *Globals, command string, args []string) error {
+	h, err := g.openHost()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return h.RunCommand(ctx, command, args)
 }
 
 // Main runs the CLI and returns the process exit status.

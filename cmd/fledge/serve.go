@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/jsonrpchost"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/protocolhost"
 )
 
 // ServeOptions is `fledge serve`: fledge as one plugin (or server) of another host, with
@@ -28,7 +28,7 @@ type ServeOptions struct {
 }
 
 // servers are the protocols `fledge serve` speaks on stdin/stdout.
-var servers = map[string]func(ctx context.Context, o *ServeOptions, t *toolsEnv) error{
+var servers = map[string]func(ctx context.Context, o *ServeOptions, t *protocolhost.ToolSet) error{
 	plugin.ProtocolJSONRPC: serveJSONRPC,
 }
 
@@ -44,7 +44,7 @@ func newServeCmd(g *Globals) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol to speak: "+strings.Join(serverNames(), ", "))
-	c.Flags().IntVar(&o.Priority, "priority", jsonrpchost.DefaultPriority, "jsonrpc-2.0: the priority fledge announces to its host (default: [serve] priority in config.toml, else 500)")
+	c.Flags().IntVar(&o.Priority, "priority", protocolhost.DefaultPriority, "jsonrpc-2.0: the priority fledge announces to its host (default: [serve] priority in config.toml, else 500)")
 	addServeMCPFlags(c, o)
 	return c
 }
@@ -69,34 +69,19 @@ func (o *ServeOptions) Run(ctx context.Context) error {
 	if run == nil {
 		return exitErr(ExitUsage, "serve: --protocol must be one of %s", strings.Join(serverNames(), ", "))
 	}
-	t, err := openTools(o.g)
+	t, done, err := openTools(o.g)
 	if err != nil {
 		return err
 	}
-	defer t.close()
+	defer done()
 	if !o.PrioritySet {
-		o.Priority = t.e.cfg.Serve.Priority
+		o.Priority = t.ServePriority()
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, o, t)
 }
 
-func serveJSONRPC(ctx context.Context, o *ServeOptions, t *toolsEnv) error {
-	p, bindings := t.jsonrpc(o.g.Streams.Err)
-	if p == nil {
-		return exitErr(ExitCannotRun, "the jsonrpc-2.0 adapter is not built in")
-	}
-	err := jsonrpchost.Serve(ctx, jsonrpchost.ServeOptions{
-		In: o.g.Streams.In, Out: o.g.Streams.Out, Catalogue: t.cat, Provider: p, Bindings: bindings,
-		Version: version, Priority: o.Priority, LineMax: int(t.e.cfg.Limits.LineMax),
-		Warn: warnTo(o.g.Streams.Err),
-	})
-	if err != nil && ctx.Err() != nil {
-		return &ExitError{Code: ExitInterrupted}
-	}
-	if err != nil {
-		return exitErr(ExitFailure, "serve: %v", err)
-	}
-	return nil
+func serveJSONRPC(ctx context.Context, o *ServeOptions, t *protocolhost.ToolSet) error {
+	return t.ServeJSONRPC(ctx, o.g.Streams.In, o.g.Streams.Out, o.Priority)
 }

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/mcphost"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/protocolhost"
 )
 
 func init() {
@@ -36,22 +35,8 @@ func (o *ServeOptions) resolveMCP() error {
 
 // serveMCP serves the tools catalogue as one MCP server on stdin/stdout. Stdout carries the
 // protocol only: plugins' stderr and fledge's warnings go to stderr.
-func serveMCP(ctx context.Context, o *ServeOptions, t *toolsEnv) error {
-	mcphost.Version = version
-	err := mcphost.Serve(ctx, t.cat, o.g.Streams.In, nopWriteCloser{o.g.Streams.Out}, mcphost.ServeOptions{
-		Only:    o.Tools,
-		LineMax: int(t.e.cfg.Limits.LineMax),
-		Warn:    warnTo(o.g.Streams.Err),
-	})
-	switch {
-	case errors.Is(err, mcphost.ErrNoSuchTool):
-		return exitErr(ExitUsage, "serve --mcp: %v", err)
-	case err != nil && ctx.Err() != nil:
-		return &ExitError{Code: ExitInterrupted}
-	case err != nil:
-		return exitErr(ExitCannotRun, "serve --mcp: %v", err)
-	}
-	return nil
+func serveMCP(ctx context.Context, o *ServeOptions, t *protocolhost.ToolSet) error {
+	return t.ServeMCP(ctx, o.g.Streams.In, nopWriteCloser{o.g.Streams.Out}, o.Tools)
 }
 
 type nopWriteCloser struct {

@@ -17,96 +17,28 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fledgehq/fledge/core"
-	"github.com/fledgehq/fledge/jsonrpchost"
-	"github.com/fledgehq/fledge/plugin"
-	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
-	"github.com/fledgehq/fledge/tools"
 	"github.com/fledgehq/fledge/ui"
 )
 
-// Exit statuses of `fledge tools call` beyond the CLI's own (docs/cli.md, "Exit codes").
-const (
-	ExitToolFalse = 1   // the tool answered success: false
-	ExitTimeout   = 124 // the tool (or the plugin's start) ran out of time
-)
-
 // ReasonExit is the exit status of a tool or hook call that failed for a reason of
-// fledge's: the one mapping of reason codes to exit statuses (reason.ExitStatus, the
-// table in docs/cli.md): 124 timeout, 130 cancelled, 126 launch_failed, 101-112 the others.
-func ReasonExit(rc reason.Code) int {
-	if rc == "" {
-		return ExitOK
-	}
-	return reason.ExitStatus(rc)
-}
+// fledge's (protocolhost.ReasonExit).
+var ReasonExit = protocolhost.ReasonExit
 
-// toolsEnv is what `tools`, `hooks` and `serve` share: the machine, the installed plugins,
-// the project, and one catalogue whose providers keep their plugins up for this invocation.
-type toolsEnv struct {
-	e     *env
-	reg   *plugin.Registry
-	proj  *project.Info
-	cat   *tools.Catalogue
-	flush func()
-}
-
-func openTools(g *Globals) (*toolsEnv, error) {
-	e, err := openEnv(g)
+// openTools opens the host and its tool catalogue; close ends both.
+func openTools(g *Globals) (*protocolhost.ToolSet, func(), error) {
+	h, err := g.openHost()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	reg, err := plugin.LoadRegistry(e.configDir)
+	t, err := h.OpenTools()
 	if err != nil {
-		e.close()
-		return nil, exitErr(ExitCannotRun, "%v", err)
+		h.Close()
+		return nil, nil, err
 	}
-	cwd, _ := os.Getwd()
-	proj, err := project.Detect(cwd, g.Project)
-	if err != nil {
-		e.close()
-		return nil, exitErr(ExitCannotRun, "%v", err)
-	}
-	// Plugins' stderr (and warnings quoting them) reach a terminal only sanitised.
-	stderr, flush := pluginStderr(g.Streams.Err)
-	cat := tools.NewCatalogue(&tools.Host{Env: e.Env, Project: proj, Stderr: stderr}, reg)
-	return &toolsEnv{e: e, reg: reg, proj: proj, cat: cat, flush: flush}, nil
-}
-
-// close shuts every plugin down (shutdown, SIGTERM, SIGKILL) and closes the environment.
-func (t *toolsEnv) close() {
-	_ = t.cat.Close()
-	t.flush()
-	t.e.close()
-}
-
-// jsonrpc returns the jsonrpc-2.0 provider and the installed jsonrpc-2.0 plugins, bound, in
-// name order; plugins that cannot be bound are reported and left out.
-func (t *toolsEnv) jsonrpc(warn io.Writer) (*jsonrpchost.Provider, []*core.Binding) {
-	p, _ := t.cat.Provider(plugin.ProtocolJSONRPC).(*jsonrpchost.Provider)
-	var names []string
-	for _, en := range t.reg.Plugins {
-		if en.Protocol == plugin.ProtocolJSONRPC {
-			names = append(names, en.Name)
-		}
-	}
-	sort.Strings(names)
-	var out []*core.Binding
-	for i, n := range names {
-		if i >= jsonrpchost.MaxPlugins {
-			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: at most %d jsonrpc-2.0 plugins run (the protocol's limit)\n", n, jsonrpchost.MaxPlugins)
-			continue
-		}
-		b, err := t.cat.Binding(n)
-		if err != nil {
-			_ = ui.HostLine(warn, fmt.Sprintf("fledge: warning: plugin %s not loaded: %v", n, err))
-			continue
-		}
-		out = append(out, b)
-	}
-	return p, out
+	return t, func() { t.Close(); h.Close() }, nil
 }
 
 func newToolsCmd(g *Globals) *cobra.Command {
@@ -140,19 +72,19 @@ func (o *ToolsListOptions) Run(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	t, err := openTools(o.g)
+	t, done, err := openTools(o.g)
 	if err != nil {
 		return err
 	}
-	defer t.close()
-	list := t.cat.List(ctx)
-	names := make([]string, 0, len(t.cat.Errors))
-	for n := range t.cat.Errors {
+	defer done()
+	list := t.Catalogue.List(ctx)
+	names := make([]string, 0, len(t.Catalogue.Errors))
+	for n := range t.Catalogue.Errors {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s: tools not listed: %s\n", n, ui.Sanitize(t.cat.Errors[n]))
+		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: plugin %s: tools not listed: %s\n", n, ui.Sanitize(t.Catalogue.Errors[n]))
 	}
 	if o.JSON {
 		if list == nil {
@@ -172,7 +104,7 @@ func (o *ToolsListOptions) Run(ctx context.Context) error {
 	tw := tabwriter.NewWriter(o.g.Streams.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tPLUGIN\tPARAMETERS\tDESCRIPTION")
 	for _, tl := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", tl.Name, tl.Plugin, strings.TrimSuffix(strings.TrimPrefix(paramText(tl.Params), " ("), ")"), tl.Description)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", tl.Name, tl.Plugin, strings.TrimSuffix(strings.TrimPrefix(tools.ParamsText(tl.Params), " ("), ")"), tl.Description)
 		for _, p := range tl.Params {
 			req := "optional"
 			if p.Required {
@@ -225,14 +157,13 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	if o.Params != "" && len(o.Pairs) > 0 {
 		return exitErr(ExitUsage, "give the arguments either as --params JSON or as name=value pairs, not both")
 	}
-	var timeout *float64
+	var timeout time.Duration
 	if o.Timeout != "" {
 		d, err := time.ParseDuration(o.Timeout)
 		if err != nil || d <= 0 {
 			return exitErr(ExitUsage, "--timeout %q: a positive duration such as 30s", o.Timeout)
 		}
-		secs := d.Seconds()
-		timeout = &secs
+		timeout = d
 	}
 	var args map[string]any
 	if o.Params != "" {
@@ -242,12 +173,12 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		}
 		args = m
 	}
-	t, err := openTools(o.g)
+	t, done, err := openTools(o.g)
 	if err != nil {
 		return err
 	}
-	defer t.close()
-	tool, _, err := t.cat.Find(ctx, o.Tool)
+	defer done()
+	tool, _, err := t.Catalogue.Find(ctx, o.Tool)
 	if err != nil {
 		if errors.Is(err, tools.ErrUnknownTool) {
 			return exitErr(ExitUnknownCmd, "%v", err)
@@ -274,20 +205,19 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	if err := tools.Check(tool, args); err != nil {
 		return exitErr(ExitUsage, "%v (see 'fledge tools list')", err)
 	}
-	d, clamped, err := policy.ExecTimeout(timeout, t.e.cfg.Sandbox.TimeoutDefault, t.e.cfg.Sandbox.TimeoutMax)
-	if err != nil {
-		return exitErr(ExitUsage, "--timeout: %v", err)
-	}
-	if clamped {
-		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: --timeout %s is over the policy maximum; using %s\n", o.Timeout, d)
+	if timeout > 0 {
+		d, clamped, err := t.CallTimeout(timeout)
+		if err != nil {
+			return exitErr(ExitUsage, "--timeout: %v", err)
+		}
+		if clamped {
+			fmt.Fprintf(o.g.Streams.Err, "fledge: warning: --timeout %s is over the policy maximum; using %s\n", o.Timeout, d)
+		}
+		timeout = d
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	callCtx := ctx
-	if timeout != nil {
-		callCtx = tools.WithCallTimeout(ctx, d)
-	}
-	_, res, err := t.cat.Call(callCtx, o.Tool, args)
+	_, res, err := t.Call(ctx, o.Tool, args, timeout)
 	if err != nil {
 		if errors.Is(err, tools.ErrBadArguments) {
 			return exitErr(ExitUsage, "%v", err)
@@ -306,7 +236,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		})
 	} else if res.Reason == reason.OK && (res.Success || res.Message == "") {
 		// The result is the plugin's text: sanitised on a terminal, like all plugin output.
-		out, flush := pluginStderr(o.g.Streams.Out)
+		out, flush := ui.PluginStream(o.g.Streams.Out)
 		printResult(out, res.Output)
 		flush()
 	}

@@ -27,7 +27,8 @@ func main() {
 	ctx := context.Background()
 	name := "world"
 	if args := p.Args(); len(args) > 0 {
-		name = args[0]
+		// `fledge hello-wasm Ada` on the command line, --name=Ada as a tool call.
+		name = strings.TrimPrefix(args[0], "--name=")
 	}
 	runs := 0
 	if v, ok, err := p.Load(ctx, "runs"); err == nil && ok {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox/stub"
 )
 

@@ -1,6 +1,0 @@
-//go:build !linux
-
-package invokehost
-
-// Only Linux gives a plugin a network namespace of its own; elsewhere nothing to add.
-var platformTCPRefusedCases []tcpRefusedCase

@@ -1,0 +1,126 @@
+package protocolhost
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// PluginInfo is `fledge plugins info`: a plugin's grants and what the sandbox actually
+// gives it on this machine under the policy in force.
+type PluginInfo struct {
+	pi        *plugin.Info
+	rep       sandbox.Report
+	cfg       *policy.Config
+	pa, xa    sandbox.Access
+	handshake *jsonrpc.Manifest
+	wasm      map[string]any
+}
+
+// Info describes the installed plugin name.
+func (h *Host) Info(name string) (*PluginInfo, error) {
+	e := h.Env
+	pi, err := plugin.GetInfo(e.ConfigDir, name)
+	if errors.Is(err, plugin.ErrNotInstalled) {
+		return nil, exitErr(ExitFailure, "no plugin named %q is installed", name)
+	}
+	if err != nil {
+		return nil, exitErr(ExitCannotRun, "%v", err)
+	}
+	en := &pi.Entry
+	paths := e.Paths(pi.Dir, plugin.DataDir(e.ConfigDir, en.Name), nil)
+	paths.ProjectRoot = "<project>"
+	info := &PluginInfo{
+		pi: pi, rep: e.Sandbox.Report(), cfg: e.Config,
+		pa: policy.PluginAccess(paths, en.Granted, e.Config), xa: policy.ExecAccess(paths, e.Config),
+		handshake: recordedHandshake(en, pi.Dir),
+	}
+	if pi.Manifest != nil && pi.Manifest.IsWasm() {
+		info.wasm = fledgev1.WasmInfo(e, &en.Granted, plugin.DataDir(e.ConfigDir, en.Name))
+	}
+	return info, nil
+}
+
+// EntryJSON is one installed plugin as `plugins list --json` and `info --json` show it.
+func EntryJSON(en *plugin.Entry) map[string]any {
+	return map[string]any{
+		"name": en.Name, "version": en.Version, "source": en.Source,
+		"installed": en.Installed.UTC().Format(time.RFC3339), "commands": en.Commands,
+		"granted": en.Granted, "manifest_sha256": en.ManifestSHA256, "protocol": en.Protocol,
+	}
+}
+
+// JSON is the description as `plugins info --json` prints it.
+func (p *PluginInfo) JSON() map[string]any {
+	pi, en, cfg, rep := p.pi, &p.pi.Entry, p.cfg, p.rep
+	info := EntryJSON(en)
+	info["dir"] = pi.Dir
+	info["data_dir"] = pi.DataDir
+	// Only what was granted counts; a live manifest that changed is refused at run time.
+	info["manifest_changed"] = pi.ManifestChanged
+	if pi.Declared != nil {
+		info["declared"] = pi.Declared.Names()
+	}
+	info["sandbox"] = map[string]any{
+		"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode,
+		"tree_kill": rep.TreeKill, "strict": cfg.Sandbox.Strict,
+	}
+	info["plugin_process"] = map[string]any{
+		"read_write": p.pa.ReadWrite, "read_only": p.pa.ReadOnly, "read_exec": p.pa.ReadExec,
+		"network": en.Granted.Network && cfg.NetworkAllowed(), "limits": limitsJSON(cfg.PluginLimits()),
+		"unix_sockets": cfg.UnixSocketsAllowed(),
+	}
+	info["exec"] = map[string]any{
+		"allowed": en.Granted.Exec, "read_write": p.xa.ReadWrite, "read_only": p.xa.ReadOnly, "read_exec": p.xa.ReadExec,
+		"unprotect": unprotectJSON(cfg),
+		"network":   cfg.NetworkAllowed(), "limits": limitsJSON(cfg.ExecLimits()),
+		"unix_sockets": cfg.UnixSocketsAllowed(),
+	}
+	if p.handshake != nil {
+		info["handshake"] = p.handshake
+	}
+	if p.wasm != nil {
+		info["runtime"], info["plugin_process"] = plugin.RuntimeWasm, p.wasm
+	}
+	return info
+}
+
+// WriteText writes the description for a person.
+func (p *PluginInfo) WriteText(w io.Writer) {
+	pi, en, cfg, rep := p.pi, &p.pi.Entry, p.cfg, p.rep
+	fmt.Fprintf(w, "%s %s\n  source:    %s\n  installed: %s\n  commands:  %s\n  manifest:  sha256:%s\n  granted:   %s\n",
+		en.Name, en.Version, en.Source, en.Installed.UTC().Format(time.RFC3339), strings.Join(en.Commands, ", "),
+		en.ManifestSHA256, en.Granted.String())
+	if pi.ManifestChanged {
+		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
+	}
+	fmt.Fprintf(w, "  protocol:  %s\n", ProtocolName(en.Protocol))
+	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
+		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, cfg.Sandbox.Strict)
+	if p.wasm != nil {
+		fmt.Fprintf(w, "  runtime:   wasm: %s\n", fledgev1.WasmInfoText(p.wasm))
+	} else {
+		fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(p.pa.ReadWrite, ", "))
+		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(p.pa.ReadOnly, ", "))
+		fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && cfg.NetworkAllowed())
+	}
+	if en.Granted.Exec {
+		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(p.xa.ReadWrite, ", "))
+		if len(p.xa.Unprotect) > 0 {
+			fmt.Fprintf(w, "  ...including (policy unprotect): %s\n", strings.Join(p.xa.Unprotect, ", "))
+		}
+	} else {
+		fmt.Fprintln(w, "  exec: not granted (every exec request is refused with code 126)")
+	}
+	if p.handshake != nil {
+		showHandshakeInfo(w, p.handshake)
+	}
+}

@@ -1,0 +1,303 @@
+package protocolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1"
+	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
+)
+
+// InstallRequest is one `fledge plugins install`.
+type InstallRequest struct {
+	Source string
+	Yes    bool
+	// Grant, when GrantSet, is --grant: exactly these capabilities.
+	Grant    string
+	GrantSet bool
+	RunHooks bool
+	// Protocol and FromDir install self-describing plugins (bare executables whose
+	// handshake says what they are).
+	Protocol string
+	FromDir  string
+	// Asker asks the install questions (nil: none can be asked).
+	Asker          plugin.Asker
+	NonInteractive bool
+}
+
+// installer is one install command: its audit log and where it talks.
+type installer struct {
+	h      *Host
+	log    *audit.Log
+	out    io.Writer // results
+	errOut io.Writer // questions' context, warnings, plugin bytes
+}
+
+// Install installs a plugin, granting only what the user approves, and records it.
+func (h *Host) Install(ctx context.Context, o InstallRequest) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	base := plugin.InstallOptions{
+		ConfigDir:      h.Env.ConfigDir,
+		Source:         o.Source,
+		Yes:            o.Yes,
+		NonInteractive: o.NonInteractive,
+		RunHooks:       o.RunHooks,
+		Asker:          o.Asker,
+		Out:            h.stderr(),
+	}
+	if o.GrantSet {
+		gr, err := policy.ParseGrantList(o.Grant)
+		if err != nil {
+			return exitErr(ExitUsage, "--grant: %v", err)
+		}
+		base.Grant = &gr
+	}
+	log, err := h.auditLog()
+	if err != nil {
+		return err
+	}
+	in := &installer{h: h, log: log, out: h.opts.Streams.Out, errOut: h.stderr()}
+	if in.out == nil {
+		in.out = io.Discard
+	}
+	base.RunHook = in.hookRunner()
+	if o.Protocol != "" || o.FromDir != "" {
+		return in.runSelfDescribing(ctx, &o, base)
+	}
+	base.Handshake = in.handshakeHook(nil)
+	return in.installOne(ctx, base)
+}
+
+// installOne runs one install and records it.
+func (in *installer) installOne(ctx context.Context, io plugin.InstallOptions) error {
+	e := in.h.Env
+	entry, err := plugin.Install(ctx, io)
+	// One install is one session: its records share an id and say what the sandbox enforces.
+	if err != nil {
+		_ = e.NewRecorder(in.log, refusedRef(io.Source), nil).RecordNow(audit.EventInstall, audit.Deny, reason.Code(installReason(err)),
+			map[string]any{"source": io.Source, "error": err.Error()})
+		code := ExitFailure
+		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
+		// protocol) is "could not run", like the same refusal at run time.
+		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
+			code = ExitCannotRun
+		}
+		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
+			code = ExitInterrupted
+		}
+		src := io.Source
+		if io.RecordSource != "" {
+			src = io.RecordSource
+		}
+		return exitErr(code, "install %s: %v", src, err)
+	}
+	rec := e.NewRecorder(in.log, entryRef(entry), nil)
+	_ = rec.RecordNow(audit.EventInstall, audit.Allow, reason.OK, map[string]any{"source": entry.Source, "commands": entry.Commands})
+	_ = rec.RecordNow(audit.EventGrant, audit.Allow, reason.OK, map[string]any{audit.DetailCapabilities: entry.Granted.Names()})
+	fledgev1.PrecompileWasm(ctx, e, entry.Name, in.errOut)
+	fmt.Fprintf(in.out, "installed %s %s (commands: %s; granted: %s)\n",
+		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.ConfigDir, entry))
+	return nil
+}
+
+// entryRef is an installed plugin as audit records name it.
+func entryRef(en *plugin.Entry) *audit.PluginRef {
+	return &audit.PluginRef{Name: en.Name, Version: en.Version, Source: en.Source, ManifestDigest: en.ManifestSHA256}
+}
+
+// refusedRef names the plugin a refused install was about, when the source is a local dir
+// whose manifest still parses, so `audit show --plugin NAME` finds refusals too.
+func refusedRef(source string) *audit.PluginRef {
+	st, err := os.Stat(source)
+	if err != nil || !st.IsDir() {
+		return nil
+	}
+	man, _, err := plugin.LoadManifest(source)
+	if err != nil || !plugin.ValidName(man.Plugin.Name) {
+		return nil
+	}
+	return &audit.PluginRef{Name: man.Plugin.Name, Version: man.Plugin.Version, Source: source, ManifestDigest: man.SHA256()}
+}
+
+func installReason(err error) string {
+	switch {
+	case errors.Is(err, plugin.ErrNeedsGrant):
+		return string(reason.NonInteractive)
+	case errors.Is(err, plugin.ErrUnsupportedProtocol):
+		return string(reason.ProtocolVersionMismatch)
+	case errors.Is(err, plugin.ErrNotDeclared):
+		return string(reason.CapabilityNotDeclared)
+	case errors.Is(err, jsonrpc.ErrHandshake), errors.Is(err, jsonrpc.ErrManifest):
+		return string(reason.HandshakeFailed)
+	}
+	return string(reason.LaunchFailed)
+}
+
+// installedGrantText is the grants as users read them, saying when the filesystem level is
+// the default rule rather than something the manifest declared.
+func installedGrantText(configDir string, en *plugin.Entry) string {
+	man, _, err := plugin.LoadManifest(plugin.Dir(configDir, en.Name))
+	if err != nil || !man.FilesystemDefaulted() || en.Granted.FS() != policy.FilesystemDefault {
+		return en.Granted.String()
+	}
+	return en.Granted.String() + " by default"
+}
+
+// hookRunner runs an install hook the user asked for (--run-hooks) as a confined exec whose
+// only writable place is the staged plugin dir; hooks are plugin code like any other.
+func (in *installer) hookRunner() plugin.HookRunner {
+	e, out := in.h.Env, in.errOut
+	return func(ctx context.Context, dir string, h plugin.Hook) error {
+		d, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		spec := e.Config.HookSpec(e.Paths(dir, dir, nil), os.Environ())
+		spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindExec, "install-hook", "/bin/sh", []string{"sh", "-c", h.Command}
+		// Hook output is plugin bytes: on a terminal, sanitised like every plugin's.
+		hookOut, flush := pluginStream(out)
+		defer flush()
+		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, hookOut, hookOut
+		rec := e.NewRecorder(in.log, nil, nil)
+		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir})
+		if err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		spec.BeforeExec = sync
+		proc, err := e.Sandbox.Start(ctx, &spec)
+		if sync != nil {
+			_ = sync()
+		}
+		if err != nil {
+			return err
+		}
+		res, err := proc.Wait()
+		if err != nil {
+			return err
+		}
+		rc := reason.OK
+		if res.TimedOut {
+			rc = reason.Timeout
+		}
+		// A nested repository the hook left where the user's git would run it was moved
+		// aside when it ended (Linux): on record, and the user is told.
+		for _, w := range rec.Quarantined(res.Quarantined) {
+			_ = ui.HostLine(out, "fledge: "+w)
+		}
+		rec.Record(audit.EventExecOutcome, audit.Allow, rc,
+			map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
+				"git_quarantined": len(res.Quarantined)}, false)
+		if res.ExitCode != 0 {
+			return fmt.Errorf("hook %s exited with status %d", h.Name, res.ExitCode)
+		}
+		return nil
+	}
+}
+
+// Remove removes an installed plugin and its data, and records it.
+func (h *Host) Remove(name string) (*plugin.Entry, error) {
+	log, err := h.auditLog()
+	if err != nil {
+		return nil, err
+	}
+	en, err := plugin.Remove(h.Env.ConfigDir, name)
+	if err != nil {
+		if errors.Is(err, plugin.ErrNotInstalled) {
+			return nil, exitErr(ExitFailure, "no plugin named %q is installed", name)
+		}
+		return nil, exitErr(ExitFailure, "remove %s: %v", name, err)
+	}
+	_ = h.Env.NewRecorder(log, entryRef(en), nil).RecordNow(audit.EventRemove, audit.Allow, reason.OK, nil)
+	return en, nil
+}
+
+// GrantChange is what one `plugins grant` or `revoke` did.
+type GrantChange struct {
+	Plugin string
+	Item   string
+	// Changed is false when the plugin already held (or did not hold) the item.
+	Changed bool
+	// After is the grants now in force, as users read them.
+	After string
+	// Unrequested are items granted that the manifest does not declare.
+	Unrequested []string
+}
+
+// ChangeGrant grants (or, with revoke, takes back) one capability of an installed plugin,
+// and records the change or the refusal.
+func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error) {
+	e := h.Env
+	log, err := h.auditLog()
+	if err != nil {
+		return nil, err
+	}
+	verb, event := "grant", audit.EventGrant
+	change := func(m *plugin.Manifest, cur policy.Grants) (policy.Change, error) {
+		return policy.GrantOne(cur, m.Declared(), m.Asked(), item)
+	}
+	if revoke {
+		verb, event = "revoke", audit.EventRevoke
+		change = func(_ *plugin.Manifest, cur policy.Grants) (policy.Change, error) {
+			return policy.RevokeOne(cur, item)
+		}
+	}
+	entry, c, err := plugin.ChangeGrants(e.ConfigDir, name, change)
+	if err != nil {
+		code, rc := ExitFailure, reason.LaunchFailed
+		switch {
+		case errors.Is(err, plugin.ErrNotInstalled):
+			return nil, exitErr(ExitFailure, "no plugin named %q is installed", name)
+		case errors.Is(err, policy.ErrUnknownCapability):
+			code, rc = ExitUsage, reason.CapabilityNotDeclared
+		case errors.Is(err, policy.ErrNotDeclared), errors.Is(err, plugin.ErrLegacyNoGrants):
+			code, rc = ExitUsage, reason.CapabilityNotDeclared
+		case errors.Is(err, plugin.ErrManifestChanged):
+			code = ExitCannotRun
+		}
+		_ = e.NewRecorder(log, refusedRefByName(e.ConfigDir, name), nil).RecordNow(event, audit.Deny, rc,
+			map[string]any{audit.DetailCapability: item, "error": err.Error()})
+		return nil, exitErr(code, "%s %s %s: %v", verb, name, item, err)
+	}
+	details := map[string]any{
+		audit.DetailCapabilities: c.After.Names(), audit.DetailCapability: c.Item,
+		"previous": c.Before.Names(), "changed": c.Before != c.After,
+	}
+	unrequested := c.Unrequested
+	if unrequested == nil {
+		unrequested = []string{}
+	}
+	if !revoke {
+		details["unrequested"] = unrequested
+	}
+	if err := e.NewRecorder(log, entryRef(entry), nil).RecordNow(event, audit.Allow, reason.OK, details); err != nil {
+		// The registry already changed: say so rather than pretend it did not.
+		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the audit log could not record this %s: %v", verb, err))
+	}
+	return &GrantChange{Plugin: entry.Name, Item: c.Item, Changed: c.Before != c.After, After: c.After.String(), Unrequested: unrequested}, nil
+}
+
+// refusedRefByName names the installed plugin a refused grant was about, when there is one.
+func refusedRefByName(configDir, name string) *audit.PluginRef {
+	reg, err := plugin.LoadRegistry(configDir)
+	if err != nil {
+		return nil
+	}
+	en := reg.Find(strings.TrimSpace(name))
+	if en == nil {
+		return nil
+	}
+	return entryRef(en)
+}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package invokev1
+
+// Only Linux gives a plugin a network namespace of its own; elsewhere nothing to add.
+var platformTCPRefusedCases []tcpRefusedCase

@@ -1,0 +1,16 @@
+package jsonrpc
+
+import (
+	"os"
+	"testing"
+
+	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox/stub"
+)
+
+func TestMain(m *testing.M) {
+	// The sandbox re-executes this test binary as its stub: that must come first.
+	stub.MaybeRun()
+	// The attack tests start real plugins: inside the containment harness.
+	os.Exit(testutil.RunContained(m))
+}

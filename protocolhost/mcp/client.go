@@ -1,0 +1,574 @@
+// Package mcphost is fledge's Model Context Protocol side, on the official Go SDK
+// (github.com/modelcontextprotocol/go-sdk):
+//
+//   - protocol = "mcp" plugins: an MCP server over stdio started confined by the session
+//     core, with fledge as its MCP client; its tools join the tools catalogue as
+//     plugin_<name>_<tool>, arguments are validated against their JSON Schema before
+//     anything is sent, and every call is a decision record before and an outcome after;
+//   - fledge-v1 commands that declare typed args, offered as tools (FledgeV1Provider);
+//   - Serve: fledge as one MCP server whose tools are every tool of the catalogue.
+//
+// Importing the package registers both providers with package tools.
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
+)
+
+var (
+	// ErrHandshake: the server did not complete initialize (or tools/list) in time or at all.
+	ErrHandshake = errors.New("MCP server did not complete the handshake")
+	// ErrServerGone: the server's session ended (it exited, or fledge ended it for a bound).
+	ErrServerGone = errors.New("MCP server session ended")
+	// ErrCallTimeout: a tool call did not answer within its timeout.
+	ErrCallTimeout = errors.New("MCP tool call timed out")
+)
+
+// Bounds of what one server may list.
+const (
+	maxTools       = 1024
+	maxToolPages   = 64
+	maxToolNameLen = 128
+	// maxSchemaBytes bounds one tool's input schema.
+	maxSchemaBytes = 256 << 10
+	// maxResultBytes bounds a tool result fledge passes on.
+	maxResultBytes = 16 << 20
+)
+
+func init() {
+	tools.Register(plugin.ProtocolMCP, func(h *tools.Host) tools.Provider { return NewProvider(h) })
+}
+
+// Provider runs the protocol = "mcp" plugins of one fledge invocation: one server process
+// per plugin, started on first use and kept until Close.
+type Provider struct {
+	host *tools.Host
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+// NewProvider is the MCP provider for one fledge invocation.
+func NewProvider(h *tools.Host) *Provider {
+	return &Provider{host: h, sessions: map[string]*session{}}
+}
+
+// session is one running MCP server.
+type session struct {
+	name        string
+	proc        *core.Proc
+	rec         *core.Recorder
+	conn        *lineConn
+	cs          *mcpsdk.ClientSession
+	list        []tools.Tool
+	schemas     map[string]*jsonschema.Resolved
+	callTimeout time.Duration
+	argValues   bool
+
+	closeOnce sync.Once
+	exitMu    sync.Mutex
+	exitNote  map[string]any
+}
+
+func (p *Provider) stderr() io.Writer {
+	if p.host.Stderr != nil {
+		return p.host.Stderr
+	}
+	return io.Discard
+}
+
+func (p *Provider) warn(msg string) { fmt.Fprintf(p.stderr(), "fledge: warning: %s\n", msg) }
+
+// session returns the plugin's running server, starting it when needed.
+func (p *Provider) session(ctx context.Context, b *core.Binding) (*session, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.sessions[b.Entry.Name]; ok {
+		select {
+		case <-s.proc.Done():
+			// The server ended (crash, bound): close it properly and start a fresh one.
+			s.close("exited")
+			delete(p.sessions, b.Entry.Name)
+		default:
+			return s, nil
+		}
+	}
+	s, err := p.start(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	p.sessions[b.Entry.Name] = s
+	return s, nil
+}
+
+func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error) {
+	env := p.host.Env
+	if len(b.Manifest.Commands) == 0 {
+		return nil, fmt.Errorf("plugin %s declares no [[commands]] to start its MCP server", b.Entry.Name)
+	}
+	cmd := b.Manifest.Commands[0]
+	program, err := env.Program(b, cmd.Binary)
+	if err != nil {
+		return nil, err
+	}
+	log, err := env.Audit()
+	if err != nil {
+		return nil, err
+	}
+	rec := env.NewRecorder(log, b.Ref, p.warn)
+	// Nobody is at a terminal to answer an MCP server.
+	pluginEnv := b.PluginEnv(cmd.Name, true)
+	if b.Project != nil {
+		pluginEnv["FLEDGE_PROJECT_ROOT"] = b.Project.Root
+	}
+	prof := env.Profile(b, os.Environ(), pluginEnv, nil)
+	cwd := b.StartDir("", prof.Plugin.Access)
+	lim := prof.Session
+	callTimeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, lim)
+	if terr != nil {
+		p.warn(fmt.Sprintf("plugin %s: %v", b.Entry.Name, terr))
+	}
+
+	spec := prof.Plugin
+	spec.Kind = sandbox.KindPlugin
+	spec.Name = b.Entry.Name
+	spec.Path = program
+	spec.Args = []string{program}
+	proc, err := core.Spawn(core.SpawnOptions{
+		Sandbox: env.Sandbox, Spec: spec, Cwd: cwd, Pipes: true, Stderr: p.stderr(), Recorder: rec,
+		StartDetails: map[string]any{audit.DetailCommand: cmd.Name, "grants": b.Entry.Granted, "protocol": plugin.ProtocolMCP},
+		Ladder:       core.Ladder{CancelGrace: lim.CancelGrace, KillAfter: lim.KillAfter},
+		DrainTimeout: lim.DrainTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		name: b.Entry.Name, proc: proc, rec: rec, callTimeout: callTimeout,
+		argValues: env.Config.Audit.ToolArgumentValues,
+		schemas:   map[string]*jsonschema.Resolved{},
+	}
+	s.conn = newLineConn(proc.Stdout, proc.Stdin, connLimits{LineMax: lim.LineMax, Pending: lim.PendingRequests})
+	// A server that exits ends the connection, so nothing waits on it.
+	go func() {
+		<-proc.Done()
+		_ = s.conn.Close()
+	}()
+
+	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
+		// No roots: the server keeps the roots its command line gives it, and the sandbox
+		// decides what it may actually reach.
+		Capabilities: &mcpsdk.ClientCapabilities{},
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	// initialize and tools/list are bounded by policy's timeout_default.
+	ictx, cancel := context.WithTimeout(ctx, lim.ExecTimeoutDefault)
+	defer cancel()
+	cs, err := client.Connect(ictx, connTransport{s.conn}, nil)
+	if err != nil {
+		err = s.explain(ictx, err, fmt.Sprintf("did not answer initialize within %s", lim.ExecTimeoutDefault))
+		s.endStart(reason.HandshakeFailed, err)
+		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
+	}
+	s.cs = cs
+	if err := s.listTools(ictx, b, p.warn); err != nil {
+		err = s.explain(ictx, err, fmt.Sprintf("did not answer tools/list within %s", lim.ExecTimeoutDefault))
+		s.endStart(reason.HandshakeFailed, err)
+		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
+	}
+	return s, nil
+}
+
+// explain turns an SDK error into what happened: a bound fledge enforced, a timeout, or
+// the server exiting.
+func (s *session) explain(ctx context.Context, err error, timeoutMsg string) error {
+	if cause := s.conn.Cause(); cause != nil {
+		return cause
+	}
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s", context.DeadlineExceeded, timeoutMsg)
+	}
+	select {
+	case <-s.proc.Done():
+		code := -1
+		if res, _ := s.proc.Wait(); res != nil {
+			code = res.ExitCode
+		}
+		return fmt.Errorf("%w: the server exited (status %d)", ErrServerGone, code)
+	default:
+	}
+	return err
+}
+
+// endStart ends a server that failed its handshake and records why.
+func (s *session) endStart(rc reason.Code, err error) {
+	s.exitMu.Lock()
+	s.exitNote = map[string]any{"handshake_error": err.Error()}
+	s.exitMu.Unlock()
+	if errors.Is(err, context.DeadlineExceeded) || s.conn.Cause() != nil {
+		// A bound ended the handshake (its timeout, a line, a flood): on record as such.
+		s.rec.Record(audit.EventLimit, audit.Deny, rc, map[string]any{audit.DetailMessage: err.Error(), audit.DetailLimit: "handshake"}, false)
+	}
+	s.close(string(rc))
+}
+
+// close ends the server: the connection closes (EOF on its stdin), then the ladder if it
+// does not leave by itself, and its plugin_exit record.
+func (s *session) close(by string) {
+	s.closeOnce.Do(func() {
+		if s.cs != nil {
+			_ = s.cs.Close()
+		}
+		// EOF on its stdin is the server's cue (the ladder's first step); SIGTERM and
+		// SIGKILL follow on policy's ladder if it does not leave.
+		_ = s.conn.Close()
+		s.proc.Stop(by, false, nil)
+		extra := map[string]any{"protocol": plugin.ProtocolMCP}
+		s.exitMu.Lock()
+		for k, v := range s.exitNote {
+			extra[k] = v
+		}
+		s.exitMu.Unlock()
+		if cause := s.conn.Cause(); cause != nil {
+			extra["ended_by_fledge"] = cause.Error()
+		}
+		s.proc.Finish(extra)
+	})
+}
+
+func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(string)) error {
+	var params mcpsdk.ListToolsParams
+	seen := map[string]bool{}
+	for page := 0; page < maxToolPages; page++ {
+		res, err := s.cs.ListTools(ctx, &params)
+		if err != nil {
+			return err
+		}
+		for _, t := range res.Tools {
+			if len(s.list) >= maxTools {
+				warn(fmt.Sprintf("plugin %s lists more than %d tools; the rest are ignored", b.Entry.Name, maxTools))
+				return nil
+			}
+			if t == nil || !validToolName(t.Name) || seen[t.Name] {
+				warn(fmt.Sprintf("plugin %s: tool %q ignored (empty, duplicate, too long or with characters fledge does not pass on)", b.Entry.Name, clip(safeText(toolName(t)), 80)))
+				continue
+			}
+			schema, resolved, err := inputSchema(t.InputSchema)
+			if err != nil {
+				warn(fmt.Sprintf("plugin %s: tool %q ignored: %v", b.Entry.Name, t.Name, err))
+				continue
+			}
+			seen[t.Name] = true
+			s.schemas[t.Name] = resolved
+			s.list = append(s.list, tools.Tool{
+				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
+				Protocol: plugin.ProtocolMCP, Description: safeText(clip(t.Description, plugin.MaxFieldLen)),
+				InputSchema: schema, Params: schemaParams(schema),
+			})
+		}
+		if res.NextCursor == "" {
+			break
+		}
+		params.Cursor = res.NextCursor
+	}
+	sort.Slice(s.list, func(i, j int) bool { return s.list[i].Name < s.list[j].Name })
+	return nil
+}
+
+func toolName(t *mcpsdk.Tool) string {
+	if t == nil {
+		return ""
+	}
+	return t.Name
+}
+
+// validToolName: what MCP allows in a tool name (letters, digits, _ - .), bounded, so
+// the public name is safe to print and to pass on.
+func validToolName(n string) bool {
+	if n == "" || len(n) > maxToolNameLen {
+		return false
+	}
+	for _, r := range n {
+		if !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-' || r == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// safeText is server-provided text made safe to pass on: every terminal sequence (colours
+// too: ui.PlainText) and control removed.
+func safeText(s string) string { return ui.PlainText(s) }
+
+// inputSchema checks a tool's input schema (an object schema, bounded, resolvable without
+// fetching anything) and returns it as JSON and resolved for validation.
+func inputSchema(v any) (json.RawMessage, *jsonschema.Resolved, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("input schema does not encode: %w", err)
+	}
+	if len(raw) > maxSchemaBytes {
+		return nil, nil, fmt.Errorf("input schema is %d bytes, over %d", len(raw), maxSchemaBytes)
+	}
+	if string(raw) == "null" {
+		raw = []byte(`{"type":"object"}`)
+	}
+	var sch jsonschema.Schema
+	if err := json.Unmarshal(raw, &sch); err != nil {
+		return nil, nil, fmt.Errorf("input schema is not a JSON Schema: %w", err)
+	}
+	if sch.Type != "" && sch.Type != "object" {
+		return nil, nil, fmt.Errorf("input schema has type %q, not object", sch.Type)
+	}
+	// No loader: a $ref to anything outside the schema fails instead of being fetched.
+	res, err := sch.Resolve(&jsonschema.ResolveOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("input schema cannot be resolved: %w", err)
+	}
+	return raw, res, nil
+}
+
+// schemaParams are the top-level properties of an input schema as the catalogue's
+// parameters (name order), so `fledge tools list` shows them and `fledge tools call`
+// types name=value pairs. The catalogue then accepts only these names: an argument the
+// schema does not name is refused before anything is sent.
+func schemaParams(raw json.RawMessage) []tools.Param {
+	var sch jsonschema.Schema
+	if json.Unmarshal(raw, &sch) != nil || len(sch.Properties) == 0 {
+		return nil
+	}
+	required := map[string]bool{}
+	for _, r := range sch.Required {
+		required[r] = true
+	}
+	names := make([]string, 0, len(sch.Properties))
+	for n := range sch.Properties {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]tools.Param, 0, len(names))
+	for _, n := range names {
+		prop := sch.Properties[n]
+		p := tools.Param{Name: n, Required: required[n]}
+		if prop != nil {
+			p.Type = prop.Type
+			if p.Type == "" {
+				// ["string", "null"] is a string that may be left null: "" (any) is honest.
+				var nonNull []string
+				for _, t := range prop.Types {
+					if t != "null" {
+						nonNull = append(nonNull, t)
+					}
+				}
+				if len(nonNull) == 1 && len(prop.Types) == 1 {
+					p.Type = nonNull[0]
+				}
+			}
+			p.Description = clip(safeText(prop.Description), 200)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Tools lists the tools of one MCP plugin (starting its server).
+func (p *Provider) Tools(ctx context.Context, b *core.Binding) ([]tools.Tool, error) {
+	s, err := p.session(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return append([]tools.Tool(nil), s.list...), nil
+}
+
+// Call validates args against the tool's JSON Schema, records the decision, calls the
+// tool and records the outcome.
+func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args map[string]any) (*tools.Result, error) {
+	s, err := p.session(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	resolved := s.schemas[t.Tool]
+	if resolved == nil {
+		return nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, t.Name)
+	}
+	// Validate a JSON round trip of the arguments: what the schema sees is what is sent.
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: arguments do not encode as JSON: %v", tools.ErrBadArguments, t.Name, err)
+	}
+	var inst any
+	if err := json.Unmarshal(raw, &inst); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
+	}
+	if err := resolved.Validate(inst); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
+	}
+	sync, err := s.rec.BeforeAct(audit.EventToolCall, tools.CallDetails(t, args, s.argValues))
+	if err != nil {
+		// Audit before act: no record, no call.
+		return nil, fmt.Errorf("%w: %w", core.ErrAudit, err)
+	}
+	if sync != nil {
+		if err := sync(); err != nil {
+			return nil, fmt.Errorf("%w: %w", core.ErrAudit, err)
+		}
+	}
+	start := time.Now()
+	timeout := s.callTimeout
+	if d, ok := tools.CallTimeout(ctx); ok {
+		timeout = d // fledge tools call --timeout, already within policy's maximum
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := s.cs.CallTool(cctx, &mcpsdk.CallToolParams{Name: t.Tool, Arguments: json.RawMessage(raw)})
+	out := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds()}
+	if err != nil {
+		rc := reason.Crashed
+		msg := s.explain(cctx, err, fmt.Sprintf("no answer within %s", timeout))
+		switch {
+		case errors.Is(msg, context.DeadlineExceeded):
+			rc = reason.Timeout
+			msg = fmt.Errorf("%w: %s after %s", ErrCallTimeout, t.Name, timeout)
+		case errors.Is(cctx.Err(), context.Canceled):
+			rc = reason.Cancelled
+		case errors.Is(msg, ErrLineTooLong), errors.Is(msg, ErrFlood), errors.Is(msg, ErrTooManyPending):
+			rc = reason.LimitExceeded
+		case errors.Is(msg, ErrUnknownID), errors.Is(msg, ErrMalformed):
+			rc = reason.MalformedResponse
+		default:
+			var werr *jsonrpc.Error
+			if errors.As(err, &werr) {
+				// The server answered with an error: the call ran and failed on its side.
+				out["error"] = clip(safeText(werr.Message), 1024)
+				out["error_code"] = werr.Code
+				s.rec.Record(audit.EventToolOutcome, audit.Allow, reason.OK, out, true)
+				return &tools.Result{Success: false, Reason: reason.OK, Output: json.RawMessage("null"),
+					Message: fmt.Sprintf("%s: %s", t.Name, clip(safeText(werr.Message), 1024))}, nil
+			}
+		}
+		out["error"] = msg.Error()
+		s.rec.Record(audit.EventToolOutcome, audit.Error, rc, out, true)
+		if s.conn.Cause() != nil {
+			// fledge ended this connection for a bound or a protocol violation: the
+			// server goes now (the ladder), not at the end of the invocation.
+			p.retire(s)
+		}
+		return &tools.Result{Success: false, Reason: rc, Message: msg.Error(), Output: json.RawMessage("null")}, nil
+	}
+	result, rbytes := resultOutput(res)
+	out["is_error"] = res.IsError
+	out["result_bytes"] = rbytes
+	if res.IsError {
+		// The server's own words for the failure (e.g. EACCES from the sandbox), clipped.
+		out["error"] = clip(safeText(textOf(res)), 256)
+	}
+	rc := reason.OK
+	if rbytes > maxResultBytes {
+		rc = reason.LimitExceeded
+		out[audit.DetailLimit] = "result_bytes"
+		out[audit.DetailLimitValue] = maxResultBytes
+		s.rec.Record(audit.EventToolOutcome, audit.Error, rc, out, true)
+		return &tools.Result{Success: false, Reason: rc, Output: json.RawMessage("null"),
+			Message: fmt.Sprintf("%s returned %d bytes, over the %d fledge passes on", t.Name, rbytes, maxResultBytes)}, nil
+	}
+	s.rec.Record(audit.EventToolOutcome, audit.Allow, rc, out, true)
+	r := &tools.Result{Success: !res.IsError, Output: result, Reason: rc}
+	if res.IsError {
+		r.Message = textOf(res)
+	}
+	return r, nil
+}
+
+// textOf joins a result's text content.
+func textOf(res *mcpsdk.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcpsdk.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// resultOutput is a tool result as the catalogue's JSON: the text when the content is all
+// text, else the structured content when the server gave one, else the content list.
+func resultOutput(res *mcpsdk.CallToolResult) (json.RawMessage, int) {
+	allText := len(res.Content) > 0
+	for _, c := range res.Content {
+		if _, ok := c.(*mcpsdk.TextContent); !ok {
+			allText = false
+		}
+	}
+	var v any
+	switch {
+	case allText:
+		v = textOf(res)
+	case res.StructuredContent != nil:
+		v = res.StructuredContent
+	default:
+		v = res.Content
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(fmt.Sprintf("result does not encode: %v", err))
+	}
+	return b, len(b)
+}
+
+// retire ends one server and forgets it (the next use starts a fresh one).
+func (p *Provider) retire(s *session) {
+	p.mu.Lock()
+	if p.sessions[s.name] == s {
+		delete(p.sessions, s.name)
+	}
+	p.mu.Unlock()
+	s.close("bound")
+}
+
+// Close ends every server this provider started.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	ss := make([]*session, 0, len(p.sessions))
+	for _, s := range p.sessions {
+		ss = append(ss, s)
+	}
+	p.sessions = map[string]*session{}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.close("shutdown")
+		}()
+	}
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,211 @@
+package protocolhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocolhost/legacy"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui"
+)
+
+// RunCommand runs one plugin command (`fledge <command> [args]`) to its end: a fledge-v1
+// plugin (native or WebAssembly) through its session, a legacy plugin as a whole program.
+// The error is an *ExitError carrying fledge's exit status: the plugin's own, or why it
+// could not run.
+func (h *Host) RunCommand(ctx context.Context, command string, args []string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e := h.Env
+	reg, err := h.registry()
+	if err != nil {
+		return err
+	}
+	entry, err := reg.FindCommand(command)
+	if err != nil {
+		if errors.Is(err, plugin.ErrUnknownCommand) {
+			return exitErr(ExitUnknownCmd, "unknown command %q: no installed plugin provides it (see 'fledge plugins list')", command)
+		}
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	proj, err := h.project()
+	if err != nil {
+		return err
+	}
+	log, err := h.auditLog()
+	if err != nil {
+		return err
+	}
+	b, err := e.Bind(entry, proj)
+	if err != nil {
+		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+	}
+	cmdSpec := b.Manifest.Command(command)
+	if cmdSpec == nil {
+		e.Refuse(b.Ref, audit.RefusalOther, command, "the plugin no longer declares this command")
+		return exitErr(ExitUnknownCmd, "plugin %s no longer declares command %q; reinstall it", entry.Name, command)
+	}
+	program, err := e.Program(b, cmdSpec.Binary)
+	if err != nil {
+		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+	}
+	switch b.Manifest.Plugin.Protocol {
+	case "", protocol.Version:
+	case plugin.ProtocolJSONRPC:
+		return exitErr(ExitUsage, "plugin %s speaks jsonrpc-2.0: run its tools with 'fledge tools call' (see 'fledge tools list') and its hooks with 'fledge hooks run'", entry.Name)
+	case plugin.ProtocolMCP:
+		e.Refuse(b.Ref, audit.RefusalOther, command, "an MCP server is not run as a command")
+		return exitErr(ExitCannotRun, "plugin %s is an MCP server: its tools run with 'fledge tools call' or through 'fledge serve --mcp', not as a command", entry.Name)
+	default:
+		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
+		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, b.Manifest.Plugin.Protocol, protocol.Version)
+	}
+
+	st := h.opts.Streams
+	ni := h.opts.NonInteractive
+	u := ui.New(ui.Options{In: st.In, Out: st.Out, Err: st.Err, NonInteractive: ni})
+	defer u.Close()
+	rec := e.NewRecorder(log, b.Ref, u.Warn)
+	prof := e.Profile(b, os.Environ(), b.PluginEnv(command, ni), b.PluginEnv("", ni))
+	h.warnDegraded(u)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	wd, _ := os.Getwd()
+	if b.Manifest.Plugin.Protocol == "" {
+		return h.runLegacy(ctx, u, rec, b, prof, program, args, wd, sigs)
+	}
+
+	var store fledgev1.StateStore
+	if entry.Granted.Store {
+		s, err := plugin.OpenStore(plugin.StatePath(e.ConfigDir, entry.Name), plugin.DefaultStoreLimits)
+		if err != nil {
+			u.Warn(fmt.Sprintf("plugin storage unavailable: %v", err))
+		} else {
+			for _, w := range s.Warnings() {
+				u.Warn(w)
+			}
+			store = s
+		}
+	}
+
+	stderr, flushStderr := pluginStream(st.Err)
+	defer flushStderr()
+
+	opts := fledgev1.SessionOptions(ctx, e, b, prof, log, rec, core.FledgeVersion())
+	opts.Command, opts.Program, opts.Args = command, program, args
+	// The plugin starts where the user is when it may read it (as the Rust fledge host does).
+	opts.UI, opts.Store, opts.Stderr, opts.PluginCwd = u, store, stderr, b.StartDir(wd, prof.Plugin.Access)
+	opts.Signals = sigs
+	opts.Interrupt = sigs // Ctrl+C at a question takes the SIGINT path
+	if b.Manifest.IsWasm() {
+		w, err := fledgev1.WasmRuntime(e, b, program, &opts)
+		if err != nil {
+			return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+		}
+		defer w.Close()
+	}
+	out, err := fledgev1.Run(ctx, opts)
+	if err != nil && out == nil {
+		if errors.Is(err, fledgev1.ErrSandbox) {
+			return exitErr(ExitCannotRun, "%v (reason: %s; strict policy in %s)", err, reason.SandboxUnavailable, e.Config.File)
+		}
+		return exitErr(ExitCannotRun, "%v", err)
+	}
+	if err != nil {
+		u.Warn(err.Error())
+	}
+	if out.Interrupted {
+		return &ExitError{Code: ExitInterrupted}
+	}
+	if err := h.interpreterExit(entry.Name, program, prof.Plugin.Access, b.Paths, out.ExitCode, out.Result); err != nil {
+		return err
+	}
+	return pluginExit(entry.Name, out.ExitCode, out.Result)
+}
+
+// interpreterExit explains a 126/127 exit the sandbox caused: the plugin's interpreter (or a
+// version-manager shim on the way to it) needs a file the profile does not grant. The error
+// names the file and the config line that grants it; nil when that is not the cause.
+func (h *Host) interpreterExit(name, program string, a sandbox.Access, p policy.Paths, code int, res *sandbox.Result) error {
+	if (code != 126 && code != 127) || (res != nil && res.Signal != "") {
+		return nil
+	}
+	hint := h.Env.InterpreterHint(p, program, a)
+	if hint == "" {
+		return nil
+	}
+	return &ExitError{Code: code, Msg: fmt.Sprintf("plugin %s exited with code %d: %s", name, code, hint)}
+}
+
+// runLegacy runs a plugin without a protocol as a whole program (the legacy adapter).
+// Confined by default; "unconfined" is an explicit policy choice that is announced every run
+// and recorded.
+func (h *Host) runLegacy(ctx context.Context, u ui.UI, rec *core.Recorder, b *core.Binding,
+	prof policy.Profile, program string, args []string, wd string, sigs <-chan os.Signal) error {
+	cfg := h.Env.Config
+	unconfined := cfg.Sandbox.Legacy == policy.LegacyUnconfined
+	if unconfined {
+		u.Warn(fmt.Sprintf("running legacy plugin %s UNCONFINED (policy legacy = \"unconfined\" in %s)", b.Entry.Name, cfg.File))
+	}
+	spec := prof.Legacy
+	spec.Name, spec.Path, spec.Args = b.Entry.Name, program, append([]string{program}, args...)
+	// A legacy program runs on the project, its read-write place: under the user when the
+	// user stands in the project, else at the project root (else its data dir), never in a
+	// directory outside the project it merely may read, where writing beside itself fails.
+	if b.Project == nil || wd == "" || !policy.Within(core.Resolved(wd), b.Project.Root) {
+		wd = ""
+	}
+	st := h.opts.Streams
+	ex, err := legacy.Run(legacy.Options{
+		Sandbox: h.Env.Sandbox, Spec: spec, Cwd: b.StartDir(wd, spec.Access), Stdin: st.In, Stdout: st.Out, Stderr: st.Err,
+		Recorder: rec, Unconfined: unconfined, Signals: sigs, Ctx: ctx,
+	})
+	if err != nil {
+		if errors.Is(err, core.ErrAudit) {
+			return exitErr(ExitCannotRun, "legacy plugin %s not started: %v", b.Entry.Name, err)
+		}
+		return exitErr(ExitCannotRun, "legacy plugin %s: %v", b.Entry.Name, err)
+	}
+	if ex.Interrupted {
+		return &ExitError{Code: ExitInterrupted}
+	}
+	if !unconfined {
+		if err := h.interpreterExit(b.Entry.Name, program, spec.Access, b.Paths, ex.Code, ex.Result); err != nil {
+			return err
+		}
+	}
+	return pluginExit(b.Entry.Name, ex.Code, ex.Result)
+}
+
+// warnDegraded says once per session what the sandbox cannot enforce here.
+func (h *Host) warnDegraded(u ui.UI) {
+	rep := h.Env.Sandbox.Report()
+	if len(rep.Warnings) == 0 && rep.Confinement != "none" {
+		return
+	}
+	msg := "sandbox degraded: " + strings.Join(rep.Warnings, "; ")
+	if rep.Confinement == "none" {
+		msg = "no filesystem confinement on this system (confinement: none); " + strings.Join(rep.Warnings, "; ")
+	}
+	if h.Env.Config.Sandbox.Strict {
+		return // strict refuses at start instead; the error says why
+	}
+	// The session records it (sandbox_degraded, with its session id and plugin).
+	u.Warn(msg)
+}

@@ -1,0 +1,426 @@
+// Package wasmhost runs fledge-v1 plugins compiled to WebAssembly (wasm32-wasip1) inside the
+// fledge process with wazero, as a sandbox.Sandbox. To the session it is one more way to
+// start a plugin: Start takes the same Spec, the plugin talks fledge-v1 on the Spec's stdin
+// and stdout, and Wait reports a sandbox.Result. The module's host functions (fledge.exec,
+// store_get, metadata, ...) are turned into the same fledge-v1 requests a native plugin
+// writes, so they reach the session's one implementation of pathguard, exec sandbox,
+// limits and audit: one implementation, two transports.
+//
+// Confinement is by construction, the same on every OS: the module sees no environment, no
+// inherited files, no sockets and no process API; the only directories are the preopens the
+// filesystem grant allows (resolved through os.Root, so no symlink leads out); its linear
+// memory and its wall-clock time are bounded.
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMemoryBytes = 256 << 20
+	DefaultTimeout     = 60 * time.Second
+	// DefaultMessageMax bounds one message the guest sends (send, a host-function request);
+	// the session drops longer lines anyway, so a longer one is dropped here with a warning.
+	DefaultMessageMax = 1 << 20
+	// DefaultInboundMax bounds one line from the session: an exec reply carries up to two
+	// capped output streams.
+	DefaultInboundMax = protocol.DefaultMaxWriteLine
+	// MaxModuleBytes bounds the .wasm file read at start.
+	MaxModuleBytes = 256 << 20
+	// maxInbox bounds messages kept for recv while the guest waits in a host function.
+	maxInbox = 4096
+	// outputChunk bounds the text of one output message made from the guest's stdout.
+	outputChunk = 32 << 10
+	// CancelGrace is how long a session should give a module to act on its cancel before
+	// it sends SIGTERM (which closes the module): a module reads the cancel only when it
+	// next calls recv, and has no processes to clean up.
+	CancelGrace = time.Second
+)
+
+// Confinement is what Report and the audit records say about a WASM plugin's sandbox.
+const Confinement = "wasm"
+
+var (
+	// ErrCapability: the module imports a host function whose capability is not granted.
+	ErrCapability = errors.New("capability not granted")
+	// ErrModule: the file is not a usable wasm32-wasip1 command module.
+	ErrModule = errors.New("unusable wasm module")
+	// ErrChanged: the module's bytes differ from the ones described for the audit record.
+	ErrChanged = errors.New("wasm module changed since it was described")
+)
+
+// CapabilityError names the host function and the capability it needs.
+type CapabilityError struct {
+	Import     string // e.g. "fledge.exec"
+	Capability string // e.g. "exec"
+}
+
+func (e *CapabilityError) Error() string {
+	return fmt.Sprintf("the plugin imports %s, which needs the %q capability, and it was not granted", e.Import, e.Capability)
+}
+
+func (e *CapabilityError) Unwrap() error { return ErrCapability }
+
+// Options configure the runtime for one plugin. The caller resolves policy into them.
+type Options struct {
+	// Grants are the plugin's granted capabilities: exec/store/metadata decide which host
+	// functions exist; Filesystem decides the preopens.
+	Grants protocol.Capabilities
+	// ProjectRoot is preopened read-only at /project when Filesystem is "project".
+	ProjectRoot string
+	// DataDir (the plugin's private data dir) is preopened read-write at /plugin when
+	// Filesystem is "plugin" or "project".
+	DataDir string
+	// MemoryBytes bounds the module's linear memory (default 256 MiB).
+	MemoryBytes int64
+	// Timeout bounds the module's wall-clock run time (default 60 s); past it the module is
+	// closed and Wait reports TimedOut.
+	Timeout time.Duration
+	// CacheDir holds compiled modules across runs ("" = in memory only). wazero keys each
+	// entry by the sha256 of the module bytes (and its own version and the CPU), so a
+	// changed module never reuses a stale compile.
+	CacheDir   string
+	MessageMax int // bytes per message from the guest (default DefaultMessageMax)
+	InboundMax int // bytes per line from the session (default DefaultInboundMax)
+	// Interpreter forces wazero's interpreter instead of its compiler (tests, platforms
+	// without the compiler pick it on their own).
+	Interpreter bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.MemoryBytes <= 0 {
+		o.MemoryBytes = DefaultMemoryBytes
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MessageMax <= 0 {
+		o.MessageMax = DefaultMessageMax
+	}
+	if o.InboundMax <= 0 {
+		o.InboundMax = DefaultInboundMax
+	}
+	return o
+}
+
+// Preopen is one directory the module can see.
+type Preopen struct {
+	Guest    string `json:"guest"`
+	Host     string `json:"host"`
+	ReadOnly bool   `json:"read_only"`
+}
+
+// Preopens lists the directories the filesystem grant gives the module. fledge's levels rank
+// none < plugin < project (policy/grants.go): "plugin" is the private data dir only,
+// "project" adds the project read-only, as for a native plugin.
+func (o Options) Preopens() []Preopen {
+	var out []Preopen
+	fsLevel := o.Grants.Filesystem
+	if fsLevel == policy.FilesystemProject && o.ProjectRoot != "" {
+		out = append(out, Preopen{Guest: "/project", Host: o.ProjectRoot, ReadOnly: true})
+	}
+	if (fsLevel == policy.FilesystemPlugin || fsLevel == policy.FilesystemProject) && o.DataDir != "" {
+		out = append(out, Preopen{Guest: "/plugin", Host: o.DataDir})
+	}
+	return out
+}
+
+// Sandbox runs WASM plugins. It implements sandbox.Sandbox and io.Closer.
+type Sandbox struct {
+	opts  Options
+	cache wazero.CompilationCache
+
+	mu     sync.Mutex
+	pinned map[string]string // module path -> sha256 recorded by Describe
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// New returns a Sandbox for one plugin's options. A CacheDir that cannot be used is an
+// error (the caller may retry without it).
+func New(opts Options) (*Sandbox, error) {
+	opts = opts.withDefaults()
+	s := &Sandbox{opts: opts, pinned: map[string]string{}}
+	if opts.CacheDir != "" {
+		if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
+			return nil, fmt.Errorf("wasm compilation cache: %w", err)
+		}
+		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("wasm compilation cache: %w", err)
+		}
+		s.cache = c
+	} else {
+		s.cache = wazero.NewCompilationCache()
+	}
+	return s, nil
+}
+
+// Close releases the compilation cache (entries on disk stay).
+func (s *Sandbox) Close() error { return s.cache.Close(context.Background()) }
+
+// Engine says which wazero engine runs modules on this platform.
+func (s *Sandbox) Engine() string {
+	if s.opts.Interpreter || !compilerSupported() {
+		return "interpreter"
+	}
+	return "compiler"
+}
+
+func compilerSupported() bool {
+	switch runtime.GOARCH {
+	case "amd64", "arm64":
+		switch runtime.GOOS {
+		case "linux", "darwin", "freebsd", "netbsd", "windows":
+			return true
+		}
+	}
+	return false
+}
+
+// Report: the runtime confines the module on every OS; there is no cgroup or tree to kill.
+func (s *Sandbox) Report() sandbox.Report {
+	return sandbox.Report{
+		OS:             runtime.GOOS,
+		Confinement:    Confinement,
+		CgroupMode:     "none",
+		NetworkDeny:    "wasi: no sockets",
+		UnixSocketDeny: "wasi: no sockets",
+		TreeKill:       "module close",
+	}
+}
+
+// Describe hashes the module at path and returns what the plugin_start audit record should
+// carry about it: runtime, module sha256, preopens, limits, host functions. Start then
+// refuses to run different bytes from that path (ErrChanged), so the record names exactly
+// what ran.
+func (s *Sandbox) Describe(path string) (map[string]any, error) {
+	data, err := readModule(path)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	s.mu.Lock()
+	s.pinned[path] = digest
+	s.mu.Unlock()
+	pre := s.opts.Preopens()
+	if pre == nil {
+		pre = []Preopen{}
+	}
+	return map[string]any{
+		"runtime":        "wasm",
+		"engine":         s.Engine(),
+		"module_sha256":  digest,
+		"preopens":       pre,
+		"memory_bytes":   s.opts.MemoryBytes,
+		"timeout_ms":     s.opts.Timeout.Milliseconds(),
+		"host_functions": s.hostFunctions(),
+		// Replaces the native plugin's profile in the record: this is what the module gets.
+		"profile": map[string]any{
+			"confinement": Confinement, "network": false, "unix_sockets": false, "environment": []string{},
+			"processes": false, "preopens": pre, "memory_bytes": s.opts.MemoryBytes, "timeout_ms": s.opts.Timeout.Milliseconds(),
+		},
+	}, nil
+}
+
+// hostFunctions lists the fledge.* imports this plugin's grants provide.
+func (s *Sandbox) hostFunctions() []string {
+	out := []string{}
+	for name, capName := range hostImports {
+		if capName == "" || granted(s.opts.Grants, capName) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func readModule(path string) ([]byte, error) {
+	// O_NONBLOCK and a regular file only: a FIFO put where the module was would block this
+	// open, and then its read, in fledge's process before any deadline exists.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrModule, filepath.Base(path))
+	}
+	// Sized from stat (one read for a multi-megabyte module), still bounded by the limit.
+	var buf bytes.Buffer
+	if st.Size() > 0 && st.Size() <= MaxModuleBytes {
+		buf.Grow(int(st.Size()) + 1)
+	}
+	_, err = buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))
+	data := buf.Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	if len(data) > MaxModuleBytes {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrModule, filepath.Base(path), MaxModuleBytes)
+	}
+	return data, nil
+}
+
+// hostImports maps each fledge.* host function to the capability it needs ("" = always).
+var hostImports = map[string]string{
+	"send": "", "recv": "", "exit": "",
+	"exec":      "exec",
+	"store_set": "store", "store_get": "store",
+	"metadata": "metadata",
+}
+
+func granted(g protocol.Capabilities, capName string) bool {
+	switch capName {
+	case "exec":
+		return g.Exec
+	case "store":
+		return g.Store
+	case "metadata":
+		return g.Metadata
+	}
+	return false
+}
+
+// checkImports refuses, before anything runs, a module that imports what it may not have:
+// a fledge host function whose capability is not granted (named in the error), a host
+// function fledge does not provide, or any module other than fledge and WASI preview 1.
+func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
+	for _, fn := range cm.ImportedFunctions() {
+		mod, name, _ := fn.Import()
+		switch mod {
+		case "wasi_snapshot_preview1":
+			continue
+		case "fledge":
+			capName, ok := hostImports[name]
+			if !ok {
+				return fmt.Errorf("%w: it imports fledge.%s, which fledge does not provide", ErrModule, name)
+			}
+			if capName != "" && !granted(s.opts.Grants, capName) {
+				return &CapabilityError{Import: "fledge." + name, Capability: capName}
+			}
+		default:
+			return fmt.Errorf("%w: it imports %s.%s; only WASI preview 1 and fledge host functions are provided", ErrModule, mod, name)
+		}
+	}
+	if len(cm.ImportedMemories()) > 0 {
+		return fmt.Errorf("%w: it imports its memory; a plugin must define and export it", ErrModule)
+	}
+	for _, m := range cm.ExportedMemories() {
+		if int64(m.Min())*65536 > s.opts.MemoryBytes {
+			return fmt.Errorf("%w: its initial memory (%d pages) is over the %d-byte limit", ErrModule, m.Min(), s.opts.MemoryBytes)
+		}
+	}
+	if _, ok := cm.ExportedFunctions()["_start"]; !ok {
+		return fmt.Errorf("%w: no _start export (build a WASI command: GOOS=wasip1 GOARCH=wasm)", ErrModule)
+	}
+	return nil
+}
+
+func (s *Sandbox) runtimeConfig() wazero.RuntimeConfig {
+	cfg := wazero.NewRuntimeConfig()
+	if s.opts.Interpreter {
+		cfg = wazero.NewRuntimeConfigInterpreter()
+	}
+	// CloseOnContextDone: a module in a tight loop is stopped when its context ends (the
+	// wall-clock bound, Kill, the caller's cancel).
+	// No DWARF: only the first line of a trap is kept, and parsing it costs every start.
+	return cfg.WithCloseOnContextDone(true).WithCompilationCache(s.cache).WithDebugInfoEnabled(false)
+}
+
+// Precompile compiles the module at path into the compilation cache, so that the first run
+// only loads it (install does this). Nothing of the module runs.
+func (s *Sandbox) Precompile(ctx context.Context, path string) error {
+	data, err := readModule(path)
+	if err != nil {
+		return err
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, s.runtimeConfig())
+	defer rt.Close(context.Background())
+	if _, err := rt.CompileModule(ctx, data); err != nil {
+		return fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	return nil
+}
+
+// Start compiles (or loads from the cache) and instantiates the module at spec.Path, then
+// runs its _start in a goroutine. Everything that can refuse the plugin (an unreadable or
+// invalid module, an ungranted import) fails here, before the plugin runs.
+func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process, error) {
+	if spec == nil || spec.Path == "" {
+		return nil, fmt.Errorf("%w: no module path", sandbox.ErrInvalidSpec)
+	}
+	data, err := readModule(spec.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	s.mu.Lock()
+	want, pinned := s.pinned[spec.Path]
+	s.mu.Unlock()
+	if pinned && want != digest {
+		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want[:12])
+	}
+
+	rt := wazero.NewRuntimeWithConfig(context.Background(), s.runtimeConfig())
+	fail := func(err error) (sandbox.Process, error) {
+		_ = rt.Close(context.Background())
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	cm, err := rt.CompileModule(ctx, data)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrModule, err))
+	}
+	if err := s.checkImports(cm); err != nil {
+		return fail(err)
+	}
+
+	p, err := newProcess(s, spec)
+	if err != nil {
+		return fail(err)
+	}
+	if err := p.instantiate(rt, cm, filepath.Base(spec.Path)); err != nil {
+		p.release()
+		return fail(err)
+	}
+	if err := sandbox.RunBeforeExec(spec); err != nil {
+		p.release()
+		_ = rt.Close(context.Background())
+		return nil, err
+	}
+	if ctx != nil {
+		stop := context.AfterFunc(ctx, func() { p.stop(stopCancelled) })
+		p.onExit = append(p.onExit, func() { stop() })
+	}
+	if t := spec.Limits.Timeout; t > 0 && t < s.opts.Timeout {
+		p.timeout = t
+	}
+	go p.run(rt)
+	return p, nil
+}
