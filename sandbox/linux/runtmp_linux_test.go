@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/fledgehq/fledge/internal/testutil"
+	"github.com/fledgehq/fledge/internal/testing/testutil"
 )
 
 // leaveInTmp is what a command leaves in and on its TMPDIR for the next run to find:
