@@ -4,9 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/stretchr/testify/assert"
@@ -17,18 +17,32 @@ import (
 // private filesystem view (no /sys) before the fork. It must still leave those groups once
 // the child is started: a thread of fledge left in a run's freezer group would be frozen by
 // a freezer tree kill (and a frozen Go thread stalls every stop-the-world of the host).
+// It leaves after the child's pid was handed back (off the exec's path), and before
+// anything signals, kills or removes the run's groups: every second run here is killed at
+// once, racing the leave, and no thread of fledge may be in the groups when Kill returns.
 func TestLaunchThreadLeavesRunGroups(t *testing.T) {
 	sb := newSandbox(t, Options{})
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no writable v1 hierarchy")
 	testutil.SkipUnlessSupported(t, sb.Report().FilesystemView != "" && os.Geteuid() == 0, "no private filesystem view here")
 	e := newEnv(t)
+	// The leave held back a while, so the kill below always races it.
+	leaveDelayForTest = 30 * time.Millisecond
+	t.Cleanup(func() { leaveDelayForTest = 0 })
 	for i := 0; i < 20; i++ {
 		spec := e.spec("sleep 5")
+		// Limits, so the run has v1 groups (memory, pids) the thread joins.
+		spec.Limits.MemoryBytes, spec.Limits.Pids = 1<<30, 256
 		p, err := sb.Start(context.Background(), spec)
 		require.NoError(t, err)
 		proc := p.(*process)
 		require.NotNil(t, proc.cg)
+		if i%2 == 0 {
+			require.NoError(t, p.Kill())
+		} else {
+			proc.awaitLeft()
+		}
 		run, _ := proc.cg.v1Dirs()
+		require.NotEmpty(t, run, "the run has v1 groups")
 		for _, d := range run {
 			data, err := os.ReadFile(filepath.Join(d, "tasks"))
 			require.NoError(t, err)
@@ -38,7 +52,8 @@ func TestLaunchThreadLeavesRunGroups(t *testing.T) {
 			}
 		}
 		require.NoError(t, p.Kill())
-		_, _ = p.Wait()
-		_ = strconv.Itoa(i)
+		res, err := p.Wait()
+		require.NoError(t, err)
+		assert.Equal(t, 137, res.ExitCode, "killed, run %d", i)
 	}
 }

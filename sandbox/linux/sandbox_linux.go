@@ -680,6 +680,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
+		p.left = tl.left
 		if errors.Is(err, errPidNSGone) {
 			// The holder died after it was looked up (killed, the OOM killer): its
 			// namespace takes no new process. Once more, with a new holder, on a fresh
@@ -696,6 +697,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.holder = tl.holder
 			if err == nil {
 				p.proc, err = tl.start(nil)
+				p.left = tl.left
 			}
 		}
 	}
@@ -791,7 +793,10 @@ type process struct {
 	tmpParent string
 	// treeGone: the run's cgroup was killed and seen empty, so no process of it is left.
 	treeGone bool
-	tmpl     *viewTemplate // the view template the run was launched from (nil: none)
+	// left is closed once the thread launcher's thread is out of the run's v1 groups (nil:
+	// nothing to wait for); see threadLaunch.left.
+	left chan struct{}
+	tmpl *viewTemplate // the view template the run was launched from (nil: none)
 	// holder is the pid namespace the run was launched into (nil: none), held until cleanup.
 	holder *pidHolder
 	// status is an init stub's status pipe (userView): proc is the stub, the program's
@@ -856,8 +861,32 @@ func (p *process) Interrupt() error {
 	return nil
 }
 
+// leaveWait bounds how long touching a run's groups waits for its launch thread to leave
+// them (two writes to tasks files; only a kernel stuck in cgroup migration takes longer).
+const leaveWait = 5 * time.Second
+
+// awaitLeft waits until the launch thread left the run's v1 groups: a freezer kill must not
+// freeze a thread of fledge, and a group with a task in it cannot be removed.
+func (p *process) awaitLeft() {
+	if p.left == nil {
+		return
+	}
+	select {
+	case <-p.left:
+		return
+	default:
+	}
+	t := time.NewTimer(leaveWait)
+	defer t.Stop()
+	select {
+	case <-p.left:
+	case <-t.C:
+	}
+}
+
 // signalTree sends sig to every process of the tree.
 func (p *process) signalTree(sig syscall.Signal) {
+	p.awaitLeft()
 	if p.cg != nil {
 		p.note(p.cg.signal(sig), true)
 		return
@@ -875,6 +904,7 @@ func (p *process) killTree() error {
 		mainAlive = false
 	default:
 	}
+	p.awaitLeft()
 	if p.cg != nil {
 		pids, err := p.cg.kill()
 		p.note(pids, mainAlive)
@@ -980,6 +1010,7 @@ func (p *process) cleanup() error {
 	p.sb.nested.release(p.checkouts)
 	p.checkouts = nil
 	var errs []error
+	p.awaitLeft()
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {
 			errs = append(errs, err)
