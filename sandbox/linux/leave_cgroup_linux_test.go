@@ -45,6 +45,9 @@ func TestLaunchThreadLeavesRunGroups(t *testing.T) {
 		require.NotEmpty(t, run, "the run has v1 groups")
 		for _, d := range run {
 			data, err := os.ReadFile(filepath.Join(d, "tasks"))
+			if os.IsNotExist(err) && i%2 == 0 {
+				continue // killed: the run may be over and its groups removed already
+			}
 			require.NoError(t, err)
 			for _, f := range strings.Fields(string(data)) {
 				_, err := os.Stat(filepath.Join("/proc/self/task", f))
