@@ -2,9 +2,11 @@ package linux
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,7 +47,7 @@ func TestLaunchThreadLeavesRunGroups(t *testing.T) {
 		require.NotEmpty(t, run, "the run has v1 groups")
 		for _, d := range run {
 			data, err := os.ReadFile(filepath.Join(d, "tasks"))
-			if os.IsNotExist(err) && i%2 == 0 {
+			if (os.IsNotExist(err) || errors.Is(err, syscall.ENODEV)) && i%2 == 0 {
 				continue // killed: the run may be over and its groups removed already
 			}
 			require.NoError(t, err)
