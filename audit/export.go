@@ -170,6 +170,7 @@ func OCSF(r *Record, o ExportOptions) map[string]any {
 	if ms, ok := detailInt(r.Details[DetailDurationMS]); ok {
 		out["duration"] = ms
 	}
+	ocsfNetwork(r, out) // export_net.go
 	return out
 }
 

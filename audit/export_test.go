@@ -78,6 +78,12 @@ func exportFixtureRecords() []*Record {
 			Details: map[string]any{DetailCount: 3, DetailSample: "{not json"}},
 		{Session: "s1", Plugin: p, Sandbox: sb, Event: EventSuppressed, Decision: Deny, Reason: "limit_exceeded",
 			Details: map[string]any{DetailLimit: "records_per_kind", DetailLimitValue: 1000, "suppressed": map[string]any{"store/deny/capability_not_granted": 5}}},
+		{Session: "s1", Plugin: p, Sandbox: sb, Event: EventKernelDenied, Decision: Deny, Reason: "capability_not_allowed",
+			Details: map[string]any{DetailKind: "syscall", DetailSyscall: "io_uring_setup", DetailErrno: "EPERM", DetailWhen: "always",
+				DetailPid: 4242, DetailCount: 100000, DetailFinal: true, DetailCommand: "python3 uring.py"}},
+		{Session: "s1", Plugin: p, Sandbox: sb, Event: EventKernelDenied, Decision: Deny, Reason: "path_escape",
+			Details: map[string]any{DetailKind: "path", DetailSyscall: "openat", DetailPath: "/home/u/.ssh/id_rsa", DetailAccess: "read",
+				DetailPid: 4243, DetailCount: 1, DetailTraced: true, DetailCommand: "cat ~/.ssh/id_rsa"}},
 		{Session: "s1", Plugin: p, Sandbox: sb, Event: EventPluginExit, Decision: Allow, Reason: "ok",
 			Details: map[string]any{DetailExitCode: 0, DetailDurationMS: 1234, "plugin_pid": 4242, DetailProcsKilled: 0}},
 		{Session: "s2", Plugin: p, Sandbox: &SandboxInfo{Mode: "none"}, Event: EventSandboxDegraded, Decision: Deny, Reason: "sandbox_unavailable",
@@ -113,6 +119,12 @@ func exportFixtureRecords() []*Record {
 			Details: map[string]any{DetailPrunedFiles: []string{"audit.jsonl.000001"}, DetailPrunedCount: 1, DetailPrunedBytes: 16777300,
 				DetailPrunedFirstSeq: 1, DetailPrunedLastSeq: 51234, DetailPrunedLastHash: strings.Repeat("cd", 32), DetailMaxTotalBytes: 268435456,
 				DetailMessage: "the oldest rotated files were deleted to keep the log within max_total_bytes"}},
+		&Record{Session: "s8", Plugin: p, Event: EventToolChanged, Decision: Deny, Reason: "tool_changed",
+			Details: map[string]any{"tool": "plugin_hello_echo", "plugin_tool": "echo", "protocol": "mcp",
+				"old_hash": "sha256:" + strings.Repeat("ab", 32), "new_hash": "sha256:" + strings.Repeat("ef", 32)}},
+		&Record{Session: "s9", Plugin: p, Event: EventToolsApproved, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"tools": []map[string]string{{"tool": "echo", "old_hash": "sha256:" + strings.Repeat("ab", 32),
+				"new_hash": "sha256:" + strings.Repeat("ef", 32)}}}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {

@@ -77,6 +77,15 @@ type InstallOptions struct {
 	// RecordSource, when set, is the source recorded instead of the dir (a bare executable
 	// fledge wrapped in a dir of its own records the executable's path).
 	RecordSource string
+	// HooksOffline runs the hooks with no network (Hook.Offline), or, with HooksNetworkTo,
+	// with only those destinations (Hook.NetworkTo).
+	HooksOffline   bool
+	HooksNetworkTo []string
+	// KeepGrants (plugins update) are the grants the plugin holds now; they are kept when
+	// the new manifest asks for no more than PreviousAsked (what the replaced one asked
+	// for), else the grants are decided again as for a fresh install.
+	KeepGrants    *policy.Grants
+	PreviousAsked policy.Grants
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -121,9 +130,19 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		}
 	}
 
-	granted, err := decideGrants(o, m, out)
-	if err != nil {
-		return nil, err
+	var granted policy.Grants
+	switch {
+	case o.KeepGrants != nil && m.Asked().Subset(o.PreviousAsked):
+		granted = *o.KeepGrants
+		fmt.Fprintf(out, "Plugin %s asks for no more than before; keeping its grants: %s\n", name, granted.String())
+	default:
+		if o.KeepGrants != nil {
+			fmt.Fprintf(out, "Plugin %s now asks for more (%s); its grants are decided again.\n", name,
+				strings.Join(m.Asked().Missing(o.PreviousAsked), ", "))
+		}
+		if granted, err = decideGrants(o, m, out); err != nil {
+			return nil, err
+		}
 	}
 
 	hooks := m.HookList()
@@ -174,6 +193,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 			return nil, fmt.Errorf("%w: no hook runner configured", ErrHooks)
 		}
 		for _, h := range hooks {
+			h.Offline, h.NetworkTo = o.HooksOffline, o.HooksNetworkTo
 			if err := o.RunHook(ctx, stage, h); err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrHooks, h.Name, err)
 			}
@@ -402,6 +422,10 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 			g.Metadata = true
 		case n == "network":
 			g.Network = true
+		case strings.HasPrefix(n, "secret="): // one question per secret
+			g.Secrets = append(g.Secrets, strings.TrimPrefix(n, "secret="))
+		case strings.HasPrefix(n, "network="): // one question per destination
+			g.NetworkTo = append(g.NetworkTo, strings.TrimPrefix(n, "network="))
 		case strings.HasPrefix(n, "filesystem="):
 			g.Filesystem = declared.Filesystem
 		}

@@ -37,7 +37,7 @@ func WriteExecutableManifest(dir string, em ExecutableMeta) (*Manifest, error) {
 	}{
 		Plugin:       Meta{Name: em.Name, Version: em.Version, Description: em.Description, Protocol: em.Protocol},
 		Commands:     []Command{{Name: em.Name, Binary: em.Binary, Description: "the plugin executable"}},
-		Capabilities: Capabilities{Filesystem: em.Filesystem, Network: em.Network},
+		Capabilities: Capabilities{Filesystem: em.Filesystem, Network: NetworkCap{All: em.Network}},
 	}
 	var buf bytes.Buffer
 	buf.WriteString("# Written by fledge for a plugin installed as a bare executable.\n")

@@ -9,11 +9,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fledgehq/fledge/egress"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -152,23 +155,79 @@ type Command struct {
 
 // Capabilities is the [capabilities] table: what the plugin declares it needs.
 type Capabilities struct {
-	Exec       bool   `toml:"exec"`
-	Store      bool   `toml:"store"`
-	Metadata   bool   `toml:"metadata"`
-	Network    bool   `toml:"network"`
-	Filesystem string `toml:"filesystem"`
+	Exec       bool       `toml:"exec"`
+	Store      bool       `toml:"store"`
+	Metadata   bool       `toml:"metadata"`
+	Network    NetworkCap `toml:"network"`
+	Filesystem string     `toml:"filesystem"`
+	// Secrets are environment variable names the plugin process needs ("GITHUB_TOKEN"),
+	// each granted by name and passed to that process only.
+	Secrets []string `toml:"secrets"`
+}
+
+// MaxSecrets bounds [capabilities] secrets.
+const MaxSecrets = 32
+
+// NetworkCap is [capabilities] network: false, true (everything), or a list of
+// destinations ("api.github.com:443", "*.example.org:443", "10.0.0.0/8:5432",
+// "db.internal:5432-5433"; package egress). Entries are checked in validate.
+type NetworkCap struct {
+	All bool
+	To  []string
+	bad string // why the value has neither shape (reported by validate with the file)
+}
+
+// UnmarshalTOML reads a boolean or an array of strings.
+func (n *NetworkCap) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case bool:
+		n.All = x
+	case []any:
+		if len(x) > egress.MaxDestinations {
+			n.bad = fmt.Sprintf("more than %d destinations", egress.MaxDestinations)
+			return nil
+		}
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				n.bad = fmt.Sprintf("entry %v is not a string", e)
+				return nil
+			}
+			n.To = append(n.To, s)
+		}
+	default:
+		n.bad = "must be false, true or a list of \"host:port\" destinations"
+	}
+	return nil
 }
 
 // Hook is one [hooks] entry rendered for display.
 type Hook struct {
 	Name    string
 	Command string
+	// Offline: the hook gets no network at all (install scripts of an npm package fetched
+	// already: they need none, and a script that phones home must not).
+	Offline bool
+	// NetworkTo, when set, are the only destinations ("host:port") the hook reaches, by
+	// name, through fledge's network by destination (an npm package's install scripts reach
+	// the registry npm is configured for, and nothing else).
+	NetworkTo []string
 }
 
 // Declared returns the declared capabilities as grants.
 func (m *Manifest) Declared() policy.Grants {
 	c := m.Capabilities
-	g := policy.Grants{Exec: c.Exec, Store: c.Store, Metadata: c.Metadata, Network: c.Network, Filesystem: c.Filesystem}
+	g := policy.Grants{Exec: c.Exec, Store: c.Store, Metadata: c.Metadata, Network: c.Network.All, Filesystem: c.Filesystem}
+	if !c.Network.All {
+		if ds, err := egress.ParseList(c.Network.To); err == nil && len(ds) > 0 {
+			g.NetworkTo = egress.Strings(ds)
+		}
+	}
+	for _, n := range c.Secrets {
+		if !slices.Contains(g.Secrets, n) {
+			g.Secrets = append(g.Secrets, n)
+		}
+	}
 	g.Filesystem = g.FS()
 	return g
 }
@@ -193,6 +252,11 @@ func (m *Manifest) IsWasm() bool { return m.Plugin.Runtime == RuntimeWasm }
 
 // IsProtocol reports whether the plugin speaks fledge-v1 (false: a legacy plugin).
 func (m *Manifest) IsProtocol() bool { return m.Plugin.Protocol == protocol.Version }
+
+// HoldsGrants reports whether capabilities apply to the plugin: every protocol (fledge-v1,
+// WASM, jsonrpc-2.0, runtime-v1, invoke-v1, mcp) runs under the grants in plugins.toml; only
+// a legacy plugin (no protocol) runs as a whole program under the legacy profile.
+func (m *Manifest) HoldsGrants() bool { return m.Plugin.Protocol != "" }
 
 // Raw returns the exact bytes the manifest was parsed from.
 func (m *Manifest) Raw() []byte { return m.raw }
@@ -346,6 +410,20 @@ func (m *Manifest) validate() error {
 	default:
 		return bad("[plugin] runtime = %q: this fledge runs native plugins (no runtime) and runtime = %q", clip(p.Runtime), RuntimeWasm)
 	}
+	if nc := m.Capabilities.Network; nc.bad != "" {
+		return bad("plugin.toml: [capabilities] network %s", nc.bad)
+	} else if _, err := egress.ParseList(nc.To); err != nil {
+		// Every bad entry, each with why (errors.Join: one per line).
+		return bad("plugin.toml: [capabilities] network: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if len(m.Capabilities.Secrets) > MaxSecrets {
+		return bad("plugin.toml: [capabilities] secrets: more than %d", MaxSecrets)
+	}
+	for _, n := range m.Capabilities.Secrets {
+		if !policy.ValidSecretName(n) {
+			return bad("plugin.toml: [capabilities] secrets entry %q: not an environment variable name fledge passes (letters, digits and _, not PATH, HOME, TMPDIR, LD_* or FLEDGE_*)", clip(n))
+		}
+	}
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
 		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip(m.Capabilities.Filesystem))
 	}
@@ -437,4 +515,16 @@ func LoadManifest(dir string) (*Manifest, []string, error) {
 		}
 	}
 	return m, warnings, nil
+}
+
+// MarshalTOML writes the value back in the shape it was read in (a boolean or a list).
+func (n NetworkCap) MarshalTOML() ([]byte, error) {
+	if len(n.To) == 0 {
+		return []byte(strconv.FormatBool(n.All)), nil
+	}
+	q := make([]string, len(n.To))
+	for i, d := range n.To {
+		q[i] = strconv.Quote(d)
+	}
+	return []byte("[" + strings.Join(q, ", ") + "]"), nil
 }

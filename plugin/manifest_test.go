@@ -23,7 +23,7 @@ func TestLoadManifestFixture(t *testing.T) {
 	assert.Equal(t, "bin/hello", m.Command("hello-loud").Binary)
 	assert.Nil(t, m.Command("nope"))
 	assert.Equal(t, policy.Grants{Exec: true, Store: true, Filesystem: "project"}, m.Declared())
-	assert.Equal(t, []Hook{{"build", "make"}, {"post_install", "echo one && echo two"}}, m.HookList())
+	assert.Equal(t, []Hook{{Name: "build", Command: "make"}, {Name: "post_install", Command: "echo one && echo two"}}, m.HookList())
 	assert.Equal(t, []string{
 		`plugin.toml: unknown key "commands.future_field" ignored`,
 		`plugin.toml: unknown key "extra" ignored`,
@@ -106,7 +106,7 @@ func TestManifestTyposAreErrors(t *testing.T) {
 		{"protocol key", "[plugin]\nname = \"p\"\nprotcol = \"fledge-v1\"\n" + okCmd, "[plugin] protcol: unknown key (did you mean protocol?)"},
 		{"unknown plugin key", okHead + "shiny = true\n" + okCmd, "[plugin] shiny: unknown key (known: author, description, name, protocol, runtime, timeout, transport, version)"},
 		{"capability key", okHead + okCmd + "[capabilities]\nnetwrok = true\n", "[capabilities] netwrok: unknown key (did you mean network?)"},
-		{"unknown capability", okHead + okCmd + "[capabilities]\nteleport = true\n", "[capabilities] teleport: unknown key (known: exec, filesystem, metadata, network, store)"},
+		{"unknown capability", okHead + okCmd + "[capabilities]\nteleport = true\n", "[capabilities] teleport: unknown key (known: exec, filesystem, metadata, network, secrets, store)"},
 		{"capabilities section", okHead + okCmd + "[capabilites]\nexec = true\n", "unknown section [capabilites] (did you mean [capabilities]?)"},
 		{"plugin section", "[plugn]\nname = \"p\"\n" + okCmd, "unknown section [plugn] (did you mean [plugin]?)"},
 		{"commands section", okHead + "[[comands]]\nname = \"c\"\nbinary = \"bin/c\"\n", "unknown section [comands] (did you mean [commands]?)"},

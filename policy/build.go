@@ -120,6 +120,12 @@ type ProfileInput struct {
 	PluginEnv map[string]string
 	// LegacyEnv are the variables of a legacy plugin.
 	LegacyEnv map[string]string
+	// Read are the plugin's read grants (readgrant.go): read-only for the plugin process
+	// and its commands.
+	Read []string
+	// Secrets are the granted secrets' values: the plugin process's environment only
+	// (never a command's), past the credential filter because the user granted them.
+	Secrets map[string]string
 }
 
 // Build is the one call that turns policy, grants and paths into a Profile.
@@ -134,11 +140,24 @@ func (c *Config) Build(in ProfileInput) Profile {
 	}
 	// The detected version managers' own variables (PYENV_VERSION, ...) pass through.
 	allow := append(append([]string{}, c.Sandbox.EnvAllow...), managerEnv(p)...)
+	// One network for the session: the plugin process and every command it runs share it
+	// (a command never gets more network than its plugin).
+	net := c.PluginNetwork(in.Grants)
+	var eg sandbox.Egress // a nil *egress.Session must stay a nil interface
+	if s := c.Egress(in.Grants); s != nil {
+		eg = s
+	}
+	pluginAccess, execAccess := PluginAccess(p, in.Grants, c), ExecAccess(p, c)
+	if read := readGrants(in.Read, p); len(read) > 0 {
+		pluginAccess.ReadOnly = append(pluginAccess.ReadOnly, read...)
+		execAccess.ReadOnly = append(execAccess.ReadOnly, read...)
+	}
 	return Profile{
 		Plugin: sandbox.Spec{
-			Env:     ChildEnv(in.Environ, allow, in.PluginEnv),
-			Access:  PluginAccess(p, in.Grants, c),
-			Network: c.PluginNetwork(in.Grants),
+			Env:     ChildEnv(in.Environ, allow, withSecrets(in.PluginEnv, in.Secrets)),
+			Access:  pluginAccess,
+			Network: net,
+			Egress:  eg,
 			// Unix sockets follow policy; a plugin's network grant does not open them.
 			UnixSockets: c.UnixSocketsAllowed(),
 			Limits:      c.PluginLimits(),
@@ -147,15 +166,16 @@ func (c *Config) Build(in ProfileInput) Profile {
 		},
 		Exec: sandbox.Spec{
 			Env:         ChildEnv(in.Environ, allow, nil),
-			Access:      ExecAccess(p, c),
-			Network:     c.NetworkAllowed(),
+			Access:      execAccess,
+			Network:     net,
+			Egress:      eg,
 			UnixSockets: c.UnixSocketsAllowed(),
 			Limits:      c.ExecLimits(),
 			Strict:      c.Sandbox.Strict,
 		},
 		Legacy: sandbox.Spec{
-			Env:    ChildEnv(in.Environ, allow, in.LegacyEnv),
-			Access: LegacyAccess(p, c), Network: c.NetworkAllowed(), UnixSockets: c.UnixSocketsAllowed(),
+			Env:    ChildEnv(in.Environ, allow, withSecrets(in.LegacyEnv, in.Secrets)),
+			Access: LegacyAccess(p, c), Network: net, Egress: eg, UnixSockets: c.UnixSocketsAllowed(),
 			Limits: c.PluginLimits(), PrivateTmp: true, Strict: c.Sandbox.Strict,
 		},
 		Git:         GitAccess(p),
@@ -172,8 +192,24 @@ func (c *Config) HookSpec(p Paths, environ []string) sandbox.Spec {
 	limits := c.ExecLimits()
 	limits.Timeout = c.Sandbox.TimeoutMax
 	return sandbox.Spec{
-		Env:    ChildEnv(environ, c.Sandbox.EnvAllow, nil),
-		Access: ExecAccess(p, c), Network: c.NetworkAllowed(), UnixSockets: c.UnixSocketsAllowed(),
+		Env: ChildEnv(environ, c.Sandbox.EnvAllow, nil),
+		// Install hooks (run only when the user asks) keep the network unless policy denies it.
+		Access: ExecAccess(p, c), Network: c.Sandbox.Network != NetworkDeny, UnixSockets: c.UnixSocketsAllowed(),
 		Limits: limits, PrivateTmp: true, Strict: c.Sandbox.Strict,
 	}
+}
+
+// withSecrets is set plus the granted secrets (fledge's own variables win).
+func withSecrets(set, secrets map[string]string) map[string]string {
+	if len(secrets) == 0 {
+		return set
+	}
+	out := make(map[string]string, len(set)+len(secrets))
+	for k, v := range secrets {
+		out[k] = v
+	}
+	for k, v := range set {
+		out[k] = v
+	}
+	return out
 }

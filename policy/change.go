@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -61,6 +62,24 @@ func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
 		if !asked.Network {
 			c.Unrequested = append(c.Unrequested, c.Item)
 		}
+	case len(g.Secrets) > 0: // one secret, only as declared
+		n := g.Secrets[0]
+		c.Item = "secret=" + n
+		if !slices.Contains(declared.Secrets, n) {
+			return Change{}, fmt.Errorf("%w: secret %s (declared secrets: %s)", ErrNotDeclared, n, strings.Join(declared.Secrets, ", "))
+		}
+		if !slices.Contains(cur.Secrets, n) {
+			c.After.Secrets = append(slices.Clone(cur.Secrets), n)
+		}
+	case len(g.NetworkTo) > 0: // one destination
+		d := g.NetworkTo[0]
+		c.Item = "network=" + d
+		if !slices.Contains(cur.NetworkTo, d) {
+			c.After.NetworkTo = append(slices.Clone(cur.NetworkTo), d)
+		}
+		if !asked.Network && !slices.Contains(asked.NetworkTo, d) {
+			c.Unrequested = append(c.Unrequested, c.Item)
+		}
 	default: // filesystem
 		level := g.Filesystem
 		if level == FilesystemDeclared {
@@ -80,7 +99,10 @@ func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
 // RevokeOne removes one capability from cur: exec, store, metadata, network, or filesystem
 // (any level: the plugin process then reads nothing of the project).
 func RevokeOne(cur Grants, item string) (Change, error) {
-	item = strings.ToLower(strings.TrimSpace(item))
+	item = strings.TrimSpace(item)
+	if !strings.HasPrefix(strings.ToLower(item), "secret=") { // secret names keep their case
+		item = strings.ToLower(item)
+	}
 	if strings.HasPrefix(item, "filesystem=") {
 		return Change{}, fmt.Errorf("%w: %q (revoke takes the name only: filesystem)", ErrUnknownCapability, item)
 	}
@@ -97,8 +119,20 @@ func RevokeOne(cur Grants, item string) (Change, error) {
 		c.After.Store = false
 	case g.Metadata:
 		c.After.Metadata = false
-	case g.Network:
-		c.After.Network = false
+	case g.Network: // the whole grant: everything and every destination
+		c.After.Network, c.After.NetworkTo = false, nil
+	case len(g.Secrets) > 0:
+		c.Item = "secret=" + g.Secrets[0]
+		c.After.Secrets = slices.DeleteFunc(slices.Clone(cur.Secrets), func(n string) bool { return n == g.Secrets[0] })
+		if len(c.After.Secrets) == 0 {
+			c.After.Secrets = nil
+		}
+	case len(g.NetworkTo) > 0:
+		c.Item = "network=" + g.NetworkTo[0]
+		c.After.NetworkTo = slices.DeleteFunc(slices.Clone(cur.NetworkTo), func(d string) bool { return d == g.NetworkTo[0] })
+		if len(c.After.NetworkTo) == 0 {
+			c.After.NetworkTo = nil
+		}
 	case g.Filesystem == FilesystemDeclared:
 		c.After.Filesystem = FilesystemNone
 	default:

@@ -35,6 +35,10 @@ const (
 const (
 	NetworkAllow = "allow"
 	NetworkDeny  = "deny"
+	// NetworkGrant (the default): the plugin process and every command it runs get
+	// exactly the plugin's network grant (a list of destinations, everything for
+	// network = true, nothing without one).
+	NetworkGrant = "grant"
 
 	LegacyConfined   = "confined"
 	LegacyUnconfined = "unconfined"
@@ -196,7 +200,7 @@ func Default() *Config {
 			TimeoutDefault: 30 * time.Second,
 			TimeoutMax:     300 * time.Second,
 			OutputCap:      10 * MiB,
-			Network:        NetworkAllow,
+			Network:        NetworkGrant,
 			UnixSockets:    NetworkDeny,
 			Legacy:         LegacyConfined,
 		},
@@ -214,8 +218,17 @@ func Default() *Config {
 	}
 }
 
-// NetworkAllowed reports whether policy lets confined processes use the network at all.
-func (c *Config) NetworkAllowed() bool { return c.Sandbox.Network != NetworkDeny }
+// NetworkAllowed reports whether the user's override ([sandbox] network = "allow") gives
+// every confined process the whole network whatever its plugin was granted.
+func (c *Config) NetworkAllowed() bool { return c.Sandbox.Network == NetworkAllow }
+
+// NetworkOverride is the announcement of network = "allow" (every run says it), "" otherwise.
+func (c *Config) NetworkOverride() string {
+	if c.NetworkAllowed() {
+		return `[sandbox] network = "allow": every plugin and command gets the whole network, whatever it was granted`
+	}
+	return ""
+}
 
 // UnixSocketsAllowed reports whether confined processes may create unix-domain sockets
 // (off by default: docker.sock, D-Bus and systemd sockets are ways out of any sandbox).
@@ -338,7 +351,7 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"timeout_default": durationField(&s.TimeoutDefault, 24*time.Hour),
 			"timeout_max":     durationField(&s.TimeoutMax, 24*time.Hour),
 			"output_cap":      sizeField(&s.OutputCap, 1, 1*GiB, 0),
-			"network":         enumField(&s.Network, NetworkAllow, NetworkDeny),
+			"network":         enumField(&s.Network, NetworkGrant, NetworkAllow, NetworkDeny),
 			"unix_sockets":    enumField(&s.UnixSockets, NetworkAllow, NetworkDeny),
 			"read_only":       p.pathsField(&s.ReadOnly),
 			"read_write":      p.pathsField(&s.ReadWrite),

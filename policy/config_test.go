@@ -21,7 +21,9 @@ func TestLoadMissingFileGivesDefaults(t *testing.T) {
 	assert.Equal(t, 30*time.Second, c.Sandbox.TimeoutDefault)
 	assert.Equal(t, 300*time.Second, c.Sandbox.TimeoutMax)
 	assert.Equal(t, 10*MiB, c.Sandbox.OutputCap)
-	assert.True(t, c.NetworkAllowed())
+	// The default gives each plugin (and its commands) exactly its network grant.
+	assert.False(t, c.NetworkAllowed())
+	assert.Equal(t, NetworkGrant, c.Sandbox.Network)
 	assert.Equal(t, LegacyConfined, c.Sandbox.Legacy)
 	assert.Equal(t, 1*MiB, c.Limits.LineMax)
 	assert.Equal(t, 4, c.Limits.ConcurrentExecs)
@@ -176,7 +178,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "bad enum",
 			src:  "[sandbox]\nnetwork = \"maybe\"\n",
-			want: `/cfg/config.toml:2: [sandbox] network: expected one of ["allow" "deny"], got "maybe"`,
+			want: `/cfg/config.toml:2: [sandbox] network: expected one of ["grant" "allow" "deny"], got "maybe"`,
 			line: 2, key: "sandbox.network",
 		},
 		{

@@ -6,6 +6,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"github.com/fledgehq/fledge/egress"
+	"slices"
 	"strings"
 )
 
@@ -39,11 +41,17 @@ var (
 
 // Grants is a set of capabilities: what a manifest declares, or what the user granted.
 type Grants struct {
-	Exec       bool   `toml:"exec" json:"exec"`
-	Store      bool   `toml:"store" json:"store"`
-	Metadata   bool   `toml:"metadata" json:"metadata"`
-	Network    bool   `toml:"network" json:"network"`
-	Filesystem string `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
+	Exec     bool `toml:"exec" json:"exec"`
+	Store    bool `toml:"store" json:"store"`
+	Metadata bool `toml:"metadata" json:"metadata"`
+	Network  bool `toml:"network" json:"network"`
+	// NetworkTo are the destinations granted when Network (everything) is not
+	// ("api.github.com:443", "*.example.org:443", "10.0.0.0/8:5432"; package egress).
+	NetworkTo []string `toml:"network_to,omitempty" json:"network_to,omitempty"`
+	// Secrets are environment variable names passed to the plugin process only (from the
+	// user's environment or fledge's secret store), never to its commands or another plugin.
+	Secrets    []string `toml:"secrets,omitempty" json:"secrets,omitempty"`
+	Filesystem string   `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
 }
 
 // fsRank orders filesystem levels; -1 for an unknown level.
@@ -90,6 +98,12 @@ func (g Grants) Names() []string {
 	if g.Network {
 		out = append(out, "network")
 	}
+	for _, d := range g.NetworkTo {
+		out = append(out, "network="+d)
+	}
+	for _, n := range g.Secrets {
+		out = append(out, "secret="+n)
+	}
 	if fs := g.FS(); fs != FilesystemNone {
 		out = append(out, "filesystem="+fs)
 	}
@@ -112,6 +126,16 @@ func (g Grants) Subset(of Grants) bool {
 		(g.Network && !of.Network) {
 		return false
 	}
+	for _, d := range g.NetworkTo {
+		if !of.Network && !slices.Contains(of.NetworkTo, d) {
+			return false
+		}
+	}
+	for _, n := range g.Secrets {
+		if !slices.Contains(of.Secrets, n) {
+			return false
+		}
+	}
 	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
 	return r >= 0 && ro >= 0 && r <= ro
 }
@@ -128,6 +152,12 @@ func (g Grants) Missing(of Grants) []string {
 	add(g.Store, of.Store, "store")
 	add(g.Metadata, of.Metadata, "metadata")
 	add(g.Network, of.Network, "network")
+	for _, d := range g.NetworkTo {
+		add(true, of.Network || slices.Contains(of.NetworkTo, d), "network="+d)
+	}
+	for _, n := range g.Secrets {
+		add(true, slices.Contains(of.Secrets, n), "secret="+n)
+	}
 	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
 	if r < 0 || ro < 0 || r > ro {
 		out = append(out, "filesystem="+g.FS())
@@ -176,6 +206,9 @@ func ParseGrantList(s string) (Grants, error) {
 		}
 		item := strings.ToLower(raw)
 		name, _, _ := strings.Cut(item, "=")
+		if name == "network" || name == "secret" {
+			name = item // several destinations or secrets may be listed, each once
+		}
 		if seen[name] {
 			return Grants{}, fmt.Errorf("%w: %q is given twice", ErrBadGrantList, raw)
 		}
@@ -189,6 +222,20 @@ func ParseGrantList(s string) (Grants, error) {
 			g.Metadata = true
 		case item == "network":
 			g.Network = true
+		case strings.HasPrefix(item, "network="):
+			d, err := egress.ParseDest(strings.TrimPrefix(item, "network="))
+			if err != nil {
+				return Grants{}, fmt.Errorf("%w: %w", ErrUnknownCapability, err)
+			}
+			if !slices.Contains(g.NetworkTo, d.String()) {
+				g.NetworkTo = append(g.NetworkTo, d.String())
+			}
+		case strings.HasPrefix(item, "secret="):
+			n := raw[len("secret="):] // names keep their case
+			if !ValidSecretName(n) {
+				return Grants{}, fmt.Errorf("%w: %q (a secret is an environment variable name: letters, digits, _)", ErrUnknownCapability, raw)
+			}
+			g.Secrets = append(g.Secrets, n)
 		case item == "filesystem":
 			g.Filesystem = FilesystemDeclared
 		case strings.HasPrefix(item, "filesystem="):
@@ -214,13 +261,43 @@ func Describe(item string) string {
 	case item == "metadata":
 		return "read project metadata: fledge.toml, git tags/status/log, filtered environment"
 	case item == "network":
-		return "open network connections from the plugin process"
+		return "the WHOLE network, every host and port, from the plugin and its commands (dangerous)"
+	case strings.HasPrefix(item, "secret="):
+		return "receive the secret " + strings.TrimPrefix(item, "secret=") + " in its own process (never its commands)"
+	case strings.HasPrefix(item, "network="):
+		return "connect to " + strings.TrimPrefix(item, "network=") + " (and look the name up), from the plugin and its commands"
 	case item == "filesystem=project":
 		return "read the project's files"
 	case item == "filesystem=plugin":
 		return "use its private data dir only"
 	}
 	return item
+}
+
+// Equal reports whether g and o grant the same (NetworkTo compared in order).
+func (g Grants) Equal(o Grants) bool {
+	if g.Exec != o.Exec || g.Store != o.Store || g.Metadata != o.Metadata || g.Network != o.Network || g.FS() != o.FS() {
+		return false
+	}
+	return slices.Equal(g.NetworkTo, o.NetworkTo) && slices.Equal(g.Secrets, o.Secrets)
+}
+
+// ValidSecretName reports whether n can name a secret: an environment variable name
+// ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters) that is not one fledge sets itself.
+func ValidSecretName(n string) bool {
+	if n == "" || len(n) > 128 || strings.HasPrefix(strings.ToUpper(n), "FLEDGE_") {
+		return false
+	}
+	for i, c := range n {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	switch n {
+	case "PATH", "HOME", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH":
+		return false
+	}
+	return true
 }
 
 // ParseGrantName is the one parser of a single capability name, in either spelling fledge
@@ -254,6 +331,16 @@ func WireName(name string) string {
 func (g Grants) Union(h Grants) Grants {
 	u := Grants{Exec: g.Exec || h.Exec, Store: g.Store || h.Store, Metadata: g.Metadata || h.Metadata,
 		Network: g.Network || h.Network, Filesystem: g.FS()}
+	for _, d := range append(append([]string{}, g.NetworkTo...), h.NetworkTo...) {
+		if !slices.Contains(u.NetworkTo, d) {
+			u.NetworkTo = append(u.NetworkTo, d)
+		}
+	}
+	for _, n := range append(append([]string{}, g.Secrets...), h.Secrets...) {
+		if !slices.Contains(u.Secrets, n) {
+			u.Secrets = append(u.Secrets, n)
+		}
+	}
 	if fsRank(h.FS()) > fsRank(u.Filesystem) {
 		u.Filesystem = h.FS()
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fledgehq/fledge/egress"
+
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -296,6 +298,52 @@ func (c *Config) PluginLimits() sandbox.Limits {
 	return l
 }
 
-// PluginNetwork reports whether the plugin process may use the network: only with the
-// network grant, and only if policy does not deny networking altogether.
-func (c *Config) PluginNetwork(g Grants) bool { return g.Network && c.NetworkAllowed() }
+// PluginNetwork reports whether the plugin process (and so each command it runs) gets the
+// whole network: with network = true granted, unless policy denies networking altogether,
+// or with the user's network = "allow" override.
+func (c *Config) PluginNetwork(g Grants) bool {
+	return c.NetworkAllowed() || g.Network && c.Sandbox.Network != NetworkDeny
+}
+
+// Egress is the network by destination of one plugin session (shared by the plugin process
+// and its commands), or nil: no list granted, the whole network, or networking denied.
+func (c *Config) Egress(g Grants) *egress.Session {
+	if c.PluginNetwork(g) || c.Sandbox.Network == NetworkDeny || len(g.NetworkTo) == 0 {
+		return nil
+	}
+	p, err := egress.NewPolicy(false, g.NetworkTo)
+	if err != nil {
+		return nil // validated at install and grant; a bad entry here opens nothing
+	}
+	return egress.NewSession(p, egress.Limits{})
+}
+
+// HookEgress is the network by destination of one install hook that may reach only dests
+// (an npm package's install scripts: the registry), or nil when policy denies networking or
+// dests is empty or invalid (the hook then gets no network at all).
+func (c *Config) HookEgress(dests []string) *egress.Session {
+	if c.Sandbox.Network == NetworkDeny || len(dests) == 0 {
+		return nil
+	}
+	p, err := egress.NewPolicy(false, dests)
+	if err != nil {
+		return nil
+	}
+	return egress.NewSession(p, egress.Limits{})
+}
+
+// NetworkText says in words what network a plugin (and each command it runs) gets with
+// grants g under this policy (plugins info, doctor).
+func (c *Config) NetworkText(g Grants) string {
+	switch {
+	case c.NetworkAllowed():
+		return `everything ([sandbox] network = "allow" overrides the grant)`
+	case c.Sandbox.Network == NetworkDeny:
+		return `none ([sandbox] network = "deny")`
+	case g.Network:
+		return "everything (network = true granted)"
+	case len(g.NetworkTo) > 0:
+		return "only " + strings.Join(g.NetworkTo, ", ")
+	}
+	return "none (its own loopback only)"
+}

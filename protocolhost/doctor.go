@@ -68,6 +68,10 @@ func (d *Doctor) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  cgroups:          %s (writable: %v) %s\n", rep.CgroupMode, rep.CgroupWritable, rep.CgroupPath)
 	fmt.Fprintf(w, "  user namespaces:  %v\n", rep.UserNamespaces)
 	fmt.Fprintf(w, "  network deny via: %s\n", rep.NetworkDeny)
+	fmt.Fprintf(w, "  network by destination: %s\n", rep.NetworkEgress)
+	if o := e.Config.NetworkOverride(); o != "" {
+		fmt.Fprintf(w, "  warning: %s\n", o)
+	}
 	fmt.Fprintf(w, "  unix sockets:     refused via %s\n", rep.UnixSocketDeny)
 	fmt.Fprintf(w, "  tree kill:        %s\n", rep.TreeKill)
 	fmt.Fprintf(w, "  filesystem view:  %s\n", viewText(rep.FilesystemView))
@@ -78,6 +82,10 @@ func (d *Doctor) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  git metadata:     %s\n", protectedText(e.Config, rep.FilesystemView))
 	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
+	if rep.OS == "linux" {
+		fmt.Fprintf(w, "  kernel refusals:  %s\n", kernelRefusalsText(rep.KernelRefusals))
+		fmt.Fprintf(w, "  landlock denials: %s\n", landlockAuditText(rep.LandlockAudit))
+	}
 	if rep.HostDeath == "watchdog" {
 		fmt.Fprintf(w, "  if fledge dies:   a watchdog process kills every command and plugin it started\n")
 	} else if rep.HostDeath != "" {
@@ -85,8 +93,8 @@ func (d *Doctor) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  strict policy:    %v\n", e.Config.Sandbox.Strict)
 	lim := e.Config.ExecLimits()
-	fmt.Fprintf(w, "  an exec gets:     rw project + plugin data + private tmp; memory %d MiB, pids %d, network %v\n",
-		lim.MemoryBytes>>20, lim.Pids, e.Config.NetworkAllowed())
+	fmt.Fprintf(w, "  an exec gets:     rw project + plugin data + private tmp; memory %d MiB, pids %d, network: its plugin's grant%s\n",
+		lim.MemoryBytes>>20, lim.Pids, map[bool]string{true: " (overridden: everything)", false: ""}[e.Config.NetworkAllowed()])
 	fmt.Fprintf(w, "  a plugin gets:    ro its own dir, rw its data dir; project and network per grant\n")
 	fmt.Fprintf(w, "  a wasm plugin:    %s\n", fledgev1.WasmInfoText(fledgev1.WasmInfo(e, nil, "")))
 	fmt.Fprintf(w, "  config:           %s\n  audit log:        %s\n", e.ConfigDir, e.AuditPath)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
@@ -23,6 +24,14 @@ type PluginInfo struct {
 	pa, xa    sandbox.Access
 	handshake *jsonrpc.Manifest
 	wasm      map[string]any
+	pins      *pinState
+}
+
+// pinState is how a self-describing plugin's tools stand against their pins.
+type pinState struct {
+	Pinned  int    `json:"pinned"`
+	Pending int    `json:"changed"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Info describes the installed plugin name.
@@ -42,6 +51,15 @@ func (h *Host) Info(name string) (*PluginInfo, error) {
 		pi: pi, rep: e.Sandbox.Report(), cfg: e.Config,
 		pa: policy.PluginAccess(paths, en.Granted, e.Config), xa: policy.ExecAccess(paths, e.Config),
 		handshake: recordedHandshake(en, pi.Dir),
+	}
+	switch en.Protocol {
+	case plugin.ProtocolMCP, plugin.ProtocolJSONRPC:
+		info.pins = &pinState{}
+		if pf, err := pins.Load(e.ConfigDir, en.Name); err != nil {
+			info.pins.Error = err.Error()
+		} else if pf != nil {
+			info.pins.Pinned, info.pins.Pending = len(pf.Tools), len(pf.Pending)
+		}
 	}
 	if pi.Manifest != nil && pi.Manifest.IsWasm() {
 		info.wasm = fledgev1.WasmInfo(e, &en.Granted, plugin.DataDir(e.ConfigDir, en.Name))
@@ -75,17 +93,22 @@ func (p *PluginInfo) JSON() map[string]any {
 	}
 	info["plugin_process"] = map[string]any{
 		"read_write": p.pa.ReadWrite, "read_only": p.pa.ReadOnly, "read_exec": p.pa.ReadExec,
-		"network": en.Granted.Network && cfg.NetworkAllowed(), "limits": limitsJSON(cfg.PluginLimits()),
+		"network": cfg.PluginNetwork(en.Granted), "network_to": networkTo(cfg, en.Granted),
+		"network_text": cfg.NetworkText(en.Granted), "limits": limitsJSON(cfg.PluginLimits()),
 		"unix_sockets": cfg.UnixSocketsAllowed(),
 	}
 	info["exec"] = map[string]any{
 		"allowed": en.Granted.Exec, "read_write": p.xa.ReadWrite, "read_only": p.xa.ReadOnly, "read_exec": p.xa.ReadExec,
 		"unprotect": unprotectJSON(cfg),
-		"network":   cfg.NetworkAllowed(), "limits": limitsJSON(cfg.ExecLimits()),
+		"network":   cfg.PluginNetwork(en.Granted), "network_to": networkTo(cfg, en.Granted),
+		"limits":       limitsJSON(cfg.ExecLimits()),
 		"unix_sockets": cfg.UnixSocketsAllowed(),
 	}
 	if p.handshake != nil {
 		info["handshake"] = p.handshake
+	}
+	if p.pins != nil {
+		info["tool_pins"] = p.pins
 	}
 	if p.wasm != nil {
 		info["runtime"], info["plugin_process"] = plugin.RuntimeWasm, p.wasm
@@ -110,7 +133,7 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(p.pa.ReadWrite, ", "))
 		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(p.pa.ReadOnly, ", "))
-		fmt.Fprintf(w, "  plugin network:           %v\n", en.Granted.Network && cfg.NetworkAllowed())
+		fmt.Fprintf(w, "  network (plugin and its commands): %s\n", cfg.NetworkText(en.Granted))
 	}
 	if en.Granted.Exec {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(p.xa.ReadWrite, ", "))
@@ -122,5 +145,16 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 	}
 	if p.handshake != nil {
 		showHandshakeInfo(w, p.handshake)
+	}
+	switch {
+	case p.pins == nil:
+	case p.pins.Error != "":
+		fmt.Fprintf(w, "  tools:     pins unreadable (%s): every tool held back; 'fledge plugins approve %s'\n", p.pins.Error, en.Name)
+	case p.pins.Pinned == 0:
+		fmt.Fprintln(w, "  tools:     not pinned yet (the first listing pins them)")
+	case p.pins.Pending > 0:
+		fmt.Fprintf(w, "  tools:     %d definitions pinned; %d CHANGED and held back: 'fledge plugins review %s'\n", p.pins.Pinned, p.pins.Pending, en.Name)
+	default:
+		fmt.Fprintf(w, "  tools:     %d definitions pinned, none changed\n", p.pins.Pinned)
 	}
 }

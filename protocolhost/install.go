@@ -10,7 +10,9 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1"
 	"github.com/fledgehq/fledge/protocolhost/jsonrpc"
 	"github.com/fledgehq/fledge/reason"
@@ -33,6 +35,8 @@ type InstallRequest struct {
 	// Asker asks the install questions (nil: none can be asked).
 	Asker          plugin.Asker
 	NonInteractive bool
+	// Package is how a package source (npm:PKG) is installed (install_package.go).
+	Package PackageRequest
 }
 
 // installer is one install command: its audit log and where it talks.
@@ -73,6 +77,9 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 		in.out = io.Discard
 	}
 	base.RunHook = in.hookRunner()
+	if plugin.IsPackageSource(o.Source) {
+		return in.runPackage(ctx, &o, base, nil)
+	}
 	if o.Protocol != "" || o.FromDir != "" {
 		return in.runSelfDescribing(ctx, &o, base)
 	}
@@ -167,16 +174,35 @@ func (in *installer) hookRunner() plugin.HookRunner {
 		defer d.Close()
 		spec := e.Config.HookSpec(e.Paths(dir, dir, nil), os.Environ())
 		spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindExec, "install-hook", "/bin/sh", []string{"sh", "-c", h.Command}
+		if h.Offline {
+			spec.Network = false
+		}
+		rec := e.NewRecorder(in.log, nil, nil)
+		var networkTo []string
+		if len(h.NetworkTo) > 0 {
+			// Only these destinations, by name, through fledge (an npm package's scripts:
+			// the registry); each connection and lookup is recorded in the hook's session.
+			if sess := e.Config.HookEgress(h.NetworkTo); sess != nil {
+				spec.Network, spec.Egress = false, sess
+				core.RecordNetwork(sess, rec)
+				defer sess.Close()
+				networkTo = h.NetworkTo
+			}
+		}
 		// Hook output is plugin bytes: on a terminal, sanitised like every plugin's.
 		hookOut, flush := pluginStream(out)
 		defer flush()
 		spec.Dir, spec.DirPath, spec.Stdout, spec.Stderr = d, dir, hookOut, hookOut
-		rec := e.NewRecorder(in.log, nil, nil)
-		sync, err := rec.BeforeAct(audit.EventExecDecision, map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir})
+		details := map[string]any{"hook": h.Name, "command": h.Command, "cwd": dir, "network": spec.Network}
+		if networkTo != nil {
+			details["network_to"] = networkTo
+		}
+		sync, err := rec.BeforeAct(audit.EventExecDecision, details)
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
 		spec.BeforeExec = sync
+		rec.ObserveKernel(&spec, h.Command)
 		proc, err := e.Sandbox.Start(ctx, &spec)
 		if sync != nil {
 			_ = sync()
@@ -188,16 +214,19 @@ func (in *installer) hookRunner() plugin.HookRunner {
 		if err != nil {
 			return err
 		}
-		rc := reason.OK
-		if res.TimedOut {
-			rc = reason.Timeout
+		rc, decision := reason.OK, audit.Allow
+		switch {
+		case res.TimedOut:
+			rc, decision = reason.Timeout, audit.Error
+		case res.ExitCode != 0:
+			rc, decision = reason.ToolError, audit.Error
 		}
 		// A nested repository the hook left where the user's git would run it was moved
 		// aside when it ended (Linux): on record, and the user is told.
 		for _, w := range rec.Quarantined(res.Quarantined) {
 			_ = ui.HostLine(out, "fledge: "+w)
 		}
-		rec.Record(audit.EventExecOutcome, audit.Allow, rc,
+		rec.Record(audit.EventExecOutcome, decision, rc,
 			map[string]any{"hook": h.Name, "exit_code": res.ExitCode, "duration_ms": res.Duration.Milliseconds(),
 				"git_quarantined": len(res.Quarantined)}, false)
 		if res.ExitCode != 0 {
@@ -221,6 +250,9 @@ func (h *Host) Remove(name string) (*plugin.Entry, error) {
 		return nil, exitErr(ExitFailure, "remove %s: %v", name, err)
 	}
 	_ = h.Env.NewRecorder(log, entryRef(en), nil).RecordNow(audit.EventRemove, audit.Allow, reason.OK, nil)
+	if err := pins.Remove(h.Env.ConfigDir, en.Name); err != nil {
+		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the pinned tool definitions of %s stay: %v", en.Name, err))
+	}
 	return en, nil
 }
 
@@ -243,6 +275,10 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 	log, err := h.auditLog()
 	if err != nil {
 		return nil, err
+	}
+	home, _ := os.UserHomeDir()
+	if path, ok := policy.ExpandReadGrant(strings.TrimSpace(item), home); ok {
+		return h.changeReadGrant(name, path, revoke)
 	}
 	verb, event := "grant", audit.EventGrant
 	change := func(m *plugin.Manifest, cur policy.Grants) (policy.Change, error) {
@@ -273,7 +309,7 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 	}
 	details := map[string]any{
 		audit.DetailCapabilities: c.After.Names(), audit.DetailCapability: c.Item,
-		"previous": c.Before.Names(), "changed": c.Before != c.After,
+		"previous": c.Before.Names(), "changed": !c.Before.Equal(c.After),
 	}
 	unrequested := c.Unrequested
 	if unrequested == nil {
@@ -286,7 +322,7 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 		// The registry already changed: say so rather than pretend it did not.
 		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the audit log could not record this %s: %v", verb, err))
 	}
-	return &GrantChange{Plugin: entry.Name, Item: c.Item, Changed: c.Before != c.After, After: c.After.String(), Unrequested: unrequested}, nil
+	return &GrantChange{Plugin: entry.Name, Item: c.Item, Changed: !c.Before.Equal(c.After), After: c.After.String(), Unrequested: unrequested}, nil
 }
 
 // refusedRefByName names the installed plugin a refused grant was about, when there is one.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -31,6 +33,8 @@ type ToolSet struct {
 	proj      *project.Info
 	Catalogue *tools.Catalogue
 	flush     func()
+	// rebound are the catalogues made for an MCP client's root (closed with the set).
+	rebound []*tools.Catalogue
 }
 
 // OpenTools makes the catalogue of every installed plugin's tools (no plugin starts yet).
@@ -52,7 +56,44 @@ func (h *Host) OpenTools() (*ToolSet, error) {
 // Close shuts every plugin down (shutdown, SIGTERM, SIGKILL).
 func (t *ToolSet) Close() {
 	_ = t.Catalogue.Close()
+	for _, c := range t.rebound {
+		_ = c.Close()
+	}
 	t.flush()
+}
+
+// rebind is the catalogue of the project an MCP client names as its root: the root is the
+// project as --project would be (the home directory and / never are).
+func (t *ToolSet) rebind(root string) (*tools.Catalogue, error) {
+	proj, err := project.Detect(root, root)
+	if err != nil {
+		return nil, err
+	}
+	stderr, flush := pluginStream(t.h.stderr())
+	prev := t.flush
+	t.flush = func() { prev(); flush() }
+	c := tools.NewCatalogue(&tools.Host{Env: t.h.Env, Project: proj, Stderr: stderr}, t.reg)
+	c.Hooks = toolHooks{t, c}
+	t.rebound = append(t.rebound, c)
+	return c, nil
+}
+
+// noRootsWarning is what serve --mcp says when the client offers no root while fledge was
+// started from / or the home directory without --project: plugins then get no project,
+// rather than a guess.
+func (t *ToolSet) noRootsWarning() string {
+	if t.h.opts.ProjectFlag != "" {
+		return ""
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	home, _ := os.UserHomeDir()
+	if cwd != "/" && (home == "" || filepath.Clean(cwd) != filepath.Clean(home)) {
+		return ""
+	}
+	return fmt.Sprintf("serve --mcp: started in %s with no --project, and the MCP client offers no roots: plugins get no project (pass --project DIR in the client's server config)", cwd)
 }
 
 // CallTimeout applies policy's exec timeout rule (policy.ExecTimeout, the one rule for every
@@ -70,14 +111,18 @@ func (t *ToolSet) Call(ctx context.Context, name string, args map[string]any, ti
 	if timeout > 0 {
 		ctx = tools.WithCallTimeout(ctx, timeout)
 	}
+	t.Catalogue.Hooks = toolHooks{t, t.Catalogue}
 	return t.Catalogue.Call(ctx, name, args)
 }
 
 // jsonrpc returns the jsonrpc-2.0 provider and the installed jsonrpc-2.0 plugins, bound, in
 // name order; plugins that cannot be bound are reported and left out.
-func (t *ToolSet) jsonrpc() (*jsonrpc.Provider, []*core.Binding) {
+func (t *ToolSet) jsonrpc() (*jsonrpc.Provider, []*core.Binding) { return t.jsonrpcIn(t.Catalogue) }
+
+// jsonrpcIn is jsonrpc for one of the set's catalogues (the one an MCP client's root chose).
+func (t *ToolSet) jsonrpcIn(cat *tools.Catalogue) (*jsonrpc.Provider, []*core.Binding) {
 	warn := t.h.stderr()
-	p, _ := t.Catalogue.Provider(plugin.ProtocolJSONRPC).(*jsonrpc.Provider)
+	p, _ := cat.Provider(plugin.ProtocolJSONRPC).(*jsonrpc.Provider)
 	var names []string
 	for _, en := range t.reg.Plugins {
 		if en.Protocol == plugin.ProtocolJSONRPC {
@@ -91,7 +136,7 @@ func (t *ToolSet) jsonrpc() (*jsonrpc.Provider, []*core.Binding) {
 			fmt.Fprintf(warn, "fledge: warning: plugin %s not loaded: at most %d jsonrpc-2.0 plugins run (the protocol's limit)\n", n, jsonrpc.MaxPlugins)
 			continue
 		}
-		b, err := t.Catalogue.Binding(n)
+		b, err := cat.Binding(n)
 		if err != nil {
 			_ = ui.HostLine(warn, fmt.Sprintf("fledge: warning: plugin %s not loaded: %v", n, err))
 			continue
@@ -143,10 +188,13 @@ func (t *ToolSet) ServeJSONRPC(ctx context.Context, in io.Reader, out io.Writer,
 // to those tools. out carries the protocol only: plugins' stderr and fledge's warnings go
 // to stderr.
 func (t *ToolSet) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteCloser, only []string) error {
+	t.Catalogue.Hooks = toolHooks{t, t.Catalogue}
 	err := mcp.Serve(ctx, t.Catalogue, in, out, mcp.ServeOptions{
 		Only:    only,
 		LineMax: int(t.h.Env.Config.Limits.LineMax),
 		Warn:    warnFunc(t.h.stderr()),
+		Rebind:  t.rebind,
+		NoRoots: t.noRootsWarning(),
 	})
 	switch {
 	case errors.Is(err, mcp.ErrNoSuchTool):

@@ -30,6 +30,18 @@ const (
 	// CapabilityNotAllowed: a plugin declared a capability outside the host's allow-list for
 	// its binding (or an empty, whitespace-padded or duplicate value).
 	CapabilityNotAllowed Code = "capability_not_allowed"
+	// ToolError: the tool ran and reported its own failure (an MCP result with isError, a
+	// JSON-RPC error reply): the call happened and did not do what was asked.
+	ToolError Code = "tool_error"
+	// ToolChanged: the tool's definition (name, description, input schema) differs from the
+	// one pinned when it was approved; it is quarantined until `fledge plugins approve`.
+	ToolChanged Code = "tool_changed"
+	// BadArguments: the arguments did not match the tool's declared parameters or schema;
+	// nothing was sent to the plugin.
+	BadArguments Code = "bad_arguments"
+	// HookStopped: a hook plugin subscribed to pre_tool_execute answered stop: the tool
+	// was not run; the plugin's result says why.
+	HookStopped Code = "hook_stopped"
 )
 
 // All lists every code, in taxonomy order (docs and tests iterate it).
@@ -37,7 +49,7 @@ var All = []Code{
 	OK, LaunchFailed, HandshakeFailed, Timeout, Crashed, MalformedMessage,
 	ProtocolVersionMismatch, CapabilityNotDeclared, CapabilityNotGranted, PathEscape,
 	LimitExceeded, OOMKilled, SandboxUnavailable, Cancelled, NonInteractive,
-	MalformedResponse, ToolNotExposed, CapabilityNotAllowed,
+	MalformedResponse, ToolNotExposed, CapabilityNotAllowed, ToolError, ToolChanged, BadArguments, HookStopped,
 }
 
 // Valid reports whether c is a known code.
@@ -76,6 +88,10 @@ var exitStatus = map[Code]int{
 	OOMKilled:               110,
 	PathEscape:              111,
 	NonInteractive:          112,
+	ToolChanged:             113,
+	HookStopped:             114,
+	ToolError:               ToolFailed,
+	BadArguments:            2,
 	Timeout:                 124,
 	Cancelled:               130,
 }

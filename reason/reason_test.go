@@ -20,7 +20,9 @@ func TestExitStatusDocumented(t *testing.T) {
 			assert.Equal(t, 0, s)
 			continue
 		}
-		assert.NotEqual(t, ToolFailed, s, "%s must not look like a tool's own failure", c)
+		if c != ToolError { // the one code that is the tool's own failure
+			assert.NotEqual(t, ToolFailed, s, "%s must not look like a tool's own failure", c)
+		}
 		row := "| `" + string(c) + "` | " + strconv.Itoa(s) + " |"
 		assert.True(t, strings.Contains(string(readme), row), "docs/cli.md lacks the row %q", row)
 	}

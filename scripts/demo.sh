@@ -203,7 +203,7 @@ if [[ -n $line ]]; then
 fi
 
 # ---- an MCP server, confined -------------------------------------------------------------
-section "9. An MCP server, confined" "The official filesystem MCP server is told it may use the project and all of /; fledge runs it with filesystem = \"project\" and serves it to MCP clients (fledge serve --mcp). The project reads; ~/.ssh/id_rsa does not, and the audit log says so."
+section "9. An MCP server, confined" "The official filesystem MCP server, installed from npm with one command, gets the project as its root; fledge serves it to MCP clients (fledge serve --mcp). The project reads; ~/.ssh/id_rsa does not, and the audit log says so."
 mcp_demo() {
 	local node npm
 	node=$(command -v node || true)
@@ -214,43 +214,23 @@ mcp_demo() {
 	fi
 	# npm's own cache under your real home: a warm cache makes this work offline.
 	local cache=${XDG_CACHE_HOME:-$real_home/.cache}/fledge-demo-npm
-	local pkg=@modelcontextprotocol/server-filesystem@2026.8.31
-	if [[ ! -f $cache/node_modules/@modelcontextprotocol/server-filesystem/package.json ]]; then
-		mkdir -p "$cache"
-		if ! HOME=$real_home npm install --prefer-offline --no-audit --no-fund --no-save --prefix "$cache" "$pkg" >"$work/npm.log" 2>&1; then
-			echo "(skipped: npm cannot reach the registry and $pkg is not in npm's cache:"
-			{ grep -m 2 -E 'code E|E[A-Z_]{4,}|network|offline' "$work/npm.log" || tail -n 2 "$work/npm.log"; } | sed 's/^/   /'
+	mkdir -p "$cache"
+	# One command: npm fetches it (no package code runs), fledge writes the plugin around it,
+	# runs any install script confined, and lists (and pins) its tools.
+	if ! npm_config_cache=$cache "$fledge" --ni plugins install npm:@modelcontextprotocol/server-filesystem --version 2026.8.31 --yes >"$work/npm.log" 2>&1; then
+		if grep -q 'npm could not fetch' "$work/npm.log"; then
+			echo "(skipped: npm cannot reach the registry and the package is not in npm's cache:"
+			grep -m 2 'npm could not fetch' "$work/npm.log" | sed 's/^/   /'
 			echo " run it once online to warm the cache; the rest of the demo does not need npm)"
 			return 0
 		fi
-	fi
-	local src=$work/src/fs
-	mkdir -p "$src/bin"
-	cp -a "$cache/node_modules" "$src/node_modules"
-	cat >"$src/plugin.toml" <<-'TOML'
-	[plugin]
-	name = "fs"
-	version = "0.1.0"
-	description = "The official MCP filesystem server, confined by fledge"
-	protocol = "mcp"
-
-	[[commands]]
-	name = "fs-server"
-	description = "MCP server over stdio"
-	binary = "bin/server"
-
-	[capabilities]
-	filesystem = "project"
-	TOML
-	printf '#!/bin/sh\nexec %s "$(dirname "$0")/../node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" "$FLEDGE_PROJECT_ROOT" /\n' "$node" >"$src/bin/server"
-	chmod +x "$src/bin/server"
-	"$fledge" --ni plugins install "$src" --yes >/dev/null 2>&1 || {
-		problem "install of the MCP plugin failed"
+		problem "install of the MCP server failed: $(tail -n 1 "$work/npm.log")"
 		return 0
-	}
+	fi
+	echo "installed with: fledge plugins install npm:@modelcontextprotocol/server-filesystem"
 	echo "an MCP client's whole config:  {\"command\": \"fledge\", \"args\": [\"serve\", \"--mcp\"]}"
 	# A tiny MCP client in bash: one JSON-RPC request per line, one answer read back each time.
-	coproc MCP { "$fledge" serve --mcp --tools plugin_fs_read_text_file 2>"$work/serve.err"; }
+	coproc MCP { "$fledge" serve --mcp --tools plugin_server-filesystem_read_text_file 2>"$work/serve.err"; }
 	local reply i=1
 	ask() {
 		printf '%s\n' "$1" >&"${MCP[1]}"
@@ -260,7 +240,7 @@ mcp_demo() {
 	printf '%s\n' '{"jsonrpc":"2.0","method":"notifications/initialized"}' >&"${MCP[1]}"
 	for path in "$proj/README.md" "$HOME/.ssh/id_rsa"; do
 		i=$((i + 1))
-		ask '{"jsonrpc":"2.0","id":'$i',"method":"tools/call","params":{"name":"plugin_fs_read_text_file","arguments":{"path":"'"$path"'"}}}'
+		ask '{"jsonrpc":"2.0","id":'$i',"method":"tools/call","params":{"name":"plugin_server-filesystem_read_text_file","arguments":{"path":"'"$path"'"}}}'
 		printf '%sread %s%s\n' "$bold" "${path/#$work/\$DEMO}" "$off"
 		"$node" -e 'const r=JSON.parse(process.argv[1]).result||{}; console.log((r.isError?"  refused: ":"  ")+(r.content||[]).map(c=>c.text).join(" ").trim().split("\n").join("\n  "))' "$reply"
 		if [[ $path == */id_rsa && $reply == *"DEMO KEY"* ]]; then
@@ -270,11 +250,77 @@ mcp_demo() {
 	exec {MCP[1]}>&-
 	wait "$MCP_PID" 2>/dev/null || true
 	echo "the audit log (tool calls record argument keys, not values; the refused read is an error outcome):"
-	"$fledge" audit show --plugin fs | grep -E 'plugin_start|tool_call|tool_outcome|plugin_exit' || problem "no tool records in the audit log"
-	"$fledge" audit show --plugin fs --event tool_outcome --json | grep -q 'EACCES\|permission denied' ||
+	"$fledge" audit show --plugin server-filesystem | grep -E 'plugin_start|tool_call|tool_outcome|plugin_exit' || problem "no tool records in the audit log"
+	"$fledge" audit show --plugin server-filesystem --event tool_outcome --json | grep -q '"decision":"error","reason":"tool_error"' ||
 		problem "the refused read is not in the audit log"
 }
 mcp_demo
+
+# ---- network by destination -------------------------------------------------------------
+section "9b. Network by destination" "netcheck is granted one destination (localhost:PORT). From its own process and from a command it runs, curl reaches that one; another host (this machine's own address) and an ungranted name are refused, and both decisions are in the audit log. No proxy settings: the plugin runs in a network namespace whose only way out is fledge."
+net_demo() {
+	local doc
+	doc=$("$fledge" doctor --json)
+	if [[ $doc != *'"network_egress": "netns'* ]]; then
+		echo "network by destination is not available here (it needs root): $(grep -o '"network_egress": *"[^"]*"' <<<"$doc" || true)"
+		return
+	fi
+	local other
+	other=$(hostname -I 2>/dev/null | awk '{print $1}')
+	[[ -n $other ]] || other=192.0.2.1
+	mkdir -p "$work/www"
+	echo "hello from the granted host" >"$work/www/index.html"
+	python3 -u -m http.server --bind 127.0.0.1 0 --directory "$work/www" >"$work/www1.log" 2>&1 &
+	local srv1=$!
+	python3 -u -m http.server --bind 0.0.0.0 0 --directory "$work/www" >"$work/www2.log" 2>&1 &
+	local srv2=$!
+	local p1="" p2=""
+	for _ in $(seq 50); do
+		p1=$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$work/www1.log" | head -1 || true)
+		p2=$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$work/www2.log" | head -1 || true)
+		[[ -n $p1 && -n $p2 ]] && break
+		sleep 0.1
+	done
+	mkdir -p "$work/src/netcheck"
+	cat >"$work/src/netcheck/plugin.toml" <<-TOML
+		[plugin]
+		name = "netcheck"
+		version = "0.1.0"
+		protocol = "fledge-v1"
+
+		[[commands]]
+		name = "netcheck"
+		binary = "netcheck.sh"
+
+		[capabilities]
+		exec = true
+		network = ["localhost:$p1"]
+	TOML
+	cat >"$work/src/netcheck/netcheck.sh" <<-'SH'
+		#!/usr/bin/env bash
+		read -r _init
+		say() { printf '{"type":"output","text":"%s\\n"}\n' "$1"; }
+		if body=$(curl -sS --max-time 5 http://localhost:@P1@/ 2>&1); then say "plugin -> localhost:@P1@: $body"; else say "plugin -> localhost:@P1@: refused"; fi
+		if curl -sS --max-time 5 http://@OTHER@:@P2@/ >/dev/null 2>&1; then say "plugin -> @OTHER@:@P2@: REACHED"; else say "plugin -> @OTHER@:@P2@: refused"; fi
+		if getent hosts example.org >/dev/null; then say "lookup example.org: RESOLVED"; else say "lookup example.org: refused (NXDOMAIN)"; fi
+		printf '{"type":"exec","id":"1","command":"curl -sS --max-time 5 http://localhost:@P1@/; curl -sS --max-time 5 http://@OTHER@:@P2@/ >/dev/null 2>&1 && echo REACHED || echo refused"}\n'
+		read -r reply
+		say "its command -> localhost:@P1@ then @OTHER@:@P2@: $(printf '%s' "$reply" | grep -o '"stdout":"[^"]*"' | cut -d'"' -f4 | sed 's/\\n/ \/ /g')"
+	SH
+	sed -i "s/@P1@/$p1/g; s/@P2@/$p2/g; s/@OTHER@/$other/g" "$work/src/netcheck/netcheck.sh"
+	chmod +x "$work/src/netcheck/netcheck.sh"
+	"$fledge" --ni plugins install --yes "$work/src/netcheck" | sed 's/^/  /'
+	"$fledge" --ni netcheck | tee "$work/netcheck.out" || problem "netcheck failed"
+	grep -q "localhost:$p1: hello from the granted host" "$work/netcheck.out" || problem "the granted destination did not answer"
+	grep -q "REACHED\|RESOLVED" "$work/netcheck.out" && problem "netcheck reached what it was not granted"
+	echo "the audit log (net_connect, net_dns):"
+	"$fledge" audit show --plugin netcheck | grep -E 'net_connect|net_dns' || true
+	[[ $("$fledge" audit show --plugin netcheck --event net_connect --decision allow) == *net_connect* ]] || problem "no net_connect allow record"
+	[[ $("$fledge" audit show --plugin netcheck --event net_connect --decision deny) == *net_connect* ]] || problem "no net_connect deny record"
+	kill "$srv1" "$srv2" 2>/dev/null || true
+	wait "$srv1" "$srv2" 2>/dev/null || true
+}
+net_demo
 
 # ---- doctor ----------------------------------------------------------------------------
 section "10. This machine" "fledge doctor: what the OS lets fledge enforce here, and what it cannot."

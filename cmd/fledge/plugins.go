@@ -20,7 +20,8 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Use:   "plugins",
 		Short: "Install, list, inspect and remove plugins",
 	}
-	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newNewCmd(g))
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newUpdateCmd(g), newReviewCmd(g), newApproveCmd(g), newNewCmd(g))
+	c.AddCommand(newLearnCmd(g))
 	return c
 }
 
@@ -35,6 +36,8 @@ type InstallOptions struct {
 	// Protocol and FromDir install self-describing plugins (install_jsonrpc.go).
 	Protocol string
 	FromDir  string
+	// Package are the flags of a package source (npm:PKG; install_package.go).
+	Package protocolhost.PackageRequest
 }
 
 // uiAsker asks install questions on the terminal.
@@ -47,10 +50,19 @@ func (a uiAsker) Confirm(question string, def bool) (bool, error) {
 func newInstallCmd(g *Globals) *cobra.Command {
 	o := &InstallOptions{g: g}
 	c := &cobra.Command{
-		Use:   "install <dir|git-url> | <executable> --protocol P | --from-dir DIR --protocol P",
+		Use:   "install <dir|git-url> | npm:PKG [--version V] [-- ARGS...] | <executable> --protocol P | --from-dir DIR --protocol P",
 		Short: "Install a plugin, granting only the capabilities you approve",
-		Args:  cobra.RangeArgs(0, 1),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				args, o.Package.ServerArgs = args[:dash], args[dash:]
+				if len(args) != 1 || !plugin.IsPackageSource(args[0]) {
+					return exitErr(ExitUsage, "arguments after -- are a package server's (npm:PKG -- ARGS...)")
+				}
+			}
+			if len(args) > 1 {
+				return exitErr(ExitUsage, "install takes one source (a dir, git URL, npm:PKG or executable)")
+			}
 			if (len(args) == 1) == (o.FromDir != "") {
 				return exitErr(ExitUsage, "install takes one source (a dir, git URL or executable) or --from-dir DIR (see 'fledge plugins install --help')")
 			}
@@ -63,6 +75,7 @@ func newInstallCmd(g *Globals) *cobra.Command {
 	}
 	c.Flags().StringVar(&o.Protocol, "protocol", "", "the protocol of a bare executable (or of every executable of --from-dir): "+plugin.ProtocolJSONRPC)
 	c.Flags().StringVar(&o.FromDir, "from-dir", "", "install every executable of a plugin dir as a JSON-RPC 2.0 host scans it (hidden files skipped; needs --protocol)")
+	addPackageFlags(c, &o.Package)
 	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant every capability the manifest declares")
 	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|plugin]")
 	c.Flags().BoolVar(&o.RunHooks, "run-hooks", false, "run the plugin's build hooks (shown first)")
@@ -79,7 +92,7 @@ func (o *InstallOptions) Run(ctx context.Context) error {
 	defer u.Close()
 	return h.Install(ctx, protocolhost.InstallRequest{
 		Source: o.Source, Yes: o.Yes, Grant: o.Grant, GrantSet: o.GrantSet, RunHooks: o.RunHooks,
-		Protocol: o.Protocol, FromDir: o.FromDir,
+		Protocol: o.Protocol, FromDir: o.FromDir, Package: o.Package,
 		Asker: uiAsker{u}, NonInteractive: !u.Interactive(),
 	})
 }

@@ -147,6 +147,7 @@ func newToolsCallCmd(g *Globals) *cobra.Command {
 	c.Flags().StringVar(&o.Params, "params", "", "the arguments as one JSON object")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print the whole result as JSON")
 	c.Flags().StringVar(&o.Timeout, "timeout", "", "how long the tool may take (e.g. 30s; default and maximum from policy)")
+	c.Flags().BoolVar(&g.Trace, "trace", false, "record every path and network destination the plugin and its commands try outside their grants (kernel_denied records; slower)")
 	return c
 }
 
@@ -178,7 +179,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer done()
-	tool, _, err := t.Catalogue.Find(ctx, o.Tool)
+	tool, b, err := t.Catalogue.Find(ctx, o.Tool)
 	if err != nil {
 		if errors.Is(err, tools.ErrUnknownTool) {
 			return exitErr(ExitUnknownCmd, "%v", err)
@@ -198,11 +199,13 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	}
 	if args == nil {
 		if args, err = pairArgs(tool, o.Pairs); err != nil {
+			t.Catalogue.Refuse(b, tool, map[string]any{}, err)
 			return exitErr(ExitUsage, "%v", err)
 		}
 	}
 	// Checked before anything starts: a usage error never starts a plugin.
 	if err := tools.Check(tool, args); err != nil {
+		t.Catalogue.Refuse(b, tool, args, err)
 		return exitErr(ExitUsage, "%v (see 'fledge tools list')", err)
 	}
 	if timeout > 0 {

@@ -33,7 +33,10 @@ type Env struct {
 	AuditPath string
 	Config    *policy.Config
 	Sandbox   sandbox.Sandbox
-	log       *audit.Log
+	// Trace: every session opened through this Env traces its runs (fledge run --trace):
+	// each path and destination outside the grants is a kernel_denied record.
+	Trace bool
+	log   *audit.Log
 }
 
 // NewSessionID is a fresh random session id.
@@ -92,10 +95,12 @@ func (e *Env) Close() error {
 // NewRecorder is the recorder of a new session of plugin ref on this machine's sandbox.
 func (e *Env) NewRecorder(log audit.Recorder, ref *audit.PluginRef, warn func(string)) *Recorder {
 	r := NewRecorder(log, NewSessionID(), ref, e.Sandbox.Report(), warn)
+	r.SetTrace(e.Trace)
 	if e.Config != nil && e.Config.Audit.SessionMaxBytes != 0 {
 		// policy.Parse validated the range; a value set another way keeps the default.
 		_ = r.SetSessionBytes(e.Config.Audit.SessionMaxBytes)
 	}
+	announceNetworkOverride(e.Config, r, warn) // egress.go
 	return r
 }
 
@@ -220,6 +225,9 @@ type Binding struct {
 	Project  *project.Info
 	Paths    policy.Paths
 	Ref      *audit.PluginRef
+	// secrets are the values of the granted secrets (secrets.go), for the plugin process
+	// only; never printed, recorded or passed to a command.
+	secrets map[string]string
 }
 
 // Bind verifies the installed plugin entry (its manifest must be the approved one) and
@@ -247,9 +255,14 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 		e.Refuse(ref, audit.RefusalOther, "", "plugin data dir: "+err.Error())
 		return nil, fmt.Errorf("plugin data dir: %w", err)
 	}
+	secrets, err := e.grantedSecrets(entry) // secrets.go
+	if err != nil {
+		e.Refuse(ref, audit.RefusalOther, "", err.Error())
+		return nil, err
+	}
 	return &Binding{
 		Entry: entry, Manifest: man, Dir: dir, DataDir: dataDir, Project: proj,
-		Paths: e.Paths(dir, dataDir, proj), Ref: ref,
+		Paths: e.Paths(dir, dataDir, proj), Ref: ref, secrets: secrets,
 	}, nil
 }
 
@@ -282,6 +295,8 @@ func (e *Env) Refuse(ref *audit.PluginRef, kind, command, message string) {
 func (e *Env) Profile(b *Binding, environ []string, pluginEnv, legacyEnv map[string]string) policy.Profile {
 	return e.Config.Build(policy.ProfileInput{
 		Paths: b.Paths, Grants: b.Entry.Granted, Environ: environ, PluginEnv: pluginEnv, LegacyEnv: legacyEnv,
+		Read:    b.Entry.Read,
+		Secrets: b.secrets,
 	})
 }
 

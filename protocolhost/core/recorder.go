@@ -145,11 +145,16 @@ type Recorder struct {
 	warn    func(string)
 	budget  *sessionBudget
 
-	errs     atomic.Int64
-	repeatMu sync.Mutex
-	repeats  map[string]int
-	over     map[string]int // records not written for the budget, by event/decision/reason
-	hit      [nTiers]bool   // the budget record of this tier was written
+	errs atomic.Int64
+	// denied and failed count every deny and error decision of the session, written or
+	// not (repeats suppressed, over budget): plugin_exit carries them.
+	denied, failed atomic.Int64
+	repeatMu       sync.Mutex
+	repeats        map[string]int
+	over           map[string]int // records not written for the budget, by event/decision/reason
+	hit            [nTiers]bool   // the budget record of this tier was written
+	// trace: every sandboxed run of this session is traced (kernel_denied.go).
+	trace atomic.Bool
 }
 
 // NewRecorder makes the recorder of one session, with DefaultSessionBytes as its budget.
@@ -207,6 +212,7 @@ func (r *Recorder) New(event string, d audit.Decision, rc reason.Code, details m
 // the session budget (then it is counted for the summary). A failed write is counted (see
 // Errors) and warned about once.
 func (r *Recorder) Record(event string, d audit.Decision, rc reason.Code, details map[string]any, durable bool) {
+	r.count(event, d)
 	if r.log == nil || r.suppress(event, d, rc) {
 		return
 	}
@@ -220,6 +226,7 @@ func (r *Recorder) Record(event string, d audit.Decision, rc reason.Code, detail
 // RecordNow writes one record durably and returns the error: for records without which the
 // caller must not go on (a refusal that must be on file, a lifecycle record).
 func (r *Recorder) RecordNow(event string, d audit.Decision, rc reason.Code, details map[string]any) error {
+	r.count(event, d)
 	if r.log == nil {
 		return nil
 	}
@@ -415,3 +422,20 @@ func (r *Recorder) Quarantined(qs []sandbox.Quarantine) []string {
 	}
 	return warn
 }
+
+// count tallies a deny or error decision for the session's plugin_exit record.
+func (r *Recorder) count(event string, d audit.Decision) {
+	if event == audit.EventPluginExit {
+		return
+	}
+	switch d {
+	case audit.Deny:
+		r.denied.Add(1)
+	case audit.Error:
+		r.failed.Add(1)
+	}
+}
+
+// Counts are the session's deny and error decisions so far (every one, including those a
+// bound kept out of the log).
+func (r *Recorder) Counts() (denied, errors int64) { return r.denied.Load(), r.failed.Load() }

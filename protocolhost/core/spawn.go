@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fledgehq/fledge/egress"
+
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
@@ -72,6 +74,7 @@ type Proc struct {
 	Stdout io.ReadCloser  // nil without Pipes
 
 	proc   sandbox.Process
+	egress sandbox.Egress // the session's network, closed by Finish (nil: none)
 	rec    *Recorder
 	warn   func(string)
 	ladder Ladder
@@ -95,6 +98,15 @@ type Proc struct {
 // to get, is durable before it runs: no record, no plugin. A start that fails after that is
 // recorded as a plugin_exit with started=false.
 func Spawn(o SpawnOptions) (*Proc, error) {
+	p, err := spawn(o)
+	if err != nil {
+		// The session's network ends with the plugin that could not start (egress.go).
+		closeEgress(o.Spec.Egress)
+	}
+	return p, err
+}
+
+func spawn(o SpawnOptions) (*Proc, error) {
 	if o.Ladder.CancelGrace <= 0 || o.Ladder.KillAfter <= 0 {
 		o.Ladder = DefaultLadder
 	}
@@ -111,6 +123,9 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 	if err := policy.CheckAccess(spec.Access); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
 	}
+	if s, ok := spec.Egress.(*egress.Session); ok && s != nil {
+		s.SetRecord(netRecorder(rec)) // core/egress.go
+	}
 	var closeAfter []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -121,7 +136,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 	if warn == nil {
 		warn = func(m string) { _ = ui.HostLine(os.Stderr, "fledge: "+m) } // sanitised on a terminal
 	}
-	p := &Proc{rec: rec, warn: warn, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+	p := &Proc{egress: spec.Egress, rec: rec, warn: warn, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
 	var keep []*os.File
 	if o.Pipes {
 		inR, inW, err := os.Pipe()
@@ -174,6 +189,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 		return nil, fmt.Errorf("%w: %w: %w", ErrLaunch, ErrAudit, err)
 	}
 	spec.BeforeExec = sync
+	rec.ObserveKernel(&spec, "")
 	p.start = time.Now()
 	// The plugin is not tied to a context: ending it goes through the ladder, so it gets
 	// its grace period.
@@ -230,7 +246,7 @@ func Spawn(o SpawnOptions) (*Proc, error) {
 // ProfileDetails is the part of a plugin_start record that says what the plugin may reach.
 func ProfileDetails(spec *sandbox.Spec) map[string]any {
 	return map[string]any{
-		"network": spec.Network, "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
+		"network": spec.Network, "network_to": networkTo(spec), "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
 		"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
 		"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
 	}
@@ -348,6 +364,8 @@ func (p *Proc) Wait() (*sandbox.Result, error) {
 // how it ended.
 func (p *Proc) Finish(extra map[string]any) *Exit {
 	<-p.done
+	// The session's network ends with its plugin (its commands are gone by now).
+	closeEgress(p.egress)
 	select {
 	case <-p.stderrDone:
 	case <-time.After(p.drain):
@@ -416,6 +434,7 @@ func (p *Proc) Finish(extra map[string]any) *Exit {
 		}
 	}
 	p.rec.Close()
+	details["denied"], details["errors"] = p.rec.Counts()
 	p.rec.Record(audit.EventPluginExit, decision, rc, details, true)
 	return ex
 }

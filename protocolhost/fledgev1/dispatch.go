@@ -529,6 +529,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		return
 	}
 	spec.BeforeExec = sync
+	s.rec.ObserveKernel(&spec, m.Command)
 	proc, err := s.opts.Sandbox.Start(s.ctx, &spec)
 	if sync != nil {
 		_ = sync() // releases the sync's descriptor if Start failed before calling it
@@ -579,6 +580,11 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	case res.OOMKilled:
 		rc = reason.OOMKilled
 		out.Stderr += "\nfledge: command was killed: out of memory (limit reached)\n"
+	case res.Signal != "":
+		// Killed by a signal (the kernel's SIGSYS for a denied syscall, a crash): it did
+		// not end on its own, so it is not "allow ok". A non-zero exit status is the
+		// command's own answer and stays allow, with exit_code.
+		rc = reason.Crashed
 	}
 	if rc != reason.OK {
 		out.Reason = string(rc)

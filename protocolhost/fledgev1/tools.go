@@ -209,12 +209,16 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	if out != nil {
 		details[audit.DetailExitCode] = out.ExitCode
 	}
-	d := audit.Allow
-	if res.Reason != reason.OK {
+	d, rc := audit.Allow, res.Reason
+	switch {
+	case rc != reason.OK:
 		d = audit.Error
 		details["error"] = res.Message
+	case !res.Success:
+		d, rc = audit.Error, reason.ToolError
+		details["error"] = res.Message
 	}
-	rec.Record(audit.EventToolOutcome, d, res.Reason, details, true)
+	rec.Record(audit.EventToolOutcome, d, rc, details, true)
 	return res, nil
 }
 

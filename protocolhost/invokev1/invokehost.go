@@ -771,7 +771,7 @@ func (s *Session) recordOutcome(out *Outcome, d time.Duration) {
 		s.rec.Record(audit.EventInvokeOutcome, audit.Error, out.Failure.Code, details, true)
 	case out.PluginError != "":
 		details["message"] = clip(out.PluginError)
-		s.rec.Record(audit.EventInvokeOutcome, audit.Error, reason.OK, details, true)
+		s.rec.Record(audit.EventInvokeOutcome, audit.Error, reason.ToolError, details, true)
 	default:
 		s.rec.Record(audit.EventInvokeOutcome, audit.Allow, reason.OK, details, true)
 	}

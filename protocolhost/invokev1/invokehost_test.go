@@ -247,7 +247,7 @@ func TestRequestFailures(t *testing.T) {
 			assert.Equal(t, audit.Error, o.Decision)
 			wantCode := tc.code
 			if wantCode == "" {
-				wantCode = reason.OK
+				wantCode = reason.ToolError // the plugin's own error: never "ok"
 			}
 			assert.Equal(t, string(wantCode), o.Reason)
 			var c2 collector

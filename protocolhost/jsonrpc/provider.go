@@ -375,13 +375,22 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if err != nil {
 		res = &tools.Result{Success: false, Reason: ReasonOf(err), Message: fmt.Sprintf("plugin %s: %v", b.Entry.Name, err)}
 	}
-	d := audit.Allow
-	if res.Reason != reason.OK {
+	d, rc := audit.Allow, res.Reason
+	out := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds(), "success": res.Success}
+	switch {
+	case rc != reason.OK:
 		d = audit.Error
+	case !res.Success:
+		// The tool ran and answered success: false: an error outcome, never "allow ok".
+		d, rc = audit.Error, reason.ToolError
+		if msg := string(res.Output); len(msg) > 0 && msg != "null" {
+			if len(msg) > 1024 {
+				msg = msg[:1024] + "..."
+			}
+			out["error"] = msg
+		}
 	}
-	s.rec.Record(audit.EventToolOutcome, d, res.Reason, map[string]any{
-		"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds(), "success": res.Success,
-	}, false)
+	s.rec.Record(audit.EventToolOutcome, d, rc, out, false)
 	return res, nil
 }
 

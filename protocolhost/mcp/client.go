@@ -18,10 +18,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -57,6 +59,10 @@ const (
 	maxSchemaBytes = 256 << 10
 	// maxResultBytes bounds a tool result fledge passes on.
 	maxResultBytes = 16 << 20
+	// maxErrorText bounds a tool's own error text in its outcome record.
+	maxErrorText = 1024
+	// relistWait bounds how long a listing waits for one the server asked for.
+	relistWait = 2 * time.Second
 )
 
 func init() {
@@ -79,13 +85,18 @@ func NewProvider(h *tools.Host) *Provider {
 
 // session is one running MCP server.
 type session struct {
-	name        string
-	proc        *core.Proc
-	rec         *core.Recorder
-	conn        *lineConn
-	cs          *mcpsdk.ClientSession
+	name string
+	proc *core.Proc
+	rec  *core.Recorder
+	conn *lineConn
+	cs   *mcpsdk.ClientSession
+	// list and schemas are the server's tools as last listed (a tools/list_changed
+	// notification lists them again); listMu guards them.
+	listMu      sync.Mutex
 	list        []tools.Tool
 	schemas     map[string]*jsonschema.Resolved
+	relisting   atomic.Bool
+	ready       atomic.Bool // cs is set
 	callTimeout time.Duration
 	argValues   bool
 
@@ -179,11 +190,47 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		_ = s.conn.Close()
 	}()
 
+	caps := &mcpsdk.ClientCapabilities{}
+	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
+	if offerRoot {
+		// The project is the server's one root when the plugin may read it (a filesystem
+		// server needs no arguments then); the sandbox still decides what it reaches.
+		declareRoots(caps)
+	}
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
-		// No roots: the server keeps the roots its command line gives it, and the sandbox
-		// decides what it may actually reach.
-		Capabilities: &mcpsdk.ClientCapabilities{},
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Capabilities: caps,
+		// A server that says its tools changed is listed again (one listing at a time,
+		// bounded); the catalogue checks the new definitions against their pins.
+		ToolListChangedHandler: func(context.Context, *mcpsdk.ToolListChangedRequest) {
+			if !s.ready.Load() || !s.relisting.CompareAndSwap(false, true) {
+				return
+			}
+			go func() {
+				defer s.relisting.Store(false)
+				lctx, cancel := context.WithTimeout(context.Background(), lim.ExecTimeoutDefault)
+				defer cancel()
+				if err := s.listTools(lctx, b, p.warn); err != nil {
+					p.warn(fmt.Sprintf("plugin %s: listing its changed tools failed: %v", b.Entry.Name, err))
+				}
+			}()
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if offerRoot {
+		addRoot(client, fileURI(b.Project.Root), b.Project.Name)
+	}
+	var rootsAsked atomic.Bool
+	rootsServed := make(chan struct{})
+	var servedOnce sync.Once
+	client.AddReceivingMiddleware(func(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+		return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+			if method != "roots/list" {
+				return next(ctx, method, req)
+			}
+			rootsAsked.Store(true)
+			defer servedOnce.Do(func() { close(rootsServed) })
+			return next(ctx, method, req)
+		}
 	})
 	// initialize and tools/list are bounded by policy's timeout_default.
 	ictx, cancel := context.WithTimeout(ctx, lim.ExecTimeoutDefault)
@@ -195,10 +242,25 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
 	}
 	s.cs = cs
+	s.ready.Store(true)
 	if err := s.listTools(ictx, b, p.warn); err != nil {
 		err = s.explain(ictx, err, fmt.Sprintf("did not answer tools/list within %s", lim.ExecTimeoutDefault))
 		s.endStart(reason.HandshakeFailed, err)
 		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
+	}
+	if offerRoot {
+		// A server that uses roots asks for them when initialized and applies them on its
+		// own time: a first tool call must not overtake that. Its roots/list request came
+		// before its tools/list answer; a ping flushes our reader past it, then the answer
+		// to it and one more round trip (bounded by the handshake's timeout).
+		_ = cs.Ping(ictx, nil)
+		if rootsAsked.Load() {
+			select {
+			case <-rootsServed:
+				_ = cs.Ping(ictx, nil)
+			case <-ictx.Done():
+			}
+		}
 	}
 	return s, nil
 }
@@ -262,16 +324,19 @@ func (s *session) close(by string) {
 
 func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(string)) error {
 	var params mcpsdk.ListToolsParams
+	var list []tools.Tool
+	schemas := map[string]*jsonschema.Resolved{}
 	seen := map[string]bool{}
+pages:
 	for page := 0; page < maxToolPages; page++ {
 		res, err := s.cs.ListTools(ctx, &params)
 		if err != nil {
 			return err
 		}
 		for _, t := range res.Tools {
-			if len(s.list) >= maxTools {
+			if len(list) >= maxTools {
 				warn(fmt.Sprintf("plugin %s lists more than %d tools; the rest are ignored", b.Entry.Name, maxTools))
-				return nil
+				break pages
 			}
 			if t == nil || !validToolName(t.Name) || seen[t.Name] {
 				warn(fmt.Sprintf("plugin %s: tool %q ignored (empty, duplicate, too long or with characters fledge does not pass on)", b.Entry.Name, clip(safeText(toolName(t)), 80)))
@@ -283,8 +348,8 @@ func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(stri
 				continue
 			}
 			seen[t.Name] = true
-			s.schemas[t.Name] = resolved
-			s.list = append(s.list, tools.Tool{
+			schemas[t.Name] = resolved
+			list = append(list, tools.Tool{
 				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
 				Protocol: plugin.ProtocolMCP, Description: safeText(clip(t.Description, plugin.MaxFieldLen)),
 				InputSchema: schema, Params: schemaParams(schema),
@@ -295,7 +360,10 @@ func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(stri
 		}
 		params.Cursor = res.NextCursor
 	}
-	sort.Slice(s.list, func(i, j int) bool { return s.list[i].Name < s.list[j].Name })
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	s.listMu.Lock()
+	s.list, s.schemas = list, schemas
+	s.listMu.Unlock()
 	return nil
 }
 
@@ -401,7 +469,27 @@ func (p *Provider) Tools(ctx context.Context, b *core.Binding) ([]tools.Tool, er
 	if err != nil {
 		return nil, err
 	}
+	// A listing the server asked for (tools/list_changed) is under way: its answer, not
+	// the list it replaces, is what gets checked against the pins (bounded wait).
+	for deadline := time.Now().Add(relistWait); s.relisting.Load() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
 	return append([]tools.Tool(nil), s.list...), nil
+}
+
+// Instructions are the server's instructions from its initialize result (pinned with its
+// tools by the catalogue).
+func (p *Provider) Instructions(ctx context.Context, b *core.Binding) string {
+	s, err := p.session(ctx, b)
+	if err != nil || s.cs == nil {
+		return ""
+	}
+	if r := s.cs.InitializeResult(); r != nil {
+		return r.Instructions
+	}
+	return ""
 }
 
 // Call validates args against the tool's JSON Schema, records the decision, calls the
@@ -414,7 +502,9 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if args == nil {
 		args = map[string]any{}
 	}
+	s.listMu.Lock()
 	resolved := s.schemas[t.Tool]
+	s.listMu.Unlock()
 	if resolved == nil {
 		return nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, t.Name)
 	}
@@ -428,7 +518,9 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		return nil, fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
 	}
 	if err := resolved.Validate(inst); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
+		err = fmt.Errorf("%w: %s: %v", tools.ErrBadArguments, t.Name, err)
+		s.rec.Record(audit.EventToolCall, audit.Deny, reason.BadArguments, tools.RefusalDetails(&t, args, err), true)
+		return nil, err
 	}
 	sync, err := s.rec.BeforeAct(audit.EventToolCall, tools.CallDetails(t, args, s.argValues))
 	if err != nil {
@@ -468,7 +560,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 				// The server answered with an error: the call ran and failed on its side.
 				out["error"] = clip(safeText(werr.Message), 1024)
 				out["error_code"] = werr.Code
-				s.rec.Record(audit.EventToolOutcome, audit.Allow, reason.OK, out, true)
+				s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, out, true)
 				return &tools.Result{Success: false, Reason: reason.OK, Output: json.RawMessage("null"),
 					Message: fmt.Sprintf("%s: %s", t.Name, clip(safeText(werr.Message), 1024))}, nil
 			}
@@ -487,7 +579,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	out["result_bytes"] = rbytes
 	if res.IsError {
 		// The server's own words for the failure (e.g. EACCES from the sandbox), clipped.
-		out["error"] = clip(safeText(textOf(res)), 256)
+		out["error"] = clip(safeText(textOf(res)), maxErrorText)
 	}
 	rc := reason.OK
 	if rbytes > maxResultBytes {
@@ -498,7 +590,13 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		return &tools.Result{Success: false, Reason: rc, Output: json.RawMessage("null"),
 			Message: fmt.Sprintf("%s returned %d bytes, over the %d fledge passes on", t.Name, rbytes, maxResultBytes)}, nil
 	}
-	s.rec.Record(audit.EventToolOutcome, audit.Allow, rc, out, true)
+	if res.IsError {
+		// The tool ran and failed (the sandbox refused it a file, say): an error, never
+		// "allow ok", with the tool's own words bounded.
+		s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, out, true)
+	} else {
+		s.rec.Record(audit.EventToolOutcome, audit.Allow, rc, out, true)
+	}
 	r := &tools.Result{Success: !res.IsError, Output: result, Reason: rc}
 	if res.IsError {
 		r.Message = textOf(res)
@@ -572,3 +670,6 @@ func (p *Provider) Close() error {
 	wg.Wait()
 	return nil
 }
+
+// fileURI is the file:// URI of an absolute path.
+func fileURI(path string) string { return (&url.URL{Scheme: "file", Path: path}).String() }

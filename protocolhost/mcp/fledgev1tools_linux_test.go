@@ -55,7 +55,11 @@ func TestFledgeV1CommandsAsTools(t *testing.T) {
 	assert.Contains(t, res.Message, `prompt "Favourite colour?"`)
 
 	calls := f.records(audit.EventToolCall)
-	require.Len(t, calls, 3)
+	require.Len(t, calls, 4)
+	// The call with a missing argument: refused before anything ran, and on record.
+	assert.Equal(t, audit.Deny, calls[2].Decision)
+	assert.Equal(t, string(reason.BadArguments), calls[2].Reason)
+	calls = append(calls[:2], calls[3])
 	assert.Equal(t, []any{"name", "shout", "times"}, calls[0].Details["argument_keys"])
 	assert.NotContains(t, calls[0].Details, "arguments")
 	outs := f.records(audit.EventToolOutcome)

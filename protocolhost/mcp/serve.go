@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -28,62 +29,138 @@ type ServeOptions struct {
 	LineMax int
 	// Warn receives what the user should know (plugins whose tools could not be listed).
 	Warn func(string)
+	// Rebind, when set, is asked for the catalogue of the project the client names as its
+	// first file:// root (nil, nil: keep the one given). The client knows which project it
+	// means; fledge's working directory (an editor starts it from / or $HOME) does not.
+	Rebind func(root string) (*tools.Catalogue, error)
+	// NoRoots, when set, is warned once when the client offers no file:// root.
+	NoRoots string
 }
+
+// rootsWait bounds how long the server waits for the client's roots (and a tools/list or
+// tools/call waits for them to be applied) before serving without them.
+const rootsWait = 10 * time.Second
 
 // Serve runs fledge as one MCP server on in/out (stdio) until the client goes away or ctx
 // ends. Its tools are every tool of the catalogue (or the ones Only names); each call goes
 // through the catalogue: argument check, the plugin's adapter, its sandbox and its audit
 // records. Tool failures are tool results with isError, so the client's model sees them.
+//
+// No plugin starts before the client is initialized: then its roots (when it offers them)
+// choose the project (Rebind), the tools are listed with that project, and only then are
+// tools/list and tools/call answered.
 func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.WriteCloser, o ServeOptions) error {
 	warn := o.Warn
 	if warn == nil {
 		warn = func(string) {}
 	}
-	list := cat.List(ctx)
-	names := make([]string, 0, len(cat.Errors))
-	for n := range cat.Errors {
-		names = append(names, n)
+	// --tools names tools of installed plugins: checked before anything starts.
+	var unknown []string
+	for _, n := range o.Only {
+		if n = strings.TrimSpace(n); n != "" && !cat.HasPluginFor(n) {
+			unknown = append(unknown, n)
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		warn(fmt.Sprintf("plugin %s: its tools are not offered: %s", n, cat.Errors[n]))
-	}
-	exposed, err := selectTools(list, o.Only)
-	if err != nil {
-		return err
+	if len(unknown) > 0 {
+		return fmt.Errorf("%w: %s (see 'fledge tools list')", ErrNoSuchTool, strings.Join(unknown, ", "))
 	}
 
-	srv := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ServerOptions{
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Instructions: "Every tool runs in a plugin confined by fledge (sandbox, limits, audit log).",
-	})
+	var srv *mcpsdk.Server
 	// The catalogue and some adapters are not safe for concurrent use: calls take turns.
 	var mu sync.Mutex
-	for _, t := range exposed {
-		schema := tools.Schema(&t)
-		if !objectSchema(schema) {
-			warn(fmt.Sprintf("tool %s is not offered: its input schema is not an object schema", t.Name))
-			continue
-		}
-		srv.AddTool(&mcpsdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema},
-			func(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
-				args := map[string]any{}
-				if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
-					if err := json.Unmarshal(raw, &args); err != nil {
-						return errorResult(fmt.Sprintf("arguments must be a JSON object: %v", err)), nil
-					}
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				_, res, err := cat.Call(ctx, t.Name, args)
+	cur := cat
+	ready := make(chan struct{})
+	var once sync.Once
+	setup := func(ss *mcpsdk.ServerSession) {
+		once.Do(func() {
+			defer close(ready)
+			root := ""
+			if ss != nil && o.Rebind != nil && offersRoots(ss) {
+				rctx, cancel := context.WithTimeout(ctx, rootsWait)
+				r, err := clientRoot(rctx, ss)
+				cancel()
 				if err != nil {
-					return errorResult(err.Error()), nil
+					warn(fmt.Sprintf("the MCP client offers roots but did not list them: %v", err))
 				}
-				return toCallResult(res), nil
-			})
+				root = r
+			}
+			switch {
+			case root != "":
+				c, err := o.Rebind(root)
+				if err != nil {
+					warn(fmt.Sprintf("the MCP client's root %s is not a project fledge can use (%v); plugins get no project", root, err))
+				} else if c != nil {
+					cur = c
+				}
+			case o.NoRoots != "":
+				warn(o.NoRoots)
+			}
+			list := cur.List(ctx)
+			names := make([]string, 0, len(cur.Errors))
+			for n := range cur.Errors {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				warn(fmt.Sprintf("plugin %s: its tools are not offered: %s", n, cur.Errors[n]))
+			}
+			exposed, err := selectTools(list, o.Only)
+			if err != nil {
+				warn(err.Error())
+			}
+			for _, t := range exposed {
+				schema := tools.Schema(&t)
+				if !objectSchema(schema) {
+					warn(fmt.Sprintf("tool %s is not offered: its input schema is not an object schema", t.Name))
+					continue
+				}
+				srv.AddTool(&mcpsdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema},
+					func(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+						args := map[string]any{}
+						if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
+							if err := json.Unmarshal(raw, &args); err != nil {
+								return errorResult(fmt.Sprintf("arguments must be a JSON object: %v", err)), nil
+							}
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						_, res, err := cur.Call(ctx, t.Name, args)
+						if err != nil {
+							return errorResult(err.Error()), nil
+						}
+						return toCallResult(res), nil
+					})
+			}
+		})
 	}
+
+	srv = mcpsdk.NewServer(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ServerOptions{
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Instructions: "Every tool runs in a plugin confined by fledge (sandbox, limits, audit log).",
+		// Tools are added once the client is initialized; they exist from the start.
+		Capabilities: &mcpsdk.ServerCapabilities{Tools: &mcpsdk.ToolCapabilities{}},
+		InitializedHandler: func(_ context.Context, req *mcpsdk.InitializedRequest) {
+			// Asking the client for its roots waits on the client: not on the loop that
+			// reads its answer.
+			go setup(req.Session)
+		},
+	})
+	srv.AddReceivingMiddleware(func(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+		return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+			if method == "tools/list" || method == "tools/call" {
+				select {
+				case <-ready:
+				case <-time.After(rootsWait):
+					setup(nil) // a client that never said initialized: serve without roots
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
 	tr := &mcpsdk.IOTransport{Reader: in, Writer: out, MaxLineLength: o.LineMax}
-	err = srv.Run(ctx, tr)
+	err := srv.Run(ctx, tr)
 	if errors.Is(err, io.EOF) || errors.Is(err, mcpsdk.ErrConnectionClosed) || errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -94,11 +94,17 @@ func TestFilesystemServerConfined(t *testing.T) {
 	require.ErrorIs(t, err, tools.ErrBadArguments)
 	_, _, err = cat.Call(ctx, read.Name, map[string]any{})
 	require.ErrorIs(t, err, tools.ErrBadArguments)
-	assert.Len(t, f.records(audit.EventToolCall), calls, "a refused call never reaches the server, nor the log as a call")
+	refused := f.records(audit.EventToolCall)[calls:]
+	require.Len(t, refused, 2, "a refused call never reaches the server, and is on record as refused")
+	for _, r := range refused {
+		assert.Equal(t, audit.Deny, r.Decision)
+		assert.Equal(t, string(reason.BadArguments), r.Reason)
+		assert.Contains(t, r.Details["error"], "path")
+	}
 
 	// Every call: a decision before (tool and argument keys, never values by default) and an
 	// outcome after.
-	recs := f.records(audit.EventToolCall)
+	recs := f.records(audit.EventToolCall)[:calls]
 	require.Len(t, recs, 4)
 	for _, r := range recs {
 		assert.Equal(t, audit.Allow, r.Decision)
@@ -112,13 +118,28 @@ func TestFilesystemServerConfined(t *testing.T) {
 	outs := f.records(audit.EventToolOutcome)
 	require.Len(t, outs, 4)
 	assert.Equal(t, false, outs[0].Details["is_error"])
-	assert.Equal(t, true, outs[1].Details["is_error"])
+	assert.Equal(t, audit.Allow, outs[0].Decision)
+	// The server's read of ~/.ssh/id_rsa failed in the sandbox: an error with the server's
+	// own words, bounded, never "allow ok" (OCSF: Failure).
+	for _, o := range outs[1:] {
+		assert.Equal(t, true, o.Details["is_error"])
+		assert.Equal(t, audit.Error, o.Decision)
+		assert.Equal(t, string(reason.ToolError), o.Reason)
+		msg, _ := o.Details["error"].(string)
+		assert.Regexp(t, `(?i)EACCES|permission denied|not permitted|denied|ENOENT|no such file`, msg)
+		assert.LessOrEqual(t, len(msg), 1024+3)
+		assert.NotContains(t, msg, "fledge-test-secret")
+	}
 
 	require.NoError(t, cat.Close())
 	starts, exits := f.records(audit.EventPluginStart), f.records(audit.EventPluginExit)
 	require.Len(t, starts, 1, "one server process for the whole catalogue")
 	require.Len(t, exits, 1)
 	assert.Equal(t, "mcp", starts[0].Details["protocol"])
+	// plugin_exit counts what went wrong in the session: three failed tool calls at least.
+	n, err := exits[0].Details["errors"].(json.Number).Int64()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, int64(3))
 }
 
 // server-everything: its tools are listed with their schemas and echo answers right; with

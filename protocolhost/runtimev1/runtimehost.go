@@ -673,7 +673,7 @@ func (s *session) recordOutcome(out *Outcome) {
 		s.rec.Record(audit.EventToolOutcome, audit.Error, out.Failure.Code, details, true)
 	case out.PluginError != nil:
 		details["error_code"], details["message"] = out.PluginError.Code, clip(out.PluginError.Message)
-		s.rec.Record(audit.EventToolOutcome, audit.Error, reason.OK, details, true)
+		s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, details, true)
 	default:
 		details["output_bytes"] = len(out.Output)
 		s.rec.Record(audit.EventToolOutcome, audit.Allow, reason.OK, details, true)

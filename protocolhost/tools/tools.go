@@ -17,7 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/reason"
@@ -122,6 +124,12 @@ type Catalogue struct {
 	// Errors are the plugins whose tools could not be listed (name -> why); the rest of the
 	// catalogue is still usable.
 	Errors map[string]string
+	// quarantined are the tools left out because their definition changed since it was
+	// pinned (public name -> the change); warned, the warnings already given.
+	quarantined map[string]pins.Change
+	warned      map[string]bool
+	// Hooks, when set, run around every call (tools call, serve --mcp).
+	Hooks CallHooks
 }
 
 // NewCatalogue prepares a catalogue over the installed plugins.
@@ -184,10 +192,27 @@ func (c *Catalogue) List(ctx context.Context) []Tool {
 			c.Errors[en.Name] = err.Error()
 			continue
 		}
-		out = append(out, ts...)
+		out = append(out, c.vet(ctx, b, p, ts)...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	// One public name, two plugins (plugin "a" with tool "b_c", plugin "a_b" with tool
+	// "c"): neither may shadow the other, so neither is offered.
+	kept := out[:0]
+	for i := 0; i < len(out); {
+		j := i + 1
+		for j < len(out) && out[j].Name == out[i].Name {
+			j++
+		}
+		if j-i == 1 {
+			kept = append(kept, out[i])
+		} else {
+			for k := i; k < j; k++ {
+				c.Errors[out[k].Plugin] = fmt.Sprintf("%v: %s (not offered; rename or remove one of the plugins)", ErrAmbiguous, out[i].Name)
+			}
+		}
+		i = j
+	}
+	return kept
 }
 
 // Find returns the tool of that public name.
@@ -195,7 +220,10 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 	if !strings.HasPrefix(name, "plugin_") {
 		return nil, nil, fmt.Errorf("%w %q: tool names are plugin_<plugin>_<tool> (see 'fledge tools list')", ErrUnknownTool, name)
 	}
-	// Plugin names may contain '_' (not jsonrpc ones): try every split, longest plugin first.
+	// Plugin names may contain '_' (not jsonrpc ones): try every split. Two plugins that
+	// both offer the name cannot shadow each other: the call is refused.
+	var found *Tool
+	var foundB *core.Binding
 	rest := strings.TrimPrefix(name, "plugin_")
 	for i := len(rest) - 1; i > 0; i-- {
 		if rest[i] != '_' {
@@ -217,11 +245,21 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		if err != nil {
 			return nil, nil, err
 		}
+		ts = c.vet(ctx, b, p, ts)
+		if err := c.quarantine(b, name); err != nil {
+			return nil, nil, err
+		}
 		for i := range ts {
 			if ts[i].Name == name {
-				return &ts[i], b, nil
+				if found != nil {
+					return nil, nil, fmt.Errorf("%w %q: plugins %s and %s (neither is offered)", ErrAmbiguous, name, found.Plugin, ts[i].Plugin)
+				}
+				found, foundB = &ts[i], b
 			}
 		}
+	}
+	if found != nil {
+		return found, foundB, nil
 	}
 	return nil, nil, fmt.Errorf("%w %q (see 'fledge tools list')", ErrUnknownTool, name)
 }
@@ -233,9 +271,13 @@ func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) 
 		return nil, nil, err
 	}
 	if err := Check(t, args); err != nil {
+		c.Refuse(b, t, args, err)
 		return t, nil, err
 	}
-	res, err := c.provider(b.Manifest.Plugin.Protocol).Call(ctx, b, *t, args)
+	p := c.provider(b.Manifest.Plugin.Protocol)
+	res, err := c.callWithHooks(ctx, p, t, args, func(args map[string]any) (*Result, error) {
+		return p.Call(ctx, b, *t, args)
+	})
 	return t, res, err
 }
 
@@ -413,4 +455,28 @@ func ParamsText(ps []Param) string {
 		parts = append(parts, s)
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// Refuse records a call refused before anything was sent (bad arguments): a deny
+// tool_call with the argument names and why.
+func (c *Catalogue) Refuse(b *core.Binding, t *Tool, args map[string]any, why error) {
+	if c.host == nil || c.host.Env == nil || b == nil {
+		return
+	}
+	log, err := c.host.Env.Audit()
+	if err != nil {
+		return
+	}
+	_ = c.host.Env.NewRecorder(log, b.Ref, nil).RecordNow(audit.EventToolCall, audit.Deny, reason.BadArguments, RefusalDetails(t, args, why))
+}
+
+// RefusalDetails are the details of a tool call refused for its arguments.
+func RefusalDetails(t *Tool, args map[string]any, why error) map[string]any {
+	d := CallDetails(*t, args, false)
+	msg := why.Error()
+	if len(msg) > 1024 {
+		msg = msg[:1024] + "..."
+	}
+	d["error"] = msg
+	return d
 }

@@ -7,10 +7,13 @@ package darwin
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/fledgehq/fledge/egress"
 
 	"github.com/fledgehq/fledge/sandbox"
 )
@@ -354,11 +357,40 @@ func Profile(spec *sandbox.Spec, opts ProfileOptions) (string, error) {
 		w(`(allow network-bind network-inbound (local ip "localhost:*"))`)
 		w("(allow system-socket)")
 		writeMulti(&b, "(allow mach-lookup", "global-name", networkMachServices)
+	} else if rules := seatbeltEgress(spec.Egress); len(rules) > 0 {
+		// Seatbelt's remote filter names only "localhost" or "*" as the host, so of a grant
+		// by destination only the loopback ports can be expressed; the rest gets nothing
+		// (docs/guarantees.md, "Network by destination").
+		w("; network: the granted loopback ports only")
+		for _, r := range rules {
+			w(r)
+		}
+		w("(allow system-socket)")
 	} else {
 		w("; network: none")
 		w("(deny network*)")
 	}
 	return b.String(), nil
+}
+
+// seatbeltEgress are the rules a grant by destination can be turned into on macOS: one per
+// granted loopback port ("localhost:8080", "127.0.0.1:8080"), bounded like the Linux relay.
+func seatbeltEgress(se sandbox.Egress) []string {
+	eg, ok := se.(*egress.Session)
+	if !ok || eg == nil || eg.Policy == nil {
+		return nil
+	}
+	lo := netip.MustParseAddr("127.0.0.1")
+	var out []string
+	for _, d := range eg.Policy.Dests {
+		if !(d.Host == "localhost" && !d.Wildcard) && !d.MatchesAddr(lo) {
+			continue
+		}
+		for p := int(d.PortLo); p <= int(d.PortHi) && len(out) < 64; p++ {
+			out = append(out, fmt.Sprintf(`(allow network-outbound (remote tcp "localhost:%d"))`, p))
+		}
+	}
+	return out
 }
 
 func writeMulti(b *strings.Builder, head, filter string, items []string) {

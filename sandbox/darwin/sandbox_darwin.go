@@ -81,7 +81,8 @@ func (s *Sandbox) Report() sandbox.Report {
 		Confinement: "seatbelt",
 		CgroupMode:  "none",
 		NetworkDeny: "seatbelt", UnixSocketDeny: "seatbelt",
-		TreeKill: "pgroup",
+		NetworkEgress: "seatbelt: a grant's loopback ports only (Seatbelt names no other host); other destinations get nothing",
+		TreeKill:      "pgroup",
 		Warnings: []string{
 			"no memory, pids or cpu limits on macOS (rlimits only)",
 			"tree kill is by process group plus a descendant sweep: an orphaned setsid child can survive",

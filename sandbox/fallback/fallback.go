@@ -60,7 +60,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		OS:          runtime.GOOS,
 		Confinement: "none",
 		CgroupMode:  "none",
-		NetworkDeny: "none", UnixSocketDeny: "none",
+		NetworkDeny: "none", UnixSocketDeny: "none", NetworkEgress: "none: no confinement here",
 		TreeKill: "pgroup",
 		Warnings: []string{"no OS sandbox: commands and plugins are not confined (strict policy refuses to run)"},
 	}

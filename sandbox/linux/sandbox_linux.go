@@ -322,6 +322,7 @@ func (s *Sandbox) Report() sandbox.Report {
 		CgroupPath:     s.cg.unified,
 		UserNamespaces: s.userns,
 		NetworkDeny:    s.networkDeny(),
+		NetworkEgress:  s.egressReport(),
 		UnixSocketDeny: map[bool]string{true: "seccomp", false: "none"}[kernel.UnixSocketFilterSupported()],
 		TreeKill:       s.treeKill(),
 		HostDeath:      "none",
@@ -330,6 +331,8 @@ func (s *Sandbox) Report() sandbox.Report {
 		IPCNamespace:   IPCNone,
 		SystemFiles:    SystemFilesByName,
 		Warnings:       append([]string{}, s.cg.warnings...),
+		KernelRefusals: kernelRefusals(s.launch),
+		LandlockAudit:  landlockAudit(s.abi),
 	}
 	switch {
 	case s.userView:
@@ -480,6 +483,20 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if err != nil {
 		return nil, err
 	}
+	// The plugin session's network by destination: its namespace, made by the first run
+	// of the session and joined by every later one. Without it the run gets no network
+	// at all (an empty namespace), never more.
+	var egressNS *os.File
+	if spec.Egress != nil && !spec.Network {
+		if egressNS, err = s.egressNS(spec); err != nil {
+			if spec.Strict {
+				return nil, fmt.Errorf("%w: network by destination: %w", sandbox.ErrUnavailable, err)
+			}
+			mode.Degraded = append(mode.Degraded, "network by destination ("+err.Error()+"): the run gets no network at all")
+		} else {
+			mode.NetNS = true
+		}
+	}
 	p := &process{
 		sb:    s,
 		spec:  spec,
@@ -520,7 +537,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			ReadWrite: append(rw, implicitReadWrite...),
 			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
 			ReadExec:  spec.Access.ReadExec,
-			DenyNet:   !spec.Network,
+			DenyNet:   !spec.Network && egressNS == nil,
 			BindTCP:   spec.ListenTCP,
 			Scope:     true,
 			LogExec:   true,
@@ -599,7 +616,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 		}
 	}
-	if !spec.Network && s.netns {
+	if !spec.Network && s.netns && egressNS == nil {
 		sys.Cloneflags |= unix.CLONE_NEWNET
 	}
 
@@ -619,6 +636,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
 			Sys: sys,
 		}
+		if rn := newRunNotify(spec, pol); rn != nil {
+			if err := rn.prepareStub(pol, l, spec.Trace); err != nil {
+				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
+			} else {
+				p.notify = rn
+			}
+		}
 		if pol.View != nil && !s.userView && s.pidns.available() {
 			// Root: the stub is born in the plugin's pid namespace (started from a thread
 			// that joined it) and mounts that namespace's procfs in its view.
@@ -627,10 +651,21 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.proc, err = l.Start()
 		}
 		p.status = l.Status
+		if p.notify != nil {
+			if err != nil {
+				p.notify.abort()
+				p.notify = nil
+			} else {
+				p.notify.launched()
+			}
+		}
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
-		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1}
+		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1}
+		if egressNS != nil {
+			tl.netNS = int(egressNS.Fd())
+		}
 		var releases []func()
 		// join points the launch at the plugin's pid namespace and its view template.
 		join := func() error {
@@ -677,6 +712,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
+		if rn := newRunNotify(spec, pol); rn != nil && kernel.SeccompSupported() {
+			if err := rn.prepare(tl, sys.UseCgroupFD && tl.gate != nil, spec.Trace); err != nil {
+				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
+			} else {
+				p.notify = rn
+			}
+		}
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
@@ -698,6 +740,20 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			if err == nil {
 				p.proc, err = tl.start(nil)
 				p.left = tl.left
+			}
+		}
+		if p.notify != nil {
+			if err != nil || tl.notifyLost {
+				if tl.notifyLost {
+					p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records (an enclosing sandbox holds the seccomp listener)")
+				}
+				p.notify.abort()
+				if tl.listenerBack != nil {
+					s.guard.forget(tl.gateTID)
+				}
+				p.notify = nil
+			} else {
+				p.notify.launched()
 			}
 		}
 	}
@@ -807,6 +863,8 @@ type process struct {
 	// checkouts are the checkouts whose index the launch read: their gitlinks are looked
 	// at again once the tree is gone (gitnested_linux.go).
 	checkouts []*indexedCheckout
+	// notify records the run's kernel refusals (nil: not asked for, or unavailable).
+	notify *runNotify
 
 	mu        sync.Mutex
 	killed    map[int]bool
@@ -973,6 +1031,11 @@ func (p *process) wait() {
 		}
 		res.OOMKilled, res.PeakMemory = p.cg.stats()
 		p.treeGone = len(errs) == 0
+	}
+	if p.notify != nil {
+		// The tree is gone: its last refused calls are answered and the true counts
+		// reported before the Result is, so the adapter's records of them come first.
+		p.notify.finish()
 	}
 	if !p.stdio.Finish(copyGrace) {
 		res.Mode.Degraded = append(res.Mode.Degraded, "output copy did not finish")

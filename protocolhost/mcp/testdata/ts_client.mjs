@@ -4,6 +4,7 @@
 // Prints one JSON object: the listed tool names and each call's result (or error).
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { ListRootsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const [fledge, argsJSON, callsJSON] = process.argv.slice(2);
 const transport = new StdioClientTransport({
@@ -12,7 +13,13 @@ const transport = new StdioClientTransport({
   env: process.env,
   stderr: 'inherit',
 });
-const client = new Client({ name: 'fledge-ts-test', version: '1.0.0' });
+// FLEDGE_TEST_ROOTS (a JSON array of file:// URIs): the client offers these MCP roots, as
+// an editor offers the folder it has open.
+const roots = process.env.FLEDGE_TEST_ROOTS ? JSON.parse(process.env.FLEDGE_TEST_ROOTS) : null;
+const client = new Client({ name: 'fledge-ts-test', version: '1.0.0' }, roots ? { capabilities: { roots: { listChanged: true } } } : undefined);
+if (roots) {
+  client.setRequestHandler(ListRootsRequestSchema, async () => ({ roots: roots.map((uri) => ({ uri })) }));
+}
 await client.connect(transport);
 const listed = await client.listTools();
 const out = { server: client.getServerVersion(), tools: listed.tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema })), calls: [] };

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/protocolhost"
+	"github.com/fledgehq/fledge/ui"
+)
+
+// addPackageFlags are `plugins install npm:PKG`'s own flags; the server's arguments come
+// after `--`.
+func addPackageFlags(c *cobra.Command, p *protocolhost.PackageRequest) {
+	c.Flags().StringVar(&p.Version, "version", "", "npm:PKG: the version, range or tag to install (default latest)")
+	c.Flags().StringVar(&p.Name, "name", "", "npm:PKG: the plugin name (default: the package name without its scope)")
+	c.Flags().StringVar(&p.Bin, "bin", "", "npm:PKG: which entry point, when the package has several")
+	c.Flags().StringArrayVar(&p.Env, "env", nil, "npm:PKG: NAME=VALUE for the server (${FLEDGE_DATA_DIR}, ${FLEDGE_PROJECT_ROOT} expand when it starts)")
+	c.Flags().BoolVar(&p.Network, "network", false, "npm:PKG: the server asks for the network (granted only as you decide)")
+	c.Flags().StringVar(&p.Filesystem, "filesystem", "", "npm:PKG: the filesystem level the server asks for: none, plugin or project (default project)")
+}
+
+func newUpdateCmd(g *Globals) *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:   "update <name>",
+		Short: "Fetch an installed plugin again from its source, keeping grants it does not outgrow",
+		Long: `Fetch an installed plugin again from where it came from (npm:PKG at the version range
+it was installed with, a git URL, a dir), install it in place, and keep its grants when the
+new manifest asks for no more than the old one; when it asks for more, the grants are
+decided again as at install (--yes grants what it declares). state.json and data/ stay.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			h, err := g.openHost()
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			u := ui.New(ui.Options{In: g.Streams.In, Out: g.Streams.Out, Err: g.Streams.Err, NonInteractive: g.nonInteractive()})
+			defer u.Close()
+			return h.Update(cmd.Context(), protocolhost.UpdateRequest{Name: args[0], Yes: yes, Asker: uiAsker{u}, NonInteractive: !u.Interactive()})
+		},
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "if the new version asks for more, grant everything it declares")
+	return c
+}

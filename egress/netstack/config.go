@@ -1,0 +1,38 @@
+// Package netstack enforces a plugin's network grant (package egress) on Linux: a network
+// namespace of the plugin's own holding only its loopback and a TUN device, whose packets
+// go to a userspace TCP/IP stack (gVisor's tcpip) in fledge. fledge answers DNS there
+// itself, terminates every TCP connection in the stack, decides it by the name the program
+// looked up (and by TLS SNI or HTTP Host), dials the destination from the host side and
+// splices the bytes. Every other protocol goes nowhere. docs/guarantees.md ("Network by
+// destination") says why this design.
+package netstack
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/fledgehq/fledge/egress"
+)
+
+// ErrSetup is wrapped by every failure to build a plugin's network namespace.
+var ErrSetup = errors.New("egress namespace setup failed")
+
+// Config is one session's network.
+type Config struct {
+	Policy *egress.Policy
+	Limits egress.Limits
+	// Record receives every decision (called on the engine's goroutines; it must be safe
+	// for concurrent use). Allow decisions are delivered before the destination is dialled.
+	Record func(egress.Event)
+	// Resolve looks a granted name up on the host (default: the host's resolv.conf
+	// nameservers, then the system resolver); ttl 0 means the default cache time.
+	Resolve func(ctx context.Context, name string) (addrs []netip.Addr, ttl time.Duration, err error)
+	// Dial connects from the host side (default net.Dialer).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// defaultCacheTTL is how long a host-side answer without a TTL is kept.
+const defaultCacheTTL = 30 * time.Second

@@ -1,0 +1,805 @@
+package netstack
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/fledgehq/fledge/egress"
+)
+
+const nicID = 1
+
+// Engine is one plugin session's network: a namespace whose only way out is this process.
+type Engine struct {
+	cfg    Config
+	lim    egress.Limits
+	setup  *nsSetup
+	st     *stack.Stack
+	fake   *fakePool
+	own    map[netip.Addr]bool
+	sem    chan struct{}
+	dnsSem chan struct{} // DNS flows (UDP and TCP) answered at once
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	rec    egress.Limiter
+	closed atomic.Bool
+
+	cacheMu sync.Mutex
+	cache   map[string]cached
+
+	stats Stats
+}
+
+// Stats counts what the engine did (for tests and benchmarks).
+type Stats struct {
+	Allowed, Denied, DNS, DNSDenied, UDPDropped atomic.Int64
+	Open                                        atomic.Int64
+}
+
+type cached struct {
+	addrs []netip.Addr
+	until time.Time
+}
+
+// Start builds the namespace and starts answering it.
+func Start(cfg Config) (*Engine, error) {
+	if cfg.Policy == nil {
+		return nil, fmt.Errorf("%w: no policy", ErrSetup)
+	}
+	lim := cfg.Limits.WithDefaults()
+	loop, err := loopPorts(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newNamespace(loop)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, lim: lim, setup: s, fake: newFakePool(lim.MaxNames),
+		sem: make(chan struct{}, lim.MaxConns), dnsSem: make(chan struct{}, maxDNSFlows), cache: map[string]cached{},
+		rec: egress.Limiter{Burst: 20, Window: 10 * time.Second}}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.own = ownAddrs()
+	if err := e.startStack(); err != nil {
+		s.close()
+		return nil, err
+	}
+	for _, l := range s.listeners {
+		e.wg.Add(1)
+		go e.serveLoopback(l)
+	}
+	for _, u := range s.dnsUDP {
+		e.wg.Add(1)
+		go e.serveDNSUDP(u)
+	}
+	for _, l := range s.dnsTCP {
+		e.wg.Add(1)
+		go e.serveDNSListener(l)
+	}
+	return e, nil
+}
+
+// NetNS is the namespace to run the plugin and its commands in (setns target).
+func (e *Engine) NetNS() *os.File { return e.setup.ns }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Close ends every connection, stops the stack and records what the limiter held back.
+func (e *Engine) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	e.cancel()
+	for _, l := range e.setup.listeners {
+		_ = l.Close()
+	}
+	for _, l := range e.setup.dnsTCP {
+		_ = l.Close()
+	}
+	for _, u := range e.setup.dnsUDP {
+		_ = u.Close()
+	}
+	e.st.RemoveNIC(nicID)
+	e.st.Close()
+	e.wg.Wait()
+	e.st.Wait()
+	for _, ev := range e.rec.Flush() {
+		e.emit(ev)
+	}
+	e.setup.close()
+	return nil
+}
+
+func (e *Engine) startStack() error {
+	e.st = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+	})
+	ep, err := fdbased.New(&fdbased.Options{
+		FDs:                []int{e.setup.tunFD},
+		MTU:                tunMTU,
+		PacketDispatchMode: fdbased.Readv,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: link: %w", ErrSetup, err)
+	}
+	if terr := e.st.CreateNIC(nicID, ep); terr != nil {
+		return fmt.Errorf("%w: nic: %s", ErrSetup, terr)
+	}
+	// Every destination address is "ours": the stack accepts any connection and fledge
+	// decides it.
+	if terr := e.st.SetPromiscuousMode(nicID, true); terr != nil {
+		return fmt.Errorf("%w: %s", ErrSetup, terr)
+	}
+	if terr := e.st.SetSpoofing(nicID, true); terr != nil {
+		return fmt.Errorf("%w: %s", ErrSetup, terr)
+	}
+	e.st.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
+	sack := tcpip.TCPSACKEnabled(true)
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	// Buffers big enough for a bulk copy at loopback speed.
+	mod := tcpip.TCPModerateReceiveBufferOption(true)
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &mod)
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
+	// fledge closes first when the destination does, so its side holds TIME_WAIT; the
+	// program's kernel reuses the port at once and a SYN into a long TIME_WAIT would stall.
+	tw := tcpip.TCPTimeWaitTimeoutOption(time.Second)
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &tw)
+	twr := tcpip.TCPTimeWaitReuseGlobal
+	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &twr)
+	fwd := tcp.NewForwarder(e.st, 0, e.lim.MaxConns, e.handleTCP)
+	e.st.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
+	ufwd := udp.NewForwarder(e.st, e.handleUDP)
+	e.st.SetTransportProtocolHandler(udp.ProtocolNumber, ufwd.HandlePacket)
+	return nil
+}
+
+func (e *Engine) emit(ev egress.Event) {
+	if e.cfg.Record == nil {
+		return
+	}
+	if !e.rec.Admit(&ev, time.Now()) {
+		return
+	}
+	e.cfg.Record(ev)
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	if a.Len() == 4 {
+		return netip.AddrFrom4(a.As4())
+	}
+	return netip.AddrFrom16(a.As16())
+}
+
+// --- DNS ---
+
+func (e *Engine) handleUDP(r *udp.ForwarderRequest) bool {
+	id := r.ID()
+	if id.LocalPort != 53 {
+		e.stats.UDPDropped.Add(1)
+		e.emit(egress.Event{Kind: egress.EventConnect, Proto: "udp", Address: addrOf(id.LocalAddress).String(),
+			Port: id.LocalPort, Reason: egress.ReasonProtocol})
+		return true // consumed: dropped
+	}
+	select {
+	case e.dnsSem <- struct{}{}:
+	default:
+		e.emit(egress.Event{Kind: egress.EventDNS, Proto: "dns", Reason: egress.ReasonLimit})
+		return true // dropped: the resolver retries
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		<-e.dnsSem
+		return true
+	}
+	c := gonet.NewUDPConn(&wq, ep)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() { <-e.dnsSem }()
+		defer c.Close()
+		// One query per flow is what resolvers send; a few more are answered, bounded.
+		buf := make([]byte, 4096)
+		wait := 2 * time.Second
+		for i := 0; i < 16; i++ {
+			// A resolver sends its queries (A and AAAA) together: after the first, the flow
+			// ends as soon as it falls quiet, so a lookup loop holds few flows at once.
+			_ = c.SetReadDeadline(time.Now().Add(wait))
+			wait = 50 * time.Millisecond
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if out := e.answer(buf[:n], 512); out != nil {
+				_, _ = c.Write(out)
+			}
+		}
+	}()
+	return true
+}
+
+// serveDNSUDP answers the namespace's loopback nameserver (one datagram, one answer).
+func (e *Engine) serveDNSUDP(u net.PacketConn) {
+	defer e.wg.Done()
+	buf := make([]byte, 4096)
+	for {
+		n, from, err := u.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		if out := e.answer(buf[:n], 512); out != nil {
+			_, _ = u.WriteTo(out, from)
+		}
+	}
+}
+
+// serveDNSListener answers DNS over TCP on the namespace's loopback nameserver.
+func (e *Engine) serveDNSListener(l net.Listener) {
+	defer e.wg.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case e.dnsSem <- struct{}{}:
+		default:
+			c.Close()
+			continue
+		}
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); defer func() { <-e.dnsSem }(); e.serveDNSTCP(c) }()
+	}
+}
+
+// serveDNSTCP answers DNS over TCP (resolvers fall back to it for large answers).
+func (e *Engine) serveDNSTCP(c net.Conn) {
+	defer c.Close()
+	for i := 0; i < 64; i++ {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		var l [2]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return
+		}
+		msg := make([]byte, int(l[0])<<8|int(l[1]))
+		if _, err := io.ReadFull(c, msg); err != nil {
+			return
+		}
+		out := e.answer(msg, 65535)
+		if out == nil {
+			return
+		}
+		if _, err := c.Write(append([]byte{byte(len(out) >> 8), byte(len(out))}, out...)); err != nil {
+			return
+		}
+	}
+}
+
+// fakeTTL: how long a program may keep an answer; the address stays this session's for the
+// name whatever the TTL (the pool never reuses an address).
+const fakeTTL = 60
+
+// maxDNSFlows bounds the DNS exchanges answered at once (a resolver sends one or two).
+const maxDNSFlows = 256
+
+// answer answers one DNS query. Only granted names get an address, and that address is one
+// of the session's own (198.18.0.0/15): the connection to it tells fledge exactly which
+// name the program meant, and the name is resolved on the host only when a connection is
+// made, so a lookup alone never leaves the machine (no exfiltration by query names).
+func (e *Engine) answer(q []byte, max int) []byte {
+	req := new(dns.Msg)
+	if err := req.Unpack(q); err != nil {
+		return nil
+	}
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	resp.RecursionAvailable = true
+	if len(req.Question) != 1 || req.Opcode != dns.OpcodeQuery {
+		resp.Rcode = dns.RcodeFormatError
+		return pack(resp)
+	}
+	qq := req.Question[0]
+	qt := dns.TypeToString[qq.Qtype]
+	name, ok := egress.CanonName(qq.Name)
+	e.stats.DNS.Add(1)
+	if !ok || !e.cfg.Policy.NameGranted(name) {
+		e.stats.DNSDenied.Add(1)
+		resp.Rcode = dns.RcodeNameError
+		e.emit(egress.Event{Kind: egress.EventDNS, Proto: "dns", Host: shorten(name, qq.Name), QType: qt, Reason: egress.ReasonNotGranted})
+		return pack(resp)
+	}
+	switch qq.Qtype {
+	case dns.TypeA:
+		a, ok := e.fake.assign(name)
+		if !ok {
+			resp.Rcode = dns.RcodeServerFailure
+			e.emit(egress.Event{Kind: egress.EventDNS, Proto: "dns", Host: name, QType: qt, Reason: egress.ReasonLimit})
+			return pack(resp)
+		}
+		resp.Answer = append(resp.Answer, &dns.A{
+			Hdr: dns.RR_Header{Name: qq.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: fakeTTL},
+			A:   a.AsSlice(),
+		})
+		e.emit(egress.Event{Kind: egress.EventDNS, Proto: "dns", Host: name, QType: qt, Address: a.String(), Allow: true, Reason: egress.ReasonGranted})
+	default:
+		// No IPv6 in the namespace; other types are not needed to connect. An empty answer
+		// (NOERROR) makes resolvers use the A record.
+		e.emit(egress.Event{Kind: egress.EventDNS, Proto: "dns", Host: name, QType: qt, Allow: true, Reason: egress.ReasonGranted})
+	}
+	_ = max
+	return pack(resp)
+}
+
+// shorten keeps a refused name's record bounded: a query name built to exfiltrate data is
+// recorded by its first 64 characters and its length.
+func shorten(canon, raw string) string {
+	n := canon
+	if n == "" {
+		n = raw
+	}
+	if len(n) > 64 {
+		// Keep the domain last, so records of one domain are limited together.
+		return n[:32] + "...(" + strconv.Itoa(len(n)) + " chars)." + lastLabels(n)
+	}
+	return n
+}
+
+func pack(m *dns.Msg) []byte {
+	b, err := m.Pack()
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// --- TCP ---
+
+func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
+	id := r.ID()
+	dst := addrOf(id.LocalAddress)
+	port := id.LocalPort
+	if port == 53 {
+		select {
+		case e.dnsSem <- struct{}{}:
+		default:
+			e.deny(r, egress.Event{Address: dst.String(), Port: port, Reason: egress.ReasonLimit})
+			return
+		}
+		if c := e.accept(r); c != nil {
+			e.wg.Add(1)
+			go func() { defer e.wg.Done(); defer func() { <-e.dnsSem }(); e.serveDNSTCP(c) }()
+		} else {
+			<-e.dnsSem
+		}
+		return
+	}
+	select {
+	case e.sem <- struct{}{}:
+	default:
+		e.deny(r, egress.Event{Address: dst.String(), Port: port, Reason: egress.ReasonLimit})
+		return
+	}
+	release := func() { <-e.sem }
+	name, isFake := e.fake.name(dst)
+	var target netip.Addr
+	ev := egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: name, Port: port}
+	switch {
+	case isFake && name == "":
+		ev.Address, ev.Reason = dst.String(), egress.ReasonNotGranted
+	case isFake:
+		if !e.cfg.Policy.NameAndPort(name, port) {
+			ev.Reason = egress.ReasonNotGranted
+			break
+		}
+		addrs, err := e.resolve(name)
+		if err != nil || len(addrs) == 0 {
+			ev.Reason = egress.ReasonResolveFailed
+			break
+		}
+		for _, a := range addrs {
+			ok, why := e.cfg.Policy.DecideName(name, a, port, e.own[a])
+			ev.Address, ev.Reason = a.String(), why
+			if ok {
+				target, ev.Allow = a, true
+				break
+			}
+		}
+	default:
+		ev.Address = dst.String()
+		ev.Allow, ev.Reason = e.cfg.Policy.DecideAddr(dst, port)
+		target = dst
+	}
+	if !ev.Allow {
+		release()
+		e.deny(r, ev)
+		return
+	}
+	e.emit(ev) // the decision is recorded before anything is dialled
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(e.ctx, e.lim.DialTimeout)
+	up, err := e.dial(ctx, netip.AddrPortFrom(target, port))
+	cancel()
+	if err != nil {
+		release()
+		r.Complete(true)
+		e.stats.Denied.Add(1)
+		e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: name, Port: port, Address: target.String(),
+			Reason: egress.ReasonDialFailed, Duration: time.Since(start)})
+		return
+	}
+	c := e.accept(r)
+	if c == nil {
+		release()
+		up.Close()
+		return
+	}
+	e.stats.Allowed.Add(1)
+	e.stats.Open.Add(1)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer release()
+		defer e.stats.Open.Add(-1)
+		e.splice(c, up, ev, name != "", start)
+	}()
+}
+
+func (e *Engine) accept(r *tcp.ForwarderRequest) net.Conn {
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		r.Complete(true)
+		return nil
+	}
+	r.Complete(false)
+	ep.SocketOptions().SetKeepAlive(false)
+	ep.SocketOptions().SetDelayOption(false) // no Nagle: the program's small writes go out at once
+	return gonet.NewTCPConn(&wq, ep)
+}
+
+// deny refuses the connection at once (RST: the program's connect fails fast) and records it.
+func (e *Engine) deny(r *tcp.ForwarderRequest, ev egress.Event) {
+	r.Complete(true)
+	e.stats.Denied.Add(1)
+	ev.Kind, ev.Proto, ev.Allow = egress.EventConnect, "tcp", false
+	e.emit(ev)
+}
+
+func (e *Engine) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	if e.cfg.Dial != nil {
+		return e.cfg.Dial(ctx, "tcp", ap.String())
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", ap.String())
+}
+
+// resolve looks name up on the host, cached for cacheTTL.
+func (e *Engine) resolve(name string) ([]netip.Addr, error) {
+	if name == "localhost" {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	now := time.Now()
+	e.cacheMu.Lock()
+	if c, ok := e.cache[name]; ok && now.Before(c.until) {
+		e.cacheMu.Unlock()
+		return c.addrs, nil
+	}
+	e.cacheMu.Unlock()
+	ctx, cancel := context.WithTimeout(e.ctx, e.lim.DialTimeout)
+	defer cancel()
+	var addrs []netip.Addr
+	var ttl time.Duration
+	var err error
+	if e.cfg.Resolve != nil {
+		addrs, ttl, err = e.cfg.Resolve(ctx, name)
+	} else {
+		addrs, ttl, err = hostResolve(ctx, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var v4 []netip.Addr
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() {
+			v4 = append(v4, a)
+		}
+	}
+	if ttl <= 0 {
+		ttl = defaultCacheTTL
+	}
+	e.cacheMu.Lock()
+	if len(e.cache) >= e.lim.MaxNames {
+		clear(e.cache)
+	}
+	e.cache[name] = cached{addrs: v4, until: now.Add(ttl)}
+	e.cacheMu.Unlock()
+	return v4, nil
+}
+
+// splice copies both ways until both are done, an idle timeout or the byte bound, then
+// records the connection's close.
+func (e *Engine) splice(c, up net.Conn, ev egress.Event, checkName bool, start time.Time) {
+	var in, out atomic.Int64
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	reason := egress.ReasonGranted
+	var reasonMu sync.Mutex
+	setReason := func(r string) {
+		reasonMu.Lock()
+		if reason == egress.ReasonGranted {
+			reason = r
+		}
+		reasonMu.Unlock()
+	}
+	done := make(chan struct{})
+	closeAll := func() { c.Close(); up.Close() }
+	// Idle watchdog and shutdown with the engine.
+	go func() {
+		t := time.NewTicker(idleTick(e.lim.IdleTimeout))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-e.ctx.Done():
+				closeAll()
+				return
+			case now := <-t.C:
+				if now.Sub(time.Unix(0, last.Load())) > e.lim.IdleTimeout {
+					setReason("idle_timeout")
+					closeAll()
+					return
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // program -> destination
+		defer wg.Done()
+		if checkName {
+			first, err := readFirst(c)
+			if len(first) > 0 {
+				if sn := sniffName(first); sn != "" {
+					cn, ok := egress.CanonName(sn)
+					if !ok || !e.cfg.Policy.NameAndPort(cn, ev.Port) {
+						setReason(egress.ReasonNameMismatch)
+						e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: shorten(cn, sn), Port: ev.Port,
+							Address: ev.Address, Reason: egress.ReasonNameMismatch})
+						closeAll()
+						return
+					}
+				}
+				if _, werr := up.Write(first); werr != nil {
+					closeAll()
+					return
+				}
+				out.Add(int64(len(first)))
+				last.Store(time.Now().UnixNano())
+			}
+			if err != nil {
+				halfClose(up)
+				return
+			}
+		}
+		if e.copy(up, c, &out, &last) {
+			setReason(egress.ReasonLimit)
+			closeAll()
+			return
+		}
+		halfClose(up)
+	}()
+	go func() { // destination -> program
+		defer wg.Done()
+		if e.copy(c, up, &in, &last) {
+			setReason(egress.ReasonLimit)
+			closeAll()
+			return
+		}
+		halfClose(c)
+	}()
+	wg.Wait()
+	close(done)
+	closeAll()
+	reasonMu.Lock()
+	r := reason
+	reasonMu.Unlock()
+	if r == egress.ReasonGranted {
+		r = "closed"
+	}
+	e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: ev.Host, Port: ev.Port, Address: ev.Address,
+		Allow: true, Reason: r, BytesOut: out.Load(), BytesIn: in.Load(), Duration: time.Since(start)})
+}
+
+func idleTick(d time.Duration) time.Duration {
+	t := d / 4
+	if t > 5*time.Second {
+		t = 5 * time.Second
+	}
+	if t < 10*time.Millisecond {
+		t = 10 * time.Millisecond
+	}
+	return t
+}
+
+// readFirst reads the connection's first message far enough to see the name it carries.
+func readFirst(c net.Conn) ([]byte, error) {
+	buf := make([]byte, 0, 4096)
+	tmp := make([]byte, 4096)
+	defer c.SetReadDeadline(time.Time{})
+	for {
+		n, err := c.Read(tmp[:min(len(tmp), maxSniff-len(buf))])
+		buf = append(buf, tmp[:n]...)
+		if err != nil {
+			return buf, err
+		}
+		if complete(buf) || len(buf) >= maxSniff {
+			return buf, nil
+		}
+		if len(buf) == n {
+			// The rest of a started ClientHello or request head must follow promptly.
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		}
+	}
+}
+
+// copyBufs are the splice buffers, reused: a flood of short connections costs no garbage.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// copy moves bytes src -> dst and reports whether the byte bound stopped it.
+func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if n.Add(int64(k)) > e.lim.MaxBytes {
+				return true
+			}
+			last.Store(time.Now().UnixNano())
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return false
+			}
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
+func halfClose(c net.Conn) {
+	type cw interface{ CloseWrite() error }
+	if h, ok := c.(cw); ok {
+		_ = h.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// serveLoopback answers a granted host-loopback port in the namespace: the program's
+// connect to 127.0.0.1:port there goes to the host's 127.0.0.1:port.
+func (e *Engine) serveLoopback(l net.Listener) {
+	defer e.wg.Done()
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	lo := netip.MustParseAddr("127.0.0.1")
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case e.sem <- struct{}{}:
+		default:
+			c.Close()
+			e.stats.Denied.Add(1)
+			e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: "localhost", Port: port, Address: lo.String(), Reason: egress.ReasonLimit})
+			continue
+		}
+		ev := egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: "localhost", Port: port, Address: lo.String()}
+		if ev.Allow, ev.Reason = e.cfg.Policy.DecideAddr(lo, port); !ev.Allow {
+			ev.Allow, ev.Reason = e.cfg.Policy.DecideName("localhost", lo, port, true)
+		}
+		e.emit(ev)
+		if !ev.Allow {
+			<-e.sem
+			c.Close()
+			continue
+		}
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			defer func() { <-e.sem }()
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(e.ctx, e.lim.DialTimeout)
+			up, err := e.dial(ctx, netip.AddrPortFrom(lo, port))
+			cancel()
+			if err != nil {
+				c.Close()
+				e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: "localhost", Port: port, Address: lo.String(),
+					Reason: egress.ReasonDialFailed, Duration: time.Since(start)})
+				return
+			}
+			e.stats.Allowed.Add(1)
+			e.stats.Open.Add(1)
+			defer e.stats.Open.Add(-1)
+			e.splice(c, up, ev, false, start)
+		}()
+	}
+}
+
+// loopPorts lists the host loopback ports the grant opens (bounded: each is a listening
+// socket in the namespace).
+func loopPorts(p *egress.Policy) ([]uint16, error) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	seen := map[uint16]bool{}
+	var out []uint16
+	for _, d := range p.Dests {
+		if !(d.Host == "localhost" && !d.Wildcard) && !d.MatchesAddr(lo) {
+			continue
+		}
+		for port := int(d.PortLo); port <= int(d.PortHi); port++ {
+			if !seen[uint16(port)] {
+				seen[uint16(port)] = true
+				out = append(out, uint16(port))
+			}
+			if len(out) > maxLoopPorts {
+				return nil, fmt.Errorf("%w: more than %d loopback ports granted", ErrSetup, maxLoopPorts)
+			}
+		}
+	}
+	return out, nil
+}
+
+const maxLoopPorts = 64
+
+// ownAddrs are the host's own addresses: reaching them by a granted name is refused.
+func ownAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return out
+	}
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out[ip.Unmap()] = true
+			}
+		}
+	}
+	return out
+}
+
+func lastLabels(n string) string {
+	parts := strings.Split(n, ".")
+	if len(parts) > 2 {
+		parts = parts[len(parts)-2:]
+	}
+	return strings.Join(parts, ".")
+}

@@ -1,0 +1,76 @@
+package egress
+
+import (
+	"errors"
+	"sync"
+)
+
+// ErrSessionClosed: a run asked for a plugin session's network after the session ended.
+var ErrSessionClosed = errors.New("the plugin session's network is closed")
+
+// Session is a plugin's network grant by destination, shared by the plugin process and
+// every command it runs (sandbox.Spec.Egress): the backend builds one network namespace
+// for the first run that carries it, and every later run with the same *Session joins that
+// namespace, so a command never gets more network than its plugin. Close ends the
+// namespace and its connections (the session's end).
+type Session struct {
+	Policy *Policy
+	Limits Limits
+
+	mu     sync.Mutex
+	record func(Event)
+	state  any
+	closer func() error
+	err    error
+	closed bool
+}
+
+// NewSession makes the shared network of one plugin session.
+func NewSession(p *Policy, l Limits) *Session { return &Session{Policy: p, Limits: l} }
+
+// SetRecord sets where the session's network records go (the session's audit recorder).
+func (e *Session) SetRecord(f func(Event)) {
+	e.mu.Lock()
+	e.record = f
+	e.mu.Unlock()
+}
+
+// Record delivers one record (backends call it; safe for concurrent use).
+func (e *Session) Record(ev Event) {
+	e.mu.Lock()
+	f := e.record
+	e.mu.Unlock()
+	if f != nil {
+		f(ev)
+	}
+}
+
+// State returns the backend's running state, making it with start on first use. A failed
+// start is remembered: every later run of the session gets the same error.
+func (e *Session) State(start func() (any, func() error, error)) (any, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrSessionClosed
+	}
+	if e.state != nil || e.err != nil {
+		return e.state, e.err
+	}
+	e.state, e.closer, e.err = start()
+	return e.state, e.err
+}
+
+// Close ends the session's network (idempotent).
+func (e *Session) Close() error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	c := e.closer
+	e.closer, e.closed, e.state = nil, true, nil
+	e.mu.Unlock()
+	if c != nil {
+		return c()
+	}
+	return nil
+}

@@ -1,0 +1,665 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/fledgehq/fledge/policy"
+)
+
+// Package sources: `fledge plugins install npm:<package>` (and, designed the same way,
+// pypi:<package> through uvx and oci:<image>; see docs/protocols.md for what is missing).
+const (
+	SourceNPM  = "npm:"
+	SourcePyPI = "pypi:"
+	SourceOCI  = "oci:"
+)
+
+// NPMFile is the host-owned record of how an npm plugin was asked for (package, version
+// range, arguments, environment), so `plugins update` fetches it again the same way.
+const NPMFile = "fledge-npm.json"
+
+// DefaultNPMTimeout bounds one npm fetch.
+const DefaultNPMTimeout = 5 * time.Minute
+
+// Bounds of what an npm install request may carry.
+const (
+	maxNPMArgs     = 64
+	maxNPMEnv      = 64
+	maxNPMArgBytes = 4096
+)
+
+var (
+	// ErrNoNPM: npm (or node) is not installed where fledge and the sandbox can use it.
+	ErrNoNPM = errors.New("npm is not available")
+	// ErrNPMFetch: npm could not fetch the package (registry unreachable, no such package
+	// or version).
+	ErrNPMFetch = errors.New("npm could not fetch the package")
+	// ErrNPMPackage: the fetched package cannot be run as an MCP server (no entry point,
+	// several and none chosen, a bad package.json).
+	ErrNPMPackage = errors.New("the npm package cannot be installed as an MCP server")
+	// ErrSourceUnsupported: a package source fledge knows but this machine cannot fetch.
+	ErrSourceUnsupported = errors.New("package source not supported on this machine")
+)
+
+// NPMRequest is what the user asked for: the package, a version (range), the server's
+// arguments and environment, and the plugin's name and declared capabilities.
+type NPMRequest struct {
+	Package string   `json:"package"`
+	Version string   `json:"version,omitempty"` // "" = latest
+	Args    []string `json:"args,omitempty"`
+	Env     []string `json:"env,omitempty"` // NAME=VALUE
+	Name    string   `json:"name,omitempty"`
+	Bin     string   `json:"bin,omitempty"` // which of several bin entries
+	// Filesystem and Network are the capabilities the written manifest declares (the user
+	// grants them, or not, as for any plugin). Filesystem "" = project.
+	Filesystem string `json:"filesystem,omitempty"`
+	Network    bool   `json:"network,omitempty"`
+}
+
+// NPMOptions run one fetch.
+type NPMOptions struct {
+	Request NPMRequest
+	// Dir is an empty dir the plugin tree is assembled in (on the same file system as the
+	// plugins dir, so nothing is half-installed: Install copies it into its staging dir).
+	Dir string
+	// NPM and Node are the programs (default: looked up in PATH).
+	NPM, Node string
+	Timeout   time.Duration
+	// Environ is npm's environment (default os.Environ()): the user's own npm with the
+	// user's registry configuration. No package code runs in this step (--ignore-scripts);
+	// install scripts run later as a confined install hook.
+	Environ []string
+}
+
+// NPMPackage is what a fetch produced.
+type NPMPackage struct {
+	Request  NPMRequest
+	Name     string // the plugin name
+	Version  string // the resolved package version
+	Entry    string // the entry point, relative to the plugin dir
+	Scripts  []string
+	Manifest *Manifest
+	// Registry is the registry npm fetched from, as a destination ("host:port"), for the
+	// install scripts' network; "" when npm does not say.
+	Registry string
+}
+
+// IsPackageSource reports whether s names a package (npm:, pypi:, oci:) rather than a dir
+// or git URL.
+func IsPackageSource(s string) bool {
+	for _, p := range []string{SourceNPM, SourcePyPI, SourceOCI} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// npmNameRe is npm's rule for package names (lower case, url-safe, optionally scoped).
+var npmNameRe = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
+
+// npmVersionRe accepts versions, ranges and dist-tags, nothing a shell or npm would read
+// as an option or a URL.
+var npmVersionRe = regexp.MustCompile(`^[A-Za-z0-9^~<>=*][A-Za-z0-9.^~<>=*+| -]{0,127}$`)
+
+// ValidNPMPackage reports whether name is a valid npm package name (at most 214 bytes).
+func ValidNPMPackage(name string) bool { return len(name) <= 214 && npmNameRe.MatchString(name) }
+
+// placeholders are the variables an argument or environment value may name; the wrapper
+// expands them when the server starts (the project differs per run).
+var placeholders = []string{"FLEDGE_PROJECT_ROOT", "FLEDGE_DATA_DIR", "FLEDGE_PLUGIN_DIR"}
+
+// Check validates a request before anything is fetched.
+func (r *NPMRequest) Check() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadSource}, a...)...)
+	}
+	switch {
+	case !ValidNPMPackage(r.Package):
+		return bad("%q is not an npm package name", clip(r.Package))
+	case strings.HasPrefix(r.Version, "file:"):
+		// A tarball made by `npm pack`: npm's own spelling for a local package.
+		path := strings.TrimPrefix(r.Version, "file:")
+		if !filepath.IsAbs(path) || !strings.HasSuffix(path, ".tgz") || badText(path) {
+			return bad("version %q: a local package is file:/absolute/path/name-version.tgz (made by npm pack)", clip(r.Version))
+		}
+	case r.Version != "" && !npmVersionRe.MatchString(r.Version):
+		return bad("version %q is not a version, range, tag or file:/path.tgz", clip(r.Version))
+	case r.Name != "" && !ValidName(r.Name):
+		return bad("plugin name %q must match [a-z0-9][a-z0-9_-]*", clip(r.Name))
+	case len(r.Args) > maxNPMArgs:
+		return bad("%d server arguments, more than %d", len(r.Args), maxNPMArgs)
+	case len(r.Env) > maxNPMEnv:
+		return bad("%d environment variables, more than %d", len(r.Env), maxNPMEnv)
+	case !policy.ValidFilesystem(r.Filesystem):
+		return bad("filesystem %q: expected none, plugin or project", clip(r.Filesystem))
+	case r.Bin != "" && badText(r.Bin):
+		return bad("bin %q", clip(r.Bin))
+	}
+	for _, a := range r.Args {
+		if len(a) > maxNPMArgBytes || strings.ContainsRune(a, 0) || badText(a) {
+			return bad("server argument %q has control characters or is longer than %d bytes", clip(a), maxNPMArgBytes)
+		}
+	}
+	for _, kv := range r.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(k) || len(v) > maxNPMArgBytes || badText(v) {
+			return bad("environment %q: expected NAME=VALUE", clip(kv))
+		}
+		if strings.HasPrefix(k, "FLEDGE_") || k == "PATH" || k == "HOME" || strings.HasPrefix(k, "LD_") || k == "NODE_OPTIONS" {
+			return bad("environment %q: %s is fledge's to set", clip(kv), k)
+		}
+	}
+	return nil
+}
+
+// pluginName is the plugin name for a package: --name, else the unscoped name with what a
+// plugin name cannot hold replaced.
+func (r *NPMRequest) pluginName() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	n := r.Package
+	if i := strings.LastIndex(n, "/"); i >= 0 {
+		n = n[i+1:]
+	}
+	n = regexp.MustCompile(`[^a-z0-9_-]+`).ReplaceAllString(strings.ToLower(n), "-")
+	n = strings.TrimLeft(n, "-_")
+	if len(n) > MaxNameLen {
+		n = n[:MaxNameLen]
+	}
+	return n
+}
+
+// findProgram finds name in PATH (then the usual system dirs) outside the user's home: the
+// sandbox gives plugins nothing of $HOME, so a version manager's node there cannot run them.
+func findProgram(name string) (string, error) {
+	cands := []string{}
+	if p, err := exec.LookPath(name); err == nil {
+		cands = append(cands, p)
+	}
+	for _, d := range []string{"/usr/bin", "/usr/local/bin", "/bin"} {
+		cands = append(cands, filepath.Join(d, name))
+	}
+	home, _ := os.UserHomeDir()
+	for _, c := range cands {
+		abs, err := filepath.Abs(c)
+		if err != nil {
+			continue
+		}
+		if st, err := os.Stat(abs); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		if home != "" && home != "/" && policy.Within(abs, home) {
+			continue
+		}
+		return abs, nil
+	}
+	return "", fmt.Errorf("%w: %s not found outside your home dir (install Node.js and npm system-wide, e.g. apt-get install nodejs npm; a version manager's copy under $HOME is out of the sandbox's reach)", ErrNoNPM, name)
+}
+
+// FetchNPM fetches a package with npm into o.Dir, without running any of its code, and
+// writes a plugin tree around it: package.json and package-lock.json (the pinned versions
+// and integrity hashes of the whole dependency tree), node_modules/, bin/server (a wrapper
+// that runs the package's entry point with node and the given arguments) and plugin.toml
+// (protocol = "mcp"). Packages with install scripts get an install hook that runs them
+// (npm rebuild) confined, in the staged copy; Install runs it.
+func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
+	r := o.Request
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	if r.Filesystem == "" {
+		r.Filesystem = policy.FilesystemProject
+	}
+	npm, node := o.NPM, o.Node
+	for _, p := range []string{npm, node} {
+		if st, err := os.Stat(p); p != "" && (err != nil || !st.Mode().IsRegular()) {
+			return nil, fmt.Errorf("%w: %s is not there", ErrNoNPM, p)
+		}
+	}
+	var err error
+	if npm == "" {
+		if npm, err = findProgram("npm"); err != nil {
+			return nil, err
+		}
+	}
+	if node == "" {
+		if node, err = findProgram("node"); err != nil {
+			return nil, err
+		}
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultNPMTimeout
+	}
+	spec := r.Version
+	if spec == "" {
+		spec = "latest"
+	}
+	// A package.json of our own: npm writes the lock file next to it, which pins the tree.
+	pj, _ := json.MarshalIndent(map[string]any{
+		"name": "fledge-plugin-" + r.pluginName(), "private": true, "description": "written by fledge",
+		"dependencies": map[string]string{r.Package: spec},
+	}, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.Dir, "package.json"), append(pj, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, npm, "install", "--ignore-scripts", "--no-audit", "--no-fund",
+		"--no-update-notifier", "--omit=dev", "--install-links=false")
+	cmd.Dir = o.Dir
+	environ := o.Environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	cmd.Env = append(append([]string{}, environ...), "npm_config_ignore_scripts=true", "npm_config_update_notifier=false", "npm_config_yes=false")
+	var buf limitedBuffer
+	buf.max = 32 << 10
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := npmProblem(buf.String())
+		if cctx.Err() == context.DeadlineExceeded {
+			msg = fmt.Sprintf("timed out after %s", timeout)
+		}
+		return nil, fmt.Errorf("%w: %s@%s: %s", ErrNPMFetch, r.Package, spec, msg)
+	}
+
+	pkgDir := filepath.Join(o.Dir, "node_modules", filepath.FromSlash(r.Package))
+	meta, err := readPackageJSON(pkgDir)
+	if err != nil {
+		return nil, err
+	}
+	if meta.Name != r.Package {
+		return nil, fmt.Errorf("%w: node_modules/%s/package.json names %q", ErrNPMPackage, r.Package, clip(meta.Name))
+	}
+	entry, err := meta.entry(r)
+	if err != nil {
+		return nil, err
+	}
+	if !filepath.IsLocal(entry) {
+		return nil, fmt.Errorf("%w: entry point %q leaves the package", ErrNPMPackage, clip(entry))
+	}
+	entryRel := filepath.ToSlash(filepath.Join("node_modules", filepath.FromSlash(r.Package), entry))
+	if st, err := os.Stat(filepath.Join(o.Dir, entryRel)); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: entry point %s is not a file in the package", ErrNPMPackage, entryRel)
+	}
+	// The MCP registry's server.json, where the package ships one: its arguments and
+	// environment defaults apply when the user gave none.
+	if sj, err := readServerJSON(pkgDir, r.Package); err == nil && sj != nil {
+		if len(r.Args) == 0 {
+			r.Args = sj.args
+		}
+		have := map[string]bool{}
+		for _, kv := range r.Env {
+			k, _, _ := strings.Cut(kv, "=")
+			have[k] = true
+		}
+		for _, kv := range sj.env {
+			if k, _, _ := strings.Cut(kv, "="); !have[k] {
+				r.Env = append(r.Env, kv)
+			}
+		}
+		if err := r.Check(); err != nil {
+			return nil, fmt.Errorf("%w: server.json: %w", ErrNPMPackage, err)
+		}
+	}
+	scripts, err := lockInstallScripts(filepath.Join(o.Dir, "package-lock.json"))
+	if err != nil {
+		return nil, err
+	}
+
+	if err := os.MkdirAll(filepath.Join(o.Dir, "bin"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "bin", "server"), []byte(wrapperScript(node, entryRel, r.Args, r.Env)), 0o755); err != nil {
+		return nil, err
+	}
+	rec, _ := json.MarshalIndent(r, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.Dir, NPMFile), append(rec, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	name := r.pluginName()
+	if !ValidName(name) {
+		return nil, fmt.Errorf("%w: no plugin name can be made from %q; pass --name", ErrBadSource, r.Package)
+	}
+	desc := meta.Description
+	if badText(desc) {
+		desc = ""
+	}
+	m := struct {
+		Plugin       Meta           `toml:"plugin"`
+		Commands     []Command      `toml:"commands"`
+		Capabilities Capabilities   `toml:"capabilities"`
+		Hooks        map[string]any `toml:"hooks,omitempty"`
+	}{
+		Plugin: Meta{Name: name, Version: meta.Version, Description: clipN(desc, 200), Protocol: ProtocolMCP},
+		Commands: []Command{{Name: name, Binary: "bin/server",
+			Description: "the MCP server of npm package " + r.Package}},
+		Capabilities: Capabilities{Filesystem: r.Filesystem, Network: NetworkCap{All: r.Network}},
+	}
+	if len(scripts) > 0 {
+		// Run confined in the staged copy: its only writable place is that dir; npm's
+		// cache and logs go there too and are removed after.
+		m.Hooks = map[string]any{"npm-install-scripts": "npm rebuild --foreground-scripts --no-audit --no-fund --offline " +
+			"--cache .fledge-npm-cache --logs-max 0 --update-notifier false; s=$?; rm -rf .fledge-npm-cache; exit $s"}
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Written by fledge for npm package %s@%s.\n", r.Package, meta.Version)
+	if err := toml.NewEncoder(&b).Encode(m); err != nil {
+		return nil, err
+	}
+	man, _, err := ParseManifest(b.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNPMPackage, err)
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, ManifestFile), b.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	return &NPMPackage{Request: r, Name: name, Version: meta.Version, Entry: entryRel, Scripts: scripts, Manifest: man,
+		Registry: npmRegistry(ctx, npm, o.Dir, cmd.Env)}, nil
+}
+
+// wrapperScript runs node on the entry point with the arguments. Arguments are quoted
+// literally except ${FLEDGE_PROJECT_ROOT}, ${FLEDGE_DATA_DIR} and ${FLEDGE_PLUGIN_DIR},
+// which the shell expands when the server starts.
+func wrapperScript(node, entry string, args, env []string) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# Written by fledge: runs the npm package's entry point from this plugin dir.\n")
+	b.WriteString("here=$(dirname \"$0\")/..\n")
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellWord(v))
+	}
+	fmt.Fprintf(&b, "exec %s \"$here/%s\"", shellQuote(node), entry)
+	for _, a := range args {
+		b.WriteString(" " + shellWord(a))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// shellWord quotes s for sh, leaving the placeholders expandable.
+func shellWord(s string) string {
+	var b strings.Builder
+	b.WriteString("''")
+	for s != "" {
+		next, which := -1, ""
+		for _, p := range placeholders {
+			if i := strings.Index(s, "${"+p+"}"); i >= 0 && (next < 0 || i < next) {
+				next, which = i, p
+			}
+		}
+		if next < 0 {
+			b.WriteString(shellQuote(s))
+			break
+		}
+		if next > 0 {
+			b.WriteString(shellQuote(s[:next]))
+		}
+		b.WriteString(`"${` + which + `}"`)
+		s = s[next+len(which)+3:]
+	}
+	return b.String()
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// npmProblem is the line of npm's output that says what went wrong, bounded.
+func npmProblem(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var keep []string
+	for _, l := range lines {
+		if strings.Contains(l, "ERR!") && !strings.Contains(l, "A complete log") && !strings.Contains(l, "ERR! code") {
+			keep = append(keep, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "npm ERR!")))
+		} else if strings.HasPrefix(strings.TrimSpace(l), "npm error") && !strings.Contains(l, "A complete log") {
+			keep = append(keep, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "npm error")))
+		}
+	}
+	if len(keep) == 0 {
+		keep = lines
+	}
+	if len(keep) > 4 {
+		keep = keep[:4]
+	}
+	msg := strings.Join(keep, "; ")
+	if regexp.MustCompile(`ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH`).MatchString(out) {
+		msg = "the npm registry is unreachable (" + msg + ")"
+	}
+	return clipN(scrubOutput(msg), 600)
+}
+
+type packageJSON struct {
+	Name        string          `json:"name"`
+	Version     string          `json:"version"`
+	Description string          `json:"description"`
+	Bin         json.RawMessage `json:"bin"`
+	Main        string          `json:"main"`
+}
+
+func readPackageJSON(dir string) (*packageJSON, error) {
+	data, err := readRegular(filepath.Join(dir, "package.json"), MaxManifestBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: package.json: %v", ErrNPMPackage, err)
+	}
+	var p packageJSON
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%w: package.json: %v", ErrNPMPackage, err)
+	}
+	if badText(p.Version) || p.Version == "" {
+		return nil, fmt.Errorf("%w: package.json has no usable version", ErrNPMPackage)
+	}
+	return &p, nil
+}
+
+// entry is the package's entry point: its one bin, the bin the user chose, the bin named
+// like the package, else main.
+func (p *packageJSON) entry(r NPMRequest) (string, error) {
+	bins := map[string]string{}
+	var one string
+	if len(p.Bin) > 0 && json.Unmarshal(p.Bin, &one) == nil && one != "" {
+		bins[r.pluginName()] = one
+	} else if len(p.Bin) > 0 {
+		_ = json.Unmarshal(p.Bin, &bins)
+	}
+	names := make([]string, 0, len(bins))
+	for n := range bins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	switch {
+	case r.Bin != "":
+		if e, ok := bins[r.Bin]; ok {
+			return filepath.Clean(e), nil
+		}
+		return "", fmt.Errorf("%w: it has no bin %q (it has: %s)", ErrNPMPackage, clip(r.Bin), strings.Join(names, ", "))
+	case len(bins) == 1:
+		return filepath.Clean(bins[names[0]]), nil
+	case len(bins) > 1:
+		unscoped := r.Package[strings.LastIndex(r.Package, "/")+1:]
+		if e, ok := bins[unscoped]; ok {
+			return filepath.Clean(e), nil
+		}
+		return "", fmt.Errorf("%w: it has several entry points (%s); choose one with --bin", ErrNPMPackage, strings.Join(names, ", "))
+	case p.Main != "":
+		return filepath.Clean(p.Main), nil
+	}
+	return "", fmt.Errorf("%w: package.json has neither bin nor main", ErrNPMPackage)
+}
+
+// serverJSON is the part of the MCP registry's server.json fledge uses: the npm package's
+// positional arguments and environment variables with their values or defaults.
+type serverJSON struct{ args, env []string }
+
+func readServerJSON(dir, pkg string) (*serverJSON, error) {
+	data, err := readRegular(filepath.Join(dir, "server.json"), MaxManifestBytes)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Packages []struct {
+			RegistryType     string `json:"registryType"`
+			Identifier       string `json:"identifier"`
+			PackageArguments []struct {
+				Type    string `json:"type"`
+				Name    string `json:"name"`
+				Value   string `json:"value"`
+				Default string `json:"default"`
+			} `json:"packageArguments"`
+			EnvironmentVariables []struct {
+				Name    string `json:"name"`
+				Value   string `json:"value"`
+				Default string `json:"default"`
+			} `json:"environmentVariables"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%w: server.json: %v", ErrNPMPackage, err)
+	}
+	out := &serverJSON{}
+	for _, p := range doc.Packages {
+		if p.RegistryType != "npm" || p.Identifier != pkg {
+			continue
+		}
+		for _, a := range p.PackageArguments {
+			v := a.Value
+			if v == "" {
+				v = a.Default
+			}
+			switch {
+			case v == "":
+			case a.Type == "named" && a.Name != "":
+				out.args = append(out.args, a.Name, v)
+			case a.Type == "positional" || a.Type == "":
+				out.args = append(out.args, v)
+			}
+		}
+		for _, ev := range p.EnvironmentVariables {
+			v := ev.Value
+			if v == "" {
+				v = ev.Default
+			}
+			if ev.Name != "" && v != "" {
+				out.env = append(out.env, ev.Name+"="+v)
+			}
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+// lockInstallScripts lists the packages of the lock file that have install scripts
+// (npm marks them hasInstallScript), sorted.
+func lockInstallScripts(path string) ([]string, error) {
+	data, err := readRegular(path, MaxTreeBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: package-lock.json: %v", ErrNPMPackage, err)
+	}
+	var lock struct {
+		Packages map[string]struct {
+			HasInstallScript bool `json:"hasInstallScript"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(data, &lock); err != nil {
+		return nil, fmt.Errorf("%w: package-lock.json: %v", ErrNPMPackage, err)
+	}
+	var out []string
+	for k, p := range lock.Packages {
+		if p.HasInstallScript {
+			out = append(out, strings.TrimPrefix(k, "node_modules/"))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ReadNPMRequest reads how an installed npm plugin was asked for.
+func ReadNPMRequest(configDir, name string) (*NPMRequest, error) {
+	data, err := readRegular(filepath.Join(Dir(configDir, name), NPMFile), MaxManifestBytes)
+	if err != nil {
+		return nil, err
+	}
+	var r NPMRequest
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", NPMFile, err)
+	}
+	return &r, r.Check()
+}
+
+// ParsePackageSource splits "npm:@scope/pkg@1.2.3" into the package and a version (the
+// version may also come from --version; giving both is an error).
+func ParsePackageSource(src string) (kind, pkg, version string, err error) {
+	for _, p := range []string{SourceNPM, SourcePyPI, SourceOCI} {
+		if strings.HasPrefix(src, p) {
+			kind, pkg = strings.TrimSuffix(p, ":"), strings.TrimPrefix(src, p)
+		}
+	}
+	if kind == "" {
+		return "", "", "", fmt.Errorf("%w: %q is not a package source (npm:, pypi:, oci:)", ErrBadSource, clip(src))
+	}
+	if kind == "npm" {
+		if i := strings.LastIndex(pkg, "@"); i > 0 {
+			pkg, version = pkg[:i], pkg[i+1:]
+		}
+	}
+	return kind, pkg, version, nil
+}
+
+func clipN(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// npmRegistry is the registry npm is configured for in this environment, as a destination
+// ("host:port": the URL's port, else 443 for https and 80 for http); "" when npm does not
+// say within a few seconds or says something that is not an http(s) URL.
+func npmRegistry(ctx context.Context, npm, dir string, environ []string) string {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, npm, "config", "get", "registry")
+	cmd.Dir, cmd.Env = dir, environ
+	var buf limitedBuffer
+	buf.max = 4 << 10
+	cmd.Stdout = &buf
+	cmd.WaitDelay = 2 * time.Second
+	if cmd.Run() != nil {
+		return ""
+	}
+	return RegistryDestination(strings.TrimSpace(buf.String()))
+}
+
+// RegistryDestination turns a registry URL into the destination its fetches reach
+// ("registry.npmjs.org:443"); "" for anything but an http(s) URL with a host.
+func RegistryDestination(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}

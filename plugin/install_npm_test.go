@@ -1,0 +1,122 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The wrapper passes the user's arguments and environment literally: quotes, $(...) and
+// backticks are text, never shell; only the three placeholders expand.
+func TestWrapperScriptQuotesEverything(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "pwned")
+	args := []string{"it's", "$(touch " + marker + ")", "`touch " + marker + "`", "a b", "${FLEDGE_PROJECT_ROOT}/sub", "${HOME}", "x${FLEDGE_DATA_DIR}y"}
+	env := []string{"NOTE=$(touch " + marker + ") ${FLEDGE_DATA_DIR}"}
+	// printf stands in for node: one argument per line, then the env value.
+	script := wrapperScript("/bin/sh", "print.sh", args, env)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bin", "server"), []byte(script), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "print.sh"), []byte(`for a in "$@"; do printf '%s\n' "$a"; done; printf 'NOTE=%s\n' "$NOTE"`), 0o644))
+	cmd := exec.Command(filepath.Join(dir, "bin", "server"))
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "FLEDGE_PROJECT_ROOT=/proj", "FLEDGE_DATA_DIR=/data", "HOME=/home/u"}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	want := []string{"it's", "$(touch " + marker + ")", "`touch " + marker + "`", "a b", "/proj/sub", "${HOME}", "x/datay",
+		"NOTE=$(touch " + marker + ") /data"}
+	assert.Equal(t, want, strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"))
+	assert.NoFileExists(t, marker)
+}
+
+func TestNPMRequestCheck(t *testing.T) {
+	ok := NPMRequest{Package: "@modelcontextprotocol/server-filesystem", Version: "^2026.8.0", Args: []string{"/x"}, Env: []string{"A_B=c"}}
+	require.NoError(t, ok.Check())
+	for _, r := range []NPMRequest{
+		{Package: "--registry=http://evil"},
+		{Package: "../../etc"},
+		{Package: "Upper"},
+		{Package: "ok", Version: "--foo"},
+		{Package: "ok", Version: "file:relative.tgz"},
+		{Package: "ok", Version: "file:/abs/not-a-tarball"},
+		{Package: "ok", Version: "http://x/y.tgz"},
+		{Package: "ok", Env: []string{"PATH=/tmp"}},
+		{Package: "ok", Env: []string{"LD_PRELOAD=/x.so"}},
+		{Package: "ok", Env: []string{"NODE_OPTIONS=--require /x"}},
+		{Package: "ok", Env: []string{"FLEDGE_PROJECT_ROOT=/"}},
+		{Package: "ok", Env: []string{"no-equals"}},
+		{Package: "ok", Args: []string{"a\x1b[2J"}},
+		{Package: "ok", Name: "Bad Name"},
+		{Package: "ok", Filesystem: "root"},
+	} {
+		assert.ErrorIs(t, r.Check(), ErrBadSource, "%+v", r)
+	}
+	assert.Equal(t, "server-filesystem", ok.pluginName())
+}
+
+// No npm (or node): ErrNoNPM, and nothing was written.
+func TestFetchNPMWithoutNPM(t *testing.T) {
+	dir := t.TempDir()
+	_, err := FetchNPM(context.Background(), NPMOptions{Request: NPMRequest{Package: "x"}, Dir: dir, NPM: filepath.Join(dir, "no-npm"), Node: "/bin/sh"})
+	require.ErrorIs(t, err, ErrNoNPM)
+	ents, _ := os.ReadDir(dir)
+	assert.Empty(t, ents)
+}
+
+func TestParsePackageSource(t *testing.T) {
+	kind, pkg, v, err := ParsePackageSource("npm:@scope/pkg@1.2.3")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"npm", "@scope/pkg", "1.2.3"}, []string{kind, pkg, v})
+	kind, pkg, v, err = ParsePackageSource("npm:@scope/pkg")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"npm", "@scope/pkg", ""}, []string{kind, pkg, v})
+	kind, _, _, err = ParsePackageSource("pypi:mcp-server-git")
+	require.NoError(t, err)
+	assert.Equal(t, "pypi", kind)
+	_, _, _, err = ParsePackageSource("/a/dir")
+	require.ErrorIs(t, err, ErrBadSource)
+}
+
+// The MCP registry's server.json: the npm entry's arguments and environment, value else
+// default; other registries' entries and other packages are ignored.
+func TestReadServerJSON(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.json"), []byte(`{
+  "name": "io.github.x/srv", "version": "1.0.0",
+  "packages": [
+    {"registryType": "pypi", "identifier": "srv", "packageArguments": [{"type": "positional", "value": "nope"}]},
+    {"registryType": "npm", "identifier": "@x/srv",
+     "packageArguments": [{"type": "positional", "default": "${FLEDGE_PROJECT_ROOT}"}, {"type": "named", "name": "--mode", "value": "ro"}, {"type": "positional"}],
+     "environmentVariables": [{"name": "LOG_LEVEL", "default": "info"}, {"name": "TOKEN", "isRequired": true}]}
+  ]}`), 0o644))
+	sj, err := readServerJSON(dir, "@x/srv")
+	require.NoError(t, err)
+	require.NotNil(t, sj)
+	assert.Equal(t, []string{"${FLEDGE_PROJECT_ROOT}", "--mode", "ro"}, sj.args)
+	assert.Equal(t, []string{"LOG_LEVEL=info"}, sj.env)
+	sj, err = readServerJSON(dir, "@other/pkg")
+	require.NoError(t, err)
+	assert.Nil(t, sj)
+}
+
+func TestRegistryDestination(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://registry.npmjs.org/":      "registry.npmjs.org:443",
+		"http://127.0.0.1:4873/":           "127.0.0.1:4873",
+		"https://Npm.Example.COM:8443/x/y": "npm.example.com:8443",
+		"http://mirror.local/":             "mirror.local:80",
+		"":                                 "",
+		"file:///srv/npm":                  "",
+		"ftp://x/":                         "",
+		"not a url":                        "",
+	} {
+		if got := RegistryDestination(in); got != want {
+			t.Errorf("RegistryDestination(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

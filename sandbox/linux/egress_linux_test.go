@@ -1,0 +1,121 @@
+package linux
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/egress"
+	"github.com/fledgehq/fledge/egress/netstack"
+	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// A plugin session's grant by destination holds for the plugin process and for every
+// command it runs: both runs share one namespace; the granted host answers, another host
+// port does not; a run without the grant has no network at all.
+func TestEgressSharedByPluginAndCommands(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	if err := netstack.Supported(); err != nil || sb.launch == LaunchStub || sb.userView {
+		testutil.SkipUnlessSupported(t, false, fmt.Sprintf("egress namespace: %v", err))
+	}
+	var hits [2]int
+	var mu sync.Mutex
+	srv := func(i int) (string, *httptest.Server) {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hits[i]++
+			mu.Unlock()
+			fmt.Fprint(w, "ok", i)
+		}))
+		t.Cleanup(s.Close)
+		return s.URL[strings.LastIndex(s.URL, ":")+1:], s
+	}
+	okPort, _ := srv(0)
+	badPort, _ := srv(1)
+	pol, err := egress.NewPolicy(false, []string{"localhost:" + okPort})
+	require.NoError(t, err)
+	eg := egress.NewSession(pol, egress.Limits{})
+	var recs []egress.Event
+	eg.SetRecord(func(ev egress.Event) { mu.Lock(); recs = append(recs, ev); mu.Unlock() })
+	defer eg.Close()
+
+	curl := func(spec *sandbox.Spec, port string) (int, string) {
+		spec.Path, spec.Args = "/usr/bin/curl", []string{"curl", "-sS", "--max-time", "5", "http://localhost:" + port + "/"}
+		res, out, errOut := run(t, sb, spec)
+		return res.ExitCode, out + errOut
+	}
+	e := newEnv(t)
+	for _, kind := range []sandbox.Kind{sandbox.KindPlugin, sandbox.KindExec} {
+		spec := e.spec("")
+		spec.Kind, spec.Egress = kind, eg
+		code, out := curl(spec, okPort)
+		assert.Equal(t, 0, code, "%s to the granted port: %s", kind, out)
+		assert.Equal(t, "ok0", out, kind)
+		spec = e.spec("")
+		spec.Kind, spec.Egress = kind, eg
+		code, out = curl(spec, badPort)
+		assert.NotEqual(t, 0, code, "%s reached an ungranted port: %s", kind, out)
+	}
+	// No grant: no network, not even the host's loopback.
+	spec := e.spec("")
+	code, out := curl(spec, okPort)
+	assert.NotEqual(t, 0, code, "a run without network reached the host: %s", out)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 2, hits[0])
+	assert.Equal(t, 0, hits[1])
+	allow := 0
+	for _, r := range recs {
+		if r.Kind == egress.EventConnect && r.Allow && r.Port != 0 {
+			allow++
+		}
+	}
+	assert.Equal(t, 2, allow, "%+v", recs)
+	_ = net.IPv4len
+}
+
+// Where the session's namespace cannot be made or joined (here: the stub launcher, as for
+// every unprivileged run), strict refuses the run, and otherwise the run goes on with no
+// network at all, never more, and says so in its mode.
+func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchStub})
+	var hits int
+	var mu sync.Mutex
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		mu.Unlock()
+	}))
+	defer s.Close()
+	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
+	pol, err := egress.NewPolicy(false, []string{"localhost:" + port})
+	require.NoError(t, err)
+	eg := egress.NewSession(pol, egress.Limits{})
+	defer eg.Close()
+	e := newEnv(t)
+
+	spec := e.spec("")
+	spec.Egress, spec.Strict = eg, true
+	spec.Path, spec.Args = "/usr/bin/curl", []string{"curl", "-sS", "--max-time", "5", "http://localhost:" + port + "/"}
+	_, err = sb.Start(t.Context(), spec)
+	require.ErrorIs(t, err, sandbox.ErrUnavailable)
+	assert.Contains(t, err.Error(), "network by destination")
+
+	spec = e.spec("")
+	spec.Egress = eg
+	spec.Path, spec.Args = "/usr/bin/curl", []string{"curl", "-sS", "--max-time", "5", "http://localhost:" + port + "/"}
+	res, out, errOut := run(t, sb, spec)
+	assert.NotEqual(t, 0, res.ExitCode, "degraded run reached the network: %s%s", out, errOut)
+	assert.Contains(t, strings.Join(res.Mode.Degraded, "; "), "network by destination")
+	mu.Lock()
+	assert.Equal(t, 0, hits)
+	mu.Unlock()
+}
