@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
+	"time"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -84,7 +86,7 @@ func handledNet(abi int) uint64 {
 // ApplyLandlock builds the ruleset for l and enforces it on the calling thread (the stub,
 // which execs next). The caller must have set no_new_privs on this thread.
 func ApplyLandlock(l *Landlock) error {
-	rfd, err := buildRuleset(l)
+	rfd, _, err := buildRuleset(l)
 	if err != nil {
 		return err
 	}
@@ -92,11 +94,28 @@ func ApplyLandlock(l *Landlock) error {
 	return restrictSelf(l, rfd)
 }
 
-// buildRuleset creates the ruleset for l and returns its fd (close-on-exec).
-func buildRuleset(l *Landlock) (int, error) {
+// pathID is what a path named when a ruleset was built: its inode, or nothing.
+type pathID struct {
+	path     string
+	dev, ino uint64
+	missing  bool
+}
+
+// current says whether path still names what it named when the ruleset was built.
+func (id pathID) current() bool {
+	var st unix.Stat_t
+	if err := unix.Stat(id.path, &st); err != nil {
+		return id.missing && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR))
+	}
+	return !id.missing && st.Dev == id.dev && st.Ino == id.ino
+}
+
+// buildRuleset creates the ruleset for l and returns its fd (close-on-exec) and what each
+// path named then.
+func buildRuleset(l *Landlock) (int, []pathID, error) {
 	abi := min(l.ABI, MaxLandlockABI)
 	if abi < 1 {
-		return -1, errors.New("no Landlock ABI")
+		return -1, nil, errors.New("no Landlock ABI")
 	}
 	fs := handledFS(abi)
 	// Fields the kernel's ABI does not know stay zero, which every Landlock kernel accepts
@@ -113,7 +132,7 @@ func buildRuleset(l *Landlock) (int, error) {
 	}
 	rfd, err := ll.LandlockCreateRuleset(&attr, 0)
 	if err != nil {
-		return -1, fmt.Errorf("create_ruleset (abi %d): %w", abi, err)
+		return -1, nil, fmt.Errorf("create_ruleset (abi %d): %w", abi, err)
 	}
 	ok := false
 	defer func() {
@@ -126,6 +145,7 @@ func buildRuleset(l *Landlock) (int, error) {
 	// Device nodes are never needed in a project: creating one (with a capability a
 	// regression left behind) would hand out raw disk or memory access.
 	rw := fs &^ (ll.AccessFSMakeBlock | ll.AccessFSMakeChar)
+	ids := make([]pathID, 0, len(l.ReadExec)+len(l.ReadOnly)+len(l.ReadWrite))
 	for _, set := range []struct {
 		paths  []string
 		rights uint64
@@ -135,26 +155,28 @@ func buildRuleset(l *Landlock) (int, error) {
 		{l.ReadWrite, rw},
 	} {
 		for _, p := range set.paths {
-			if err := addPathRule(rfd, p, set.rights&fs); err != nil {
-				return -1, err
+			id, err := addPathRule(rfd, p, set.rights&fs)
+			if err != nil {
+				return -1, nil, err
 			}
+			ids = append(ids, id)
 		}
 	}
 	if l.ProcFD > 2 {
 		if err := addFDRule(rfd, l.ProcFD, readRights&fs, "/proc"); err != nil {
-			return -1, err
+			return -1, nil, err
 		}
 	}
 	if l.DenyNet && abi >= 4 && !l.BindAnyTCP {
 		for _, port := range l.BindTCP {
 			rule := ll.NetPortAttr{AllowedAccess: ll.AccessNetBindTCP, Port: uint64(port)}
 			if err := ll.LandlockAddNetPortRule(rfd, &rule, 0); err != nil {
-				return -1, fmt.Errorf("add rule bind tcp %d: %w", port, err)
+				return -1, nil, fmt.Errorf("add rule bind tcp %d: %w", port, err)
 			}
 		}
 	}
 	ok = true
-	return rfd, nil
+	return rfd, ids, nil
 }
 
 // restrictSelf enforces the ruleset rfd on the calling thread only: no TSYNC flag.
@@ -179,29 +201,30 @@ func addFDRule(rfd, fd int, rights uint64, name string) error {
 
 // addPathRule allows rights beneath path. Missing paths are skipped (PATH entries and
 // optional system dirs come and go); a file gets only the rights that apply to files.
-func addPathRule(rfd int, path string, rights uint64) error {
+func addPathRule(rfd int, path string, rights uint64) (pathID, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return nil
+			return pathID{path: path, missing: true}, nil
 		}
-		return fmt.Errorf("open %s: %w", path, err)
+		return pathID{}, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
+		return pathID{}, fmt.Errorf("stat %s: %w", path, err)
 	}
+	id := pathID{path: path, dev: st.Dev, ino: st.Ino}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		rights &= fileRights
 	}
 	if rights == 0 {
-		return nil
+		return id, nil
 	}
 	if err := ll.LandlockAddPathBeneathRule(rfd, &ll.PathBeneathAttr{AllowedAccess: rights, ParentFd: fd}, 0); err != nil {
-		return fmt.Errorf("add rule %s: %w", path, err)
+		return pathID{}, fmt.Errorf("add rule %s: %w", path, err)
 	}
-	return nil
+	return id, nil
 }
 
 // LandlockRuleset returns a ruleset fd for l (close-on-exec; the caller closes it). The
@@ -209,10 +232,13 @@ func addPathRule(rfd int, path string, rights uint64) error {
 // table, and the thread enforces it with RestrictLandlock.
 //
 // Rulesets are cached per policy: a session's execs share one (the same paths and rights),
-// and building one (an open and a rule per path) is a measurable part of a short exec. A
-// ruleset holds the inodes it was built from; a path replaced afterwards is simply not
-// covered by the cached rule (stricter, never looser). Callers get their own dup, so the
-// bounded cache can close what it evicts.
+// and building one (an open, a stat, a rule and a close per path) is a measurable part of
+// a short exec. A ruleset holds the inodes it was built from, so a cached one is used only
+// while every path still names the inode (or the absence) it named at build time: a grant
+// replaced on disk (a project removed and cloned again, an /etc file replaced by rename)
+// gets a new ruleset instead of a rule for the old inode, which would refuse the new one.
+// Paths are checked by their parent directory where that says enough (see rulesetIDs).
+// Callers get their own dup, so the bounded cache can close what it evicts.
 func LandlockRuleset(l *Landlock) (int, error) { return rulesets.get(l) }
 
 // RestrictLandlock enforces ruleset rfd (built for l) on the calling OS thread only. The
@@ -225,11 +251,16 @@ const maxCachedRulesets = 16
 
 type rulesetCache struct {
 	mu    sync.Mutex
-	fds   map[string]int
+	fds   map[string]cachedRuleset
 	order []string
 }
 
-var rulesets = &rulesetCache{fds: map[string]int{}}
+type cachedRuleset struct {
+	fd  int
+	ids *rulesetIDs
+}
+
+var rulesets = &rulesetCache{fds: map[string]cachedRuleset{}}
 
 func (c *rulesetCache) get(l *Landlock) (int, error) {
 	keyb, err := json.Marshal(l)
@@ -239,23 +270,169 @@ func (c *rulesetCache) get(l *Landlock) (int, error) {
 	key := string(keyb)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fd, ok := c.fds[key]
+	e, ok := c.fds[key]
+	if ok && !e.ids.current() {
+		c.dropLocked(key)
+		ok = false
+	}
 	if !ok {
-		if fd, err = buildRuleset(l); err != nil {
+		// The parents' stamps are taken before the build opens their entries: a change
+		// after a stamp shows as a newer time later.
+		dirs := stampParents(l)
+		fd, ids, err := buildRuleset(l)
+		if err != nil {
 			return -1, err
 		}
 		if len(c.order) >= maxCachedRulesets {
-			old := c.order[0]
-			c.order = c.order[1:]
-			unix.Close(c.fds[old])
-			delete(c.fds, old)
+			c.dropLocked(c.order[0])
 		}
-		c.fds[key] = fd
+		e = cachedRuleset{fd: fd, ids: newRulesetIDs(dirs, ids)}
+		c.fds[key] = e
 		c.order = append(c.order, key)
 	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	dup, err := unix.FcntlInt(uintptr(e.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("dup landlock ruleset: %w", err)
 	}
 	return dup, nil
+}
+
+// dropLocked closes and forgets the cached ruleset of key.
+func (c *rulesetCache) dropLocked(key string) {
+	if e, ok := c.fds[key]; ok {
+		unix.Close(e.fd)
+		delete(c.fds, key)
+	}
+	for i, k := range c.order {
+		if k == key {
+			c.order = append(c.order[:i], c.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// A directory's mtime and ctime move whenever one of its entries is added, removed,
+// renamed or replaced, so while a directory's stamp is unchanged, every name in it still
+// names the inode (or the absence) it named — for a name that is not itself a symlink,
+// which could be retargeted without touching the directory. A stamp is trusted only when
+// both times are older than dirSettle when it is taken: a change within the filesystem's
+// timestamp granularity after the stamp then still shows as a newer time. The parent is
+// stat'ed by its path, so a directory replaced or a symlink on the way retargeted shows as
+// another inode. (A mount placed over an entry leaves its directory's times alone: the
+// cached rule then covers the hidden inode and not the mounted one, which is refused.)
+const dirSettle = time.Second
+
+type dirStamp struct {
+	dev, ino     uint64
+	mtime, ctime unix.Timespec
+}
+
+func stampDir(path string) (dirStamp, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return dirStamp{}, false
+	}
+	return dirStamp{dev: st.Dev, ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim}, true
+}
+
+func (d dirStamp) settled(now time.Time) bool {
+	limit := now.Add(-dirSettle)
+	return time.Unix(d.mtime.Unix()).Before(limit) && time.Unix(d.ctime.Unix()).Before(limit)
+}
+
+// stampParents stamps the parent directory of every path of l that is settled.
+func stampParents(l *Landlock) map[string]dirStamp {
+	now := time.Now()
+	out := map[string]dirStamp{}
+	seen := map[string]bool{}
+	for _, set := range [][]string{l.ReadExec, l.ReadOnly, l.ReadWrite} {
+		for _, p := range set {
+			dir := filepath.Dir(filepath.Clean(p))
+			if seen[dir] {
+				continue
+			}
+			seen[dir] = true
+			if st, ok := stampDir(dir); ok && st.settled(now) {
+				out[dir] = st
+			}
+		}
+	}
+	return out
+}
+
+// rulesetIDs is what a cached ruleset's paths named at build time: paths checked through
+// their parent's stamp (byDir), and the rest one stat each.
+type rulesetIDs struct {
+	byDir map[string]*dirGroup
+	each  []pathID
+}
+
+type dirGroup struct {
+	stamp dirStamp
+	ids   []pathID
+}
+
+// newRulesetIDs sorts ids into those their parent's stamp (from before the build) vouches
+// for and those checked one by one.
+func newRulesetIDs(dirs map[string]dirStamp, ids []pathID) *rulesetIDs {
+	r := &rulesetIDs{byDir: map[string]*dirGroup{}}
+	for _, id := range ids {
+		dir := filepath.Dir(filepath.Clean(id.path))
+		st, ok := dirs[dir]
+		if !ok || !plainEntry(id) {
+			r.each = append(r.each, id)
+			continue
+		}
+		g := r.byDir[dir]
+		if g == nil {
+			g = &dirGroup{stamp: st}
+			r.byDir[dir] = g
+		}
+		g.ids = append(g.ids, id)
+	}
+	return r
+}
+
+// plainEntry: id's path is a directory entry that is not a symlink (lstat agrees with what
+// the build opened), or no entry at all.
+func plainEntry(id pathID) bool {
+	var st unix.Stat_t
+	err := unix.Lstat(id.path, &st)
+	if id.missing {
+		return errors.Is(err, unix.ENOENT)
+	}
+	return err == nil && st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Dev == id.dev && st.Ino == id.ino
+}
+
+// current: every path still names what it named at build time. A directory whose stamp
+// moved has its entries checked one by one, and its new stamp kept when they all hold and
+// it is settled. Called under the cache's lock.
+func (r *rulesetIDs) current() bool {
+	now := time.Now()
+	for dir, g := range r.byDir {
+		st, ok := stampDir(dir)
+		if ok && st == g.stamp {
+			continue
+		}
+		if !idsCurrent(g.ids) {
+			return false
+		}
+		if ok && st.settled(now) {
+			g.stamp = st
+		} else {
+			// Not trusted any more: its entries are checked one by one from now on.
+			r.each = append(r.each, g.ids...)
+			delete(r.byDir, dir)
+		}
+	}
+	return idsCurrent(r.each)
+}
+
+func idsCurrent(ids []pathID) bool {
+	for _, id := range ids {
+		if !id.current() {
+			return false
+		}
+	}
+	return true
 }

@@ -4,7 +4,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // etcSecrets are what /etc holds that only root may read: password hashes, sudo rules,
@@ -31,15 +36,83 @@ func expandEtc(paths []string) []string {
 			continue
 		}
 		if !done {
-			n := 0
-			out = append(out, allowExcept("/etc", etcSecrets, &n)...)
+			out = append(out, etcCache.list("/etc", etcSecrets)...)
 			done = true
 		}
 	}
 	return out
 }
 
-func allowExcept(dir string, secrets []string, n *int) []string {
+// The expansion is the same for every exec until /etc changes, and listing /etc and
+// matching each entry against the secret patterns was a measurable part of a short exec
+// (docs/performance.md). So the last expansion is kept with the identity and times of each
+// directory it listed, and reused while every one of them is unchanged: a directory's
+// mtime and ctime move whenever an entry is added, removed, renamed or replaced. The
+// stamps are taken before each listing, and an expansion is kept only when every stamp
+// is older than etcSettle, so a change within the filesystem's timestamp granularity
+// after a listing still shows as a newer time.
+const etcSettle = time.Second
+
+type dirStamp struct {
+	path         string
+	dev, ino     uint64
+	mtime, ctime unix.Timespec
+	mode         uint32
+}
+
+type etcExpansion struct {
+	mu      sync.Mutex
+	root    string
+	secrets []string
+	stamps  []dirStamp
+	out     []string
+}
+
+var etcCache etcExpansion
+
+func stampDir(path string) (dirStamp, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return dirStamp{}, false
+	}
+	return dirStamp{path: path, dev: st.Dev, ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim, mode: st.Mode}, true
+}
+
+// list returns dir's entries minus secrets, from the kept expansion while it is current.
+func (c *etcExpansion) list(dir string, secrets []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.root == dir && slices.Equal(c.secrets, secrets) && c.stamps != nil {
+		current := true
+		for _, old := range c.stamps {
+			if now, ok := stampDir(old.path); !ok || now != old {
+				current = false
+				break
+			}
+		}
+		if current {
+			return append([]string(nil), c.out...)
+		}
+	}
+	var stamps []dirStamp
+	n := 0
+	out := allowExcept(dir, secrets, &n, &stamps)
+	c.root, c.stamps, c.out = "", nil, nil
+	settled := time.Now().Add(-etcSettle)
+	for _, st := range stamps {
+		if st.path == "" || time.Unix(st.mtime.Unix()).After(settled) || time.Unix(st.ctime.Unix()).After(settled) {
+			return out // too fresh (or unstatable) to trust its times: not kept
+		}
+	}
+	c.root, c.secrets, c.stamps, c.out = dir, append([]string(nil), secrets...), stamps, append([]string(nil), out...)
+	return out
+}
+
+// allowExcept lists dir minus secrets (recursing into directories with a secret below),
+// appending the stamp of each directory it lists to stamps, taken before the listing.
+func allowExcept(dir string, secrets []string, n *int, stamps *[]dirStamp) []string {
+	st, _ := stampDir(dir) // a failed stat leaves path "": never kept
+	*stamps = append(*stamps, st)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil // unlistable: grant nothing rather than everything
@@ -51,7 +124,7 @@ func allowExcept(dir string, secrets []string, n *int) []string {
 			continue
 		}
 		if e.IsDir() && hasSecretBelow(p, secrets) {
-			out = append(out, allowExcept(p, secrets, n)...)
+			out = append(out, allowExcept(p, secrets, n, stamps)...)
 			continue
 		}
 		if *n >= maxEtcRules {

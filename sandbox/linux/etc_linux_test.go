@@ -2,7 +2,9 @@ package linux
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,4 +38,34 @@ func TestRootCannotReadShadow(t *testing.T) {
 	require.Equal(t, 0, res.ExitCode, errOut)
 	assert.NotContains(t, out, "SHADOW-READ")
 	assert.Contains(t, out, "PASSWD-OK")
+}
+
+// TestEtcExpansionFollowsChanges: the kept /etc expansion is reused only while /etc (and
+// each directory it listed) is unchanged: an entry added, a secret added, and an entry
+// replaced by a symlink (which must then be left out) are all seen on the next exec.
+func TestEtcExpansionFollowsChanges(t *testing.T) {
+	root := t.TempDir()
+	sub := filepath.Join(root, "ssh")
+	require.NoError(t, os.MkdirAll(sub, 0o755))
+	for _, f := range []string{"a", "b", "ssh/config"} {
+		require.NoError(t, os.WriteFile(filepath.Join(root, f), nil, 0o644))
+	}
+	secrets := []string{root + "/shadow", root + "/ssh/*_key"}
+	// Old enough to be kept (a fresh directory's times are not trusted).
+	time.Sleep(etcSettle + 100*time.Millisecond)
+	var c etcExpansion
+	first := c.list(root, secrets)
+	assert.ElementsMatch(t, []string{root + "/a", root + "/b", sub + "/config"}, first)
+	require.NotNil(t, c.stamps, "kept")
+	assert.Equal(t, first, c.list(root, secrets), "reused while unchanged")
+
+	require.NoError(t, os.WriteFile(filepath.Join(root, "shadow"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(sub, "host_key"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(sub, "known"), nil, 0o644))
+	require.NoError(t, os.Remove(filepath.Join(root, "b")))
+	require.NoError(t, os.Symlink("/root", filepath.Join(root, "b")))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "c"), nil, 0o644))
+	got := c.list(root, secrets)
+	assert.ElementsMatch(t, []string{root + "/a", root + "/c", sub + "/config", sub + "/known"}, got)
+	assert.Nil(t, c.stamps, "just changed: not kept")
 }

@@ -46,10 +46,19 @@ func checkAccess(a *sandbox.Access, extra ...string) error {
 			return fmt.Errorf("%w: path %q is not absolute", sandbox.ErrInvalidSpec, p)
 		}
 	}
+	if len(a.Deny) == 0 {
+		return nil
+	}
+	// Each allowed path's forms once (resolving symlinks is a stat per component), not
+	// once per denied path.
+	allowForms := make([][]string, len(allow))
+	for i, p := range allow {
+		allowForms[i] = forms(p)
+	}
 	for _, d := range a.Deny {
 		for _, df := range forms(d) {
-			for _, p := range allow {
-				for _, pf := range forms(p) {
+			for i, p := range allow {
+				for _, pf := range allowForms[i] {
 					if within(df, pf) {
 						return fmt.Errorf("%w: allowed path %q covers denied path %q", sandbox.ErrInvalidSpec, p, d)
 					}

@@ -86,7 +86,9 @@ type Sandbox struct {
 	cleanupErr []error
 
 	spares spares
-	guard  *guard
+	// tmps are finished runs' emptied TMPDIRs, handed to later runs (runtmp_linux.go).
+	tmps  runTmps
+	guard *guard
 	// pidns are the pid-namespace holders of the thread launcher's runs (nil: none here).
 	pidns *pidNamespaces
 	// templates are the thread launcher's view templates (nil: every view built afresh).
@@ -103,6 +105,7 @@ func (s *Sandbox) Close() error {
 	s.pidns.close()
 	s.templates.close()
 	s.cleanups.Wait()
+	tmpErr := s.tmps.closeAll()
 	if s.hideRoot >= 0 {
 		unix.Close(s.hideRoot)
 		s.hideRoot = -1
@@ -111,6 +114,9 @@ func (s *Sandbox) Close() error {
 	defer s.cleanupMu.Unlock()
 	errs := s.cleanupErr
 	s.cleanupErr = nil
+	if tmpErr != nil {
+		errs = append(errs, tmpErr)
+	}
 	if err := s.guard.close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -515,9 +521,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if perr != nil {
 			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, perr)
 		}
-		if p.tmp, err = os.MkdirTemp(parent, "fledge-tmp-"+sandbox.SafeName(spec.Name)+"-"); err != nil {
+		if p.tmpd, err = s.tmps.get(parent, spec.Name); err != nil {
 			return nil, fmt.Errorf("%w: private tmp: %w", sandbox.ErrLaunch, err)
 		}
+		p.tmp, p.tmpParent = p.tmpd.path, parent
 		rw = append(rw, p.tmp)
 		env = sandbox.WithEnv(env, "TMPDIR", p.tmp)
 	}
@@ -717,6 +724,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
+		p.left = tl.left
 		if errors.Is(err, errPidNSGone) {
 			// The holder died after it was looked up (killed, the OOM killer): its
 			// namespace takes no new process. Once more, with a new holder, on a fresh
@@ -733,6 +741,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.holder = tl.holder
 			if err == nil {
 				p.proc, err = tl.start(nil)
+				p.left = tl.left
 			}
 		}
 		if p.notify != nil {
@@ -836,7 +845,16 @@ type process struct {
 	cg    *runCgroup
 	stdio *stub.Stdio
 	tmp   string
-	tmpl  *viewTemplate // the view template the run was launched from (nil: none)
+	// tmpd and tmpParent are tmp's identity and parent: a TMPDIR is handed to a later run
+	// only when treeGone (runtmp_linux.go).
+	tmpd      tmpDir
+	tmpParent string
+	// treeGone: the run's cgroup was killed and seen empty, so no process of it is left.
+	treeGone bool
+	// left is closed once the thread launcher's thread is out of the run's v1 groups (nil:
+	// nothing to wait for); see threadLaunch.left.
+	left chan struct{}
+	tmpl *viewTemplate // the view template the run was launched from (nil: none)
 	// holder is the pid namespace the run was launched into (nil: none), held until cleanup.
 	holder *pidHolder
 	// status is an init stub's status pipe (userView): proc is the stub, the program's
@@ -903,8 +921,32 @@ func (p *process) Interrupt() error {
 	return nil
 }
 
+// leaveWait bounds how long touching a run's groups waits for its launch thread to leave
+// them (two writes to tasks files; only a kernel stuck in cgroup migration takes longer).
+const leaveWait = 5 * time.Second
+
+// awaitLeft waits until the launch thread left the run's v1 groups: a freezer kill must not
+// freeze a thread of fledge, and a group with a task in it cannot be removed.
+func (p *process) awaitLeft() {
+	if p.left == nil {
+		return
+	}
+	select {
+	case <-p.left:
+		return
+	default:
+	}
+	t := time.NewTimer(leaveWait)
+	defer t.Stop()
+	select {
+	case <-p.left:
+	case <-t.C:
+	}
+}
+
 // signalTree sends sig to every process of the tree.
 func (p *process) signalTree(sig syscall.Signal) {
+	p.awaitLeft()
 	if p.cg != nil {
 		p.note(p.cg.signal(sig), true)
 		return
@@ -922,6 +964,7 @@ func (p *process) killTree() error {
 		mainAlive = false
 	default:
 	}
+	p.awaitLeft()
 	if p.cg != nil {
 		pids, err := p.cg.kill()
 		p.note(pids, mainAlive)
@@ -989,6 +1032,7 @@ func (p *process) wait() {
 			errs = append(errs, err)
 		}
 		res.OOMKilled, res.PeakMemory = p.cg.stats()
+		p.treeGone = len(errs) == 0
 	}
 	if p.notify != nil {
 		// The tree is gone: its last refused calls are answered and the true counts
@@ -1031,6 +1075,7 @@ func (p *process) cleanup() error {
 	p.sb.nested.release(p.checkouts)
 	p.checkouts = nil
 	var errs []error
+	p.awaitLeft()
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {
 			errs = append(errs, err)
@@ -1047,7 +1092,13 @@ func (p *process) cleanup() error {
 		p.tmpl = nil
 	}
 	if p.tmp != "" {
-		if err := os.RemoveAll(p.tmp); err != nil {
+		var err error
+		if p.treeGone {
+			err = p.sb.tmps.put(p.tmpParent, p.spec.Name, p.tmpd)
+		} else {
+			err = os.RemoveAll(p.tmp)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

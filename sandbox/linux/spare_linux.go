@@ -149,6 +149,7 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 		tl.joined = true
 		pid, err := tl.onThread()
 		sp.results <- launchResult{pid, err}
+		tl.finishLaunch()
 	}
 	go park()
 	if err := <-joined; err != nil {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,6 +72,13 @@ type threadLaunch struct {
 	holder *pidHolder // whose namespace pidNS is (nil: none)
 	// tmpl is the view template to copy (nil: build the view afresh).
 	tmpl *kernel.Template
+	// left is closed once the launch thread is out of the run's v1 groups (finishLaunch).
+	// The move back waits for the kernel's cgroup migration (an RCU grace period, several
+	// milliseconds on a loaded machine), so after a successful fork it happens after the
+	// child's pid was handed back, off the exec's path; whatever later touches the run's
+	// groups (a signal or kill of the tree, their removal) waits for left first.
+	left     chan struct{}
+	leaveTid []byte // set by a successful onThread: the thread still has to leave
 }
 
 // start launches on a fresh thread, or on the spare's parked thread when sp is set.
@@ -90,6 +98,7 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 		err error
 	}
 	ch := make(chan result, 1)
+	tl.left, tl.leaveTid = make(chan struct{}), nil
 	var launch func()
 	launch = func() {
 		runtime.LockOSThread()
@@ -107,6 +116,7 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 		// goroutine.
 		pid, err := tl.onThread()
 		ch <- result{pid, err}
+		tl.finishLaunch()
 	}
 	var r result
 	if sp != nil {
@@ -308,8 +318,8 @@ func (tl *threadLaunch) onThread() (int, error) {
 		fds[i] = f.Fd()
 	}
 	pid, err := syscall.ForkExec(path, tl.pol.Args, &syscall.ProcAttr{Env: tl.pol.Env, Files: fds, Sys: &sys})
-	tl.leaveCgroups(tidb)
 	if err != nil {
+		tl.leaveCgroups(tidb)
 		if pid > 0 {
 			_ = unix.Kill(pid, unix.SIGKILL)
 			var ws unix.WaitStatus
@@ -321,6 +331,8 @@ func (tl *threadLaunch) onThread() (int, error) {
 		}
 		return 0, threadStep("exec", fmt.Errorf("%s: %w", path, err))
 	}
+	// The child is born; the thread leaves the run's groups once the pid is handed back.
+	tl.leaveTid = tidb
 	if err := setChildRlimits(pid, tl.pol.NoFile); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
@@ -361,6 +373,23 @@ func setChildRlimits(pid int, nofile uint64) error {
 		return fmt.Errorf("nofile: %w", err)
 	}
 	return nil
+}
+
+// leaveDelayForTest holds the launch thread in the run's groups a while after the fork
+// (tests: whatever touches the groups must wait for it).
+var leaveDelayForTest time.Duration
+
+// finishLaunch runs on the launch thread after its result was handed back: it leaves the
+// run's groups if the launch did not already, and closes left.
+func (tl *threadLaunch) finishLaunch() {
+	if d := leaveDelayForTest; d > 0 && tl.leaveTid != nil {
+		time.Sleep(d)
+	}
+	if tl.leaveTid != nil {
+		tl.leaveCgroups(tl.leaveTid)
+		tl.leaveTid = nil
+	}
+	close(tl.left)
 }
 
 // leaveCgroups moves the launch thread back to the host's v1 groups. Best effort: the
