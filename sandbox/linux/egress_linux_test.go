@@ -21,10 +21,19 @@ import (
 // A plugin session's grant by destination holds for the plugin process and for every
 // command it runs: both runs share one namespace; the granted host answers, another host
 // port does not; a run without the grant has no network at all.
+//
+// The stub launcher (as every unprivileged run) gives each run a namespace of its own,
+// served by the same engine: the same decisions and one record stream.
 func TestEgressSharedByPluginAndCommands(t *testing.T) {
-	sb := newSandbox(t, Options{})
-	if err := netstack.Supported(); err != nil || sb.launch == LaunchStub || sb.userView {
-		testutil.SkipUnlessSupported(t, false, fmt.Sprintf("egress namespace: %v", err))
+	for _, l := range []string{LaunchThread, LaunchStub} {
+		t.Run(l, func(t *testing.T) { testEgressShared(t, l) })
+	}
+}
+
+func testEgressShared(t *testing.T, launch string) {
+	sb := newSandbox(t, Options{Launch: launch})
+	if err := netstack.Supported(); err != nil || sb.egressErr != nil {
+		testutil.SkipUnlessSupported(t, false, fmt.Sprintf("egress namespace: %v %v", err, sb.egressErr))
 	}
 	var hits [2]int
 	var mu sync.Mutex
@@ -79,14 +88,21 @@ func TestEgressSharedByPluginAndCommands(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, allow, "%+v", recs)
+	if launch == LaunchStub {
+		st, err := eg.State(func() (any, func() error, error) { return nil, nil, errNoSession })
+		require.NoError(t, err)
+		assert.Zero(t, st.(*netstack.Engine).Links(), "every run's namespace is let go once the run ends")
+	}
 	_ = net.IPv4len
 }
 
-// Where the session's namespace cannot be made or joined (here: the stub launcher, as for
-// every unprivileged run), strict refuses the run, and otherwise the run goes on with no
-// network at all, never more, and says so in its mode.
+// Where the session's namespace cannot be made or joined (here: the stub launcher without
+// network namespaces, as for an unprivileged run where the kernel refuses one), strict
+// refuses the run, and otherwise the run goes on with no network at all, never more, and
+// says so in its mode.
 func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchStub})
+	sb := newSandbox(t, Options{Launch: LaunchStub, DisableNetNS: true})
+	require.ErrorIs(t, sb.egressErr, errEgressNoNetNS)
 	var hits int
 	var mu sync.Mutex
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -69,6 +69,9 @@ type Sandbox struct {
 	// unprivileged fledge with user namespaces cannot build one.
 	userView    bool
 	userViewErr error
+	// egressErr: why a run's stub cannot build its network by destination here (stub
+	// launcher, unprivileged runs; nil: it can).
+	egressErr error
 	viewOff     bool // Options.DisableView
 	kernel      string
 	// ipcns: every run gets an IPC namespace of its own (root: unshared by the launch
@@ -172,6 +175,9 @@ func New(opts Options) (*Sandbox, error) {
 	}
 	if sb.view && sb.launch == LaunchThread && !opts.DisableViewTemplate {
 		sb.templates = newViewTemplates()
+	}
+	if sb.launch == LaunchStub || sb.userView {
+		sb.egressErr = sb.egressSupport()
 	}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -478,9 +484,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	// The plugin session's network by destination: its namespace, made by the first run
 	// of the session and joined by every later one. Without it the run gets no network
 	// at all (an empty namespace), never more.
-	var egressNS *os.File
+	var rg *runEgress
 	if spec.Egress != nil && !spec.Network {
-		if egressNS, err = s.egressNS(spec); err != nil {
+		if rg, err = s.egressFor(spec); err != nil {
 			if spec.Strict {
 				return nil, fmt.Errorf("%w: network by destination: %w", sandbox.ErrUnavailable, err)
 			}
@@ -528,7 +534,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			ReadWrite: append(rw, implicitReadWrite...),
 			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
 			ReadExec:  spec.Access.ReadExec,
-			DenyNet:   !spec.Network && egressNS == nil,
+			DenyNet:   !spec.Network && rg == nil,
 			BindTCP:   spec.ListenTCP,
 			Scope:     true,
 			LogExec:   true,
@@ -607,8 +613,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 		}
 	}
-	if !spec.Network && s.netns && egressNS == nil {
+	if !spec.Network && s.netns && (rg == nil || rg.eng != nil) {
+		// No network, or the run's own namespace for its network by destination (built
+		// by its stub, Policy.Net).
 		sys.Cloneflags |= unix.CLONE_NEWNET
+	}
+	if rg != nil && rg.eng != nil {
+		pol.Net = rg.eng.Plan()
+		if s.userView {
+			egressCaps(sys)
+		}
 	}
 
 	if p.stdio, err = stub.OpenStdio(spec.Stdin, spec.Stdout, spec.Stderr); err != nil {
@@ -627,6 +641,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
 			Sys: sys,
 		}
+		if rg != nil && rg.eng != nil {
+			l.NetAttach = func(fds *kernel.EgressFDs) error {
+				detach, err := rg.eng.Attach(fds)
+				p.netDetach = detach
+				return err
+			}
+		}
 		if pol.View != nil && !s.userView && s.pidns.available() {
 			// Root: the stub is born in the plugin's pid namespace (started from a thread
 			// that joined it) and mounts that namespace's procfs in its view.
@@ -639,8 +660,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
 		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1}
-		if egressNS != nil {
-			tl.netNS = int(egressNS.Fd())
+		if rg != nil && rg.ns != nil {
+			tl.netNS = int(rg.ns.Fd())
 		}
 		var releases []func()
 		// join points the launch at the plugin's pid namespace and its view template.
@@ -807,6 +828,8 @@ type process struct {
 	// checkouts are the checkouts whose index the launch read: their gitlinks are looked
 	// at again once the tree is gone (gitnested_linux.go).
 	checkouts []*indexedCheckout
+	// netDetach ends the run's own egress namespace (stub-built) once the tree is gone.
+	netDetach func()
 
 	mu        sync.Mutex
 	killed    map[int]bool
@@ -983,6 +1006,10 @@ func (p *process) cleanup() error {
 	// After the check of the nested repositories (wait), or a launch that failed.
 	p.sb.nested.release(p.checkouts)
 	p.checkouts = nil
+	if p.netDetach != nil {
+		p.netDetach()
+		p.netDetach = nil
+	}
 	var errs []error
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {
