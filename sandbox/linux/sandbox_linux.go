@@ -72,8 +72,8 @@ type Sandbox struct {
 	// egressErr: why a run's stub cannot build its network by destination here (stub
 	// launcher, unprivileged runs; nil: it can).
 	egressErr error
-	viewOff     bool // Options.DisableView
-	kernel      string
+	viewOff   bool // Options.DisableView
+	kernel    string
 	// ipcns: every run gets an IPC namespace of its own (root: unshared by the launch
 	// thread or cloned for the stub; as a user: in the init stub's user namespace).
 	ipcns bool
