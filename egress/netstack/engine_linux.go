@@ -229,8 +229,12 @@ func (e *Engine) Close() error {
 		l.stop()
 	}
 	e.wg.Wait()
+	// Straight to the record: the limiter already counted these (through emit, Admit would
+	// count them once more and drop them, losing the count).
 	for _, ev := range e.rec.Flush() {
-		e.emit(ev)
+		if e.cfg.Record != nil {
+			e.cfg.Record(ev)
+		}
 	}
 	return nil
 }
