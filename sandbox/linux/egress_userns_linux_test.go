@@ -51,6 +51,20 @@ try:
     print("ip connected")
 except Exception as e:
     print("ip refused")
+for label, a in (("icmp-ping", (socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)),
+                 ("icmp-raw", (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)),
+                 ("packet", (socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)))):
+    try:
+        socket.socket(*a); print(label, "created")
+    except OSError:
+        print(label, "refused")
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
+    s.settimeout(5)
+    s.connect(("192.0.2.7", 80))
+    print("mptcp connected")
+except OSError:
+    print("mptcp refused")
 `
 	js := `(async () => {
   for (const port of process.argv.slice(1, 3)) {
@@ -185,6 +199,9 @@ func TestEgressUnprivileged(t *testing.T) {
 				if name == "python" {
 					assert.Contains(t, r.Stdout, "dns refused")
 					assert.Contains(t, r.Stdout, "ip refused")
+					for _, k := range []string{"icmp-ping", "icmp-raw", "packet", "mptcp"} {
+						assert.Contains(t, r.Stdout, k+" refused")
+					}
 				}
 			})
 		}
@@ -204,13 +221,13 @@ func TestEgressUnprivileged(t *testing.T) {
 			deniedBad++
 		case r.Kind == egress.EventDNS && !r.Allow:
 			deniedDNS++
-		case r.Kind == egress.EventConnect && !r.Allow && r.Address == "10.1.2.3":
+		case r.Kind == egress.EventConnect && !r.Allow && (r.Address == "10.1.2.3" || r.Address == "192.0.2.7"):
 			deniedIP++
 		}
 	}
 	assert.Equal(t, clients, allowed, "%+v", recs)
 	assert.Positive(t, deniedDNS, "the refused lookup is recorded: %+v", recs)
-	assert.Positive(t, deniedIP, "the refused address is recorded: %+v", recs)
+	assert.GreaterOrEqual(t, deniedIP, 2, "the refused address (TCP and MPTCP) is recorded: %+v", recs)
 	_ = deniedBad // a refused loopback port has no listener in the namespace: the kernel refuses it, no record
 }
 
