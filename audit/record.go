@@ -60,6 +60,7 @@ var Events = []string{
 	EventLegacyUnconfined, EventGitQuarantine, EventLogRecovered, EventLogPruned, EventLogTruncated, EventSuppressed,
 	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
 	EventHandshake, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
+	EventKernelDenied,
 }
 
 // PluginRef identifies the plugin a record is about.

@@ -155,6 +155,11 @@ for ((r = 0; r < count; r++)); do
 	"$GO" test -run '^$' -bench 'WasmExecRoundTrip' -benchtime "${execN}x" -count 1 \
 		./protocolhost/wasm/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 done
+log "kernel refusal records and trace mode ($execN exec pairs, 3 go build pairs)"
+"$GO" test -run '^$' -bench 'KernelRecordAB/.*-true' -benchtime "${execN}x" -count 1 \
+	./sandbox/linux/ >"$work/out/kernel.txt" 2>&1 || { cat "$work/out/kernel.txt" >&2; exit 1; }
+"$GO" test -run '^$' -bench 'KernelRecordAB/trace-gobuild' -benchtime 3x -count 1 \
+	./sandbox/linux/ >>"$work/out/kernel.txt" 2>&1 || { cat "$work/out/kernel.txt" >&2; exit 1; }
 log "audit appends"
 "$GO" test -run '^$' -bench 'AppendFsync$|AppendNoFsync$' -benchtime 500x -count "$count" \
 	./audit/ >"$work/out/audit.txt" 2>&1 || { cat "$work/out/audit.txt" >&2; exit 1; }
@@ -253,11 +258,22 @@ row 7b "  first call (starts the plugin, handshake)" "$(fmt_ms "$rpc_first")" "-
 row 8a "WASM plugin cold start, first compile, median" "$(fmt_ms "$wasm_first")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_first" "$wasm_native_cold")" "-" "-"
 row 8b "WASM plugin cold start, cached compile, median" "$(fmt_ms "$wasm_cached")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_cached" "$wasm_native_cold")" "-" "-"
 row 8c "exec round trip from a WASM plugin, median" "$(fmt_ms "$wasm_exec")" "from a native plugin $(fmt_ms "$wasm_native_exec")" "$(ratio "$wasm_exec" "$wasm_native_exec")" "-" "-"
+kn=$work/out/kernel.txt
+rec_on=$(metric "$kn" BenchmarkKernelRecordAB/record-true on-ns/op)
+rec_off=$(metric "$kn" BenchmarkKernelRecordAB/record-true off-ns/op)
+tr_on=$(metric "$kn" BenchmarkKernelRecordAB/trace-true on-ns/op)
+tr_off=$(metric "$kn" BenchmarkKernelRecordAB/trace-true off-ns/op)
+gb_on=$(metric "$kn" BenchmarkKernelRecordAB/trace-gobuild on-ns/op)
+gb_off=$(metric "$kn" BenchmarkKernelRecordAB/trace-gobuild off-ns/op)
+row 9a "exec of true, kernel refusals recorded (default)" "$(fmt_ms "$rec_on")" "not recorded $(fmt_ms "$rec_off")" "$(ratio "$rec_on" "$rec_off")" "within noise" "-"
+row 9b "exec of true, trace mode" "$(fmt_ms "$tr_on")" "default $(fmt_ms "$tr_off")" "$(ratio "$tr_on" "$tr_off")" "-" "-"
+row 9c "go build of a small module, trace mode" "$(fmt_ms "$gb_on")" "default $(fmt_ms "$gb_off")" "$(ratio "$gb_on" "$gb_off")" "-" "-"
 echo
 awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision fsync adds %.0f us to an exec round trip.\n", (a - b) / 1e3}'
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
 echo "Row 7: a host sends $rpcN tool/execute calls one after another; through fledge serve each is an audit decision (durable) and an outcome, and two more pipe hops; the first call is left out (row 7b)."
 echo "Rows 8a-8c (WASM): the Go SDK guest (protocolhost/wasm/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a fresh runtime on a warm cache dir; each beside the native figure measured right before it."
+echo "Rows 9a-9c: the sandbox alone (no protocol), each run alternating with its baseline; 9c builds with a fresh GOCACHE each time, so the compiler and linker run and every file they open is a traced call."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."
 

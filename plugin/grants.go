@@ -24,7 +24,7 @@ type GrantChange func(m *Manifest, cur policy.Grants) (policy.Change, error)
 // the declarations the user reviewed, never against a plugin.toml edited since. Only Granted
 // changes; the approved digest stays as it was, so an edited manifest is still refused at
 // run time.
-func ChangeGrants(configDir, name string, change GrantChange) (*Entry, policy.Change, error) {
+func ChangeGrants(configDir, name string, change GrantChange, edit ...func(*Entry)) (*Entry, policy.Change, error) {
 	if !ValidName(name) {
 		return nil, policy.Change{}, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
 	}
@@ -57,6 +57,9 @@ func ChangeGrants(configDir, name string, change GrantChange) (*Entry, policy.Ch
 		return nil, policy.Change{}, err
 	}
 	e.Granted = c.After
+	for _, fn := range edit {
+		fn(e) // read grants (readgrants.go), under the same lock and checks
+	}
 	if err := reg.Save(); err != nil {
 		return nil, policy.Change{}, fmt.Errorf("save registry: %w", err)
 	}

@@ -42,6 +42,9 @@ type Entry struct {
 	Granted        policy.Grants `toml:"granted" json:"granted"`
 	ManifestSHA256 string        `toml:"manifest_sha256" json:"manifest_sha256"`
 	Protocol       string        `toml:"protocol" json:"protocol"` // "" = legacy
+	// Read are paths granted read-only beyond the filesystem level (plugins grant
+	// NAME read=PATH; policy.CheckReadGrant says which may be).
+	Read []string `toml:"read,omitempty" json:"read,omitempty"`
 }
 
 // Capabilities is the granted set in the shape the init message carries.

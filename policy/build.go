@@ -120,6 +120,9 @@ type ProfileInput struct {
 	PluginEnv map[string]string
 	// LegacyEnv are the variables of a legacy plugin.
 	LegacyEnv map[string]string
+	// Read are the plugin's read grants (readgrant.go): read-only for the plugin process
+	// and its commands.
+	Read []string
 	// Secrets are the granted secrets' values: the plugin process's environment only
 	// (never a command's), past the credential filter because the user granted them.
 	Secrets map[string]string
@@ -144,10 +147,15 @@ func (c *Config) Build(in ProfileInput) Profile {
 	if s := c.Egress(in.Grants); s != nil {
 		eg = s
 	}
+	pluginAccess, execAccess := PluginAccess(p, in.Grants, c), ExecAccess(p, c)
+	if read := readGrants(in.Read, p); len(read) > 0 {
+		pluginAccess.ReadOnly = append(pluginAccess.ReadOnly, read...)
+		execAccess.ReadOnly = append(execAccess.ReadOnly, read...)
+	}
 	return Profile{
 		Plugin: sandbox.Spec{
 			Env:     ChildEnv(in.Environ, allow, withSecrets(in.PluginEnv, in.Secrets)),
-			Access:  PluginAccess(p, in.Grants, c),
+			Access:  pluginAccess,
 			Network: net,
 			Egress:  eg,
 			// Unix sockets follow policy; a plugin's network grant does not open them.
@@ -158,7 +166,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 		},
 		Exec: sandbox.Spec{
 			Env:         ChildEnv(in.Environ, allow, nil),
-			Access:      ExecAccess(p, c),
+			Access:      execAccess,
 			Network:     net,
 			Egress:      eg,
 			UnixSockets: c.UnixSocketsAllowed(),

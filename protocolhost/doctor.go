@@ -82,6 +82,10 @@ func (d *Doctor) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  git metadata:     %s\n", protectedText(e.Config, rep.FilesystemView))
 	fmt.Fprintf(w, "  seccomp denies:   %s\n", seccompSummary(rep.SeccompDenied))
+	if rep.OS == "linux" {
+		fmt.Fprintf(w, "  kernel refusals:  %s\n", kernelRefusalsText(rep.KernelRefusals))
+		fmt.Fprintf(w, "  landlock denials: %s\n", landlockAuditText(rep.LandlockAudit))
+	}
 	if rep.HostDeath == "watchdog" {
 		fmt.Fprintf(w, "  if fledge dies:   a watchdog process kills every command and plugin it started\n")
 	} else if rep.HostDeath != "" {

@@ -43,6 +43,11 @@ type Options struct {
 	ProjectFlag    string
 	NonInteractive bool
 	Streams        Streams
+	// Trace: every run of this host is traced (run --trace, tools call --trace): paths and
+	// destinations outside the grants are kernel_denied records.
+	Trace bool
+	// SessionStarted, when set, is told the session id of a plugin command's run.
+	SessionStarted func(id string)
 }
 
 // Host is the machine's side of every command that runs a plugin: the config, the policy,
@@ -66,7 +71,7 @@ func Open(o Options) (*Host, error) {
 	if err != nil {
 		return nil, exitErr(ExitCannotRun, "sandbox: %v", err)
 	}
-	return &Host{Env: &core.Env{ConfigDir: o.ConfigDir, StateDir: o.StateDir, AuditPath: ap, Config: cfg, Sandbox: sb}, opts: o}, nil
+	return &Host{Env: &core.Env{ConfigDir: o.ConfigDir, StateDir: o.StateDir, AuditPath: ap, Config: cfg, Sandbox: sb, Trace: o.Trace}, opts: o}, nil
 }
 
 // Close closes the audit log; a failure is a warning on stderr.

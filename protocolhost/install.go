@@ -202,6 +202,7 @@ func (in *installer) hookRunner() plugin.HookRunner {
 			return fmt.Errorf("audit: %w", err)
 		}
 		spec.BeforeExec = sync
+		rec.ObserveKernel(&spec, h.Command)
 		proc, err := e.Sandbox.Start(ctx, &spec)
 		if sync != nil {
 			_ = sync()
@@ -274,6 +275,10 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 	log, err := h.auditLog()
 	if err != nil {
 		return nil, err
+	}
+	home, _ := os.UserHomeDir()
+	if path, ok := policy.ExpandReadGrant(strings.TrimSpace(item), home); ok {
+		return h.changeReadGrant(name, path, revoke)
 	}
 	verb, event := "grant", audit.EventGrant
 	change := func(m *plugin.Manifest, cur policy.Grants) (policy.Change, error) {

@@ -79,6 +79,9 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	u := ui.New(ui.Options{In: st.In, Out: st.Out, Err: st.Err, NonInteractive: ni})
 	defer u.Close()
 	rec := e.NewRecorder(log, b.Ref, u.Warn)
+	if h.opts.SessionStarted != nil {
+		h.opts.SessionStarted(rec.SessionID())
+	}
 	prof := e.Profile(b, os.Environ(), b.PluginEnv(command, ni), b.PluginEnv("", ni))
 	h.warnDegraded(u)
 

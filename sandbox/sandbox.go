@@ -117,6 +117,17 @@ type Spec struct {
 	// other. It may run on the launching thread after confinement was applied to it: it
 	// must only wait for work done elsewhere, never touch files itself.
 	BeforeExec func() error
+	// KernelDenials, when set, is told what the kernel refused the run (Linux with seccomp
+	// user notification; never called elsewhere): every call on the seccomp deny-list and,
+	// with Trace, every path and network destination outside the grants. Rate-limited per
+	// run (DenialLog): the first of each kind at once, a repeat only counted, and the true
+	// count once the run has ended. Called from the sandbox's own goroutine, never
+	// concurrently for one run; it must not block for long.
+	KernelDenials func(KernelDenial)
+	// Trace observes every path and connect syscall of the run and reports those the
+	// grants do not cover (KernelDenials): observation only, every call continues and the
+	// kernel decides it as without trace. Costs a round trip to the host per such call.
+	Trace bool
 }
 
 // Egress is a plugin session's network by destination. The interface keeps this package
@@ -212,6 +223,14 @@ type Report struct {
 	NetworkEgress  string `json:"network_egress,omitempty"`
 	UnixSocketDeny string `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
 	TreeKill       string `json:"tree_kill"`
+	// KernelRefusals says how what the kernel refuses a plugin reaches the audit log:
+	// "seccomp-notify" (every deny-list refusal is a kernel_denied record; trace mode
+	// works) or "none".
+	KernelRefusals string `json:"kernel_refusals,omitempty"`
+	// LandlockAudit says whether the kernel logs Landlock's own denials in its audit
+	// (ABI 7+): "kernel-audit" (audit enabled), "off" (audit disabled), "unknown" (could
+	// not be asked: not root), or "none" (Landlock below ABI 7 or absent).
+	LandlockAudit string `json:"landlock_audit,omitempty"`
 	// HostDeath says what ends every sandboxed process if fledge itself dies by a signal
 	// (kill -9, OOM killer): "watchdog" (a separate process that kills every registered
 	// cgroup and process group when the host's pipe closes) or "none".

@@ -20,9 +20,11 @@ func newGrantCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "grant <name> <capability>[=value]",
 		Short: "Grant an installed plugin one more capability",
-		Long: `Grant an installed plugin one more capability: exec, store, metadata, network or
+		Long: `Grant an installed plugin one more capability: exec, store, metadata, network,
 filesystem[=none|plugin|project] (a bare "filesystem" is the level the plugin asks for, else
-project).
+project), or read=PATH (one file or directory, read-only, for the plugin and its commands;
+never a key or token store such as ~/.ssh, nor fledge's own config and state; 'fledge
+plugins learn' proposes these).
 
 exec, store and metadata can only be granted when the plugin's manifest declares them.
 network and filesystem are the sandbox's to give: you may grant them even when the plugin
@@ -45,7 +47,7 @@ func newRevokeCmd(g *Globals) *cobra.Command {
 		Short: "Take one capability back from an installed plugin",
 		Long: `Take one capability back from an installed plugin: exec, store, metadata, network or
 filesystem (the plugin process then reads nothing of the project, whatever its manifest
-says). Recorded in the audit log (event "revoke").`,
+says), or read=PATH. Recorded in the audit log (event "revoke").`,
 		Example: "  fledge plugins revoke envcheck filesystem",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -29,6 +29,10 @@ type Globals struct {
 	Project        string
 	ConfigDir      string
 	Streams        Streams
+	// Trace: the plugin's runs are traced (run --trace, tools call --trace, plugins learn).
+	Trace bool
+	// sessionStarted, when set, is told the session id of the run (plugins learn).
+	sessionStarted func(id string)
 }
 
 // configDir resolves --config-dir, FLEDGE_CONFIG_DIR, $XDG_CONFIG_HOME/fledge, ~/.config/fledge.
@@ -83,6 +87,7 @@ func (g *Globals) openHost() (*protocolhost.Host, error) {
 	return protocolhost.Open(protocolhost.Options{
 		ConfigDir: cd, StateDir: stateDir(), ProjectFlag: g.Project,
 		NonInteractive: g.nonInteractive(), Streams: g.Streams,
+		Trace: g.Trace, SessionStarted: g.sessionStarted,
 	})
 }
 
@@ -184,9 +189,22 @@ func newRunCmd(g *Globals) *cobra.Command {
 		Short: "Run a plugin command (the same as 'fledge <plugin-command>')",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runPlugin(cmd.Context(), g, args[0], args[1:])
+			if !g.Trace {
+				return runPlugin(cmd.Context(), g, args[0], args[1:])
+			}
+			session := ""
+			g.sessionStarted = func(id string) { session = id }
+			h, err := g.openHost()
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			err = h.RunCommand(cmd.Context(), args[0], args[1:])
+			traceHint(g, h.TraceSummary(session), session)
+			return err
 		},
 	}
 	c.Flags().SetInterspersed(false)
+	c.Flags().BoolVar(&g.Trace, "trace", false, "record every path and network destination the plugin and its commands try outside their grants (kernel_denied records; slower)")
 	return c
 }

@@ -147,6 +147,7 @@ func newToolsCallCmd(g *Globals) *cobra.Command {
 	c.Flags().StringVar(&o.Params, "params", "", "the arguments as one JSON object")
 	c.Flags().BoolVar(&o.JSON, "json", false, "print the whole result as JSON")
 	c.Flags().StringVar(&o.Timeout, "timeout", "", "how long the tool may take (e.g. 30s; default and maximum from policy)")
+	c.Flags().BoolVar(&g.Trace, "trace", false, "record every path and network destination the plugin and its commands try outside their grants (kernel_denied records; slower)")
 	return c
 }
 

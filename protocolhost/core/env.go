@@ -33,7 +33,10 @@ type Env struct {
 	AuditPath string
 	Config    *policy.Config
 	Sandbox   sandbox.Sandbox
-	log       *audit.Log
+	// Trace: every session opened through this Env traces its runs (fledge run --trace):
+	// each path and destination outside the grants is a kernel_denied record.
+	Trace bool
+	log   *audit.Log
 }
 
 // NewSessionID is a fresh random session id.
@@ -92,6 +95,7 @@ func (e *Env) Close() error {
 // NewRecorder is the recorder of a new session of plugin ref on this machine's sandbox.
 func (e *Env) NewRecorder(log audit.Recorder, ref *audit.PluginRef, warn func(string)) *Recorder {
 	r := NewRecorder(log, NewSessionID(), ref, e.Sandbox.Report(), warn)
+	r.SetTrace(e.Trace)
 	if e.Config != nil && e.Config.Audit.SessionMaxBytes != 0 {
 		// policy.Parse validated the range; a value set another way keeps the default.
 		_ = r.SetSessionBytes(e.Config.Audit.SessionMaxBytes)
@@ -291,6 +295,7 @@ func (e *Env) Refuse(ref *audit.PluginRef, kind, command, message string) {
 func (e *Env) Profile(b *Binding, environ []string, pluginEnv, legacyEnv map[string]string) policy.Profile {
 	return e.Config.Build(policy.ProfileInput{
 		Paths: b.Paths, Grants: b.Entry.Granted, Environ: environ, PluginEnv: pluginEnv, LegacyEnv: legacyEnv,
+		Read:    b.Entry.Read,
 		Secrets: b.secrets,
 	})
 }

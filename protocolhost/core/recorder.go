@@ -153,6 +153,8 @@ type Recorder struct {
 	repeats        map[string]int
 	over           map[string]int // records not written for the budget, by event/decision/reason
 	hit            [nTiers]bool   // the budget record of this tier was written
+	// trace: every sandboxed run of this session is traced (kernel_denied.go).
+	trace atomic.Bool
 }
 
 // NewRecorder makes the recorder of one session, with DefaultSessionBytes as its budget.

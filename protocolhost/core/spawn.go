@@ -189,6 +189,7 @@ func spawn(o SpawnOptions) (*Proc, error) {
 		return nil, fmt.Errorf("%w: %w: %w", ErrLaunch, ErrAudit, err)
 	}
 	spec.BeforeExec = sync
+	rec.ObserveKernel(&spec, "")
 	p.start = time.Now()
 	// The plugin is not tied to a context: ending it goes through the ladder, so it gets
 	// its grace period.

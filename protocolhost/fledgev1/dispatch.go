@@ -529,6 +529,7 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		return
 	}
 	spec.BeforeExec = sync
+	s.rec.ObserveKernel(&spec, m.Command)
 	proc, err := s.opts.Sandbox.Start(s.ctx, &spec)
 	if sync != nil {
 		_ = sync() // releases the sync's descriptor if Start failed before calling it

@@ -109,11 +109,22 @@ func AnswerClone3Ready(listener, tid int) (bool, error) {
 		return false, fmt.Errorf("seccomp gate: recv: %w", errno)
 	}
 	resp := seccompNotifResp{ID: req.ID}
-	ours := int(req.Pid) == tid
-	if ours {
+	ours := int(req.Pid) == tid && int(req.Data.Nr) == unix.SYS_CLONE3
+	switch {
+	case ours:
 		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
-	} else {
+	case int(req.Data.Nr) == unix.SYS_CLONE3:
 		resp.Error = -int32(unix.ENOSYS)
+	default:
+		// The filter also notifies refusals (Filter.Notify) and traced calls (Trace):
+		// until the listener is back with the host, they get the answer the host would
+		// give, unrecorded (the child can reach them only in the moment between its
+		// fork and this gate's hand-back).
+		if _, errno := verdict(int(req.Data.Nr), req.Data.Args); errno != 0 {
+			resp.Error = -int32(errno)
+		} else {
+			resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+		}
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(listener), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp))); errno != 0 {
 		if errno == unix.ENOENT {

@@ -50,6 +50,19 @@ type Filter struct {
 	// AllowClone3 leaves clone3 unfiltered: only for a launcher that must fork with clone3
 	// and has no gate (reported as degraded).
 	AllowClone3 bool
+	// Notify answers the deny-list's refusals (its EPERM and EACCES rows) through a seccomp
+	// user-notification listener instead of in the filter, so the host sees each one (pid,
+	// syscall, arguments) and records it. Only refused calls reach the listener, so a run
+	// that is refused nothing pays nothing; the answer is the same errno. The ENOSYS rows
+	// (clone3, openat2, foreign ABIs) stay in the filter: libc meets them in ordinary runs
+	// and falls back, they are no refusal of anything. So do the AF_UNIX socket rows
+	// unless Trace is set: glibc's name service (nscd) and syslog(3) meet them in ordinary
+	// runs too.
+	Notify bool
+	// Trace also sends the path and connect syscalls (TraceSyscalls) to the listener, which
+	// reads what they name, records what lies outside the grants and lets every one of them
+	// continue: observation only, the kernel decides as without it.
+	Trace bool
 }
 
 // DeniedSyscall is one row of the table as the sandbox reports it.
@@ -107,3 +120,30 @@ type View struct {
 
 // ErrUnsupported: the primitive does not exist on this operating system.
 var ErrUnsupported = errors.New("kernel primitive not available on this OS")
+
+// Notice is one call a seccomp listener saw that the host should record: a refusal of the
+// deny-list (Filter.Notify), or an access outside the grants (Filter.Trace).
+type Notice struct {
+	Pid     int
+	Syscall string
+	// Denied: a deny-list row refused it, with Errno; When is that row's condition.
+	Denied bool
+	Errno  string
+	When   string
+	// A traced access: Path (absolute where it could be resolved) and Access (read,
+	// write, exec, stat, connect); Address for connect ("203.0.113.7:443", "[::1]:80").
+	Path    string
+	Access  string
+	Address string
+}
+
+// Grants is a run's view of what it may reach, for deciding which traced accesses the
+// kernel refuses: the Landlock lists and whether the network is open.
+type Grants struct {
+	ReadWrite, ReadOnly, ReadExec []string
+	Network                       bool
+}
+
+// ErrListenerBusy: the kernel allows one seccomp listener per filter chain and an
+// enclosing sandbox's filter has it (fledge running inside fledge).
+var ErrListenerBusy = errors.New("seccomp listener: an enclosing filter already has one")

@@ -2,6 +2,8 @@
 
 package kernel
 
+import "time"
+
 // MaxLandlockABI: no Landlock outside Linux.
 const MaxLandlockABI = 0
 
@@ -29,3 +31,24 @@ func EnterView(*View, int) error { return ErrUnsupported }
 
 // ViewSupported is false outside Linux.
 func ViewSupported() bool { return false }
+
+// NotifyServer does not exist outside Linux.
+type NotifyServer struct{}
+
+// ServeNotify is never called outside Linux (InstallNotifyFilter fails there).
+func ServeNotify(int, *Grants, func(Notice)) *NotifyServer { return &NotifyServer{} }
+
+// Stop does nothing.
+func (*NotifyServer) Stop(time.Duration) int64 { return 0 }
+
+// InstallNotifyFilter fails: there is no seccomp outside Linux.
+func InstallNotifyFilter(Filter) (int, error) { return -1, ErrUnsupported }
+
+// NotifySupported is false outside Linux.
+func NotifySupported() bool { return false }
+
+// ErrAuditUnknown: there is no Linux audit here.
+var ErrAuditUnknown = ErrUnsupported
+
+// KernelAuditEnabled fails outside Linux.
+func KernelAuditEnabled() (bool, error) { return false, ErrUnsupported }

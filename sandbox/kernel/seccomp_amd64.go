@@ -25,3 +25,25 @@ var archRules = []rule{
 	{name: "iopl", nr: unix.SYS_IOPL, errno: unix.EPERM, why: "raw I/O port access"},
 	{name: "ioperm", nr: unix.SYS_IOPERM, errno: unix.EPERM, why: "raw I/O port access"},
 }
+
+// traceCalls are the syscalls Filter.Trace sends to the listener: every way a program
+// names a path to open, inspect or run, and connect.
+var traceCalls = []traceCall{
+	{name: "open", nr: unix.SYS_OPEN, dirArg: -1, pathArg: 0, flagsArg: 1, access: accessOpen},
+	{name: "creat", nr: unix.SYS_CREAT, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessWrite},
+	{name: "openat", nr: unix.SYS_OPENAT, dirArg: 0, pathArg: 1, flagsArg: 2, access: accessOpen},
+	{name: "stat", nr: unix.SYS_STAT, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessStat},
+	{name: "lstat", nr: unix.SYS_LSTAT, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessStat},
+	{name: "newfstatat", nr: unix.SYS_NEWFSTATAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "statx", nr: unix.SYS_STATX, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "access", nr: unix.SYS_ACCESS, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessStat},
+	{name: "faccessat", nr: unix.SYS_FACCESSAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "faccessat2", nr: unix.SYS_FACCESSAT2, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "readlink", nr: unix.SYS_READLINK, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessStat},
+	{name: "readlinkat", nr: unix.SYS_READLINKAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "mkdir", nr: unix.SYS_MKDIR, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessWrite},
+	{name: "mkdirat", nr: unix.SYS_MKDIRAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessWrite},
+	{name: "unlink", nr: unix.SYS_UNLINK, dirArg: -1, pathArg: 0, flagsArg: -1, access: accessWrite},
+	{name: "unlinkat", nr: unix.SYS_UNLINKAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessWrite},
+	{name: "connect", nr: unix.SYS_CONNECT, dirArg: -1, pathArg: -1, flagsArg: -1, access: accessConnect},
+}

@@ -17,3 +17,17 @@ var modeRules = []modeRule{
 }
 
 var archRules []rule
+
+// traceCalls are the syscalls Filter.Trace sends to the listener (arm64 has only the *at
+// forms).
+var traceCalls = []traceCall{
+	{name: "openat", nr: unix.SYS_OPENAT, dirArg: 0, pathArg: 1, flagsArg: 2, access: accessOpen},
+	{name: "newfstatat", nr: unix.SYS_FSTATAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "statx", nr: unix.SYS_STATX, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "faccessat", nr: unix.SYS_FACCESSAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "faccessat2", nr: unix.SYS_FACCESSAT2, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "readlinkat", nr: unix.SYS_READLINKAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessStat},
+	{name: "mkdirat", nr: unix.SYS_MKDIRAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessWrite},
+	{name: "unlinkat", nr: unix.SYS_UNLINKAT, dirArg: 0, pathArg: 1, flagsArg: -1, access: accessWrite},
+	{name: "connect", nr: unix.SYS_CONNECT, dirArg: -1, pathArg: -1, flagsArg: -1, access: accessConnect},
+}

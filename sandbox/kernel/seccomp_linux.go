@@ -321,6 +321,26 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		and  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
 	)
 	rules := denyTable(f)
+	// notified: where a refusal with errno e goes (the listener, under Notify/Trace).
+	notified := func(e unix.Errno) string {
+		if (f.Notify || f.Trace) && e != unix.ENOSYS {
+			return "ret_notif"
+		}
+		return retLabel(e)
+	}
+	traced := map[int]bool{}
+	if f.Trace {
+		for _, t := range traceCalls {
+			traced[t.nr] = true
+		}
+	}
+	// pass is where a call that no rule refuses goes: on, or to the listener when traced.
+	pass := func(nr int) string {
+		if traced[nr] {
+			return "ret_notif"
+		}
+		return "allow"
+	}
 	a := &asm{labels: map[string]int{}}
 	a.stmt(ld, offArch)
 	a.jump(jeq, auditArch, "", retLabel(unix.ENOSYS))
@@ -328,12 +348,21 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 	a.jump(jge, x32Bit, retLabel(unix.ENOSYS), "")
 	// Dispatch: an unconditional rule jumps straight to its return; a conditional one to
 	// its own block. (Dispatch first, blocks after: every jump is forward.)
+	ruled := map[int]bool{}
 	for i, r := range rules {
+		ruled[r.nr] = true
 		target := fmt.Sprint("rule", i)
-		if r.check == always || r.check == enosysAlways {
+		if r.check == always {
+			target = notified(r.errno)
+		} else if r.check == enosysAlways {
 			target = retLabel(r.errno)
 		}
 		a.jump(jeq, uint32(r.nr), target, "")
+	}
+	for _, t := range traceCalls {
+		if f.Trace && !ruled[t.nr] {
+			a.jump(jeq, uint32(t.nr), "ret_notif", "")
+		}
 	}
 	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
 	errnos := map[unix.Errno]bool{unix.ENOSYS: true}
@@ -343,16 +372,22 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 			continue
 		}
 		a.label(fmt.Sprint("rule", i))
-		deny := retLabel(r.errno)
+		deny, allow := notified(r.errno), pass(r.nr)
+		if (r.check == unixSocket || r.check == unixDgramPair) && !f.Trace {
+			// Not rare: glibc's name service asks nscd over an AF_UNIX socket in ordinary
+			// runs (every getpwuid), syslog(3) another. Answered in the filter, as without
+			// recording; trace mode records them.
+			deny = retLabel(r.errno)
+		}
 		switch r.check {
 		case anyBit:
 			a.stmt(ld, argLow(0))
-			a.jump(jset, r.values[0], deny, "allow")
+			a.jump(jset, r.values[0], deny, allow)
 		case oneOf, noneOf:
 			a.stmt(ld, argLow(0))
-			match, miss := deny, "allow"
+			match, miss := deny, allow
 			if r.check == noneOf {
-				match, miss = "allow", deny
+				match, miss = allow, deny
 			}
 			for j, v := range r.values {
 				if j < len(r.values)-1 {
@@ -364,28 +399,28 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		case setIDMode:
 			if r.flagsArg >= 0 {
 				a.stmt(ld, argLow(r.flagsArg))
-				a.jump(jset, unix.O_CREAT, "", "allow")
+				a.jump(jset, unix.O_CREAT, "", allow)
 			}
 			a.stmt(ld, argLow(r.modeArg))
-			a.jump(jset, setIDBits, deny, "allow")
+			a.jump(jset, setIDBits, deny, allow)
 		case unixSocket:
 			a.stmt(ld, argLow(0))
 			for j, v := range r.values {
 				if j < len(r.values)-1 {
 					a.jump(jeq, v, deny, "")
 				} else {
-					a.jump(jeq, v, deny, "allow")
+					a.jump(jeq, v, deny, allow)
 				}
 			}
 		case unixDgramPair:
 			// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
 			// datagram pair for SOCK_RAW too, and may learn other aliases.
 			a.stmt(ld, argLow(0))
-			a.jump(jeq, unix.AF_UNIX, "", "allow")
+			a.jump(jeq, unix.AF_UNIX, "", allow)
 			a.stmt(ld, argLow(1))
 			a.stmt(and, sockTypeMask)
-			a.jump(jeq, unix.SOCK_STREAM, "allow", "")
-			a.jump(jeq, unix.SOCK_SEQPACKET, "allow", deny)
+			a.jump(jeq, unix.SOCK_STREAM, allow, "")
+			a.jump(jeq, unix.SOCK_SEQPACKET, allow, deny)
 		case denyClone3:
 			if f.GateClone3 {
 				a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
@@ -396,6 +431,10 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 	}
 	a.label("allow")
 	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	if f.Notify || f.Trace {
+		a.label("ret_notif")
+		a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
+	}
 	for _, e := range []unix.Errno{unix.EACCES, unix.EPERM, unix.ENOSYS} {
 		if errnos[e] {
 			a.label(retLabel(e))
@@ -413,8 +452,8 @@ func InstallFilter(f Filter) error {
 	if !SeccompSupported() {
 		return nil
 	}
-	if f.GateClone3 {
-		return errors.New("seccomp: a gated filter needs InstallGatedFilter")
+	if f.GateClone3 || f.Notify || f.Trace {
+		return errors.New("seccomp: a filter with a listener needs InstallGatedFilter or InstallNotifyFilter")
 	}
 	_, err := install(f, 0)
 	return err

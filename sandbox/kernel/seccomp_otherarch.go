@@ -9,6 +9,7 @@ const auditArch = 0
 const sysKexecLoad = -1
 
 var (
-	modeRules []modeRule
-	archRules []rule
+	modeRules  []modeRule
+	archRules  []rule
+	traceCalls []traceCall
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,6 +27,10 @@ type guard struct {
 	proc   *os.Process
 	exited chan struct{}
 	regs   map[string]bool // "+cg DIR" / "+pg N" records currently registered
+	// wants are the launch threads whose gate listener comes back from the watchdog once
+	// passed (gate with back): the host serves the run's refusals on it.
+	wants  map[int]chan int
+	reader chan struct{} // closed when the reader of fd has ended (nil: none)
 }
 
 // errNoWatchdog: this executable cannot be re-executed as the watchdog.
@@ -35,7 +40,7 @@ var errNoWatchdog = errors.New("no host-death watchdog: the executable's main do
 const guardCloseBound = 10 * time.Second
 
 func newGuard(stubPath string) *guard {
-	g := &guard{exe: stubPath, fd: -1, regs: map[string]bool{}}
+	g := &guard{exe: stubPath, fd: -1, regs: map[string]bool{}, wants: map[int]chan int{}}
 	if g.exe == "" && stub.MaybeRunCalled() {
 		if p, err := os.Executable(); err == nil {
 			g.exe = p
@@ -75,6 +80,8 @@ func (g *guard) startLocked() error {
 		return fmt.Errorf("start watchdog: %w", err)
 	}
 	g.fd, g.proc, g.exited = fds[0], proc, make(chan struct{})
+	g.reader = make(chan struct{})
+	go g.read(fds[0], g.reader)
 	go func(p *os.Process, done chan struct{}) { _, _ = p.Wait(); close(done) }(proc, g.exited)
 	for rec := range g.regs {
 		if err := g.send(rec, nil); err != nil {
@@ -116,7 +123,7 @@ func (g *guard) sendLocked(items []string) error {
 	for _, it := range items {
 		if err := g.send(it, nil); err != nil {
 			// The watchdog is gone (killed by someone): start a new one.
-			unix.Close(g.fd)
+			g.closeFD(g.fd, g.reader)
 			g.fd = -1
 			return g.startLocked()
 		}
@@ -127,17 +134,92 @@ func (g *guard) sendLocked(items []string) error {
 // gate hands the clone3 gate listener of launch thread tid to the watchdog, which lets
 // that thread's clone3 through and refuses every other. Called on the launch thread: it
 // only sends on the socket (the fd number is the same in the thread's private table).
-func (g *guard) gate(tid, listener int) error {
+func (g *guard) gate(tid, listener int, back chan int) error {
 	g.mu.Lock()
 	fd := g.fd
+	if back != nil {
+		g.wants[tid] = back
+	}
 	g.mu.Unlock()
 	if fd < 0 {
+		g.forget(tid)
 		return errNoWatchdog
 	}
-	if err := unix.Sendmsg(fd, []byte("gate "+strconv.Itoa(tid)), unix.UnixRights(listener), nil, unix.MSG_NOSIGNAL); err != nil {
+	msg := "gate " + strconv.Itoa(tid)
+	if back != nil {
+		msg += " back"
+	}
+	if err := unix.Sendmsg(fd, []byte(msg), unix.UnixRights(listener), nil, unix.MSG_NOSIGNAL); err != nil {
+		g.forget(tid)
 		return fmt.Errorf("watchdog gate: %w", err)
 	}
 	return nil
+}
+
+// forget drops a launch thread's wish for its listener back (its launch failed or gave up
+// waiting); a listener that still arrives is closed.
+func (g *guard) forget(tid int) {
+	g.mu.Lock()
+	delete(g.wants, tid)
+	g.mu.Unlock()
+}
+
+// maxGuardMsg bounds one message from the watchdog ("listener TID").
+const maxGuardMsg = 64
+
+// read takes the gate listeners the watchdog hands back and passes each to the launch
+// that waits for it (closing any nobody waits for). It ends when the socket is shut down
+// or the watchdog is gone.
+func (g *guard) read(fd int, done chan struct{}) {
+	defer close(done)
+	buf := make([]byte, maxGuardMsg)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return
+		}
+		var fds []int
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				if rights, err := unix.ParseUnixRights(&m); err == nil {
+					fds = append(fds, rights...)
+				}
+			}
+		}
+		tidS, ok := strings.CutPrefix(string(buf[:n]), "listener ")
+		tid, err := strconv.Atoi(tidS)
+		if ok && err == nil && len(fds) == 1 {
+			g.mu.Lock()
+			ch := g.wants[tid]
+			delete(g.wants, tid)
+			g.mu.Unlock()
+			if ch != nil {
+				ch <- fds[0] // buffered, and each tid is handed one listener
+				continue
+			}
+		}
+		for _, f := range fds {
+			unix.Close(f)
+		}
+	}
+}
+
+// closeFD shuts the socket down (which ends its reader), waits for the reader, then
+// closes it: closing an fd a reader still blocks on would leave the number free for reuse
+// under it.
+func (g *guard) closeFD(fd int, reader chan struct{}) {
+	_ = unix.Shutdown(fd, unix.SHUT_RDWR)
+	if reader != nil {
+		select {
+		case <-reader:
+		case <-time.After(guardCloseBound):
+		}
+	}
+	unix.Close(fd)
 }
 
 // remove unregisters items once their tree is gone (best effort).
@@ -158,13 +240,13 @@ func (g *guard) remove(items ...string) {
 // reaps it.
 func (g *guard) close() error {
 	g.mu.Lock()
-	fd, exited := g.fd, g.exited
+	fd, exited, reader := g.fd, g.exited, g.reader
 	g.fd = -1
 	g.mu.Unlock()
 	if fd < 0 {
 		return nil
 	}
-	unix.Close(fd)
+	g.closeFD(fd, reader)
 	select {
 	case <-exited:
 		return nil

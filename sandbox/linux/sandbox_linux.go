@@ -331,6 +331,8 @@ func (s *Sandbox) Report() sandbox.Report {
 		IPCNamespace:   IPCNone,
 		SystemFiles:    SystemFilesByName,
 		Warnings:       append([]string{}, s.cg.warnings...),
+		KernelRefusals: kernelRefusals(s.launch),
+		LandlockAudit:  landlockAudit(s.abi),
 	}
 	switch {
 	case s.userView:
@@ -648,6 +650,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				return err
 			}
 		}
+		if rn := newRunNotify(spec, pol); rn != nil {
+			if err := rn.prepareStub(pol, l, spec.Trace); err != nil {
+				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
+			} else {
+				p.notify = rn
+			}
+		}
 		if pol.View != nil && !s.userView && s.pidns.available() {
 			// Root: the stub is born in the plugin's pid namespace (started from a thread
 			// that joined it) and mounts that namespace's procfs in its view.
@@ -656,6 +665,14 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.proc, err = l.Start()
 		}
 		p.status = l.Status
+		if p.notify != nil {
+			if err != nil {
+				p.notify.abort()
+				p.notify = nil
+			} else {
+				p.notify.launched()
+			}
+		}
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
@@ -709,6 +726,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
+		if rn := newRunNotify(spec, pol); rn != nil && kernel.SeccompSupported() {
+			if err := rn.prepare(tl, sys.UseCgroupFD && tl.gate != nil, spec.Trace); err != nil {
+				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
+			} else {
+				p.notify = rn
+			}
+		}
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
@@ -728,6 +752,20 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.holder = tl.holder
 			if err == nil {
 				p.proc, err = tl.start(nil)
+			}
+		}
+		if p.notify != nil {
+			if err != nil || tl.notifyLost {
+				if tl.notifyLost {
+					p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records (an enclosing sandbox holds the seccomp listener)")
+				}
+				p.notify.abort()
+				if tl.listenerBack != nil {
+					s.guard.forget(tl.gateTID)
+				}
+				p.notify = nil
+			} else {
+				p.notify.launched()
 			}
 		}
 	}
@@ -830,6 +868,8 @@ type process struct {
 	checkouts []*indexedCheckout
 	// netDetach ends the run's own egress namespace (stub-built) once the tree is gone.
 	netDetach func()
+	// notify records the run's kernel refusals (nil: not asked for, or unavailable).
+	notify *runNotify
 
 	mu        sync.Mutex
 	killed    map[int]bool
@@ -970,6 +1010,11 @@ func (p *process) wait() {
 			errs = append(errs, err)
 		}
 		res.OOMKilled, res.PeakMemory = p.cg.stats()
+	}
+	if p.notify != nil {
+		// The tree is gone: its last refused calls are answered and the true counts
+		// reported before the Result is, so the adapter's records of them come first.
+		p.notify.finish()
 	}
 	if !p.stdio.Finish(copyGrace) {
 		res.Mode.Degraded = append(res.Mode.Degraded, "output copy did not finish")

@@ -49,7 +49,18 @@ type threadLaunch struct {
 	files   []*os.File
 	sys     *syscall.SysProcAttr
 	// gate hands a clone3 gate listener to the watchdog (nil: none available).
-	gate func(tid, listener int) error
+	gate func(tid, listener int, back chan int) error
+	// notify asks for the deny-list's refusals (and, with trace, the traced calls) to go
+	// to a listener the host serves (kernel.Filter.Notify/Trace); the listener reaches
+	// the host through listenerTo (a socket of the host's table) or, gated, back from the
+	// watchdog into listenerBack.
+	notify, trace bool
+	listenerTo    int
+	listenerBack  chan int
+	// gateTID is the launch thread that handed its gate over (0: none yet).
+	gateTID int
+	// notifyLost says the listener could not be had (an enclosing filter holds one).
+	notifyLost bool
 	// pidNS is the run's pid namespace (an fd of its holder, -1: none): the thread joins it
 	// for its children only (setns CLONE_NEWPID changes the namespace of the children a
 	// task forks from then on, never its own), so the child is born inside it.
@@ -210,7 +221,41 @@ func (tl *threadLaunch) onThread() (int, error) {
 	listener := -1
 	if kernel.SeccompSupported() {
 		f := kernel.Filter{DenyUnix: tl.pol.DenyUnix}
+		notify := kernel.Filter{DenyUnix: f.DenyUnix, Notify: tl.notify, Trace: tl.trace}
 		switch {
+		case sys.UseCgroupFD && tl.gate != nil && tl.notify:
+			// One listener for both: the watchdog passes our clone3 and hands it back.
+			if listener, err = kernel.InstallGatedFilter(notify); err != nil {
+				return 0, threadStep("seccomp", err)
+			}
+			defer func() {
+				if listener >= 0 {
+					unix.Close(listener)
+				}
+			}()
+		case tl.notify && (!sys.UseCgroupFD || tl.gate == nil):
+			if sys.UseCgroupFD {
+				notify.AllowClone3 = true // no gate: reported as degraded by Start
+			}
+			l, err := kernel.InstallNotifyFilter(notify)
+			switch {
+			case errors.Is(err, kernel.ErrListenerBusy):
+				tl.notifyLost = true
+				f.AllowClone3 = notify.AllowClone3
+				if err := kernel.InstallFilter(f); err != nil {
+					return 0, threadStep("seccomp", err)
+				}
+			case err != nil:
+				return 0, threadStep("seccomp", err)
+			default:
+				// To the host now, before anything of this thread can be refused or
+				// traced (its own calls wait on the listener too).
+				err := unix.Sendmsg(tl.listenerTo, []byte("l"), unix.UnixRights(l), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+				unix.Close(l)
+				if err != nil {
+					return 0, threadStep("seccomp", fmt.Errorf("hand the listener to the host: %w", err))
+				}
+			}
 		case sys.UseCgroupFD && tl.gate != nil:
 			// CLONE_INTO_CGROUP makes our own fork a clone3, which the filter refuses to
 			// everyone else: the watchdog lets exactly this thread's call through.
@@ -243,7 +288,8 @@ func (tl *threadLaunch) onThread() (int, error) {
 		// Right before the fork. Our copy is closed first, so the watchdog holds the only
 		// one: if it dies, the kernel answers the pending clone3 with ENOSYS instead of
 		// leaving this thread (and a stop-the-world waiting for it) stuck.
-		if err := tl.gate(tid, listener); err != nil {
+		tl.gateTID = tid
+		if err := tl.gate(tid, listener, tl.listenerBack); err != nil {
 			tl.leaveCgroups(tidb)
 			return 0, threadStep("seccomp", err)
 		}

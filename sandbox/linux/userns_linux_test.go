@@ -48,6 +48,8 @@ type nsRun struct {
 	View      string   `json:"view,omitempty"`
 	NetDeny   string   `json:"net_deny,omitempty"`
 	TreeKill  string   `json:"tree_kill,omitempty"`
+	// Denials are the run's kernel refusals (Spec.KernelDenials): "kind syscall path".
+	Denials []string `json:"denials,omitempty"`
 }
 
 // nsEnv is the fake user's tree (under root, owned by the user): $HOME with an ssh key,
@@ -71,6 +73,7 @@ func runUserNSHelper(root, m string) int {
 	}
 	defer sb.Close()
 	rep := sb.Report()
+	var kdenials []string // the "kernel-denied" run's refusals (reported by the next run)
 	spec := func(script string) *sandbox.Spec {
 		d, err := os.Open(e.project)
 		if err != nil {
@@ -119,8 +122,18 @@ func runUserNSHelper(root, m string) int {
 		}
 		r.Stdout, r.Stderr = string(rest), errb.String()
 		r.Survivors = testutil.ProcessesMatching(m)
+		if name == "kernel-denied-list" {
+			r.Denials = kdenials // what the run before reported, all of it by now
+		}
 	}
 
+	// Kernel refusals as records from an unprivileged host (the init stub hands its
+	// listener back): a denied syscall, and traced, the key the view hides.
+	kd := spec(`unshare --user true; echo rc=$?; cat "$HOME/.ssh/id_rsa"; echo done`)
+	kd.Trace = true
+	kd.KernelDenials = func(d sandbox.KernelDenial) { kdenials = append(kdenials, d.Kind+" "+d.Syscall+" "+d.Path) }
+	report("kernel-denied", kd, nil)
+	report("kernel-denied-list", spec("true"), nil)
 	report("secret", spec(`test -e "$HOME/.ssh/id_rsa" && echo exists || echo absent
 		chmod 0666 "$HOME/.ssh/id_rsa" 2>/dev/null && echo chmod-ok
 		touch -d 2001-01-01 "$HOME/.ssh/id_rsa" 2>/dev/null && echo touch-ok
@@ -282,6 +295,15 @@ func TestUserNamespaceView(t *testing.T) {
 		uid = nobody
 	}
 
+	t.Run("kernel refusals recorded", func(t *testing.T) {
+		r := runs["kernel-denied"]
+		require.Empty(t, r.Err)
+		assert.Contains(t, r.Stdout, "rc=1")
+		assert.NotContains(t, r.Stdout, "PRIVATE")
+		ds := runs["kernel-denied-list"].Denials
+		assert.Contains(t, ds, "syscall unshare ", "reported: %v", ds)
+		assert.Contains(t, ds, "path openat "+e.key, "reported: %v", ds)
+	})
 	t.Run("IPC namespace of its own", func(t *testing.T) {
 		// The user's own 0600 segment and queue are unreachable by id, and what a run
 		// makes is gone after it (the init stub is cloned with CLONE_NEWIPC).

@@ -40,6 +40,10 @@ type Launch struct {
 	Sys                   *syscall.SysProcAttr // clone flags, cgroup fd, setsid for the stub
 	ConfirmTimeout        time.Duration        // 0 = DefaultConfirmTimeout
 
+	// Notify is the stub's end of a socket on which it sends its seccomp listener
+	// (Policy.Notify); it becomes the stub's fd 8. The caller closes its copy after Start.
+	Notify *os.File
+
 	// Status is set by a successful Start when Policy.Init is: the read end of the status
 	// pipe, on which the init stub writes the program's wait status (ReadStatus) before it
 	// exits. The returned process is then the stub, not the program. The caller closes it.
@@ -132,14 +136,17 @@ func (l *Launch) Start() (*os.Process, error) {
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 		}
 		files = append(files, statW) // fd 6 (fd 5 is closed when there is no Dir)
-	} else if l.Dir == nil && idmap == nil {
+	} else if l.Dir == nil && idmap == nil && l.Notify == nil {
 		files = files[:5]
 	}
-	if idmap != nil {
+	if idmap != nil || l.Notify != nil {
 		for len(files) < fdIDMap {
 			files = append(files, nil) // closed in the stub
 		}
-		files = append(files, idmap)
+		files = append(files, idmap) // nil: closed in the stub
+	}
+	if l.Notify != nil {
+		files = append(files, l.Notify) // fdNotify
 	}
 	var netHost *os.File
 	if l.Policy.Net != nil {

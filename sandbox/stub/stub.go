@@ -36,7 +36,8 @@ const (
 	fdDir    = 5 // the guarded working directory (optional)
 	fdStatus = 6 // write end of the status pipe (Policy.Init only)
 	fdIDMap  = 7 // the view's idmapping user namespace (View.IDMap, optional)
-	fdNet    = 8 // the stub's end of the network hand-off socket (Policy.Net, optional)
+	fdNotify = 8 // a socket the stub hands its seccomp listener back on (Policy.Notify)
+	fdNet    = 9 // the stub's end of the network hand-off socket (Policy.Net, optional)
 )
 
 // Bounds on what crosses the pipes.
@@ -81,6 +82,13 @@ type Policy struct {
 	// DenyUnix refuses to create AF_UNIX sockets (seccomp, Linux): no connecting to
 	// docker.sock, D-Bus or systemd sockets.
 	DenyUnix bool `json:"deny_unix,omitempty"`
+
+	// Notify (Linux): the deny-list's refusals go to a seccomp listener the stub sends to
+	// the host over fd 8 (Launch.Notify) before it execs; Trace adds the path and connect
+	// calls (kernel.Filter.Notify, Trace). An enclosing filter that already has a listener
+	// makes the stub install the plain filter and close fd 8 (the host then sees EOF).
+	Notify bool `json:"notify,omitempty"`
+	Trace  bool `json:"trace,omitempty"`
 
 	// Init (Linux): the stub was started in its own user, mount and pid namespaces (an
 	// unprivileged host's private view) and is pid 1 there. It does not exec the program

@@ -1,11 +1,14 @@
 package stub
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // joinCgroups moves the stub into its cgroup v1 controller groups before any untrusted code
@@ -38,4 +41,31 @@ func cloexecFrom(first int) error {
 		return nil
 	}
 	return cloexecFromDir("/proc/self/fd", first)
+}
+
+// installFilter installs the seccomp filter last of all the steps; with Policy.Notify its
+// listener goes to the host over fdNotify first (the stub keeps no copy: a host that is
+// gone makes the kernel answer the refused calls ENOSYS, still refused).
+func installFilter(pol *Policy) error {
+	f := kernel.Filter{DenyUnix: pol.DenyUnix}
+	if !pol.Notify && !pol.Trace {
+		return kernel.InstallFilter(f)
+	}
+	nf := f
+	nf.Notify, nf.Trace = true, pol.Trace
+	l, err := kernel.InstallNotifyFilter(nf)
+	if errors.Is(err, kernel.ErrListenerBusy) {
+		_ = unix.Close(fdNotify)
+		return kernel.InstallFilter(f)
+	}
+	if err != nil {
+		return err
+	}
+	err = unix.Sendmsg(fdNotify, []byte("l"), unix.UnixRights(l), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+	_ = unix.Close(l)
+	_ = unix.Close(fdNotify)
+	if err != nil {
+		return fmt.Errorf("hand the listener to the host: %w", err)
+	}
+	return nil
 }

@@ -64,7 +64,7 @@ func apply(pol *Policy) error {
 	if err := kernel.DropExecCaps(); err != nil {
 		return &StepError{Step: "capabilities", Msg: err.Error()}
 	}
-	if err := kernel.InstallFilter(kernel.Filter{DenyUnix: pol.DenyUnix}); err != nil {
+	if err := installFilter(pol); err != nil {
 		return &StepError{Step: "seccomp", Msg: err.Error()}
 	}
 	if pol.Init {

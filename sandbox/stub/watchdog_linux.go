@@ -63,6 +63,9 @@ const maxGates = 1024
 type pendingGate struct {
 	fd, tid  int
 	deadline time.Time
+	// back: once the gate is passed, the listener goes back to the host, which serves the
+	// run's refusals on it (kernel.Filter.Notify), instead of being closed.
+	back bool
 }
 
 // runWatchdog is the watchdog's whole life; it returns the exit code.
@@ -128,8 +131,9 @@ func runWatchdog(args []string) int {
 		op, val, _ := strings.Cut(string(buf[:n]), " ")
 		switch op {
 		case "gate":
-			if tid, err := strconv.Atoi(val); err == nil && len(fds) == 1 && len(gates) < maxGates {
-				gates = append(gates, pendingGate{fd: fds[0], tid: tid, deadline: time.Now().Add(gateTimeout)})
+			tidS, back := strings.CutSuffix(val, " back")
+			if tid, err := strconv.Atoi(tidS); err == nil && len(fds) == 1 && len(gates) < maxGates {
+				gates = append(gates, pendingGate{fd: fds[0], tid: tid, deadline: time.Now().Add(gateTimeout), back: back})
 				fds = nil // kept open until the gate is passed
 			}
 		case "+cg":
@@ -171,6 +175,11 @@ func serveGates(gates []pendingGate, ready []unix.PollFd) []pendingGate {
 		case re&unix.POLLIN != 0:
 			passed, err := kernel.AnswerClone3Ready(g.fd, g.tid)
 			done = passed || err != nil
+			if passed && g.back {
+				// The host's guard reads it (best effort: a host that cannot take it
+				// records no refusal of this run, which the kernel still refuses).
+				_ = unix.Sendmsg(0, []byte("listener "+strconv.Itoa(g.tid)), unix.UnixRights(g.fd), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+			}
 		case re&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0:
 			done = true
 		}

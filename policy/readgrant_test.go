@@ -1,0 +1,63 @@
+package policy
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestCheckReadGrant(t *testing.T) {
+	p := Paths{Home: "/home/u", ConfigDir: "/home/u/.config/fledge", StateDir: "/home/u/.local/state/fledge",
+		AuditLog: "/home/u/.local/state/fledge/audit.jsonl"}
+	for path, ok := range map[string]bool{
+		"/home/u/.gitconfig":             true,
+		"/home/u/.config/git":            true,
+		"/opt/tools/share":               true,
+		"/home/u/.ssh/id_rsa":            false,
+		"/home/u/.ssh":                   false,
+		"/home/u/.aws/credentials":       false,
+		"/home/u/.config/gh/hosts.yml":   false,
+		"/home/u/.config/fledge/x.toml":  false,
+		"/home/u/.config":                false, // holds fledge's config dir
+		"/home/u/.local/state/fledge":    false,
+		"/home/u":                        false,
+		"/":                              false,
+		"relative/path":                  false,
+		"/home/u/../u/.ssh":              false,
+		"/home/u/.gitconfig/":            false,
+		"/home/u/.sshkeys-not-the-store": true,
+	} {
+		err := CheckReadGrant(path, p)
+		if ok {
+			assert.NoError(t, err, path)
+		} else {
+			assert.True(t, errors.Is(err, ErrReadGrant), "%s: %v", path, err)
+		}
+	}
+}
+
+func TestReadGrantsInProfile(t *testing.T) {
+	c := Default()
+	p := Paths{Home: "/home/u", ConfigDir: "/home/u/.config/fledge", StateDir: "/home/u/.local/state/fledge",
+		PluginDir: "/home/u/.config/fledge/plugins/x", PluginDataDir: "/home/u/.config/fledge/plugins/x/data"}
+	prof := c.Build(ProfileInput{Paths: p, Read: []string{"/home/u/.gitconfig", "/home/u/.ssh/id_rsa", "/home/u/.gitconfig"}})
+	assert.Contains(t, prof.Plugin.Access.ReadOnly, "/home/u/.gitconfig")
+	assert.Contains(t, prof.Exec.Access.ReadOnly, "/home/u/.gitconfig")
+	assert.NotContains(t, prof.Plugin.Access.ReadOnly, "/home/u/.ssh/id_rsa", "a hand-edited registry cannot widen it")
+	n := 0
+	for _, r := range prof.Plugin.Access.ReadOnly {
+		if r == "/home/u/.gitconfig" {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n)
+}
+
+func TestExpandReadGrant(t *testing.T) {
+	p, ok := ExpandReadGrant("read=~/.gitconfig", "/home/u")
+	assert.True(t, ok)
+	assert.Equal(t, "/home/u/.gitconfig", p)
+	_, ok = ExpandReadGrant("network", "/home/u")
+	assert.False(t, ok)
+}

@@ -1,0 +1,77 @@
+package core
+
+import (
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// SetTrace turns trace mode on for every run of this session started after it.
+func (r *Recorder) SetTrace(on bool) { r.trace.Store(on) }
+
+// Tracing reports whether the session's runs are traced.
+func (r *Recorder) Tracing() bool { return r.trace.Load() }
+
+// ObserveKernel makes spec's kernel refusals records of this session (kernel_denied), with
+// command (the exec's command line; "" for the plugin process itself), and traces the run
+// when the session does. Every adapter calls it on the spec it is about to start.
+func (r *Recorder) ObserveKernel(spec *sandbox.Spec, command string) {
+	if r == nil {
+		return
+	}
+	spec.Trace = r.Tracing()
+	spec.KernelDenials = func(d sandbox.KernelDenial) { r.KernelDenied(d, command) }
+}
+
+// KernelDenied records one refusal the kernel made (deny): the sandbox has already
+// rate-limited it per run (first occurrence, then the true count at the end), and the
+// session's per-kind bound (MaxRepeatRecords) applies on top across runs.
+func (r *Recorder) KernelDenied(d sandbox.KernelDenial, command string) {
+	details := map[string]any{audit.DetailKind: d.Kind, audit.DetailSyscall: d.Syscall, audit.DetailCount: d.Count}
+	if d.Errno != "" {
+		details[audit.DetailErrno] = d.Errno
+	}
+	if d.When != "" {
+		details[audit.DetailWhen] = d.When
+	}
+	if d.Path != "" {
+		details[audit.DetailPath] = d.Path
+	}
+	if d.Access != "" {
+		details[audit.DetailAccess] = d.Access
+	}
+	if d.Address != "" {
+		details[audit.DetailAddress] = d.Address
+	}
+	if d.Pid != 0 {
+		details[audit.DetailPid] = d.Pid
+	}
+	if d.Traced {
+		details[audit.DetailTraced] = true
+	}
+	if d.Final {
+		details[audit.DetailFinal] = true
+	}
+	if command != "" {
+		details[audit.DetailCommand] = command
+	}
+	r.Record(audit.EventKernelDenied, audit.Deny, KernelDeniedReason(d), details, false)
+	if d.Final && d.Count > 2 {
+		// The first occurrence and this record were counted as they were recorded; the
+		// repeats in between are refusals too, and plugin_exit counts every one.
+		r.denied.Add(d.Count - 2)
+	}
+}
+
+// KernelDeniedReason is the reason code of a kernel_denied record: a path outside the
+// grants is path_escape, a destination the run may not reach capability_not_granted
+// (network), a deny-listed syscall capability_not_allowed (no grant gives it).
+func KernelDeniedReason(d sandbox.KernelDenial) reason.Code {
+	switch d.Kind {
+	case "path":
+		return reason.PathEscape
+	case "network":
+		return reason.CapabilityNotGranted
+	}
+	return reason.CapabilityNotAllowed
+}

@@ -1,0 +1,243 @@
+package protocolhost
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/project"
+)
+
+// Learn is `fledge plugins learn NAME -- ARGS`: one traced run of the plugin's command
+// under its current grants, then the smallest grant change that would have let its refused
+// accesses through, printed to out as lines to copy. It grants nothing. command "" is the
+// command named like the plugin, else its first. The traced run's own failure is returned
+// as note (for the caller to show), never as Learn's error.
+func (h *Host) Learn(ctx context.Context, name, command string, args []string, out io.Writer) (note error, err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e := h.Env
+	reg, err := h.registry()
+	if err != nil {
+		return nil, err
+	}
+	entry := reg.Find(name)
+	if entry == nil {
+		return nil, exitErr(ExitFailure, "no plugin named %q is installed", name)
+	}
+	switch {
+	case command == "" && slices.Contains(entry.Commands, entry.Name):
+		command = entry.Name
+	case command == "" && len(entry.Commands) > 0:
+		command = entry.Commands[0]
+	case command == "":
+		return nil, exitErr(ExitUsage, "plugin %s has no command to run: learn runs a plugin command", entry.Name)
+	case !slices.Contains(entry.Commands, command):
+		return nil, exitErr(ExitUsage, "plugin %s has no command %q (it has: %s)", entry.Name, command, strings.Join(entry.Commands, ", "))
+	}
+	cwd, _ := os.Getwd()
+	proj, _ := project.Detect(cwd, h.opts.ProjectFlag)
+	home, _ := os.UserHomeDir()
+	dir := plugin.Dir(e.ConfigDir, entry.Name)
+	paths := e.Paths(dir, filepath.Join(dir, "data"), proj)
+
+	// The run: trace on, the grants as they are.
+	session := ""
+	prevTrace, prevHook := e.Trace, h.opts.SessionStarted
+	e.Trace, h.opts.SessionStarted = true, func(id string) { session = id }
+	runErr := h.RunCommand(ctx, command, args)
+	e.Trace, h.opts.SessionStarted = prevTrace, prevHook
+	if session == "" {
+		return nil, runErr // refused before it ran: nothing to learn from
+	}
+	found, err := kernelDenials(e.AuditPath, session)
+	if err != nil {
+		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
+	}
+	learnReport(out, entry, session, found, paths, proj, home)
+	return runErr, nil
+}
+
+// learned is one refused access, with how often and where it was seen.
+type learned struct {
+	kind, syscall, access, target string
+	count                         int64
+	commands                      []string
+}
+
+// kernelDenials reads a session's kernel_denied records, one entry per refusal kind with
+// its true count.
+func kernelDenials(auditPath, session string) (map[string]*learned, error) {
+	found := map[string]*learned{}
+	err := audit.Read(auditPath, func(r *audit.Record) error {
+		if r.Session != session || r.Event != audit.EventKernelDenied {
+			return nil
+		}
+		str := func(k string) string { s, _ := r.Details[k].(string); return s }
+		n := int64(1)
+		if c, ok := r.Details[audit.DetailCount].(float64); ok {
+			n = int64(c)
+		}
+		l := &learned{kind: str(audit.DetailKind), syscall: str(audit.DetailSyscall), access: str(audit.DetailAccess),
+			target: str(audit.DetailPath) + str(audit.DetailAddress)}
+		if l.target == "" {
+			l.target = l.syscall
+		}
+		key := l.kind + "\x00" + l.syscall + "\x00" + l.access + "\x00" + l.target
+		if prev, ok := found[key]; ok {
+			l = prev
+			if r.Details[audit.DetailFinal] == true {
+				l.count = max(l.count, n)
+			}
+		} else {
+			l.count = n
+			found[key] = l
+		}
+		if c := str(audit.DetailCommand); c != "" && !slices.Contains(l.commands, c) && len(l.commands) < 3 {
+			l.commands = append(l.commands, c)
+		}
+		return nil
+	})
+	return found, err
+}
+
+// TraceSummary is how many kernel_denied records a session left (run --trace says so).
+func (h *Host) TraceSummary(session string) int {
+	found, err := kernelDenials(h.Env.AuditPath, session)
+	if err != nil {
+		return 0
+	}
+	return len(found)
+}
+
+// report prints the proposals: the smallest grant for each refused access a grant can
+// lift, with its evidence; then what no grant lifts.
+func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[string]*learned,
+	paths policy.Paths, proj *project.Info, home string) {
+	type proposal struct {
+		item     string
+		evidence []string
+	}
+	props := map[string]*proposal{}
+	var order []string
+	var apart []string
+	propose := func(item, ev string) {
+		p, ok := props[item]
+		if !ok {
+			p = &proposal{item: item}
+			props[item] = p
+			order = append(order, item)
+		}
+		p.evidence = append(p.evidence, ev)
+	}
+	var keys []string
+	for k := range found {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	// Paths some call opened, executed or wrote: a failed stat alone (a probe, a search
+	// along a path list) is evidence of nothing needed.
+	used := map[string]bool{}
+	for _, k := range keys {
+		if l := found[k]; l.kind == "path" && l.access != "stat" {
+			used[l.target] = true
+		}
+	}
+	for _, k := range keys {
+		l := found[k]
+		ev := fmt.Sprintf("%s %s %s", l.syscall, l.access, l.target)
+		if l.kind == "syscall" {
+			ev = l.syscall
+		}
+		ev += fmt.Sprintf(" (%s)", times(l.count))
+		if len(l.commands) > 0 {
+			ev += " by command: " + strings.Join(l.commands, "; ")
+		}
+		switch l.kind {
+		case "network":
+			if entry.Granted.Network {
+				apart = append(apart, ev+": the plugin holds network; the destination is refused by the egress policy")
+			} else {
+				// The destination itself, not the whole network.
+				propose("network="+l.target, ev)
+			}
+		case "path":
+			switch {
+			case l.access == "stat" && !used[l.target]:
+				// Looked for, never opened: not proposed.
+			case l.access == "write":
+				apart = append(apart, ev+": writes go through exec in the project, no grant gives them elsewhere")
+			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
+				propose("filesystem=project", ev)
+			default:
+				if err := policy.CheckReadGrant(l.target, paths); err != nil {
+					apart = append(apart, ev+": "+err.Error())
+				} else {
+					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
+				}
+			}
+		case "syscall", "overflow":
+			if l.syscall == "socket" || l.syscall == "socketpair" {
+				apart = append(apart, ev+": unix sockets are no plugin's grant ([sandbox] unix_sockets in config.toml opens them to every plugin; often only glibc asking nscd)")
+			} else {
+				apart = append(apart, ev+": on the kernel deny-list, no grant gives it")
+			}
+		}
+	}
+	fmt.Fprintf(w, "traced %s under its current grants (%s); session %s\n", entry.Name, entry.Granted.String(), session)
+	if len(order) == 0 {
+		fmt.Fprintln(w, "no refused access that a grant would let through: nothing to propose")
+	} else {
+		fmt.Fprintln(w, "proposed (nothing was granted; copy what you agree with):")
+		for _, item := range order {
+			p := props[item]
+			fmt.Fprintf(w, "  fledge plugins grant %s %s\n", entry.Name, shellQuote(p.item))
+			for _, ev := range p.evidence {
+				fmt.Fprintf(w, "      evidence: %s\n", ev)
+			}
+		}
+	}
+	if len(apart) > 0 {
+		fmt.Fprintln(w, "refused, and no grant would change it:")
+		for _, a := range apart {
+			fmt.Fprintf(w, "  %s\n", a)
+		}
+	}
+}
+
+func times(n int64) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// tildePath writes a path under the home as ~/..., as the user would type it.
+func tildePath(p, home string) string {
+	if home != "" && policy.Within(p, home) && p != home {
+		return "~/" + strings.TrimPrefix(p, strings.TrimSuffix(home, "/")+"/")
+	}
+	return p
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it (a ~/ prefix stays unquoted so
+// the shell expands it as the user typed it).
+func shellQuote(s string) string {
+	safe := func(r rune) bool {
+		return r == '/' || r == '.' || r == '_' || r == '-' || r == '=' || r == '~' || r == '+' || r == ',' || r == ':' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return !safe(r) }) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,216 @@
+package linux
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/sandbox/stub"
+)
+
+// Kernel refusals as records (sandbox.Spec.KernelDenials): the launch installs its filter
+// with kernel.Filter.Notify (and Trace), the listener comes to the host (from the launch
+// thread over a socket pair, or back from the watchdog that passed the clone3 gate), and
+// a kernel.NotifyServer answers the run's refused calls and reports them, rate-limited by
+// a sandbox.DenialLog, until the run's tree is gone.
+
+// listenerWait bounds how long the host waits for a run's listener after the launch; a
+// listener that comes later is closed (the run's refused calls then get ENOSYS, still
+// refused, unrecorded).
+const listenerWait = 30 * time.Second
+
+// notifyStopBound bounds how long Wait waits for the server to answer the run's last
+// calls once the tree is gone.
+const notifyStopBound = time.Second
+
+// runNotify is one run's listener on the host side.
+type runNotify struct {
+	ch     chan int      // the listener, once it reaches the host
+	ready  chan struct{} // closed once the server runs or the hand-over failed
+	srv    *kernel.NotifyServer
+	log    *sandbox.DenialLog
+	grants *kernel.Grants // nil: trace nothing
+	pair   [2]int         // socket pair of a launch without gate (-1: none)
+	cancel chan struct{}  // closed when the launch failed
+	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
+	stubEnd *os.File
+}
+
+// newRunNotify prepares spec's recording for pol (nil when spec asks for none or this
+// kernel has no user notification).
+func newRunNotify(spec *sandbox.Spec, pol *stub.Policy) *runNotify {
+	if spec.KernelDenials == nil || !kernel.NotifySupported() {
+		return nil
+	}
+	rn := &runNotify{ch: make(chan int, 1), ready: make(chan struct{}), pair: [2]int{-1, -1}, cancel: make(chan struct{})}
+	trace := spec.Trace
+	rn.log = sandbox.NewDenialLog(spec.KernelDenials)
+	if trace && pol.Landlock != nil {
+		rn.grants = &kernel.Grants{ReadWrite: pol.Landlock.ReadWrite, ReadOnly: pol.Landlock.ReadOnly,
+			ReadExec: pol.Landlock.ReadExec, Network: spec.Network}
+	}
+	return rn
+}
+
+// prepareStub points a stub launch at rn: the stub sends its listener over a socket pair
+// whose other end becomes its fd 8.
+func (rn *runNotify) prepareStub(pol *stub.Policy, l *stub.Launch, trace bool) error {
+	if err := rn.prepare(nil, false, trace); err != nil {
+		return err
+	}
+	pol.Notify, pol.Trace = true, trace
+	rn.stubEnd = os.NewFile(uintptr(rn.pair[1]), "notify")
+	l.Notify = rn.stubEnd
+	return nil
+}
+
+// prepare points a thread launch at rn (tl nil: a stub launch): over a socket pair, or
+// (gated) back from the watchdog.
+func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
+	if tl != nil {
+		tl.notify, tl.trace = true, trace
+	}
+	// Served as soon as it arrives, while the launch is still under way: the launch
+	// thread's own calls after its filter (traced ones) wait on the listener too.
+	go func() {
+		defer close(rn.ready)
+		select {
+		case fd := <-rn.ch:
+			rn.srv = kernel.ServeNotify(fd, rn.grants, rn.add)
+		case <-rn.cancel:
+		case <-time.After(listenerWait):
+		}
+	}()
+	if gated {
+		tl.listenerBack = rn.ch
+		return nil
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	rn.pair = [2]int{fds[0], fds[1]}
+	if tl != nil {
+		tl.listenerTo = fds[1]
+	}
+	// Received at once, in parallel with the launch: the launch thread's own calls after
+	// its filter (traced ones) wait on the listener, so it must be served before the
+	// launch returns.
+	go func(r int) {
+		buf := make([]byte, 1)
+		oob := make([]byte, unix.CmsgSpace(4))
+		for {
+			_, oobn, _, _, err := unix.Recvmsg(r, buf, oob, unix.MSG_CMSG_CLOEXEC)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || oobn == 0 {
+				return // EOF: the launch thread is gone without handing one over
+			}
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil || len(msgs) == 0 {
+				return
+			}
+			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) > 0 {
+				for _, f := range fds[1:] {
+					unix.Close(f)
+				}
+				rn.ch <- fds[0]
+			}
+			return
+		}
+	}(fds[0])
+	return nil
+}
+
+// launched is called once the launch succeeded. The host's end of the pair is closed: the
+// launch thread's copy dies with the thread, so a receiver still waiting sees EOF.
+func (rn *runNotify) launched() {
+	if rn.stubEnd != nil {
+		rn.stubEnd.Close()
+		rn.stubEnd, rn.pair[1] = nil, -1
+	}
+	if rn.pair[1] >= 0 {
+		unix.Close(rn.pair[1])
+		rn.pair[1] = -1
+	}
+}
+
+// abort releases what a failed launch prepared.
+func (rn *runNotify) abort() {
+	if rn.stubEnd != nil {
+		rn.stubEnd.Close()
+		rn.stubEnd, rn.pair[1] = nil, -1
+	}
+	for i, fd := range rn.pair {
+		if fd >= 0 {
+			unix.Close(fd)
+			rn.pair[i] = -1
+		}
+	}
+	close(rn.cancel)
+	<-rn.ready
+	if rn.srv != nil {
+		rn.srv.Stop(notifyStopBound) // the failed launch's thread is gone or going
+	}
+	select {
+	case fd := <-rn.ch:
+		unix.Close(fd)
+	default:
+	}
+}
+
+// add turns a listener's notice into the run's report.
+func (rn *runNotify) add(n kernel.Notice) {
+	d := sandbox.KernelDenial{Syscall: n.Syscall, Errno: n.Errno, When: n.When, Path: n.Path,
+		Access: n.Access, Address: n.Address, Pid: n.Pid}
+	switch {
+	case n.Denied:
+		d.Kind = "syscall"
+	case n.Address != "":
+		d.Kind, d.Traced = "network", true
+	default:
+		d.Kind, d.Traced = "path", true
+	}
+	rn.log.Add(d)
+}
+
+// finish runs once the run's tree is gone: the last calls are answered, the listener
+// closed, and the true counts reported.
+func (rn *runNotify) finish() {
+	if rn.pair[0] >= 0 {
+		unix.Close(rn.pair[0])
+		rn.pair[0] = -1
+	}
+	<-rn.ready
+	if rn.srv != nil {
+		rn.srv.Stop(notifyStopBound)
+	}
+	rn.log.Flush()
+}
+
+// kernelRefusals is Report.KernelRefusals: both launchers hand the listener to the host.
+func kernelRefusals(launch string) string {
+	if kernel.NotifySupported() {
+		return "seccomp-notify"
+	}
+	return "none"
+}
+
+// landlockAudit is Report.LandlockAudit.
+func landlockAudit(abi int) string {
+	if abi < 7 {
+		return "none"
+	}
+	on, err := kernel.KernelAuditEnabled()
+	switch {
+	case err != nil:
+		return "unknown"
+	case on:
+		return "kernel-audit"
+	}
+	return "off"
+}
