@@ -28,6 +28,17 @@ func BuildEgressNet(n *EgressNet) (_ *EgressFDs, err error) {
 			}
 		}
 	}()
+	// Only ever in a namespace made for the run: one that already has a device besides its
+	// loopback is someone else's (the host's, for a launch that forgot CLONE_NEWNET).
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEgressNet, err)
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 || i.Name != "lo" {
+			return nil, fmt.Errorf("%w: not a fresh network namespace (it has %s)", ErrEgressNet, i.Name)
+		}
+	}
 	if fds.TUN, err = openTUN(n.TUN); err != nil {
 		return nil, fmt.Errorf("%w: open /dev/net/tun: %w", ErrEgressNet, err)
 	}

@@ -1,21 +1,28 @@
 package linux
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/egress/netstack"
 	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
 // A plugin session's grant by destination holds for the plugin process and for every
@@ -137,4 +144,81 @@ func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, 0, hits)
 	mu.Unlock()
+}
+
+// The stub waits for fledge to serve the namespace it built: when fledge cannot (here the
+// attach refuses), the launch fails and the program never runs; the fds it was handed are
+// all closed. A stub that cannot build the namespace (no CAP_NET_ADMIN over it: not cloned
+// into one of its own) fails the launch at its "network" step.
+func TestEgressHandOffFailureRunsNothing(t *testing.T) {
+	if err := netstack.Supported(); err != nil {
+		testutil.SkipUnlessSupported(t, false, fmt.Sprintf("egress namespace: %v", err))
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	e := newEnv(t)
+	marker := filepath.Join(e.project, "ran")
+	start := func(sys *syscall.SysProcAttr, attach func(*kernel.EgressFDs) error) error {
+		stdio, err := stub.OpenStdio(nil, nil, nil)
+		require.NoError(t, err)
+		defer stdio.Abort()
+		l := &stub.Launch{StubPath: exe,
+			Policy: &stub.Policy{Path: "/bin/sh", Args: []string{"sh", "-c", ": > " + marker}, Env: []string{"PATH=/usr/bin:/bin"},
+				Net: &kernel.EgressNet{TUN: "tun0", Addr: [4]byte{10, 77, 0, 2}, MTU: 1500, LoopPorts: []uint16{8080}}},
+			Stdin: stdio.Files[0], Stdout: stdio.Files[1], Stderr: stdio.Files[2], Sys: sys, NetAttach: attach}
+		p, err := l.Start()
+		stdio.Started()
+		if err == nil {
+			_, _ = p.Wait()
+		}
+		return err
+	}
+	var got []int
+	err = start(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET}, func(fds *kernel.EgressFDs) error {
+		got = fds.All()
+		for _, fd := range got {
+			_ = unix.Close(fd)
+		}
+		return errors.New("refused by the test")
+	})
+	require.ErrorIs(t, err, sandbox.ErrLaunch)
+	require.ErrorIs(t, err, stub.ErrNetHandOff)
+	assert.Len(t, got, 2, "the TUN device and the loopback port's listener")
+	assert.NoFileExists(t, marker, "the program ran in a namespace nobody serves")
+
+	// Positive control: served, the program runs.
+	err = start(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET}, func(fds *kernel.EgressFDs) error {
+		for _, fd := range fds.All() {
+			_ = unix.Close(fd)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.FileExists(t, marker)
+	require.NoError(t, os.Remove(marker))
+
+	if os.Geteuid() != 0 {
+		return
+	}
+	// Not cloned into a namespace of its own: as root the stub would add tun0 to the
+	// host's namespace; it refuses (not a fresh namespace) before anything runs.
+	err = start(&syscall.SysProcAttr{}, func(fds *kernel.EgressFDs) error {
+		t.Error("the stub built its network in the host's namespace")
+		return nil
+	})
+	require.ErrorIs(t, err, stub.ErrStubFailed)
+	assert.Contains(t, err.Error(), "not a fresh network namespace")
+	assert.NoFileExists(t, marker)
+	_, err = net.InterfaceByName("tun0")
+	assert.Error(t, err, "tun0 in the host's namespace")
+	// A user's stub without CAP_NET_ADMIN over its namespace (here: in a user namespace of
+	// its own, but the host's network namespace) fails the same way.
+	err = start(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER, UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}}, func(fds *kernel.EgressFDs) error {
+		t.Error("the stub built a namespace without holding CAP_NET_ADMIN over one")
+		return nil
+	})
+	require.ErrorIs(t, err, stub.ErrStubFailed)
+	assert.Contains(t, err.Error(), "network")
+	assert.NoFileExists(t, marker)
 }
