@@ -11,10 +11,12 @@ func kernelRefusalsText(v string) string {
 // landlockAuditText is doctor's line on whether the kernel logs Landlock's own denials.
 func landlockAuditText(v string) string {
 	switch v {
+	case "recorded":
+		return "recorded (kernel_denied kind landlock: the kernel's audit logs them, Landlock ABI 7+ with audit enabled, and fledge reads them as root)"
 	case "kernel-audit":
 		return "logged by the kernel's audit (Landlock ABI 7+, audit enabled: AUDIT_LANDLOCK_ACCESS records, read with ausearch)"
 	case "off":
-		return "not logged: Landlock ABI 7+ would, but the kernel's audit is disabled (auditctl -e 1)"
+		return "not logged: Landlock ABI 7+ would, but the kernel's audit is disabled (auditctl -e 1; fledge then records them, as root, and never changes it itself)"
 	case "unknown":
 		return "Landlock ABI 7+ can log them to the kernel's audit; whether it is enabled needs root to ask"
 	}

@@ -63,8 +63,39 @@ func (h *Host) Learn(ctx context.Context, name, command string, args []string, o
 	if err != nil {
 		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
 	}
-	learnReport(out, entry, session, found, paths, proj, home)
+	learnReport(out, entry, session, found, paths, proj, home, h.secretsNotGranted(entry))
 	return runErr, nil
+}
+
+// secretNote is one secret the approved manifest declares and the plugin does not hold,
+// with where the user has it (never its value).
+type secretNote struct{ name, where string }
+
+// secretsNotGranted lists the declared secrets the plugin was not granted: the run did not
+// get them, so a failure for want of one shows as nothing at all in the kernel's records.
+// Only the approved manifest counts (a grant is checked against it); an edited one proposes
+// nothing, as `plugins grant` would refuse it.
+func (h *Host) secretsNotGranted(entry *plugin.Entry) []secretNote {
+	m, _, err := plugin.LoadManifest(plugin.Dir(h.Env.ConfigDir, entry.Name))
+	if err != nil || m.SHA256() != entry.ManifestSHA256 || !m.HoldsGrants() {
+		return nil
+	}
+	var out []secretNote
+	for _, n := range m.Declared().Secrets {
+		if slices.Contains(entry.Granted.Secrets, n) {
+			continue
+		}
+		where := "set neither in your environment nor in fledge's secret store: after granting, export it or store it with 'fledge secrets set " + n + "'"
+		if _, ok := os.LookupEnv(n); ok {
+			where = "set in your environment"
+		} else if _, ok, err := plugin.LookupSecret(h.Env.StateDir, n); err == nil && ok {
+			where = "stored with 'fledge secrets set'"
+		} else if err != nil {
+			where = "fledge's secret store: " + err.Error()
+		}
+		out = append(out, secretNote{name: n, where: where})
+	}
+	return out
 }
 
 // learned is one refused access, with how often and where it was seen.
@@ -122,7 +153,7 @@ func (h *Host) TraceSummary(session string) int {
 // report prints the proposals: the smallest grant for each refused access a grant can
 // lift, with its evidence; then what no grant lifts.
 func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[string]*learned,
-	paths policy.Paths, proj *project.Info, home string) {
+	paths policy.Paths, proj *project.Info, home string, secrets []secretNote) {
 	type proposal struct {
 		item     string
 		evidence []string
@@ -155,8 +186,11 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 	for _, k := range keys {
 		l := found[k]
 		ev := fmt.Sprintf("%s %s %s", l.syscall, l.access, l.target)
-		if l.kind == "syscall" {
+		switch l.kind {
+		case "syscall":
 			ev = l.syscall
+		case "landlock":
+			ev = fmt.Sprintf("landlock %s %s", l.access, l.target)
 		}
 		ev += fmt.Sprintf(" (%s)", times(l.count))
 		if len(l.commands) > 0 {
@@ -185,6 +219,21 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
 				}
 			}
+		case "landlock":
+			// Landlock's own refusal, from the kernel's audit: a read of a path is lifted
+			// by a read grant; anything else (a write, a port, a signal) by none.
+			switch {
+			case !landlockReadOnly(l.access) || l.target == "" || l.target == l.syscall:
+				apart = append(apart, ev+": refused by Landlock, no grant gives it")
+			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
+				propose("filesystem=project", ev)
+			default:
+				if err := policy.CheckReadGrant(l.target, paths); err != nil {
+					apart = append(apart, ev+": "+err.Error())
+				} else {
+					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
+				}
+			}
 		case "syscall", "overflow":
 			if l.syscall == "socket" || l.syscall == "socketpair" {
 				apart = append(apart, ev+": unix sockets are no plugin's grant ([sandbox] unix_sockets in config.toml opens them to every plugin; often only glibc asking nscd)")
@@ -192,6 +241,9 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 				apart = append(apart, ev+": on the kernel deny-list, no grant gives it")
 			}
 		}
+	}
+	for _, sn := range secrets {
+		propose("secret="+sn.name, fmt.Sprintf("%s is declared in plugin.toml and not granted, so the run did not get it (%s)", sn.name, sn.where))
 	}
 	fmt.Fprintf(w, "traced %s under its current grants (%s); session %s\n", entry.Name, entry.Granted.String(), session)
 	if len(order) == 0 {
@@ -212,6 +264,19 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			fmt.Fprintf(w, "  %s\n", a)
 		}
 	}
+}
+
+// landlockReadOnly reports whether a Landlock record's blockers ask only to read.
+func landlockReadOnly(blockers string) bool {
+	if blockers == "" {
+		return false
+	}
+	for _, b := range strings.Split(blockers, ",") {
+		if b != "fs.read_file" && b != "fs.read_dir" {
+			return false
+		}
+	}
+	return true
 }
 
 func times(n int64) string {

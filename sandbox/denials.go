@@ -8,7 +8,8 @@ import (
 // tried outside its grants), as the sandbox reports it.
 type KernelDenial struct {
 	// Kind: "syscall" (a call on the seccomp deny-list), "path" (a filesystem path
-	// outside the grants) or "network" (a destination the run may not reach).
+	// outside the grants), "network" (a destination the run may not reach) or "landlock"
+	// (a denial Landlock made and the kernel's audit logged: Access holds its blockers).
 	Kind    string `json:"kind"`
 	Syscall string `json:"syscall"`
 	Errno   string `json:"errno,omitempty"`
@@ -16,7 +17,10 @@ type KernelDenial struct {
 	Path    string `json:"path,omitempty"`
 	Access  string `json:"access,omitempty"` // read | write | exec | stat | connect
 	Address string `json:"address,omitempty"`
-	Pid     int    `json:"pid,omitempty"` // the caller, as the host sees it
+	// Object is the rest of what a Landlock record names of the object (dev=, ino=, a
+	// port), as the kernel logged it.
+	Object string `json:"object,omitempty"`
+	Pid    int    `json:"pid,omitempty"` // the caller, as the host sees it
 	// Traced: seen by trace mode (Spec.Trace), which observes and never decides.
 	Traced bool `json:"traced,omitempty"`
 	// Count is how many times it happened: 1 on the first report, the true total on the

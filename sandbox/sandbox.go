@@ -228,8 +228,11 @@ type Report struct {
 	// works) or "none".
 	KernelRefusals string `json:"kernel_refusals,omitempty"`
 	// LandlockAudit says whether the kernel logs Landlock's own denials in its audit
-	// (ABI 7+): "kernel-audit" (audit enabled), "off" (audit disabled), "unknown" (could
-	// not be asked: not root), or "none" (Landlock below ABI 7 or absent).
+	// (ABI 7+) and whether fledge records them: "recorded" (audit enabled, and fledge
+	// reads the records, CAP_AUDIT_READ: kernel_denied kind landlock), "kernel-audit"
+	// (audit enabled, fledge does not read it), "off" (audit disabled), "unknown" (could
+	// not be asked: not root, or not in the initial pid namespace), or "none" (Landlock
+	// below ABI 7 or absent).
 	LandlockAudit string `json:"landlock_audit,omitempty"`
 	// HostDeath says what ends every sandboxed process if fledge itself dies by a signal
 	// (kill -9, OOM killer): "watchdog" (a separate process that kills every registered

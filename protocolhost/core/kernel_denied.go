@@ -1,6 +1,8 @@
 package core
 
 import (
+	"strings"
+
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
@@ -27,7 +29,13 @@ func (r *Recorder) ObserveKernel(spec *sandbox.Spec, command string) {
 // rate-limited it per run (first occurrence, then the true count at the end), and the
 // session's per-kind bound (MaxRepeatRecords) applies on top across runs.
 func (r *Recorder) KernelDenied(d sandbox.KernelDenial, command string) {
-	details := map[string]any{audit.DetailKind: d.Kind, audit.DetailSyscall: d.Syscall, audit.DetailCount: d.Count}
+	details := map[string]any{audit.DetailKind: d.Kind, audit.DetailCount: d.Count}
+	if d.Syscall != "" { // a Landlock record names no syscall
+		details[audit.DetailSyscall] = d.Syscall
+	}
+	if d.Object != "" {
+		details[audit.DetailObject] = d.Object
+	}
 	if d.Errno != "" {
 		details[audit.DetailErrno] = d.Errno
 	}
@@ -72,6 +80,15 @@ func KernelDeniedReason(d sandbox.KernelDenial) reason.Code {
 		return reason.PathEscape
 	case "network":
 		return reason.CapabilityNotGranted
+	case "landlock":
+		// Landlock's blockers name the right: fs.* a path, net.* a port, scope.* a
+		// signal or abstract socket outside the sandbox.
+		switch {
+		case strings.HasPrefix(d.Access, "fs."):
+			return reason.PathEscape
+		case strings.HasPrefix(d.Access, "net."):
+			return reason.CapabilityNotGranted
+		}
 	}
 	return reason.CapabilityNotAllowed
 }

@@ -147,3 +147,12 @@ type Grants struct {
 // ErrListenerBusy: the kernel allows one seccomp listener per filter chain and an
 // enclosing sandbox's filter has it (fledge running inside fledge).
 var ErrListenerBusy = errors.New("seccomp listener: an enclosing filter already has one")
+
+// LandlockDenial is one denial Landlock logged for a watched run.
+type LandlockDenial struct {
+	// Blockers are the rights that were missing, as the kernel names them
+	// ("fs.read_file", "fs.write_file,fs.truncate", "net.connect_tcp", "scope.signal").
+	Blockers string
+	Path     string // the object, when the record names a path (path="...")
+	Object   string // the record's other object fields (dev, ino, dest port ...), as logged
+}

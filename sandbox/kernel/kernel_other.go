@@ -50,5 +50,25 @@ func NotifySupported() bool { return false }
 // ErrAuditUnknown: there is no Linux audit here.
 var ErrAuditUnknown = ErrUnsupported
 
+// KernelAuditStatus fails outside Linux.
+func KernelAuditStatus() (bool, uint32, error) { return false, 0, ErrUnsupported }
+
 // KernelAuditEnabled fails outside Linux.
 func KernelAuditEnabled() (bool, error) { return false, ErrUnsupported }
+
+// LandlockAuditName names nothing outside Linux.
+func LandlockAuditName() string { return "" }
+
+// SetThreadName fails outside Linux.
+func SetThreadName(string) error { return ErrUnsupported }
+
+// WatchLandlock watches nothing outside Linux.
+func WatchLandlock(string, func(LandlockDenial)) (seen func() int64, stop func(), ok bool) {
+	return func() int64 { return 0 }, func() {}, false
+}
+
+// AuditReadCapable is false outside Linux.
+func AuditReadCapable() bool { return false }
+
+// LandlockAuditReadable is false outside Linux.
+func LandlockAuditReadable() bool { return false }

@@ -37,6 +37,9 @@ type runNotify struct {
 	cancel chan struct{}  // closed when the launch failed
 	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
 	stubEnd *os.File
+	// llSeen/llStop: the run's Landlock denials from the kernel's audit (nil: none).
+	llSeen func() int64
+	llStop func()
 }
 
 // newRunNotify prepares spec's recording for pol (nil when spec asks for none or this
@@ -126,6 +129,70 @@ func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 	return nil
 }
 
+// watchLandlock makes the Landlock denials the kernel's audit logs for this run reports
+// of kind "landlock": the launch thread (or stub) is named before it restricts itself, and
+// the domain logged under that name is the run's. Nothing when this process cannot read
+// the kernel's audit or the kernel does not log denials after exec (ABI below 7).
+func (rn *runNotify) watchLandlock(pol *stub.Policy) {
+	if pol.Landlock == nil || !pol.Landlock.LogExec || min(pol.Landlock.ABI, kernel.MaxLandlockABI) < 7 {
+		return
+	}
+	name := kernel.LandlockAuditName()
+	seen, stop, ok := kernel.WatchLandlock(name, func(d kernel.LandlockDenial) {
+		rn.log.Add(sandbox.KernelDenial{Kind: "landlock", Path: d.Path, Access: d.Blockers, Object: d.Object})
+	})
+	if !ok {
+		return
+	}
+	pol.AuditName, rn.llSeen, rn.llStop = name, seen, stop
+}
+
+// The end of a run waits for its last Landlock records: the kernel queues them before the
+// run's processes exit and its audit thread delivers them asynchronously. Where fledge
+// can ask the kernel (AUDIT_GET), it waits until the queue is empty (backlog 0) and
+// landlockDrain more for the reader to take what was just sent; where it cannot (a pid
+// namespace of its own), until none came for landlockQuiet. Never longer than
+// landlockSettle; not at all when the audit is off.
+const (
+	landlockSettle = 250 * time.Millisecond
+	landlockQuiet  = 25 * time.Millisecond
+	landlockDrain  = 2 * time.Millisecond
+)
+
+// stopLandlock ends the run's Landlock watch once its last records had a chance to arrive.
+func (rn *runNotify) stopLandlock() {
+	if rn.llStop == nil {
+		return
+	}
+	defer func() { rn.llStop(); rn.llStop = nil }()
+	start := time.Now()
+	last, quietSince := rn.llSeen(), start
+	for time.Since(start) < landlockSettle {
+		on, backlog, err := kernel.KernelAuditStatus()
+		switch {
+		case err == nil && !on:
+			return // nothing flows
+		case err == nil && backlog == 0:
+			time.Sleep(landlockDrain)
+			n := rn.llSeen()
+			if n == last {
+				return
+			}
+			last = n
+			continue
+		case err == nil:
+			time.Sleep(landlockDrain) // the queue is still being sent
+			continue
+		}
+		time.Sleep(landlockDrain)
+		if n := rn.llSeen(); n != last {
+			last, quietSince = n, time.Now()
+		} else if time.Since(quietSince) >= landlockQuiet {
+			return
+		}
+	}
+}
+
 // launched is called once the launch succeeded. The host's end of the pair is closed: the
 // launch thread's copy dies with the thread, so a receiver still waiting sees EOF.
 func (rn *runNotify) launched() {
@@ -153,6 +220,10 @@ func (rn *runNotify) abort() {
 	}
 	close(rn.cancel)
 	<-rn.ready
+	if rn.llStop != nil {
+		rn.llStop()
+		rn.llStop = nil
+	}
 	if rn.srv != nil {
 		rn.srv.Stop(notifyStopBound) // the failed launch's thread is gone or going
 	}
@@ -189,6 +260,7 @@ func (rn *runNotify) finish() {
 	if rn.srv != nil {
 		rn.srv.Stop(notifyStopBound)
 	}
+	rn.stopLandlock()
 	rn.log.Flush()
 }
 
@@ -209,6 +281,8 @@ func landlockAudit(abi int) string {
 	switch {
 	case err != nil:
 		return "unknown"
+	case on && kernel.NotifySupported() && kernel.AuditReadCapable():
+		return "recorded"
 	case on:
 		return "kernel-audit"
 	}

@@ -655,6 +655,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
 			} else {
 				p.notify = rn
+				rn.watchLandlock(pol)
 			}
 		}
 		if pol.View != nil && !s.userView && s.pidns.available() {
@@ -731,6 +732,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
 			} else {
 				p.notify = rn
+				rn.watchLandlock(pol)
 			}
 		}
 		launchOn := sp

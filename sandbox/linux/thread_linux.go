@@ -204,6 +204,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 		return 0, threadStep("exec", err)
 	}
 	if tl.pol.Landlock != nil {
+		if tl.pol.AuditName != "" {
+			// This thread dies after the launch; the child's name is the program's once
+			// it execs.
+			_ = kernel.SetThreadName(tl.pol.AuditName)
+		}
 		if err := kernel.RestrictLandlock(tl.pol.Landlock, tl.ruleset); err != nil {
 			return 0, threadStep("landlock", err)
 		}

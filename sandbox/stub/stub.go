@@ -90,6 +90,11 @@ type Policy struct {
 	Notify bool `json:"notify,omitempty"`
 	Trace  bool `json:"trace,omitempty"`
 
+	// AuditName (Linux): the stub names its thread so before it calls
+	// landlock_restrict_self, so the kernel's audit logs the run's Landlock domain under
+	// it and the host maps the run's denials (kernel.WatchLandlock).
+	AuditName string `json:"audit_name,omitempty"`
+
 	// Init (Linux): the stub was started in its own user, mount and pid namespaces (an
 	// unprivileged host's private view) and is pid 1 there. It does not exec the program
 	// in place, because pid 1 ignores every signal it has no handler for (the host's

@@ -57,6 +57,9 @@ func apply(pol *Policy) error {
 		return &StepError{Step: "exec", Msg: err.Error()}
 	}
 	if pol.Landlock != nil {
+		if pol.AuditName != "" {
+			_ = kernel.SetThreadName(pol.AuditName) // unnamed: the denials are not the run's records, still denied
+		}
 		if err := kernel.ApplyLandlock(pol.Landlock); err != nil {
 			return &StepError{Step: "landlock", Msg: err.Error()}
 		}

@@ -145,8 +145,13 @@ func containOuter() (int, error) {
 	if cgfd != nil {
 		sys.UseCgroupFD, sys.CgroupFD = true, int(cgfd.Fd())
 	}
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr, goR}
+	if as := startAuditService(); as != nil { // contain_audit_linux.go: init's fd 4
+		defer as.close()
+		files = append(files, as.theirs)
+	}
 	proc, err := os.StartProcess(exe, os.Args, &os.ProcAttr{
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, goR},
+		Files: files,
 		Env:   stageEnv("init"),
 		Sys:   sys,
 	})
@@ -238,8 +243,15 @@ func containInit() int {
 		return fail(err)
 	}
 	env := stageEnv("test")
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	// fd 4 is the outer process's audit switch when it is a seqpacket socket (and not,
+	// say, the runtime's epoll fd because the outer process had none to give).
+	if typ, err := unix.GetsockoptInt(4, unix.SOL_SOCKET, unix.SO_TYPE); err == nil && typ == unix.SOCK_SEQPACKET {
+		files = append(files, os.NewFile(4, "contain-audit"))
+		env = append(env, containAuditEnv+"=3")
+	}
 	proc, err := os.StartProcess(exe, os.Args, &os.ProcAttr{
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Files: files,
 		Env:   env,
 	})
 	if err != nil {
