@@ -2,6 +2,7 @@ package netstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +26,7 @@ import (
 	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/fledgehq/fledge/egress"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 const nicID = 1
@@ -33,8 +35,10 @@ const nicID = 1
 type Engine struct {
 	cfg    Config
 	lim    egress.Limits
-	setup  *nsSetup
-	st     *stack.Stack
+	loop   []uint16 // the granted host loopback ports
+	root   *link    // the namespace Start made (nil: NewShared)
+	linkMu sync.Mutex
+	links  map[*link]bool
 	fake   *fakePool
 	own    map[netip.Addr]bool
 	sem    chan struct{}
@@ -62,8 +66,43 @@ type cached struct {
 	until time.Time
 }
 
-// Start builds the namespace and starts answering it.
+// link is one namespace the engine serves: its TUN device in a stack of its own, its
+// loopback listeners.
+type link struct {
+	setup *nsSetup
+	st    *stack.Stack
+	once  sync.Once
+}
+
+// maxLinks bounds the namespaces one engine serves at once (runs of one plugin session).
+const maxLinks = 256
+
+// ErrTooManyLinks: a session already serves maxLinks namespaces.
+var ErrTooManyLinks = errors.New("too many namespaces attached to one plugin session's network")
+
+// Start builds the namespace and starts answering it (root: the plugin and its commands
+// join that one namespace, NetNS).
 func Start(cfg Config) (*Engine, error) {
+	e, err := NewShared(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newNamespace(e.loop)
+	if err != nil {
+		e.cancel()
+		return nil, err
+	}
+	if e.root, err = e.attach(s); err != nil {
+		e.cancel()
+		return nil, err
+	}
+	return e, nil
+}
+
+// NewShared starts an engine with no namespace of its own: each run builds its namespace
+// (Plan: an unprivileged run's stub, in the user namespace it was born in) and hands its
+// fds over (Attach). Every namespace attached gets the same decisions, limits and records.
+func NewShared(cfg Config) (*Engine, error) {
 	if cfg.Policy == nil {
 		return nil, fmt.Errorf("%w: no policy", ErrSetup)
 	}
@@ -72,111 +111,179 @@ func Start(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := newNamespace(loop)
-	if err != nil {
-		return nil, err
-	}
-	e := &Engine{cfg: cfg, lim: lim, setup: s, fake: newFakePool(lim.MaxNames),
+	e := &Engine{cfg: cfg, lim: lim, loop: loop, fake: newFakePool(lim.MaxNames), links: map[*link]bool{},
 		sem: make(chan struct{}, lim.MaxConns), dnsSem: make(chan struct{}, maxDNSFlows), cache: map[string]cached{},
 		rec: egress.Limiter{Burst: 20, Window: 10 * time.Second}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.own = ownAddrs()
-	if err := e.startStack(); err != nil {
+	return e, nil
+}
+
+// Plan is the namespace a run builds for this engine (the fds Attach takes).
+func (e *Engine) Plan() *kernel.EgressNet { return plan(e.loop) }
+
+// Attach serves a namespace a run built as Plan says; it takes fds (closed on failure too).
+// detach ends that namespace's connections and closes its fds (the run's end).
+func (e *Engine) Attach(fds *kernel.EgressFDs) (detach func(), err error) {
+	s, err := fromFDs(fds)
+	if err != nil {
+		return nil, err
+	}
+	l, err := e.attach(s)
+	if err != nil {
+		return nil, err
+	}
+	return func() { e.detach(l) }, nil
+}
+
+func (e *Engine) attach(s *nsSetup) (*link, error) {
+	e.linkMu.Lock()
+	defer e.linkMu.Unlock()
+	if e.closed.Load() {
+		s.close()
+		return nil, fmt.Errorf("%w: %w", ErrSetup, egress.ErrSessionClosed)
+	}
+	if len(e.links) >= maxLinks {
+		s.close()
+		return nil, fmt.Errorf("%w: %w (%d)", ErrSetup, ErrTooManyLinks, maxLinks)
+	}
+	l := &link{setup: s}
+	var err error
+	if l.st, err = e.startStack(s.tunFD); err != nil {
 		s.close()
 		return nil, err
 	}
-	for _, l := range s.listeners {
+	e.links[l] = true
+	for _, ln := range s.listeners {
 		e.wg.Add(1)
-		go e.serveLoopback(l)
+		go e.serveLoopback(ln)
 	}
 	for _, u := range s.dnsUDP {
 		e.wg.Add(1)
 		go e.serveDNSUDP(u)
 	}
-	for _, l := range s.dnsTCP {
+	for _, ln := range s.dnsTCP {
 		e.wg.Add(1)
-		go e.serveDNSListener(l)
+		go e.serveDNSListener(ln)
 	}
-	return e, nil
+	return l, nil
 }
 
-// NetNS is the namespace to run the plugin and its commands in (setns target).
-func (e *Engine) NetNS() *os.File { return e.setup.ns }
+// stop closes a link's listeners and its stack (every connection in it ends).
+func (l *link) stop() {
+	l.once.Do(func() {
+		for _, ln := range l.setup.listeners {
+			_ = ln.Close()
+		}
+		for _, ln := range l.setup.dnsTCP {
+			_ = ln.Close()
+		}
+		for _, u := range l.setup.dnsUDP {
+			_ = u.Close()
+		}
+		l.st.RemoveNIC(nicID)
+		l.st.Close()
+		l.st.Wait()
+		l.setup.close()
+	})
+}
+
+func (e *Engine) detach(l *link) {
+	e.linkMu.Lock()
+	delete(e.links, l)
+	e.linkMu.Unlock()
+	l.stop()
+}
+
+// NetNS is the namespace to run the plugin and its commands in (setns target); nil for an
+// engine of NewShared.
+func (e *Engine) NetNS() *os.File {
+	if e.root == nil {
+		return nil
+	}
+	return e.root.setup.ns
+}
+
+// Links is how many namespaces the engine serves now.
+func (e *Engine) Links() int {
+	e.linkMu.Lock()
+	defer e.linkMu.Unlock()
+	return len(e.links)
+}
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
 
-// Close ends every connection, stops the stack and records what the limiter held back.
+// Close ends every connection, stops the stacks and records what the limiter held back.
 func (e *Engine) Close() error {
+	e.linkMu.Lock()
 	if !e.closed.CompareAndSwap(false, true) {
+		e.linkMu.Unlock()
 		return nil
 	}
+	links := e.links
+	e.links = map[*link]bool{}
+	e.linkMu.Unlock()
 	e.cancel()
-	for _, l := range e.setup.listeners {
-		_ = l.Close()
+	for l := range links {
+		l.stop()
 	}
-	for _, l := range e.setup.dnsTCP {
-		_ = l.Close()
-	}
-	for _, u := range e.setup.dnsUDP {
-		_ = u.Close()
-	}
-	e.st.RemoveNIC(nicID)
-	e.st.Close()
 	e.wg.Wait()
-	e.st.Wait()
+	// Straight to the record: the limiter already counted these (through emit, Admit would
+	// count them once more and drop them, losing the count).
 	for _, ev := range e.rec.Flush() {
-		e.emit(ev)
+		if e.cfg.Record != nil {
+			e.cfg.Record(ev)
+		}
 	}
-	e.setup.close()
 	return nil
 }
 
-func (e *Engine) startStack() error {
-	e.st = stack.New(stack.Options{
+func (e *Engine) startStack(tunFD int) (*stack.Stack, error) {
+	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
 	ep, err := fdbased.New(&fdbased.Options{
-		FDs:                []int{e.setup.tunFD},
+		FDs:                []int{tunFD},
 		MTU:                tunMTU,
 		PacketDispatchMode: fdbased.Readv,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: link: %w", ErrSetup, err)
+		return nil, fmt.Errorf("%w: link: %w", ErrSetup, err)
 	}
-	if terr := e.st.CreateNIC(nicID, ep); terr != nil {
-		return fmt.Errorf("%w: nic: %s", ErrSetup, terr)
+	if terr := st.CreateNIC(nicID, ep); terr != nil {
+		return nil, fmt.Errorf("%w: nic: %s", ErrSetup, terr)
 	}
 	// Every destination address is "ours": the stack accepts any connection and fledge
 	// decides it.
-	if terr := e.st.SetPromiscuousMode(nicID, true); terr != nil {
-		return fmt.Errorf("%w: %s", ErrSetup, terr)
+	if terr := st.SetPromiscuousMode(nicID, true); terr != nil {
+		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
 	}
-	if terr := e.st.SetSpoofing(nicID, true); terr != nil {
-		return fmt.Errorf("%w: %s", ErrSetup, terr)
+	if terr := st.SetSpoofing(nicID, true); terr != nil {
+		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
 	}
-	e.st.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
+	st.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
 	sack := tcpip.TCPSACKEnabled(true)
-	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	// Buffers big enough for a bulk copy at loopback speed.
 	mod := tcpip.TCPModerateReceiveBufferOption(true)
-	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &mod)
+	st.SetTransportProtocolOption(tcp.ProtocolNumber, &mod)
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
-	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
+	st.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
-	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
+	st.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
 	// fledge closes first when the destination does, so its side holds TIME_WAIT; the
 	// program's kernel reuses the port at once and a SYN into a long TIME_WAIT would stall.
 	tw := tcpip.TCPTimeWaitTimeoutOption(time.Second)
-	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &tw)
+	st.SetTransportProtocolOption(tcp.ProtocolNumber, &tw)
 	twr := tcpip.TCPTimeWaitReuseGlobal
-	e.st.SetTransportProtocolOption(tcp.ProtocolNumber, &twr)
-	fwd := tcp.NewForwarder(e.st, 0, e.lim.MaxConns, e.handleTCP)
-	e.st.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
-	ufwd := udp.NewForwarder(e.st, e.handleUDP)
-	e.st.SetTransportProtocolHandler(udp.ProtocolNumber, ufwd.HandlePacket)
-	return nil
+	st.SetTransportProtocolOption(tcp.ProtocolNumber, &twr)
+	fwd := tcp.NewForwarder(st, 0, e.lim.MaxConns, e.handleTCP)
+	st.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
+	ufwd := udp.NewForwarder(st, e.handleUDP)
+	st.SetTransportProtocolHandler(udp.ProtocolNumber, ufwd.HandlePacket)
+	return st, nil
 }
 
 func (e *Engine) emit(ev egress.Event) {

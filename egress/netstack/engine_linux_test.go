@@ -578,3 +578,118 @@ print(q("svc.test"), q("evil.test"))`
 		t.Fatalf("no record: %+v", rec.evs)
 	}
 }
+
+// A tight loop of refused connections leaves a bounded number of records, and every attempt
+// is in one of them or counted in one, also the last window's, written when the engine
+// closes (it used to go back through the limiter there and be dropped, count and all).
+func TestEgressRefusedLoopCountKept(t *testing.T) {
+	testutil.RequireContained(t)
+	needEngine(t)
+	need(t, "/usr/bin/python3")
+	e, rec := startEngine(t, []string{"localhost:1"}, &names{m: map[string]string{}}, egress.Limits{})
+	out, err := inNS(t, e, 60*time.Second, "/usr/bin/python3", "-c", `import socket
+n = 0
+for i in range(500):
+    try:
+        socket.create_connection(("192.0.2.9", 443), timeout=2).close()
+    except OSError:
+        n += 1
+print(n)`)
+	if err != nil || strings.TrimSpace(out) != "500" {
+		t.Fatalf("loop: %v %q", err, out)
+	}
+	e.Close()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	n, sup := 0, 0
+	for _, ev := range rec.evs {
+		if ev.Kind == egress.EventConnect && !ev.Allow && ev.Address == "192.0.2.9" {
+			n++
+			sup += ev.Suppressed
+		}
+	}
+	if n > 25 || n+sup < 500 || n+sup > 501 {
+		t.Fatalf("%d records carrying %d more: want at most 25, 500 attempts in all", n, sup)
+	}
+}
+
+// One engine serves several namespaces (unprivileged: one per run, built by each run's
+// stub): the same decisions and one record stream for all; a namespace let go stops being
+// served, the others go on.
+func TestEgressSharedEngineServesManyNamespaces(t *testing.T) {
+	needEngine(t)
+	_, port, hits := server(t, "shared-body")
+	pol, err := egress.NewPolicy(false, []string{fmt.Sprintf("localhost:%d", port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	e, err := NewShared(Config{Policy: pol, Record: rec.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.NetNS() != nil {
+		t.Fatal("a shared engine has no namespace of its own")
+	}
+	var nss []*os.File
+	var detach []func()
+	for i := 0; i < 2; i++ {
+		s, err := newNamespace(e.Plan().LoopPorts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", s.ns.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ns.Close()
+		l, err := e.attach(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nss, detach = append(nss, ns), append(detach, func() { e.detach(l) })
+	}
+	if e.Links() != 2 {
+		t.Fatalf("links %d", e.Links())
+	}
+	curl := func(ns *os.File, host string) (string, error) {
+		cmd := exec.Command("nsenter", "--net=/proc/self/fd/3", "curl", "-sS", "--max-time", "5", fmt.Sprintf("http://%s:%d/", host, port))
+		cmd.ExtraFiles = []*os.File{ns}
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for i, ns := range nss {
+		if out, err := curl(ns, "localhost"); err != nil || out != "shared-body" {
+			t.Fatalf("namespace %d: %v %q", i, err, out)
+		}
+		if out, err := curl(ns, "192.0.2.5"); err == nil {
+			t.Fatalf("namespace %d reached an ungranted address: %q", i, out)
+		}
+	}
+	detach[0]()
+	if e.Links() != 1 {
+		t.Fatalf("links %d after a detach", e.Links())
+	}
+	if out, err := curl(nss[0], "localhost"); err == nil {
+		t.Fatalf("a namespace let go is still served: %q", out)
+	}
+	if out, err := curl(nss[1], "localhost"); err != nil || out != "shared-body" {
+		t.Fatalf("the other namespace: %v %q", err, out)
+	}
+	rec.mu.Lock()
+	allow, deny := 0, 0
+	for _, ev := range rec.evs {
+		switch {
+		case ev.Kind == egress.EventConnect && ev.Allow && ev.Port == port:
+			allow++
+		case ev.Kind == egress.EventConnect && !ev.Allow && ev.Address == "192.0.2.5":
+			deny++
+		}
+	}
+	rec.mu.Unlock()
+	if allow != 3 || deny != 2 || hits.Load() != 3 {
+		t.Fatalf("records: %d allowed, %d refused, %d hits; want 3, 2, 3", allow, deny, hits.Load())
+	}
+}

@@ -1,17 +1,16 @@
 package netstack
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip/link/tun"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // tunName, tunAddr: the device fledge puts in the plugin's namespace. Its netmask is 0, so
@@ -57,6 +56,16 @@ func loopbackNameservers() []netip.Addr {
 	return out
 }
 
+// plan is the namespace a policy needs: the TUN device, the granted host loopback ports,
+// the host's loopback nameservers.
+func plan(loopPorts []uint16) *kernel.EgressNet {
+	n := &kernel.EgressNet{TUN: tunName, Addr: tunAddr.As4(), MTU: tunMTU, LoopPorts: loopPorts}
+	for _, a := range loopbackNameservers() {
+		n.DNS = append(n.DNS, a.String())
+	}
+	return n
+}
+
 // newNamespace makes a network namespace holding only lo and the TUN device, and listening
 // sockets on the namespace's 127.0.0.1 for loopPorts (the granted host loopback ports).
 // It runs on a thread of its own that unshares its network namespace and is never given
@@ -84,84 +93,74 @@ func setupOnThread(loopPorts []uint16) (_ *nsSetup, err error) {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return nil, fmt.Errorf("%w: unshare(CLONE_NEWNET): %w", ErrSetup, err)
 	}
-	s := &nsSetup{tunFD: -1}
+	ns, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	fds, err := kernel.BuildEgressNet(plan(loopPorts))
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	s, err := fromFDs(fds)
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	s.ns = ns
+	return s, nil
+}
+
+// fromFDs wraps the fds of a namespace built here or by a run's stub. It takes every fd,
+// also on failure.
+func fromFDs(fds *kernel.EgressFDs) (_ *nsSetup, err error) {
+	s := &nsSetup{tunFD: fds.TUN}
+	rest := append(append(append([]int{}, fds.Loop...), fds.DNSUDP...), fds.DNSTCP...)
+	taken := 0
 	defer func() {
+		for _, fd := range rest[taken:] {
+			_ = unix.Close(fd)
+		}
 		if err != nil {
 			s.close()
 		}
 	}()
-	if s.ns, err = os.Open("/proc/thread-self/ns/net"); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-	}
-	if s.tunFD, err = tun.Open(tunName); err != nil {
-		return nil, fmt.Errorf("%w: open /dev/net/tun: %w", ErrSetup, err)
-	}
-	sock, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-	}
-	defer unix.Close(sock)
-	if err := ifUp(sock, "lo"); err != nil {
-		return nil, err
-	}
-	ifr, err := unix.NewIfreq(tunName)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-	}
-	a := tunAddr.As4()
-	if err := ifr.SetInet4Addr(a[:]); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
-	}
-	if err := unix.IoctlIfreq(sock, unix.SIOCSIFADDR, ifr); err != nil {
-		return nil, fmt.Errorf("%w: address of %s: %w", ErrSetup, tunName, err)
-	}
-	mtu, _ := unix.NewIfreq(tunName)
-	mtu.SetUint32(tunMTU)
-	if err := unix.IoctlIfreq(sock, unix.SIOCSIFMTU, mtu); err != nil {
-		return nil, fmt.Errorf("%w: mtu of %s: %w", ErrSetup, tunName, err)
-	}
-	if err := ifUp(sock, tunName); err != nil {
-		return nil, err
-	}
-	if err := defaultRoute(tunName); err != nil {
-		return nil, err
-	}
-	for _, a := range loopbackNameservers() {
-		hp := net.JoinHostPort(a.String(), "53")
-		u, err := net.ListenPacket("udp", hp)
+	listener := func(fd int) (net.Listener, error) {
+		f := os.NewFile(uintptr(fd), "egress-listener")
+		defer f.Close() // FileListener holds a dup
+		l, err := net.FileListener(f)
 		if err != nil {
-			return nil, fmt.Errorf("%w: DNS on %s in the namespace: %w", ErrSetup, hp, err)
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 		}
-		s.dnsUDP = append(s.dnsUDP, u)
-		l, err := net.Listen("tcp", hp)
-		if err != nil {
-			return nil, fmt.Errorf("%w: DNS on %s in the namespace: %w", ErrSetup, hp, err)
-		}
-		s.dnsTCP = append(s.dnsTCP, l)
+		return l, nil
 	}
-	for _, p := range loopPorts {
-		l, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(p))))
+	for _, fd := range fds.Loop {
+		taken++
+		l, err := listener(fd)
 		if err != nil {
-			return nil, fmt.Errorf("%w: loopback port %d in the namespace: %w", ErrSetup, p, err)
+			return nil, err
 		}
 		s.listeners = append(s.listeners, l)
 	}
+	for _, fd := range fds.DNSUDP {
+		taken++
+		f := os.NewFile(uintptr(fd), "egress-dns")
+		u, err := net.FilePacketConn(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSetup, err)
+		}
+		s.dnsUDP = append(s.dnsUDP, u)
+	}
+	for _, fd := range fds.DNSTCP {
+		taken++
+		l, err := listener(fd)
+		if err != nil {
+			return nil, err
+		}
+		s.dnsTCP = append(s.dnsTCP, l)
+	}
 	return s, nil
-}
-
-func ifUp(sock int, name string) error {
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrSetup, err)
-	}
-	if err := unix.IoctlIfreq(sock, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("%w: flags of %s: %w", ErrSetup, name, err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(sock, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("%w: bring up %s: %w", ErrSetup, name, err)
-	}
-	return nil
 }
 
 func (s *nsSetup) close() {
@@ -193,54 +192,5 @@ func Supported() error {
 		return err
 	}
 	s.close()
-	return nil
-}
-
-// defaultRoute adds "default dev name" to the namespace's main table (rtnetlink): every
-// IPv4 destination that is not the namespace's own loopback goes into the TUN device.
-func defaultRoute(name string) error {
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrSetup, err)
-	}
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("%w: netlink: %w", ErrSetup, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("%w: netlink: %w", ErrSetup, err)
-	}
-	const hdr = unix.SizeofNlMsghdr
-	msg := make([]byte, hdr+unix.SizeofRtMsg+8)
-	le := binary.NativeEndian
-	le.PutUint32(msg[0:], uint32(len(msg)))
-	le.PutUint16(msg[4:], unix.RTM_NEWROUTE)
-	le.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL)
-	le.PutUint32(msg[8:], 1)
-	rt := msg[hdr:]
-	rt[0] = unix.AF_INET       // family
-	rt[1] = 0                  // dst len: default
-	rt[4] = unix.RT_TABLE_MAIN // table
-	rt[5] = unix.RTPROT_BOOT   // protocol
-	rt[6] = unix.RT_SCOPE_LINK // scope
-	rt[7] = unix.RTN_UNICAST   // type
-	at := msg[hdr+unix.SizeofRtMsg:]
-	le.PutUint16(at[0:], 8)
-	le.PutUint16(at[2:], unix.RTA_OIF)
-	le.PutUint32(at[4:], uint32(ifi.Index))
-	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("%w: add default route: %w", ErrSetup, err)
-	}
-	buf := make([]byte, 4096)
-	n, _, err := unix.Recvfrom(fd, buf, 0)
-	if err != nil {
-		return fmt.Errorf("%w: add default route: %w", ErrSetup, err)
-	}
-	if n >= hdr+4 && le.Uint16(buf[4:]) == unix.NLMSG_ERROR {
-		if code := int32(le.Uint32(buf[hdr:])); code != 0 {
-			return fmt.Errorf("%w: add default route: %w", ErrSetup, unix.Errno(-code))
-		}
-	}
 	return nil
 }

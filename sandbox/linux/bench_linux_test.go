@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -135,5 +136,56 @@ func BenchmarkExecAB(b *testing.B) {
 			b.ReportMetric(float64(spent[0].Nanoseconds())/float64(n), "on-ns/op")
 			b.ReportMetric(float64(spent[1].Nanoseconds())/float64(n), "off-ns/op")
 		})
+	}
+}
+
+// BenchmarkExecEgress is what a run's network by destination costs its start: "deny" an
+// empty namespace, "egress" the session's namespace (thread: joined; stub: each run's stub
+// builds its own and hands it over, as every unprivileged run does).
+func BenchmarkExecEgress(b *testing.B) {
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	pol, err := egress.NewPolicy(false, []string{"localhost:1", "example.org:443"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		for _, withEgress := range []bool{false, true} {
+			name := launch + "/deny"
+			if withEgress {
+				name = launch + "/egress"
+			}
+			b.Run(name, func(b *testing.B) {
+				sb, err := New(Options{Launch: launch})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = sb.Close() })
+				eg := egress.NewSession(pol, egress.Limits{})
+				b.Cleanup(func() { _ = eg.Close() })
+				spec := &sandbox.Spec{
+					Name: "bench", Path: "/bin/sh", Args: []string{"sh", "-c", "true"},
+					Dir: dir, Env: []string{"PATH=/usr/bin:/bin"},
+					Access: sandbox.Access{ReadWrite: []string{dir.Name()}, ReadExec: SystemReadExec},
+					Limits: sandbox.Limits{MemoryBytes: 1 << 30, Pids: 256},
+				}
+				if withEgress {
+					spec.Egress = eg
+				}
+				for b.Loop() {
+					p, err := sb.Start(context.Background(), spec)
+					if err != nil {
+						b.Fatal(err)
+					}
+					res, err := p.Wait()
+					if err != nil || res.ExitCode != 0 || len(res.Mode.Degraded) > 0 {
+						b.Fatal(err, res)
+					}
+				}
+			})
+		}
 	}
 }

@@ -2,32 +2,57 @@ package linux
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/fledgehq/fledge/egress"
-
 	"github.com/fledgehq/fledge/egress/netstack"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
-// errEgressLauncher: only the thread launcher joins an existing namespace; the stub (and
-// every unprivileged run, which is a stub in a user namespace of its own) cannot.
 // errNoSession: Spec.Egress holds something other than a session.
 var errNoSession = errors.New("no egress session")
 
-var errEgressLauncher = errors.New("needs root and the thread launcher (unprivileged runs get no network)")
+// errEgressNoNetNS: the runs here get no network namespace of their own (unprivileged,
+// the kernel refuses one in a user namespace), so nothing can be the only way out.
+var errEgressNoNetNS = errors.New("no network namespace for a run here")
 
-// egressNS returns the session's egress namespace, starting its engine on first use.
-func (s *Sandbox) egressNS(spec *sandbox.Spec) (*os.File, error) {
-	if s.launch == LaunchStub || s.userView {
-		return nil, errEgressLauncher
+// errEgressMixed: one plugin session's network reached from a thread-launcher sandbox and
+// a stub one; each builds its namespaces its own way.
+var errEgressMixed = errors.New("the session's network was started by another launcher")
+
+// runEgress is how one run gets its plugin session's network by destination: the thread
+// launcher joins the session's namespace (ns); the stub builds a namespace of the run's
+// own and hands it to the session's engine (eng, Plan and Attach).
+type runEgress struct {
+	ns  *os.File
+	eng *netstack.Engine
+}
+
+// egressFor returns the run's network by destination, starting the session's engine on
+// first use. Root with the thread launcher: one namespace per plugin session, which the
+// plugin and every command join. The stub (every unprivileged run: a stub in user and
+// network namespaces of its own): a namespace per run, built by the run's stub where it
+// holds CAP_NET_ADMIN, served by the same engine (one policy, one set of limits, one
+// record stream per session); a command never gets more network than its plugin.
+func (s *Sandbox) egressFor(spec *sandbox.Spec) (*runEgress, error) {
+	stubBuilt := s.launch == LaunchStub || s.userView
+	if stubBuilt && s.egressErr != nil {
+		return nil, s.egressErr
 	}
 	eg, ok := spec.Egress.(*egress.Session)
 	if !ok || eg == nil || eg.Policy == nil {
 		return nil, errNoSession
 	}
 	st, err := eg.State(func() (any, func() error, error) {
-		e, err := netstack.Start(netstack.Config{Policy: eg.Policy, Limits: eg.Limits, Record: eg.Record})
+		cfg := netstack.Config{Policy: eg.Policy, Limits: eg.Limits, Record: eg.Record}
+		var e *netstack.Engine
+		var err error
+		if stubBuilt {
+			e, err = netstack.NewShared(cfg)
+		} else {
+			e, err = netstack.Start(cfg)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -36,13 +61,44 @@ func (s *Sandbox) egressNS(spec *sandbox.Spec) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.(*netstack.Engine).NetNS(), nil
+	e := st.(*netstack.Engine)
+	if stubBuilt {
+		if e.NetNS() != nil {
+			return nil, errEgressMixed
+		}
+		return &runEgress{eng: e}, nil
+	}
+	if e.NetNS() == nil {
+		return nil, errEgressMixed
+	}
+	return &runEgress{ns: e.NetNS()}, nil
+}
+
+// egressSupport says why the stub cannot build a run's network by destination here (nil:
+// it can). Called once by New.
+func (s *Sandbox) egressSupport() error {
+	if !s.netns {
+		return errEgressNoNetNS
+	}
+	if s.userView {
+		if err := probeUserEgress(s.stubPath); err != nil {
+			return fmt.Errorf("%w: %w", netstack.ErrSetup, err)
+		}
+	}
+	return nil
 }
 
 // egressReport says how network by destination is enforced here (doctor).
 func (s *Sandbox) egressReport() string {
 	if s.launch == LaunchStub || s.userView {
-		return "none: " + errEgressLauncher.Error()
+		if s.egressErr != nil {
+			return "none: " + s.egressErr.Error()
+		}
+		who := "as root"
+		if s.userView {
+			who = "unprivileged: in the user namespace the run is born in"
+		}
+		return "netns+tun per run (" + who + "): each run's stub builds a namespace of its own whose only way out is fledge, served by its plugin session's engine (one policy, one set of limits, one record stream per session; DNS answered by fledge, every TCP connection decided by name and port, UDP/ICMP/IPv6 refused)"
 	}
 	if err := netstack.Supported(); err != nil {
 		return "none: " + err.Error()

@@ -1,30 +1,46 @@
 package linux
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/egress/netstack"
 	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
 // A plugin session's grant by destination holds for the plugin process and for every
 // command it runs: both runs share one namespace; the granted host answers, another host
 // port does not; a run without the grant has no network at all.
+//
+// The stub launcher (as every unprivileged run) gives each run a namespace of its own,
+// served by the same engine: the same decisions and one record stream.
 func TestEgressSharedByPluginAndCommands(t *testing.T) {
-	sb := newSandbox(t, Options{})
-	if err := netstack.Supported(); err != nil || sb.launch == LaunchStub || sb.userView {
-		testutil.SkipUnlessSupported(t, false, fmt.Sprintf("egress namespace: %v", err))
+	for _, l := range []string{LaunchThread, LaunchStub} {
+		t.Run(l, func(t *testing.T) { testEgressShared(t, l) })
+	}
+}
+
+func testEgressShared(t *testing.T, launch string) {
+	sb := newSandbox(t, Options{Launch: launch})
+	if err := netstack.Supported(); err != nil || sb.egressErr != nil {
+		testutil.SkipUnlessSupported(t, false, fmt.Sprintf("egress namespace: %v %v", err, sb.egressErr))
 	}
 	var hits [2]int
 	var mu sync.Mutex
@@ -56,6 +72,9 @@ func TestEgressSharedByPluginAndCommands(t *testing.T) {
 	for _, kind := range []sandbox.Kind{sandbox.KindPlugin, sandbox.KindExec} {
 		spec := e.spec("")
 		spec.Kind, spec.Egress = kind, eg
+		// The kernel's refusal records too: the stub hands back its seccomp listener and
+		// the run's namespace, each on a socket of its own.
+		spec.KernelDenials = func(sandbox.KernelDenial) {}
 		code, out := curl(spec, okPort)
 		assert.Equal(t, 0, code, "%s to the granted port: %s", kind, out)
 		assert.Equal(t, "ok0", out, kind)
@@ -79,14 +98,21 @@ func TestEgressSharedByPluginAndCommands(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, allow, "%+v", recs)
+	if launch == LaunchStub {
+		st, err := eg.State(func() (any, func() error, error) { return nil, nil, errNoSession })
+		require.NoError(t, err)
+		assert.Zero(t, st.(*netstack.Engine).Links(), "every run's namespace is let go once the run ends")
+	}
 	_ = net.IPv4len
 }
 
-// Where the session's namespace cannot be made or joined (here: the stub launcher, as for
-// every unprivileged run), strict refuses the run, and otherwise the run goes on with no
-// network at all, never more, and says so in its mode.
+// Where the session's namespace cannot be made or joined (here: the stub launcher without
+// network namespaces, as for an unprivileged run where the kernel refuses one), strict
+// refuses the run, and otherwise the run goes on with no network at all, never more, and
+// says so in its mode.
 func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchStub})
+	sb := newSandbox(t, Options{Launch: LaunchStub, DisableNetNS: true})
+	require.ErrorIs(t, sb.egressErr, errEgressNoNetNS)
 	var hits int
 	var mu sync.Mutex
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -118,4 +144,81 @@ func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, 0, hits)
 	mu.Unlock()
+}
+
+// The stub waits for fledge to serve the namespace it built: when fledge cannot (here the
+// attach refuses), the launch fails and the program never runs; the fds it was handed are
+// all closed. A stub that cannot build the namespace (no CAP_NET_ADMIN over it: not cloned
+// into one of its own) fails the launch at its "network" step.
+func TestEgressHandOffFailureRunsNothing(t *testing.T) {
+	if err := netstack.Supported(); err != nil {
+		testutil.SkipUnlessSupported(t, false, fmt.Sprintf("egress namespace: %v", err))
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	e := newEnv(t)
+	marker := filepath.Join(e.project, "ran")
+	start := func(sys *syscall.SysProcAttr, attach func(*kernel.EgressFDs) error) error {
+		stdio, err := stub.OpenStdio(nil, nil, nil)
+		require.NoError(t, err)
+		defer stdio.Abort()
+		l := &stub.Launch{StubPath: exe,
+			Policy: &stub.Policy{Path: "/bin/sh", Args: []string{"sh", "-c", ": > " + marker}, Env: []string{"PATH=/usr/bin:/bin"},
+				Net: &kernel.EgressNet{TUN: "tun0", Addr: [4]byte{10, 77, 0, 2}, MTU: 1500, LoopPorts: []uint16{8080}}},
+			Stdin: stdio.Files[0], Stdout: stdio.Files[1], Stderr: stdio.Files[2], Sys: sys, NetAttach: attach}
+		p, err := l.Start()
+		stdio.Started()
+		if err == nil {
+			_, _ = p.Wait()
+		}
+		return err
+	}
+	var got []int
+	err = start(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET}, func(fds *kernel.EgressFDs) error {
+		got = fds.All()
+		for _, fd := range got {
+			_ = unix.Close(fd)
+		}
+		return errors.New("refused by the test")
+	})
+	require.ErrorIs(t, err, sandbox.ErrLaunch)
+	require.ErrorIs(t, err, stub.ErrNetHandOff)
+	assert.Len(t, got, 2, "the TUN device and the loopback port's listener")
+	assert.NoFileExists(t, marker, "the program ran in a namespace nobody serves")
+
+	// Positive control: served, the program runs.
+	err = start(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET}, func(fds *kernel.EgressFDs) error {
+		for _, fd := range fds.All() {
+			_ = unix.Close(fd)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.FileExists(t, marker)
+	require.NoError(t, os.Remove(marker))
+
+	if os.Geteuid() != 0 {
+		return
+	}
+	// Not cloned into a namespace of its own: as root the stub would add tun0 to the
+	// host's namespace; it refuses (not a fresh namespace) before anything runs.
+	err = start(&syscall.SysProcAttr{}, func(fds *kernel.EgressFDs) error {
+		t.Error("the stub built its network in the host's namespace")
+		return nil
+	})
+	require.ErrorIs(t, err, stub.ErrStubFailed)
+	assert.Contains(t, err.Error(), "not a fresh network namespace")
+	assert.NoFileExists(t, marker)
+	_, err = net.InterfaceByName("tun0")
+	assert.Error(t, err, "tun0 in the host's namespace")
+	// A user's stub without CAP_NET_ADMIN over its namespace (here: in a user namespace of
+	// its own, but the host's network namespace) fails the same way.
+	err = start(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER, UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}}, func(fds *kernel.EgressFDs) error {
+		t.Error("the stub built a namespace without holding CAP_NET_ADMIN over one")
+		return nil
+	})
+	require.ErrorIs(t, err, stub.ErrStubFailed)
+	assert.Contains(t, err.Error(), "network")
+	assert.NoFileExists(t, marker)
 }

@@ -40,6 +40,8 @@ func runHelper(h string) int {
 		return runIPCHelper(os.Args[1], os.Args[2], os.Args[3])
 	case "userns":
 		return runUserNSHelper(os.Args[1], os.Args[2])
+	case "egress-userns":
+		return runEgressUserNSHelper(os.Args[1], os.Args[2], os.Args[3])
 	case "alloc":
 		// Touch memory page by page until the cgroup stops us.
 		var keep [][]byte

@@ -69,8 +69,11 @@ type Sandbox struct {
 	// unprivileged fledge with user namespaces cannot build one.
 	userView    bool
 	userViewErr error
-	viewOff     bool // Options.DisableView
-	kernel      string
+	// egressErr: why a run's stub cannot build its network by destination here (stub
+	// launcher, unprivileged runs; nil: it can).
+	egressErr error
+	viewOff   bool // Options.DisableView
+	kernel    string
 	// ipcns: every run gets an IPC namespace of its own (root: unshared by the launch
 	// thread or cloned for the stub; as a user: in the init stub's user namespace).
 	ipcns bool
@@ -178,6 +181,9 @@ func New(opts Options) (*Sandbox, error) {
 	}
 	if sb.view && sb.launch == LaunchThread && !opts.DisableViewTemplate {
 		sb.templates = newViewTemplates()
+	}
+	if sb.launch == LaunchStub || sb.userView {
+		sb.egressErr = sb.egressSupport()
 	}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -486,9 +492,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	// The plugin session's network by destination: its namespace, made by the first run
 	// of the session and joined by every later one. Without it the run gets no network
 	// at all (an empty namespace), never more.
-	var egressNS *os.File
+	var rg *runEgress
 	if spec.Egress != nil && !spec.Network {
-		if egressNS, err = s.egressNS(spec); err != nil {
+		if rg, err = s.egressFor(spec); err != nil {
 			if spec.Strict {
 				return nil, fmt.Errorf("%w: network by destination: %w", sandbox.ErrUnavailable, err)
 			}
@@ -537,7 +543,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			ReadWrite: append(rw, implicitReadWrite...),
 			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
 			ReadExec:  spec.Access.ReadExec,
-			DenyNet:   !spec.Network && egressNS == nil,
+			DenyNet:   !spec.Network && rg == nil,
 			BindTCP:   spec.ListenTCP,
 			Scope:     true,
 			LogExec:   true,
@@ -616,8 +622,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 		}
 	}
-	if !spec.Network && s.netns && egressNS == nil {
+	if !spec.Network && s.netns && (rg == nil || rg.eng != nil) {
+		// No network, or the run's own namespace for its network by destination (built
+		// by its stub, Policy.Net).
 		sys.Cloneflags |= unix.CLONE_NEWNET
+	}
+	if rg != nil && rg.eng != nil {
+		pol.Net = rg.eng.Plan()
+		if s.userView {
+			egressCaps(sys)
+		}
 	}
 
 	if p.stdio, err = stub.OpenStdio(spec.Stdin, spec.Stdout, spec.Stderr); err != nil {
@@ -635,6 +649,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Dir:      spec.Dir,
 			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
 			Sys: sys,
+		}
+		if rg != nil && rg.eng != nil {
+			l.NetAttach = func(fds *kernel.EgressFDs) error {
+				detach, err := rg.eng.Attach(fds)
+				p.netDetach = detach
+				return err
+			}
 		}
 		if rn := newRunNotify(spec, pol); rn != nil {
 			if err := rn.prepareStub(pol, l, spec.Trace); err != nil {
@@ -664,8 +685,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
 		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1}
-		if egressNS != nil {
-			tl.netNS = int(egressNS.Fd())
+		if rg != nil && rg.ns != nil {
+			tl.netNS = int(rg.ns.Fd())
 		}
 		var releases []func()
 		// join points the launch at the plugin's pid namespace and its view template.
@@ -865,6 +886,8 @@ type process struct {
 	// checkouts are the checkouts whose index the launch read: their gitlinks are looked
 	// at again once the tree is gone (gitnested_linux.go).
 	checkouts []*indexedCheckout
+	// netDetach ends the run's own egress namespace (stub-built) once the tree is gone.
+	netDetach func()
 	// notify records the run's kernel refusals (nil: not asked for, or unavailable).
 	notify *runNotify
 
@@ -1074,6 +1097,10 @@ func (p *process) cleanup() error {
 	// After the check of the nested repositories (wait), or a launch that failed.
 	p.sb.nested.release(p.checkouts)
 	p.checkouts = nil
+	if p.netDetach != nil {
+		p.netDetach()
+		p.netDetach = nil
+	}
 	var errs []error
 	p.awaitLeft()
 	if p.cg != nil {

@@ -80,9 +80,24 @@ func userSys(sys *syscall.SysProcAttr) {
 	sys.AmbientCaps = userCaps
 }
 
+// egressCaps adds what a user's stub needs to build its run's network by destination:
+// CAP_NET_ADMIN over the network namespace it is born in (the capabilities it keeps across
+// its own exec are the ambient ones; it drops them all before the program runs).
+func egressCaps(sys *syscall.SysProcAttr) {
+	sys.AmbientCaps = append(append([]uintptr{}, sys.AmbientCaps...), unix.CAP_NET_ADMIN)
+}
+
 // probeUserView starts the stub's probe the way a run's init stub is started (with a
 // network namespace too when netns is set) and says why a view cannot be built, or nil.
 func probeUserView(stubPath string, netns bool) error {
+	return probeUser(stubPath, netns, false)
+}
+
+// probeUserEgress checks that a run's stub can build its network by destination in the
+// user and network namespaces it is born in (a TUN device, its address and route).
+func probeUserEgress(stubPath string) error { return probeUser(stubPath, true, true) }
+
+func probeUser(stubPath string, netns, egress bool) error {
 	if stubPath == "" {
 		return errNoStub
 	}
@@ -101,7 +116,12 @@ func probeUserView(stubPath string, netns bool) error {
 		sys.Cloneflags |= unix.CLONE_NEWNET
 	}
 	userSys(sys)
-	proc, err := os.StartProcess(stubPath, []string{stubPath, stub.ProbeMarker}, &os.ProcAttr{
+	argv := []string{stubPath, stub.ProbeMarker}
+	if egress {
+		argv = append(argv, stub.ProbeEgress)
+		egressCaps(sys)
+	}
+	proc, err := os.StartProcess(stubPath, argv, &os.ProcAttr{
 		Files: []*os.File{null, null, w}, Env: []string{}, Sys: sys,
 	})
 	w.Close()

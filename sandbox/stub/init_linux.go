@@ -18,6 +18,10 @@ import (
 // can be built there (see RunProbe).
 const ProbeMarker = "__fledge_sandbox_userns_probe__"
 
+// ProbeEgress, after ProbeMarker, makes the probe check the run's network by destination
+// instead of the view: a TUN device with its address and route in the probe's namespace.
+const ProbeEgress = "egress"
+
 // forwarded are the signals the init stub passes on to the program: the ones a host, a
 // terminal or a supervisor sends to ask a process to stop or to act.
 var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
@@ -107,6 +111,16 @@ func runProbe() int {
 	}
 	if os.Getpid() != 1 {
 		return fail(fmt.Errorf("not pid 1 of a new pid namespace (pid %d)", os.Getpid()))
+	}
+	if len(os.Args) > 2 && os.Args[2] == ProbeEgress {
+		fds, err := kernel.BuildEgressNet(&kernel.EgressNet{TUN: "tun0", Addr: [4]byte{10, 77, 0, 2}, MTU: 1500})
+		if err != nil {
+			return fail(err)
+		}
+		for _, fd := range fds.All() {
+			_ = unix.Close(fd)
+		}
+		return 0
 	}
 	if err := kernel.ProbeView(); err != nil {
 		return fail(err)

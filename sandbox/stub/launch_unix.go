@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // DefaultConfirmTimeout bounds how long Start waits for the stub to exec or fail.
@@ -47,6 +48,11 @@ type Launch struct {
 	// pipe, on which the init stub writes the program's wait status (ReadStatus) before it
 	// exits. The returned process is then the stub, not the program. The caller closes it.
 	Status *os.File
+
+	// NetAttach takes the fds of the run's egress namespace (Policy.Net) from the stub and
+	// serves them; it owns them from the call, also when it fails. The stub waits for it
+	// before anything else runs, bounded by ConfirmTimeout.
+	NetAttach func(*kernel.EgressFDs) error
 }
 
 // ReadStatus reads the program's wait status from an init stub's status pipe (Launch.Status)
@@ -142,6 +148,34 @@ func (l *Launch) Start() (*os.Process, error) {
 	if l.Notify != nil {
 		files = append(files, l.Notify) // fdNotify
 	}
+	var netHost *os.File
+	if l.Policy.Net != nil {
+		if l.NetAttach == nil {
+			polR.Close()
+			errW.Close()
+			if statW != nil {
+				statR.Close()
+				statW.Close()
+			}
+			return nil, fmt.Errorf("%w: a network namespace to hand off and nobody to take it", sandbox.ErrLaunch)
+		}
+		var netChild *os.File
+		if netHost, netChild, err = netPair(); err != nil {
+			polR.Close()
+			errW.Close()
+			if statW != nil {
+				statR.Close()
+				statW.Close()
+			}
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+		}
+		defer netHost.Close()
+		defer netChild.Close()
+		for len(files) < fdNet {
+			files = append(files, nil) // closed in the stub
+		}
+		files = append(files, netChild)
+	}
 	argv := append(append([]string{}, l.Wrapper...), l.StubPath, Marker)
 	proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
 		Files: files,
@@ -180,7 +214,21 @@ func (l *Launch) Start() (*os.Process, error) {
 	if timeout <= 0 {
 		timeout = DefaultConfirmTimeout
 	}
-	_ = errR.SetReadDeadline(time.Now().Add(timeout))
+	deadline := time.Now().Add(timeout)
+	if netHost != nil {
+		// The stub's copy must be gone here, or a stub that dies never gives EOF.
+		files[fdNet].Close()
+		if _, err := receiveNet(netHost, l.Policy.Net, l.NetAttach, deadline); err != nil {
+			if statR != nil {
+				statR.Close()
+			}
+			_ = proc.Kill()
+			_, _ = proc.Wait()
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+		}
+		// Not done: the stub failed before sending; its error pipe says why (below).
+	}
+	_ = errR.SetReadDeadline(deadline)
 	msg, rerr := io.ReadAll(io.LimitReader(errR, maxErrBytes+2))
 	reached := len(msg) > 0 && msg[0] == execMark
 	if reached {

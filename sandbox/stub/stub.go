@@ -37,6 +37,7 @@ const (
 	fdStatus = 6 // write end of the status pipe (Policy.Init only)
 	fdIDMap  = 7 // the view's idmapping user namespace (View.IDMap, optional)
 	fdNotify = 8 // a socket the stub hands its seccomp listener back on (Policy.Notify)
+	fdNet    = 9 // the stub's end of the network hand-off socket (Policy.Net, optional)
 )
 
 // Bounds on what crosses the pipes.
@@ -105,6 +106,14 @@ type Policy struct {
 	// identity): the handle's mount belongs to the host's mount namespace, which a detached
 	// copy cannot be taken from.
 	Init bool `json:"init,omitempty"`
+
+	// Net (Linux): the stub was cloned into a network namespace of its own (and, unprivileged,
+	// the user namespace that owns it) that is to be the run's network by destination. First
+	// thing, while it still holds CAP_NET_ADMIN there, it builds the namespace's TUN device,
+	// routes and loopback sockets (kernel.BuildEgressNet), sends their fds to the host over
+	// fd 8 (SCM_RIGHTS) and waits for the host to say it serves them: the program never runs
+	// in a namespace nobody answers. Its own copies are closed before anything else runs.
+	Net *kernel.EgressNet `json:"net,omitempty"`
 }
 
 // Landlock is the Landlock part of a Policy (defined with the primitives that apply it).

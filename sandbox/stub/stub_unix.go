@@ -20,6 +20,11 @@ func apply(pol *Policy) error {
 	if err := joinCgroups(pol.CgroupProcs); err != nil {
 		return &StepError{Step: "cgroup", Msg: err.Error()}
 	}
+	if pol.Net != nil {
+		if err := handOffNet(pol.Net); err != nil {
+			return &StepError{Step: "network", Msg: err.Error()}
+		}
+	}
 	if err := setNoNewPrivs(); err != nil {
 		return &StepError{Step: "no_new_privs", Msg: err.Error()}
 	}
