@@ -33,6 +33,3 @@ type Config struct {
 	// Dial connects from the host side (default net.Dialer).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
-
-// defaultCacheTTL is how long a host-side answer without a TTL is kept.
-const defaultCacheTTL = 30 * time.Second

@@ -910,3 +910,6 @@ func lastLabels(n string) string {
 	}
 	return strings.Join(parts, ".")
 }
+
+// defaultCacheTTL is how long a host-side answer without a TTL is kept.
+const defaultCacheTTL = 30 * time.Second
