@@ -28,7 +28,8 @@ func CheckReadGrant(path string, p Paths) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return fmt.Errorf("%w: %q is not an absolute, clean path", ErrReadGrant, path)
 	}
-	if path == "/" || (p.Home != "" && path == filepath.Clean(p.Home)) {
+	// A parent of the home is as wide as the home: it holds every key store below.
+	if path == "/" || (p.Home != "" && Within(filepath.Clean(p.Home), path)) {
 		return fmt.Errorf("%w: %q is a whole root or home", ErrReadGrant, path)
 	}
 	if p.Home != "" {

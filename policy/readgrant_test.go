@@ -28,12 +28,23 @@ func TestCheckReadGrant(t *testing.T) {
 		"/home/u/.gitconfig/":            false,
 		"/home/u/.sshkeys-not-the-store": true,
 	} {
-		err := CheckReadGrant(path, p)
-		if ok {
-			assert.NoError(t, err, path)
-		} else {
-			assert.True(t, errors.Is(err, ErrReadGrant), "%s: %v", path, err)
-		}
+		checkReadGrantCase(t, path, ok, p)
+	}
+	// fledge's config and state outside the home: a parent of the home still holds every
+	// key store in it.
+	p2 := Paths{Home: "/home/u", ConfigDir: "/etc/fledge", StateDir: "/var/lib/fledge"}
+	for path, ok := range map[string]bool{"/home": false, "/home/u": false, "/home/u/.gitconfig": true, "/home/other": true} {
+		checkReadGrantCase(t, path, ok, p2)
+	}
+}
+
+func checkReadGrantCase(t *testing.T, path string, ok bool, p Paths) {
+	t.Helper()
+	err := CheckReadGrant(path, p)
+	if ok {
+		assert.NoError(t, err, path)
+	} else {
+		assert.True(t, errors.Is(err, ErrReadGrant), "%s: %v", path, err)
 	}
 }
 

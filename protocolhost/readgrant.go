@@ -10,6 +10,7 @@ import (
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui"
 )
@@ -32,7 +33,17 @@ func (h *Host) changeReadGrant(name, path string, revoke bool) (*GrantChange, er
 	dir := plugin.Dir(e.ConfigDir, name)
 	paths := e.Paths(dir, filepath.Join(dir, "data"), nil)
 	entry, changed, err := plugin.ChangeReadGrant(e.ConfigDir, name, path, revoke, func(p string) error {
-		return policy.CheckReadGrant(p, paths)
+		if err := policy.CheckReadGrant(p, paths); err != nil || revoke {
+			return err
+		}
+		// The sandbox opens the path and so follows its symlinks: a link into a key store
+		// is refused like the store.
+		if r := core.Resolved(p); r != p {
+			if err := policy.CheckReadGrant(r, paths); err != nil {
+				return fmt.Errorf("%w (through the symlink %q)", err, p)
+			}
+		}
+		return nil
 	})
 	item := policy.ReadGrantPrefix + path
 	if err != nil {

@@ -295,7 +295,7 @@ func (e *Env) Refuse(ref *audit.PluginRef, kind, command, message string) {
 func (e *Env) Profile(b *Binding, environ []string, pluginEnv, legacyEnv map[string]string) policy.Profile {
 	return e.Config.Build(policy.ProfileInput{
 		Paths: b.Paths, Grants: b.Entry.Granted, Environ: environ, PluginEnv: pluginEnv, LegacyEnv: legacyEnv,
-		Read:    b.Entry.Read,
+		Read:    resolvedReads(b.Entry.Read),
 		Secrets: b.secrets,
 	})
 }
@@ -410,4 +410,18 @@ func (b *Binding) StartDir(userCwd string, a sandbox.Access) string {
 		userCwd = Resolved(userCwd)
 	}
 	return policy.PluginCwd(userCwd, root, b.DataDir, a)
+}
+
+// resolvedReads are the read grants as the sandbox will open them: symlinks followed, so
+// policy checks the path reached (a granted path later swapped for a link into a key
+// store is dropped, not followed).
+func resolvedReads(read []string) []string {
+	if len(read) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(read))
+	for _, r := range read {
+		out = append(out, Resolved(r))
+	}
+	return out
 }
