@@ -388,7 +388,8 @@ func wrapperScript(node, entry string, args, env []string) string {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellWord(v))
 	}
-	fmt.Fprintf(&b, "exec %s \"$here/%s\"", shellQuote(node), entry)
+	// The entry is the package's to name (package.json "bin"/"main"): quoted like the rest.
+	fmt.Fprintf(&b, "exec %s \"$here\"/%s", shellQuote(node), shellQuote(entry))
 	for _, a := range args {
 		b.WriteString(" " + shellWord(a))
 	}

@@ -120,3 +120,20 @@ func TestRegistryDestination(t *testing.T) {
 		}
 	}
 }
+
+// The entry point comes from the package's own package.json (its "bin" or "main"): a file
+// name holding $(...) is a name, never shell, in the wrapper.
+func TestWrapperScriptQuotesEntry(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "pwned")
+	entry := "we$(touch pwned)ird`touch pwned`\".sh"
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bin", "server"), []byte(wrapperScript("/bin/sh", entry, []string{"a"}, nil)), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, entry), []byte(`printf 'ran %s\n' "$1"`), 0o644))
+	cmd := exec.Command(filepath.Join(dir, "bin", "server"))
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Equal(t, "ran a\n", string(out))
+	assert.NoFileExists(t, marker)
+}
