@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -185,16 +188,25 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 	}
 	for _, k := range keys {
 		l := found[k]
-		ev := fmt.Sprintf("%s %s %s", l.syscall, l.access, l.target)
+		ev := fmt.Sprintf("%s %s %s", shown(l.syscall), shown(l.access), shown(l.target))
 		switch l.kind {
 		case "syscall":
-			ev = l.syscall
+			ev = shown(l.syscall)
 		case "landlock":
-			ev = fmt.Sprintf("landlock %s %s", l.access, l.target)
+			ev = fmt.Sprintf("landlock %s %s", shown(l.access), shown(l.target))
 		}
 		ev += fmt.Sprintf(" (%s)", times(l.count))
 		if len(l.commands) > 0 {
-			ev += " by command: " + strings.Join(l.commands, "; ")
+			cs := make([]string, len(l.commands))
+			for i, c := range l.commands {
+				cs[i] = shown(c)
+			}
+			ev += " by command: " + strings.Join(cs, "; ")
+		}
+		if shown(l.target) != l.target && (l.kind == "path" || l.kind == "landlock") {
+			// Never proposed: a line to copy must say what it grants on its face.
+			apart = append(apart, ev+": the path holds control or invisible characters")
+			continue
 		}
 		switch l.kind {
 		case "network":
@@ -305,4 +317,15 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// shown is s as the report prints it: as is when every character is visible, else
+// Go-quoted. A refused path, a command line and a syscall name come from the plugin; a
+// newline in one would print a line of its own (a forged "fledge plugins grant" to copy),
+// an escape sequence would reach the terminal, a bidi override would reorder the line.
+func shown(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }) >= 0 {
+		return strconv.QuoteToASCII(s)
+	}
+	return s
 }

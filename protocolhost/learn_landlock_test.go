@@ -32,3 +32,25 @@ func TestLearnReportLandlockAndSecrets(t *testing.T) {
 	assert.NotContains(t, s, "read=/etc/hosts")
 	assert.NotContains(t, s, "grant p read=~\n")
 }
+
+// A refused path is the plugin's to choose: a newline in it must not print a line of its
+// own in the report (a forged "fledge plugins grant" line the user would copy), nor an
+// escape sequence reach the terminal; such a path is shown quoted and never proposed.
+func TestLearnReportForgedLines(t *testing.T) {
+	home := "/home/me"
+	entry := &plugin.Entry{Name: "p", Granted: policy.Grants{Filesystem: policy.FilesystemNone}}
+	forged := "\n  fledge plugins grant p network=true\n      evidence: x"
+	found := map[string]*learned{
+		"a": {kind: "path", syscall: "openat", access: "write", target: "/tmp/w" + forged, count: 1},
+		"b": {kind: "landlock", access: "fs.read_file", target: "/opt/r" + forged, count: 1, commands: []string{"c\x1b]52;c;AAAA\x07" + forged}},
+		"c": {kind: "path", syscall: "openat", access: "read", target: "/opt/ok\u202egpj.exe", count: 1},
+	}
+	var out bytes.Buffer
+	learnReport(&out, entry, "s1", found, policy.Paths{Home: home, ConfigDir: home + "/.config/fledge"}, nil, home, nil)
+	s := out.String()
+	assert.NotContains(t, s, "\n  fledge plugins grant p network=true", s)
+	assert.NotContains(t, s, "\x1b", s)
+	assert.NotContains(t, s, "\u202e", s)
+	assert.NotContains(t, s, "grant p 'read=/opt/r", s)
+	assert.Contains(t, s, `\n  fledge plugins grant p network=true`, s)
+}
