@@ -29,7 +29,7 @@ var (
 var sensitiveHome = []string{
 	".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gcloud", ".config/gh",
 	".password-store", ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".local/share/keyrings",
-	".vault-token", ".terraform.d",
+	".vault-token", ".terraform.d", ".config/git/credentials",
 }
 
 // Paths locates what a profile is computed from. All absolute; ProjectRoot "" means no

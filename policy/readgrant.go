@@ -34,7 +34,8 @@ func CheckReadGrant(path string, p Paths) error {
 	}
 	if p.Home != "" {
 		for _, s := range sensitiveHome {
-			if Within(path, filepath.Join(p.Home, s)) {
+			// A parent of a store holds it: ~/.local/share holds ~/.local/share/keyrings.
+			if sp := filepath.Join(p.Home, s); Within(path, sp) || Within(sp, path) {
 				return fmt.Errorf("%w: %q holds keys or tokens (~/%s)", ErrReadGrant, path, s)
 			}
 		}

@@ -11,22 +11,26 @@ func TestCheckReadGrant(t *testing.T) {
 	p := Paths{Home: "/home/u", ConfigDir: "/home/u/.config/fledge", StateDir: "/home/u/.local/state/fledge",
 		AuditLog: "/home/u/.local/state/fledge/audit.jsonl"}
 	for path, ok := range map[string]bool{
-		"/home/u/.gitconfig":             true,
-		"/home/u/.config/git":            true,
-		"/opt/tools/share":               true,
-		"/home/u/.ssh/id_rsa":            false,
-		"/home/u/.ssh":                   false,
-		"/home/u/.aws/credentials":       false,
-		"/home/u/.config/gh/hosts.yml":   false,
-		"/home/u/.config/fledge/x.toml":  false,
-		"/home/u/.config":                false, // holds fledge's config dir
-		"/home/u/.local/state/fledge":    false,
-		"/home/u":                        false,
-		"/":                              false,
-		"relative/path":                  false,
-		"/home/u/../u/.ssh":              false,
-		"/home/u/.gitconfig/":            false,
-		"/home/u/.sshkeys-not-the-store": true,
+		"/home/u/.gitconfig":              true,
+		"/home/u/.config/git/config":      true,
+		"/home/u/.config/git":             false, // holds git's credential store
+		"/home/u/.config/git/credentials": false,
+		"/home/u/.local/share":            false, // holds ~/.local/share/keyrings
+		"/home/u/.local/share/nvim":       true,
+		"/opt/tools/share":                true,
+		"/home/u/.ssh/id_rsa":             false,
+		"/home/u/.ssh":                    false,
+		"/home/u/.aws/credentials":        false,
+		"/home/u/.config/gh/hosts.yml":    false,
+		"/home/u/.config/fledge/x.toml":   false,
+		"/home/u/.config":                 false, // holds fledge's config dir
+		"/home/u/.local/state/fledge":     false,
+		"/home/u":                         false,
+		"/":                               false,
+		"relative/path":                   false,
+		"/home/u/../u/.ssh":               false,
+		"/home/u/.gitconfig/":             false,
+		"/home/u/.sshkeys-not-the-store":  true,
 	} {
 		checkReadGrantCase(t, path, ok, p)
 	}
