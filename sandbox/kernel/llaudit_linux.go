@@ -1,7 +1,9 @@
 package kernel
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,7 +40,7 @@ const (
 	maxDomainsPerRun   = 64
 	maxPendingDenials  = 256
 	maxForeign         = 1024
-	landlockNamePrefix = "fledge-ll"
+	landlockNamePrefix = "fledge-"
 )
 
 // landlockWatch is the process-wide reader: one socket, one goroutine, started on the
@@ -70,12 +72,18 @@ func newLandlockWatch() *landlockWatch {
 	return &landlockWatch{runs: map[string]*watchedRun{}, domains: map[string]*watchedRun{}, foreign: map[string]bool{}}
 }
 
-var llNames atomic.Uint64
-
 // LandlockAuditName returns a fresh thread name for one launch (at most 15 bytes, the
-// kernel's comm size): the name its Landlock domain is logged under.
+// kernel's comm size): the name its Landlock domain is logged under. It is random, not a
+// count: every fledge process reads every Landlock record, so two processes counting from
+// one would name their launches alike and each take the other's denials for its own; and
+// a plugin that could predict another run's name could give a nested domain of its own
+// that name (PR_SET_NAME, then landlock_restrict_self) to plant records in that run.
 func LandlockAuditName() string {
-	return fmt.Sprintf("%s%06x", landlockNamePrefix, llNames.Add(1)&0xffffff)
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return landlockNamePrefix + hex.EncodeToString(b[:])
 }
 
 // SetThreadName names the calling thread (PR_SET_NAME). The caller holds

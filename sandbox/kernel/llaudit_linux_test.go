@@ -1,6 +1,10 @@
 package kernel
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,4 +53,39 @@ func TestLandlockAuditName(t *testing.T) {
 	a, b := LandlockAuditName(), LandlockAuditName()
 	assert.NotEqual(t, a, b)
 	assert.LessOrEqual(t, len(a), 15, "the kernel's comm is 16 bytes with the NUL")
+}
+
+const llNameHelperEnv = "FLEDGE_LL_NAME_HELPER"
+
+// TestLandlockAuditNameHelper prints this process's first launch name (run as a child of
+// TestLandlockAuditNamesDifferAcrossProcesses).
+func TestLandlockAuditNameHelper(t *testing.T) {
+	if os.Getenv(llNameHelperEnv) == "" {
+		t.Skip("helper of TestLandlockAuditNamesDifferAcrossProcesses")
+	}
+	fmt.Printf("name=%s\n", LandlockAuditName())
+}
+
+// Every fledge process reads every Landlock record the kernel logs and maps a domain to a
+// run by the name its launch thread had: two fledge processes (a serve session and a
+// plugins learn) must not both name a launch the same, or each takes the other's denials
+// for its own run's. A name a plugin could predict is one it could give a nested Landlock
+// domain of its own (prctl PR_SET_NAME, then landlock_restrict_self) to plant records in
+// another plugin's run.
+func TestLandlockAuditNamesDifferAcrossProcesses(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		cmd := exec.Command(self, "-test.run=^TestLandlockAuditNameHelper$", "-test.v")
+		cmd.Env = append(os.Environ(), llNameHelperEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		_, rest, ok := strings.Cut(string(out), "name=")
+		require.True(t, ok, "%s", out)
+		name, _, _ := strings.Cut(rest, "\n")
+		assert.LessOrEqual(t, len(name), 15)
+		assert.False(t, seen[name], "launch name %q again in another process", name)
+		seen[name] = true
+	}
 }
