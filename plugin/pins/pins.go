@@ -226,10 +226,15 @@ func clip(s string, n int) string {
 // the plugin (they speak to the model about all of them). Pending entries are saved when
 // they change, so Change.Fresh is true once per difference.
 func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error) {
+	v := &Verdict{Quarantined: map[string]Change{}}
 	if len(defs) > MaxTools {
+		// Past the bound nothing is pinned or kept, so nothing there may be trusted: those
+		// tools are held back (and never offered), not let through unchecked.
+		for _, d := range defs[MaxTools:] {
+			v.Quarantined[d.Name] = Change{Tool: d.Name, New: Hash(d), NewDesc: clip(d.Description, maxKeptDesc)}
+		}
 		defs = defs[:MaxTools]
 	}
-	v := &Verdict{Quarantined: map[string]Change{}}
 	pf, err := Load(configDir, plugin)
 	if err != nil {
 		// What the user approved cannot be read: nothing is trusted.

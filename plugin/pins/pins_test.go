@@ -2,6 +2,7 @@ package pins
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -108,4 +109,24 @@ func BenchmarkCheck(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// Tools past MaxTools are never pinned, so they are never trusted: held back, not let
+// through unchecked.
+func TestToolsPastTheBoundAreHeldBack(t *testing.T) {
+	dir := t.TempDir()
+	ds := make([]Def, 0, MaxTools+3)
+	for i := 0; i < MaxTools+3; i++ {
+		ds = append(ds, Def{Name: fmt.Sprintf("t%04d", i), Description: "d"})
+	}
+	v, err := Check(dir, "p", "", ds)
+	require.NoError(t, err)
+	assert.True(t, v.FirstUse)
+	require.Len(t, v.Quarantined, 3)
+	for i := MaxTools; i < MaxTools+3; i++ {
+		assert.Contains(t, v.Quarantined, fmt.Sprintf("t%04d", i))
+	}
+	v, err = Check(dir, "p", "", ds)
+	require.NoError(t, err)
+	assert.Len(t, v.Quarantined, 3, "still held back on every listing")
 }
