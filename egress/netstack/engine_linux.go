@@ -693,6 +693,13 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, checkName bool, start t
 		if checkName {
 			first, err := readFirst(c)
 			if len(first) > 0 {
+				if splitClientHello(first) {
+					setReason(egress.ReasonNameMismatch)
+					e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: ev.Host, Port: ev.Port,
+						Address: ev.Address, Reason: egress.ReasonNameMismatch})
+					closeAll()
+					return
+				}
 				if sn := sniffName(first); sn != "" {
 					cn, ok := egress.CanonName(sn)
 					if !ok || !e.cfg.Policy.NameAndPort(cn, ev.Port) {

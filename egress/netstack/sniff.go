@@ -79,6 +79,19 @@ func httpHost(b []byte) string {
 	return ""
 }
 
+// splitClientHello reports whether b starts a TLS ClientHello that does not fit its first
+// record (the handshake spread over several records). Its server name cannot be read from
+// the first record, and real clients send it in one record, so a split one is how a
+// program would slip a second name past the check: refused.
+func splitClientHello(b []byte) bool {
+	if len(b) < 9 || b[0] != 0x16 || b[5] != 1 {
+		return false
+	}
+	recLen := int(b[3])<<8 | int(b[4])
+	hsLen := int(b[6])<<16 | int(b[7])<<8 | int(b[8])
+	return 4+hsLen > recLen
+}
+
 // sni parses the server_name extension of a ClientHello in one TLS record.
 func sni(b []byte) string {
 	if len(b) < 5+4 || b[5] != 1 { // handshake type client_hello
