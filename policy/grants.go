@@ -293,8 +293,15 @@ func ValidSecretName(n string) bool {
 			return false
 		}
 	}
-	switch n {
-	case "PATH", "HOME", "TMPDIR", "LD_PRELOAD", "LD_LIBRARY_PATH":
+	// Names that decide how programs load or start are never secrets: a plugin declaring
+	// one would have the user's value change what its interpreter runs.
+	if strings.HasPrefix(strings.ToUpper(n), "LD_") {
+		return false
+	}
+	switch strings.ToUpper(n) {
+	case "PATH", "HOME", "TMPDIR", "SHELL", "IFS", "ENV", "BASH_ENV", "NODE_OPTIONS", "NODE_PATH",
+		"PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "RUBYOPT", "RUBYLIB",
+		"GIT_CONFIG_PARAMETERS", "GIT_EXEC_PATH", "GCONV_PATH", "MALLOC_CHECK_":
 		return false
 	}
 	return true

@@ -135,3 +135,15 @@ func TestParseGrantName(t *testing.T) {
 		assert.ErrorIs(t, err, ErrUnknownCapability, bad)
 	}
 }
+
+// Secrets are tokens: names that decide how a program loads or starts are refused, in any
+// case, so a plugin cannot have the user's loader settings handed to it as "secrets".
+func TestValidSecretName(t *testing.T) {
+	for _, ok := range []string{"GITHUB_TOKEN", "api_key", "NPM_TOKEN2"} {
+		assert.True(t, ValidSecretName(ok), ok)
+	}
+	for _, bad := range []string{"", "2X", "A-B", "FLEDGE_X", "fledge_x", "PATH", "ld_preload", "LD_AUDIT", "LD_LIBRARY_PATH",
+		"BASH_ENV", "NODE_OPTIONS", "PYTHONSTARTUP", "PERL5OPT", "GIT_CONFIG_PARAMETERS"} {
+		assert.False(t, ValidSecretName(bad), bad)
+	}
+}
