@@ -165,6 +165,20 @@ func TestNPMInstalledServersThroughServeMCP(t *testing.T) {
 	assert.True(t, r.Calls[0].IsError, "no project: the server may read nothing: %+v", r.Calls[0])
 	assert.NotContains(t, callText(r.Calls[0]), "hello from the project")
 
+	// A client whose root is / or the home directory does not hand the servers the whole
+	// disk: such a root is no project (as for --project), said once, and nothing is readable.
+	home, err := os.UserHomeDir()
+	require.NoError(t, err)
+	for _, root := range []string{"/", home} {
+		r, stderr = tsServe(t, f, c, sdk, "/", []string{"file://" + root}, []string{"serve", "--mcp"}, []map[string]any{
+			{"name": "plugin_server-filesystem_read_text_file", "arguments": map[string]any{"path": readme}},
+		})
+		assert.Contains(t, stderr, "is not a project fledge can use", root)
+		require.Len(t, r.Calls, 1, root)
+		assert.True(t, r.Calls[0].IsError, "root %s: the server may read nothing: %+v", root, r.Calls[0])
+		assert.NotContains(t, callText(r.Calls[0]), "hello from the project", root)
+	}
+
 	// update fetches it again the way it was asked for (version, environment), keeps the
 	// grants (it asks for no more) and pins its tools afresh.
 	out, errOut, err = c.run(f.project, "--ni", "plugins", "update", "server-memory")
