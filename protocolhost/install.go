@@ -211,6 +211,8 @@ func (in *installer) hookRunner() plugin.HookRunner {
 			return err
 		}
 		res, err := proc.Wait()
+		// The hook's kernel refusals are on record before its outcome.
+		rec.SettleKernel()
 		if err != nil {
 			return err
 		}

@@ -124,6 +124,16 @@ type Spec struct {
 	// count once the run has ended. Called from the sandbox's own goroutine, never
 	// concurrently for one run; it must not block for long.
 	KernelDenials func(KernelDenial)
+	// KernelDenialsLate, when set with KernelDenials, lets Wait return before the run's
+	// last Landlock refusals have arrived. They come through the kernel's audit, which
+	// delivers them after the run's processes made them: a quarter of a second at most
+	// after the run's end where fledge can ask the kernel how much is still queued, and
+	// until none came for a while where it cannot (a host in a pid namespace of its own,
+	// such as a container). Waiting for them held every exec's reply that long. Wait calls
+	// it once, before it returns, with a channel closed when they had their chance and the
+	// run's true counts were reported; KernelDenials may be called until then. Nil: Wait
+	// waits for them itself.
+	KernelDenialsLate func(settled <-chan struct{})
 	// Trace observes every path and connect syscall of the run and reports those the
 	// grants do not cover (KernelDenials): observation only, every call continues and the
 	// kernel decides it as without trace. Costs a round trip to the host per such call.

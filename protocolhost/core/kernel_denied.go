@@ -2,6 +2,7 @@ package core
 
 import (
 	"strings"
+	"time"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/reason"
@@ -23,6 +24,56 @@ func (r *Recorder) ObserveKernel(spec *sandbox.Spec, command string) {
 	}
 	spec.Trace = r.Tracing()
 	spec.KernelDenials = func(d sandbox.KernelDenial) { r.KernelDenied(d, command) }
+	// The run's reply does not wait for Landlock's refusals to come through the kernel's
+	// audit (up to a quarter of a second, at every exec): they are recorded when they
+	// come, and the session's end (Close) or SettleKernel waits for them.
+	spec.KernelDenialsLate = r.awaitLate
+}
+
+// kernelSettleBound bounds how long SettleKernel waits for the late refusals of every run
+// still settling (each run's own wait is bounded by the sandbox; they settle in parallel).
+const kernelSettleBound = time.Second
+
+// awaitLate notes a run whose last kernel refusals are still on their way.
+func (r *Recorder) awaitLate(settled <-chan struct{}) {
+	r.lateMu.Lock()
+	defer r.lateMu.Unlock()
+	// Only the runs still settling are kept, so a long session holds no more than the
+	// runs of the last quarter second.
+	kept := r.late[:0]
+	for _, c := range r.late {
+		select {
+		case <-c:
+		default:
+			kept = append(kept, c)
+		}
+	}
+	r.late = append(kept, settled)
+}
+
+// SettleKernel waits until the late kernel refusals of every run started so far are
+// recorded (at most kernelSettleBound). Close calls it; a caller that records a run's
+// outcome after them (an install hook) calls it after Wait.
+func (r *Recorder) SettleKernel() {
+	if r == nil {
+		return
+	}
+	r.lateMu.Lock()
+	pending := r.late
+	r.late = nil
+	r.lateMu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	bound := time.NewTimer(kernelSettleBound)
+	defer bound.Stop()
+	for _, c := range pending {
+		select {
+		case <-c:
+		case <-bound.C:
+			return
+		}
+	}
 }
 
 // KernelDenied records one refusal the kernel made (deny): the sandbox has already

@@ -155,6 +155,9 @@ type Recorder struct {
 	hit            [nTiers]bool   // the budget record of this tier was written
 	// trace: every sandboxed run of this session is traced (kernel_denied.go).
 	trace atomic.Bool
+	// late: runs whose last kernel refusals are still on their way (kernel_denied.go).
+	lateMu sync.Mutex
+	late   []<-chan struct{}
 }
 
 // NewRecorder makes the recorder of one session, with DefaultSessionBytes as its budget.
@@ -354,6 +357,8 @@ func (r *Recorder) suppress(event string, d audit.Decision, rc reason.Code) bool
 // Close writes the session's summary of records not written, if any: repetitions past
 // MaxRepeatRecords (suppressed) and records past the byte budget (over_budget).
 func (r *Recorder) Close() {
+	// The session's runs' last kernel refusals belong before its summary and plugin_exit.
+	r.SettleKernel()
 	r.repeatMu.Lock()
 	suppressed := map[string]any{}
 	for k, n := range r.repeats {

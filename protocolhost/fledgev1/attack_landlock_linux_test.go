@@ -35,6 +35,15 @@ func TestAttackLandlockDeniedRecorded(t *testing.T) {
 		}
 	}
 	require.NotNil(t, hit, "no landlock kernel_denied for %s: %v", f.home, f.findRecords(audit.EventKernelDenied))
+	// The exec's reply did not wait for it (it comes through the kernel's audit, late),
+	// but the session's end did: it is on record before plugin_exit.
+	var order []string
+	for _, r := range f.auditRecords() {
+		if r.Seq == hit.Seq || r.Event == audit.EventPluginExit {
+			order = append(order, r.Event)
+		}
+	}
+	assert.Equal(t, []string{audit.EventKernelDenied, audit.EventPluginExit}, order, "landlock record before plugin_exit")
 	assert.Equal(t, audit.Deny, hit.Decision)
 	assert.Equal(t, "test-session", hit.Session)
 	assert.Equal(t, "fs.read_dir", hit.Details[audit.DetailAccess])

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,11 +24,16 @@ func TestLandlockDenialsRecorded(t *testing.T) {
 	testutil.KernelAudit(t)
 	require.True(t, kernel.LandlockAuditReadable(), "root reads the kernel's audit (CAP_AUDIT_READ)")
 	for _, launch := range []string{LaunchThread, LaunchStub} {
-		t.Run(launch, func(t *testing.T) { testLandlockDenials(t, launch) })
+		t.Run(launch, func(t *testing.T) { testLandlockDenials(t, launch, false) })
+		t.Run(launch+"-late", func(t *testing.T) { testLandlockDenials(t, launch, true) })
 	}
 }
 
-func testLandlockDenials(t *testing.T, launch string) {
+// late: the spec lets Wait return before the Landlock records settle (KernelDenialsLate,
+// what every session does): Wait must hand over a channel that is still open when it
+// returns (the settle takes at least landlockDrain), and every denial and the true count
+// must still be reported before that channel closes.
+func testLandlockDenials(t *testing.T, launch string, late bool) {
 	sb := newSandbox(t, Options{Launch: launch})
 	e := newEnv(t)
 	script := `for i in 1 2 3; do ls "$HOME" 2>&1; echo ls=$?; done`
@@ -41,8 +47,28 @@ func testLandlockDenials(t *testing.T, launch string) {
 	var got denials
 	spec := e.spec(script)
 	spec.KernelDenials = got.add
+	var settled <-chan struct{}
+	if late {
+		spec.KernelDenialsLate = func(c <-chan struct{}) {
+			require.Nil(t, settled, "called once")
+			settled = c
+		}
+	}
 	res, stdout, errOut := run(t, sb, spec)
 	require.Equal(t, 0, res.ExitCode, errOut)
+	if late {
+		require.NotNil(t, settled, "Wait handed over the settle")
+		select {
+		case <-settled:
+			t.Fatal("Wait waited for the Landlock records to settle")
+		default:
+		}
+		select {
+		case <-settled:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the settle never ended")
+		}
+	}
 	assert.Contains(t, stdout, "Permission denied", "ls $HOME refused by Landlock, not hidden")
 	assert.NotContains(t, stdout, "ls=0")
 	t.Logf("%s reported: %+v", launch, got.list())

@@ -40,6 +40,8 @@ type runNotify struct {
 	// llSeen/llStop: the run's Landlock denials from the kernel's audit (nil: none).
 	llSeen func() int64
 	llStop func()
+	// late is the spec's KernelDenialsLate (nil: finish waits for the Landlock records).
+	late func(<-chan struct{})
 }
 
 // newRunNotify prepares spec's recording for pol (nil when spec asks for none or this
@@ -51,6 +53,7 @@ func newRunNotify(spec *sandbox.Spec, pol *stub.Policy) *runNotify {
 	rn := &runNotify{ch: make(chan int, 1), ready: make(chan struct{}), pair: [2]int{-1, -1}, cancel: make(chan struct{})}
 	trace := spec.Trace
 	rn.log = sandbox.NewDenialLog(spec.KernelDenials)
+	rn.late = spec.KernelDenialsLate
 	if trace && pol.Landlock != nil {
 		rn.grants = &kernel.Grants{ReadWrite: pol.Landlock.ReadWrite, ReadOnly: pol.Landlock.ReadOnly,
 			ReadExec: pol.Landlock.ReadExec, Network: spec.Network}
@@ -259,6 +262,18 @@ func (rn *runNotify) finish() {
 	<-rn.ready
 	if rn.srv != nil {
 		rn.srv.Stop(notifyStopBound)
+	}
+	if rn.llStop != nil && rn.late != nil {
+		// The Landlock records still on their way are reported when they come, off the
+		// run's Result: the caller was told to wait for settled instead.
+		settled := make(chan struct{})
+		rn.late(settled)
+		go func() {
+			defer close(settled)
+			rn.stopLandlock()
+			rn.log.Flush()
+		}()
+		return
 	}
 	rn.stopLandlock()
 	rn.log.Flush()
