@@ -505,9 +505,12 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	spec.Stderr = stderr
 	spec.Limits.Timeout = timeout
 	s.withSessionTmp(&spec)
-	rep := s.opts.Sandbox.Report()
 	// The mode this command is about to get; the outcome record has the one it got.
-	details["sandbox_mode"] = map[string]any{"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}
+	s.execModeOnce.Do(func() {
+		rep := s.opts.Sandbox.Report()
+		s.execMode = map[string]any{"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}
+	})
+	details["sandbox_mode"] = s.execMode
 
 	// Audit before act: the decision is written now and made durable while the sandbox is
 	// prepared; the command starts only once it is on disk. No record, no command.

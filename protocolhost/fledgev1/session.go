@@ -57,6 +57,11 @@ type session struct {
 	skippedMu sync.Mutex
 	rec       *core.Recorder
 	proc      *core.Proc
+	// execMode is the sandbox mode every exec of the session is about to get (its
+	// decision records it): the backend's report is a doctor's survey of the machine
+	// (Linux: it builds a network namespace to see whether it can), made once.
+	execMode     map[string]any
+	execModeOnce sync.Once
 }
 
 // Run runs one plugin session to its end and returns the plugin's exit code.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/egress/netstack"
@@ -88,6 +89,11 @@ func (s *Sandbox) egressSupport() error {
 	return nil
 }
 
+// netstackSupported is netstack.Supported, asked once per process: it builds a network
+// namespace and a TUN device to see whether it can, and Report is called at every session's
+// start. What this process may do does not change while it runs.
+var netstackSupported = sync.OnceValue(netstack.Supported)
+
 // egressReport says how network by destination is enforced here (doctor).
 func (s *Sandbox) egressReport() string {
 	if s.launch == LaunchStub || s.userView {
@@ -100,7 +106,7 @@ func (s *Sandbox) egressReport() string {
 		}
 		return "netns+tun per run (" + who + "): each run's stub builds a namespace of its own whose only way out is fledge, served by its plugin session's engine (one policy, one set of limits, one record stream per session; DNS answered by fledge, every TCP connection decided by name and port, UDP/ICMP/IPv6 refused)"
 	}
-	if err := netstack.Supported(); err != nil {
+	if err := netstackSupported(); err != nil {
 		return "none: " + err.Error()
 	}
 	return "netns+tun: a namespace per plugin session whose only way out is fledge (DNS answered by fledge, every TCP connection decided by name and port, UDP/ICMP/IPv6 refused)"
