@@ -60,7 +60,12 @@ func BenchmarkKernelRecordAB(b *testing.B) {
 			PrivateTmp: true,
 		}
 	}
-	record := func(s *sandbox.Spec) *sandbox.Spec { s.KernelDenials = func(sandbox.KernelDenial) {}; return s }
+	// As a session records them: the run's Landlock records are taken late, off its Wait.
+	record := func(s *sandbox.Spec) *sandbox.Spec {
+		s.KernelDenials = func(sandbox.KernelDenial) {}
+		s.KernelDenialsLate = func(<-chan struct{}) {}
+		return s
+	}
 	trace := func(s *sandbox.Spec) *sandbox.Spec { record(s).Trace = true; return s }
 	build := "cd mod && GOCACHE=$TMPDIR/cache go build -o $TMPDIR/small . && $TMPDIR/small"
 	for _, bc := range []struct {
