@@ -1,7 +1,9 @@
 package linux
 
 import (
+	"errors"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -162,6 +164,12 @@ const (
 	landlockDrain  = 2 * time.Millisecond
 )
 
+// auditStatusRefused: the kernel refuses this process AUDIT_GET (it runs in a pid
+// namespace of its own), which does not change while it runs: not asked again.
+var auditStatusRefused atomic.Bool
+
+var errAuditStatusRefused = errors.New("kernel audit status refused to this process")
+
 // stopLandlock ends the run's Landlock watch once its last records had a chance to arrive.
 func (rn *runNotify) stopLandlock() {
 	if rn.llStop == nil {
@@ -171,7 +179,14 @@ func (rn *runNotify) stopLandlock() {
 	start := time.Now()
 	last, quietSince := rn.llSeen(), start
 	for time.Since(start) < landlockSettle {
-		on, backlog, err := kernel.KernelAuditStatus()
+		on, backlog, err := false, uint32(0), errAuditStatusRefused
+		if !auditStatusRefused.Load() {
+			on, backlog, err = kernel.KernelAuditStatus()
+			if errors.Is(err, unix.EPERM) {
+				// A pid namespace of our own: refused now, refused for good.
+				auditStatusRefused.Store(true)
+			}
+		}
 		switch {
 		case err == nil && !on:
 			return // nothing flows
