@@ -59,6 +59,9 @@ type console struct {
 	qmu sync.Mutex // one question on screen at a time
 
 	outMu sync.Mutex // orders writes to stdout
+	// holding: piped output waits in piped (hold.go); both under outMu.
+	holding bool
+	piped   []byte
 
 	// mu guards the terminal: every write to err (and to out when it is a terminal, since
 	// both usually share one screen) and the state below. Progress never waits for it.
@@ -187,6 +190,7 @@ func (c *console) Warn(message string) {
 // lines wait (bounded) while a question is on screen; host warnings too, since they would
 // tear the form just the same, but they are never dropped.
 func (c *console) writeErr(s string, droppable bool) {
+	c.releaseHeld()
 	c.lock()
 	defer c.unlock()
 	if c.asking {
@@ -215,7 +219,15 @@ func (c *console) Output(text string) {
 	defer c.outMu.Unlock()
 	if !c.ttyOut {
 		// piped: the plugin's data, byte for byte
-		_, _ = io.WriteString(c.out, text)
+		if !c.holding || len(text) >= maxHeldPiped {
+			c.flushPipedLocked()
+			_, _ = io.WriteString(c.out, text)
+			return
+		}
+		if len(c.piped)+len(text) > maxHeldPiped {
+			c.flushPipedLocked()
+		}
+		c.piped = append(c.piped, text...)
 		return
 	}
 	text = Sanitize(text)
@@ -280,6 +292,7 @@ func (c *console) flushHeldLocked() {
 }
 
 func (c *console) Close() {
+	c.releaseHeld()
 	c.lock()
 	defer c.unlock()
 	c.prog.stop()

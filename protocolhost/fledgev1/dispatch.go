@@ -25,6 +25,9 @@ import (
 )
 
 func (s *session) readLoop(r io.Reader) {
+	// Output and log lines of one read are written together (the user's stdout when piped).
+	r, release := ui.HoldingReader(r, s.opts.UI)
+	defer release()
 	rd := protocol.NewReader(r, protocol.ReaderOptions{MaxLine: s.lim.LineMax})
 	for {
 		msg, err := rd.Next()
@@ -73,6 +76,13 @@ func (s *session) readLoop(r io.Reader) {
 
 func (s *session) dispatch(m *protocol.Message) {
 	name := s.opts.Plugin.Name
+	if m.Output == nil && m.Log == nil {
+		// Only runs of output and log lines are held: whatever else the plugin asks comes
+		// after what it printed, as it sent them.
+		if h, ok := s.opts.UI.(ui.Holder); ok {
+			h.Release()
+		}
+	}
 	switch {
 	case m.Output != nil:
 		s.opts.UI.Output(m.Output.Text)
