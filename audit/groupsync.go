@@ -69,6 +69,12 @@ func (l *Log) waitSynced(w *syncWaiter) error {
 		// Lead: everything queued now was written before this fsync starts. The queue
 		// holds records of one file only (retire empties it before that file is closed).
 		batch := g.queue
+		if len(batch) == 0 {
+			// Not possible: w is queued until a leader or retire takes it, and both
+			// answer it before they clear syncing. Wait rather than sync nothing.
+			g.cond.Wait()
+			continue
+		}
 		g.queue = nil
 		g.syncing = true
 		g.mu.Unlock()
@@ -129,10 +135,13 @@ func (l *Log) retireWith(f *os.File, head bool) {
 		}
 	}
 	g.queue = rest
-	g.mu.Unlock()
 	if len(batch) == 0 {
+		g.mu.Unlock()
 		return
 	}
+	// This is the running fsync now: a waiter of the batch must not lead one of its own.
+	g.syncing = true
+	g.mu.Unlock()
 	err := l.io.syncFile(f)
 	if err != nil {
 		err = fmt.Errorf("audit: fsync %s: %w", l.path, err)
@@ -141,6 +150,7 @@ func (l *Log) retireWith(f *os.File, head bool) {
 	for _, w := range batch {
 		w.done, w.err = true, err
 	}
+	g.syncing = false
 	g.cond.Broadcast()
 	g.mu.Unlock()
 	if err == nil && head {
