@@ -358,8 +358,9 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if args == nil {
 		args = map[string]any{}
 	}
-	sync, err := s.rec.BeforeAct(audit.EventToolCall, details)
-	if err != nil {
+	// Durable before the request is written: the write follows at once, so the fsync runs
+	// here rather than in the background (shared with concurrent calls' records).
+	if err := s.rec.BeforeActNow(audit.EventToolCall, details); err != nil {
 		return fail(fmt.Errorf("%w: %w: %v", core.ErrLaunch, core.ErrAudit, err))
 	}
 	timeout := s.toolTimeout
@@ -367,7 +368,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		timeout = d
 	}
 	start := time.Now()
-	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, timeout, sync)
+	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, timeout, nil)
 	var res *tools.Result
 	if err == nil {
 		res, err = toolResult(raw)
