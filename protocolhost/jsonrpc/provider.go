@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,15 @@ type Provider struct {
 	excluded map[string]error
 	order    []string // installed jsonrpc-2.0 plugins, by name (nil: not loaded yet)
 	closed   bool
+	// listed is the last parse of each plugin's recorded handshake, by the bytes it was
+	// parsed from: the file is read at every listing (the catalogue lists a plugin's tools
+	// at every call), parsed again only when it changed.
+	listed map[string]listedManifest
+}
+
+type listedManifest struct {
+	raw []byte
+	m   *Manifest
 }
 
 type session struct {
@@ -82,6 +92,33 @@ func Recorded(b *core.Binding) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s: recorded handshake: %w: reinstall it", b.Entry.Name, err)
 	}
+	return m, nil
+}
+
+// recorded is Recorded, parsing the file again only when its bytes changed. The manifest
+// it returns is shared: callers only read it.
+func (p *Provider) recorded(b *core.Binding) (*Manifest, error) {
+	data, err := readSmall(filepath.Join(b.Dir, plugin.HandshakeFile), 4<<20)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s has no recorded handshake (%v): reinstall it", b.Entry.Name, err)
+	}
+	key := b.Dir
+	p.mu.Lock()
+	l, ok := p.listed[key]
+	p.mu.Unlock()
+	if ok && bytes.Equal(l.raw, data) {
+		return l.m, nil
+	}
+	m, err := DecodeRecorded(data)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: recorded handshake: %w: reinstall it", b.Entry.Name, err)
+	}
+	p.mu.Lock()
+	if p.listed == nil || len(p.listed) >= MaxPlugins*4 {
+		p.listed = map[string]listedManifest{}
+	}
+	p.listed[key] = listedManifest{raw: data, m: m}
+	p.mu.Unlock()
 	return m, nil
 }
 
@@ -140,7 +177,7 @@ func (p *Provider) Tools(_ context.Context, b *core.Binding) ([]tools.Tool, erro
 	if err := p.Loadable(b.Entry.Name); err != nil {
 		return nil, err
 	}
-	m, err := Recorded(b)
+	m, err := p.recorded(b)
 	if err != nil {
 		return nil, err
 	}
