@@ -3,7 +3,12 @@ package pins
 import (
 	"bytes"
 	"maps"
+	"os"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fledgehq/fledge/internal/filestamp"
 )
 
 // Check runs at every tool call of a long-lived host (`fledge serve` finds the tool, and
@@ -18,13 +23,17 @@ const maxMemo = 256
 
 type memoEntry struct {
 	data    []byte
+	stamp   filestamp.Stamp // of the file data was read from
+	vouched bool            // the stamp vouches for data
 	instr   string
 	defs    []Def
 	verdict *Verdict
 }
 
 var (
-	memoMu sync.Mutex
+	// fileReads counts pin files read (tests check a vouched stamp spares the read).
+	fileReads atomic.Int64
+	memoMu    sync.Mutex
 	memo   = map[string]*memoEntry{}
 )
 
@@ -61,11 +70,35 @@ func memoGet(configDir, plugin string, data []byte, instr string, defs []Def, ov
 	return copyVerdict(e.verdict)
 }
 
-func memoPut(configDir, plugin string, data []byte, instr string, defs []Def, v *Verdict) {
-	if data == nil {
+// memoGetStamped is memoGet without reading the file: only while the stamp of the file at
+// the path (not followed, as loadRaw opens it) is the vouched stamp of the kept bytes.
+func memoGetStamped(configDir, plugin, instr string, defs []Def, over bool) *Verdict {
+	if over {
+		return nil
+	}
+	memoMu.Lock()
+	e := memo[memoKey(configDir, plugin)]
+	memoMu.Unlock()
+	if e == nil || !e.vouched {
+		return nil
+	}
+	fi, err := os.Lstat(path(configDir, plugin))
+	if err != nil {
+		return nil
+	}
+	if st, ok := filestamp.Of(fi, time.Now()); !ok || st != e.stamp {
+		return nil
+	}
+	return memoGet(configDir, plugin, e.data, instr, defs, over)
+}
+
+// memoPut keeps v for these inputs; fi is the fstat loadRaw took before reading data.
+func memoPut(configDir, plugin string, data []byte, fi os.FileInfo, instr string, defs []Def, v *Verdict) {
+	if data == nil || fi == nil {
 		return
 	}
 	e := &memoEntry{data: bytes.Clone(data), instr: instr, verdict: copyVerdict(v), defs: make([]Def, len(defs))}
+	e.stamp, e.vouched = filestamp.Of(fi, time.Now())
 	for i, d := range defs {
 		e.defs[i] = Def{Name: d.Name, Description: d.Description, InputSchema: bytes.Clone(d.InputSchema)}
 	}

@@ -1,9 +1,14 @@
 package pins
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
+
+	"github.com/fledgehq/fledge/internal/filestamp"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,4 +76,47 @@ func TestCheckKeptVerdictFollowsTheFile(t *testing.T) {
 	v, err = Check(cfg, "fs", "new words", defs("reads a file"))
 	require.ErrorIs(t, err, ErrCorrupt)
 	assert.False(t, v.Allowed("list"))
+}
+
+// TestCheckStampSparesTheReadUntilTheFileChanges: once the pin file has settled, Check does
+// not read it again while it is left alone, and an in-place rewrite of the same size (one
+// hex digit of a pin changed) or a replacement is seen at the very next Check.
+func TestCheckStampSparesTheReadUntilTheFileChanges(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("file stamps vouch for nothing off Linux")
+	}
+	cfg := t.TempDir()
+	file := filepath.Join(cfg, Dir, "fs.json")
+	_, err := Check(cfg, "fs", "", defs("reads a file"))
+	require.NoError(t, err)
+	time.Sleep(filestamp.Settle + 100*time.Millisecond)
+	v, err := Check(cfg, "fs", "", defs("reads a file"))
+	require.NoError(t, err)
+	require.Empty(t, v.Quarantined)
+	before := fileReads.Load()
+	for range 5 {
+		v, err = Check(cfg, "fs", "", defs("reads a file"))
+		require.NoError(t, err)
+		require.Empty(t, v.Quarantined)
+	}
+	require.Equal(t, before, fileReads.Load(), "a settled, unchanged pin file is not read again")
+
+	// In place, same size: one hex digit of the read tool's pin.
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	pf, err := parse(data, "fs", file)
+	require.NoError(t, err)
+	h := pf.Tools["read"].Hash
+	flipped := h[:len(h)-1] + map[bool]string{true: "0", false: "1"}[h[len(h)-1] != '0']
+	edited := bytes.Replace(data, []byte(h), []byte(flipped), 1)
+	require.Len(t, edited, len(data))
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(edited, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	v, err = Check(cfg, "fs", "", defs("reads a file"))
+	require.NoError(t, err)
+	assert.False(t, v.Allowed("read"), "the rewritten pin no longer matches")
+	assert.True(t, v.Allowed("list"))
 }

@@ -132,32 +132,34 @@ func path(configDir, plugin string) string {
 
 // Load reads a plugin's pins; (nil, nil) when it has none yet.
 func Load(configDir, plugin string) (*File, error) {
-	data, err := loadRaw(configDir, plugin)
+	data, _, err := loadRaw(configDir, plugin)
 	if data == nil || err != nil {
 		return nil, err
 	}
 	return parse(data, plugin, path(configDir, plugin))
 }
 
-// loadRaw reads a plugin's pin file; (nil, nil) when it has none yet.
-func loadRaw(configDir, plugin string) ([]byte, error) {
+// loadRaw reads a plugin's pin file and returns it with the fstat taken before it was read;
+// (nil, nil, nil) when it has none yet.
+func loadRaw(configDir, plugin string) ([]byte, os.FileInfo, error) {
 	f, err := os.OpenFile(path(configDir, plugin), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, f.Name())
+		return nil, nil, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, f.Name())
 	}
+	fileReads.Add(1)
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil || len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%w: %s is too large or unreadable", ErrCorrupt, f.Name())
+		return nil, nil, fmt.Errorf("%w: %s is too large or unreadable", ErrCorrupt, f.Name())
 	}
-	return data, nil
+	return data, st, nil
 }
 
 func parse(data []byte, plugin, name string) (*File, error) {
@@ -250,7 +252,10 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 		}
 		defs = defs[:MaxTools]
 	}
-	data, err := loadRaw(configDir, plugin)
+	if mv := memoGetStamped(configDir, plugin, instructions, defs, over); mv != nil {
+		return mv, nil
+	}
+	data, fi, err := loadRaw(configDir, plugin)
 	var pf *File
 	if err == nil && data != nil {
 		if mv := memoGet(configDir, plugin, data, instructions, defs, over); mv != nil {
@@ -328,7 +333,7 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 	}
 	// Nothing was written: the verdict follows from these inputs alone.
 	if !over {
-		memoPut(configDir, plugin, data, instructions, defs, v)
+		memoPut(configDir, plugin, data, fi, instructions, defs, v)
 	}
 	return v, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/internal/filestamp"
 	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
@@ -48,15 +49,16 @@ type Provider struct {
 	excluded map[string]error
 	order    []string // installed jsonrpc-2.0 plugins, by name (nil: not loaded yet)
 	closed   bool
-	// listed is the last parse of each plugin's recorded handshake, by the bytes it was
-	// parsed from: the file is read at every listing (the catalogue lists a plugin's tools
-	// at every call), parsed again only when it changed.
+	// listed is the last read of each plugin's recorded handshake (the catalogue lists a
+	// plugin's tools at every call): see recorded.
 	listed map[string]listedManifest
 }
 
 type listedManifest struct {
-	raw []byte
-	m   *Manifest
+	raw     []byte
+	m       *Manifest
+	stamp   filestamp.Stamp // of the file raw was read from
+	vouched bool            // the stamp vouches for raw (the file had settled)
 }
 
 type session struct {
@@ -95,47 +97,64 @@ func Recorded(b *core.Binding) (*Manifest, error) {
 	return m, nil
 }
 
-// recorded is Recorded, parsing the file again only when its bytes changed. The manifest
-// it returns is shared: callers only read it.
+// recorded is Recorded without reading the file again while its stamp says it is the one
+// read last (unchanged and settled, see filestamp), nor parsing it again while its bytes
+// are the ones parsed last. The manifest it returns is shared: callers only read it.
 func (p *Provider) recorded(b *core.Binding) (*Manifest, error) {
-	data, err := readSmall(filepath.Join(b.Dir, plugin.HandshakeFile), 4<<20)
+	path := filepath.Join(b.Dir, plugin.HandshakeFile)
+	key := b.Dir
+	p.mu.Lock()
+	l, have := p.listed[key]
+	p.mu.Unlock()
+	if have && l.vouched {
+		if fi, err := os.Stat(path); err == nil {
+			if st, ok := filestamp.Of(fi, time.Now()); ok && st == l.stamp {
+				return l.m, nil
+			}
+		}
+	}
+	data, fi, err := readSmallInfo(path, 4<<20)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %s has no recorded handshake (%v): reinstall it", b.Entry.Name, err)
 	}
-	key := b.Dir
-	p.mu.Lock()
-	l, ok := p.listed[key]
-	p.mu.Unlock()
-	if ok && bytes.Equal(l.raw, data) {
-		return l.m, nil
-	}
-	m, err := DecodeRecorded(data)
-	if err != nil {
-		return nil, fmt.Errorf("plugin %s: recorded handshake: %w: reinstall it", b.Entry.Name, err)
+	st, vouched := filestamp.Of(fi, time.Now())
+	m := l.m
+	if !have || !bytes.Equal(l.raw, data) {
+		if m, err = DecodeRecorded(data); err != nil {
+			return nil, fmt.Errorf("plugin %s: recorded handshake: %w: reinstall it", b.Entry.Name, err)
+		}
 	}
 	p.mu.Lock()
 	if p.listed == nil || len(p.listed) >= MaxPlugins*4 {
 		p.listed = map[string]listedManifest{}
 	}
-	p.listed[key] = listedManifest{raw: data, m: m}
+	p.listed[key] = listedManifest{raw: data, m: m, stamp: st, vouched: vouched}
 	p.mu.Unlock()
 	return m, nil
 }
 
 func readSmall(path string, max int64) ([]byte, error) {
+	data, _, err := readSmallInfo(path, max)
+	return data, err
+}
+
+// readSmallInfo is readSmall that also returns the fstat taken before the bytes were read
+// (what a stamp of them must come from).
+func readSmallInfo(path string, max int64) ([]byte, os.FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !st.Mode().IsRegular() || st.Size() > max {
-		return nil, fmt.Errorf("%s is not a regular file under %d bytes", path, max)
+		return nil, nil, fmt.Errorf("%s is not a regular file under %d bytes", path, max)
 	}
-	return io.ReadAll(io.LimitReader(f, max))
+	data, err := io.ReadAll(io.LimitReader(f, max))
+	return data, st, err
 }
 
 // Loadable reports whether the plugin is among the MaxPlugins this invocation may run
