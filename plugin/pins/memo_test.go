@@ -115,6 +115,8 @@ func TestCheckStampSparesTheReadUntilTheFileChanges(t *testing.T) {
 	_, err = f.WriteAt(edited, 0)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
+	// Settled again before the next Check: only the stamp can tell it changed.
+	time.Sleep(filestamp.Settle + 100*time.Millisecond)
 	v, err = Check(cfg, "fs", "", defs("reads a file"))
 	require.NoError(t, err)
 	assert.False(t, v.Allowed("read"), "the rewritten pin no longer matches")
