@@ -168,5 +168,6 @@ func (l *Log) closeLive() error {
 	l.retire(l.f)
 	err := l.f.Close()
 	l.f = nil
+	l.tail = nil // the cache names the file just closed
 	return err
 }

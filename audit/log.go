@@ -536,6 +536,14 @@ func (l *Log) liveFileInfo() (*os.File, os.FileInfo, error) {
 // and the one fstat liveFileInfo made when nobody touched the file since our last write,
 // else read from disk (prepare, which may repair a torn tail first).
 func (l *Log) tailPos() (*os.File, int64, chainPos, error) {
+	// The usual case in one lstat: the path still names the file we hold (same inode as our
+	// own fstat after our last write) and nobody wrote to it since (same size and mtime).
+	if c := l.tail; c != nil && l.f != nil {
+		if fi, err := os.Lstat(l.path); err == nil && fi.Mode().IsRegular() && os.SameFile(c.fi, fi) &&
+			c.fi.Size() == fi.Size() && c.fi.ModTime().Equal(fi.ModTime()) {
+			return l.f, fi.Size(), c.pos, nil
+		}
+	}
 	f, fi, err := l.liveFileInfo()
 	if err != nil {
 		return nil, 0, chainPos{}, err
