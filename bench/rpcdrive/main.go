@@ -4,6 +4,20 @@
 //
 //	rpcdrive -n 200 -tool echo -- CMD [ARGS...]
 //	first_ns=... median_ns=... p90_ns=... n=200
+//
+// With -fsync-floor DIR it measures instead what one durable audit record costs at least on
+// the disk DIR is on: N appends of a record-sized line to a fresh file there, each followed
+// by its fsync (no lock, no encoding, no chain): the floor under a tool call whose decision
+// must be on disk before the call goes out.
+//
+//	rpcdrive -n 200 -fsync-floor DIR
+//	median_ns=... p90_ns=... n=200
+//
+// With -relay it is a bare line relay between its stdin/stdout and CMD (one goroutine, no
+// parsing): driving the plugin through it measures what two more pipe hops and a Go process
+// in the middle cost, the floor under any host that stands between (as fledge serve does).
+//
+//	rpcdrive -n 200 -tool echo -- rpcdrive -relay -- CMD [ARGS...]
 package main
 
 import (
@@ -20,7 +34,23 @@ import (
 func main() {
 	n := flag.Int("n", 200, "tool calls")
 	tool := flag.String("tool", "echo", "tool name")
+	floor := flag.String("fsync-floor", "", "measure append+fsync on the disk of this directory instead")
+	relayMode := flag.Bool("relay", false, "relay lines between stdin/stdout and CMD")
 	flag.Parse()
+	if *relayMode {
+		if err := relay(flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "rpcdrive:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *floor != "" {
+		if err := fsyncFloor(*n, *floor); err != nil {
+			fmt.Fprintln(os.Stderr, "rpcdrive:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if flag.NArg() == 0 || *n < 2 {
 		fmt.Fprintln(os.Stderr, "usage: rpcdrive [-n N] [-tool NAME] -- CMD [ARGS...]")
 		os.Exit(2)
@@ -94,4 +124,75 @@ func run(n int, tool string, argv []string) error {
 	sort.Slice(rest, func(i, j int) bool { return rest[i] < rest[j] })
 	fmt.Printf("first_ns=%d median_ns=%d p90_ns=%d n=%d\n", first.Nanoseconds(), rest[len(rest)/2].Nanoseconds(), rest[len(rest)*9/10].Nanoseconds(), n)
 	return nil
+}
+
+// fsyncFloor appends n lines the size of a tool_call record to a fresh file in dir, each
+// fsynced before the next, and prints the median and 90th percentile.
+func fsyncFloor(n int, dir string) error {
+	f, err := os.CreateTemp(dir, "fsync-floor-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	line := make([]byte, 600)
+	for i := range line {
+		line[i] = 'x'
+	}
+	line[len(line)-1] = '\n'
+	times := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if _, err := f.Write(line); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		times = append(times, time.Since(start))
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	fmt.Printf("median_ns=%d p90_ns=%d n=%d\n", times[len(times)/2].Nanoseconds(), times[len(times)*9/10].Nanoseconds(), n)
+	return nil
+}
+
+// relay passes each line from stdin to CMD and each answer line back, in turn (requests
+// are answered one by one, as rpcdrive sends them).
+func relay(argv []string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("-relay needs a command")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	host := bufio.NewReaderSize(os.Stdin, 1<<20)
+	plug := bufio.NewReaderSize(outPipe, 1<<20)
+	for {
+		line, err := host.ReadSlice('\n')
+		if err != nil {
+			break
+		}
+		if _, err := in.Write(line); err != nil {
+			return err
+		}
+		answer, err := plug.ReadSlice('\n')
+		if err != nil {
+			break
+		}
+		if _, err := os.Stdout.Write(answer); err != nil {
+			return err
+		}
+	}
+	in.Close()
+	return cmd.Wait()
 }
