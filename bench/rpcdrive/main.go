@@ -5,10 +5,9 @@
 //	rpcdrive -n 200 -tool echo -- CMD [ARGS...]
 //	first_ns=... median_ns=... p90_ns=... n=200
 //
-// With -fsync-floor DIR it measures instead what one durable audit record costs at least on
-// the disk DIR is on: N appends of a record-sized line to a fresh file there, each followed
-// by its fsync (no lock, no encoding, no chain): the floor under a tool call whose decision
-// must be on disk before the call goes out.
+// With -fsync-floor DIR it measures instead the disk I/O of one durable tool call's audit
+// records on the disk DIR is on, and nothing else (fsyncFloor): the floor under a tool call
+// whose decision must be on disk before the call goes out.
 //
 //	rpcdrive -n 200 -fsync-floor DIR
 //	median_ns=... p90_ns=... n=200
@@ -126,8 +125,10 @@ func run(n int, tool string, argv []string) error {
 	return nil
 }
 
-// fsyncFloor appends n lines the size of a tool_call record to a fresh file in dir, each
-// fsynced before the next, and prints the median and 90th percentile.
+// fsyncFloor makes, n times, the disk I/O one durable tool call makes in the audit log, and
+// nothing else: a decision-sized line appended and fsynced, a head slot written in place in
+// a second file, an outcome-sized line appended (no lock, no encoding, no chain). It prints
+// the median and 90th percentile of the whole.
 func fsyncFloor(n int, dir string) error {
 	f, err := os.CreateTemp(dir, "fsync-floor-*")
 	if err != nil {
@@ -135,18 +136,34 @@ func fsyncFloor(n int, dir string) error {
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	line := make([]byte, 600)
-	for i := range line {
-		line[i] = 'x'
+	head, err := os.CreateTemp(dir, "fsync-floor-head-*")
+	if err != nil {
+		return err
 	}
-	line[len(line)-1] = '\n'
+	defer os.Remove(head.Name())
+	defer head.Close()
+	line := func(size int) []byte {
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = 'x'
+		}
+		b[size-1] = '\n'
+		return b
+	}
+	decision, outcome, slot := line(650), line(450), line(512)
 	times := make([]time.Duration, 0, n)
-	for range n {
+	for i := range n {
 		start := time.Now()
-		if _, err := f.Write(line); err != nil {
+		if _, err := f.Write(decision); err != nil {
 			return err
 		}
 		if err := f.Sync(); err != nil {
+			return err
+		}
+		if _, err := head.WriteAt(slot, int64(i%2)*512); err != nil {
+			return err
+		}
+		if _, err := f.Write(outcome); err != nil {
 			return err
 		}
 		times = append(times, time.Since(start))
