@@ -363,8 +363,8 @@ func (l *Log) AppendBudget(r *Record, durable bool, b Budget) error {
 	if w != nil {
 		if err := l.waitSynced(w); err != nil {
 			// Taken back if it is still the last record of the same file (see
-			// rollbackOnFailure); either way the caller is told it is not written.
-			refund(b, len(s.line)+1)
+			// rollbackOnFailure); either way the caller is told it is not written. The
+			// budget keeps the bytes: the record may stay in the file.
 			return l.rollbackOnFailure(func() error { return err }, wfi, at, &prev, chainPos{}, time.Time{})()
 		}
 	}
