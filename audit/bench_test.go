@@ -3,8 +3,8 @@ package audit
 import (
 	"net"
 	"os"
-	"sync/atomic"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )

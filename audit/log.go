@@ -1057,11 +1057,8 @@ func fileTail(path string) (chainPos, error) {
 	return ti.prev, nil
 }
 
-func (l *Log) maybeRotate(f *os.File) error {
-	return l.maybeRotateInfo(f, nil)
-}
-
-// maybeRotateInfo is maybeRotate given the file's fstat (nil: it stats it).
+// maybeRotateInfo rotates the live file f once it reached RotateBytes; fi is its fstat
+// (nil: it stats it).
 func (l *Log) maybeRotateInfo(f *os.File, fi os.FileInfo) error {
 	if l.opts.RotateBytes < 0 {
 		return nil

@@ -34,7 +34,7 @@ var (
 	// fileReads counts pin files read (tests check a vouched stamp spares the read).
 	fileReads atomic.Int64
 	memoMu    sync.Mutex
-	memo   = map[string]*memoEntry{}
+	memo      = map[string]*memoEntry{}
 )
 
 func memoKey(configDir, plugin string) string { return configDir + "\x00" + plugin }
