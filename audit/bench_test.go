@@ -2,7 +2,9 @@ package audit
 
 import (
 	"net"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -124,4 +126,27 @@ func BenchmarkHeadWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkAppendFsyncParallel: durable appends from 8 goroutines at once, the case group
+// commit is for (concurrent tool calls, pipelined execs): they share fsyncs.
+func BenchmarkAppendFsyncParallel(b *testing.B) {
+	path := testPath(b)
+	l := openLog(b, path, Options{Fsync: FsyncDurable})
+	var syncs atomic.Int64
+	l.io.sync = func(f *os.File) error { syncs.Add(1); return f.Sync() }
+	r := testRecord(0)
+	b.SetParallelism(4) // 4 x GOMAXPROCS goroutines
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			rec := *r
+			if err := l.Append(&rec, true); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(b.N)/float64(max(syncs.Load(), 1)), "records/fsync")
 }

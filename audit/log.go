@@ -184,7 +184,8 @@ type Log struct {
 	head   *os.File   // <path>.head: where the chain stood after the last durable append
 	// witnessErr is set once the first head or witness failure was reported.
 	witnessErr bool
-	io         fileIO // write and fsync; replaced only by tests that inject I/O failures
+	io         fileIO    // write and fsync; replaced only by tests that inject I/O failures
+	gs         groupSync // durable records waiting for a shared fsync (groupsync.go)
 }
 
 // fileIO is the two calls an append makes on the live file. Tests inject failures here
@@ -312,41 +313,63 @@ func (l *Log) AppendBudget(r *Record, durable bool, b Budget) error {
 		return errors.New("audit: nil record")
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return ErrClosed
 	}
-	return l.locked(func() error {
-		f, err := l.liveFile()
+	var (
+		s    *sealed
+		w    *syncWaiter
+		wfi  os.FileInfo
+		at   int64
+		prev chainPos
+	)
+	err := l.locked(func() error {
+		f, start, p, err := l.tailPos()
 		if err != nil {
 			return err
 		}
-		prev, err := l.prepare(f)
-		if err != nil {
-			return err
-		}
-		s, err := l.seal(r, prev)
-		if err != nil {
+		prev = p
+		if s, err = l.seal(r, prev); err != nil {
 			return err
 		}
 		if err := take(b, len(s.line)+1); err != nil {
 			return err
 		}
 		sync := l.opts.Fsync == FsyncAlways || (durable && l.opts.Fsync == FsyncDurable)
-		if _, err := l.write(f, append(s.line, '\n'), sync, &prev); err != nil {
+		// The fsync, if any, runs after the lock is released, shared with the records
+		// other goroutines write meanwhile (group commit, groupsync.go).
+		if err := l.writeAt(f, start, append(s.line, '\n'), false, &prev); err != nil {
 			refund(b, len(s.line)+1)
 			return err
 		}
-		s.commit(r)
-		l.remember(f, chainPos{s.seq, s.hash})
-		if sync || durable {
-			l.advanceHead(chainPos{s.seq, s.hash}, s.time)
+		pos := chainPos{s.seq, s.hash}
+		fi := l.rememberAfter(f, pos)
+		if sync {
+			w, wfi, at = l.enqueueSync(f, pos, s.time), fi, start
+		} else if durable {
+			// fsync "never": the head moves now, as after a synced append.
+			l.advanceHead(pos, s.time)
 		}
 		// The record is safely in the live file; a failed rename is retried by the next
-		// append, so it must not read as a failed append.
-		_ = l.maybeRotate(f)
+		// append, so it must not read as a failed append. A rotation syncs the file first.
+		_ = l.maybeRotateInfo(f, fi)
 		return nil
 	})
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if w != nil {
+		if err := l.waitSynced(w); err != nil {
+			// Taken back if it is still the last record of the same file (see
+			// rollbackOnFailure); either way the caller is told it is not written. The
+			// budget keeps the bytes: the record may stay in the file.
+			return l.rollbackOnFailure(func() error { return err }, wfi, at, &prev, chainPos{}, time.Time{})()
+		}
+	}
+	s.commit(r)
+	return nil
 }
 
 // AppendDeferredSync writes r like Append(r, true), but the fsync runs in the background
@@ -376,11 +399,7 @@ func (l *Log) AppendDeferredSyncBudget(r *Record, b Budget) (sync func() error, 
 	noop := func() error { return nil }
 	sync = noop
 	err = l.locked(func() error {
-		f, err := l.liveFile()
-		if err != nil {
-			return err
-		}
-		prev, err := l.prepare(f)
+		f, start, prev, err := l.tailPos()
 		if err != nil {
 			return err
 		}
@@ -392,32 +411,30 @@ func (l *Log) AppendDeferredSyncBudget(r *Record, b Budget) (sync func() error, 
 			return err
 		}
 		now := l.opts.Fsync == FsyncAlways
-		start, err := l.write(f, append(s.line, '\n'), now, &prev)
-		if err != nil {
+		if err := l.writeAt(f, start, append(s.line, '\n'), now, &prev); err != nil {
 			refund(b, len(s.line)+1)
 			return err
 		}
+		pos := chainPos{s.seq, s.hash}
+		fi := l.rememberAfter(f, pos)
 		if l.opts.Fsync == FsyncDurable {
+			if fi == nil {
+				return errors.Join(fmt.Errorf("audit: stat %s failed after an append", l.path), l.rollback(f, start, &prev))
+			}
 			wait, err := deferredSync(f, l.path, l.io.syncFile)
 			if err != nil {
 				// The record is whole but will not be synced: take it back, as a failed
 				// fsync would.
 				return errors.Join(err, l.rollback(f, start, &prev))
 			}
-			fi, err := f.Stat()
-			if err != nil {
-				_ = wait()
-				return errors.Join(fmt.Errorf("audit: stat %s: %w", l.path, err), l.rollback(f, start, &prev))
-			}
-			sync = l.rollbackOnFailure(wait, fi, start, &prev, chainPos{s.seq, s.hash}, s.time)
+			sync = l.rollbackOnFailure(wait, fi, start, &prev, pos, s.time)
 		}
 		s.commit(r)
-		l.remember(f, chainPos{s.seq, s.hash})
 		if l.opts.Fsync != FsyncDurable {
 			// Synced already (always), or never synced (never): the head moves now.
-			l.advanceHead(chainPos{s.seq, s.hash}, s.time)
+			l.advanceHead(pos, s.time)
 		}
-		_ = l.maybeRotate(f)
+		_ = l.maybeRotateInfo(f, fi)
 		return nil
 	})
 	if err != nil {
@@ -449,8 +466,15 @@ func (l *Log) Close() error {
 	l.closed = true
 	var errs []error
 	if l.f != nil {
-		errs = append(errs, l.f.Close())
-		l.f = nil
+		// Records still waiting for their fsync are synced (and answered) first.
+		if err := l.locked(l.closeLive); err != nil {
+			l.retireNoHead(l.f)
+			errs = append(errs, err)
+			if l.f != nil {
+				errs = append(errs, l.f.Close())
+				l.f = nil
+			}
+		}
 	}
 	errs = append(errs, l.lock.Close())
 	if l.head != nil {
@@ -475,31 +499,80 @@ func (l *Log) locked(fn func() error) error {
 // liveFile returns the live file, reopening it when another process rotated (renamed) the
 // one we hold or it vanished.
 func (l *Log) liveFile() (*os.File, error) {
+	f, _, err := l.liveFileInfo()
+	return f, err
+}
+
+// liveFileInfo is liveFile that also returns the fstat of the file it kept (nil when it
+// opened a new one), so an append needs no second stat to find where the file ends.
+func (l *Log) liveFileInfo() (*os.File, os.FileInfo, error) {
 	fi, err := os.Lstat(l.path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+		return nil, nil, err
 	}
 	if l.f != nil {
 		if err == nil {
 			if cur, e := l.f.Stat(); e == nil && os.SameFile(fi, cur) {
-				return l.f, nil
+				return l.f, cur, nil
 			}
 		}
-		l.f.Close()
-		l.f = nil
+		_ = l.closeLive()
 	}
 	f, oerr := openPrivate(l.path, os.O_RDWR|os.O_APPEND)
 	if oerr != nil {
-		return nil, oerr
+		return nil, nil, oerr
 	}
 	if errors.Is(err, fs.ErrNotExist) && l.opts.Fsync != FsyncNever {
 		if err := syncDir(l.dir); err != nil {
 			f.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	l.f = f
-	return f, nil
+	return f, nil, nil
+}
+
+// tailPos returns the live file, where it ends and where the chain stands: from the cache
+// and the one fstat liveFileInfo made when nobody touched the file since our last write,
+// else read from disk (prepare, which may repair a torn tail first).
+func (l *Log) tailPos() (*os.File, int64, chainPos, error) {
+	// The usual case in one lstat: the path still names the file we hold (same inode as our
+	// own fstat after our last write) and nobody wrote to it since (same size and mtime).
+	if c := l.tail; c != nil && l.f != nil {
+		if fi, err := os.Lstat(l.path); err == nil && fi.Mode().IsRegular() && os.SameFile(c.fi, fi) &&
+			c.fi.Size() == fi.Size() && c.fi.ModTime().Equal(fi.ModTime()) {
+			return l.f, fi.Size(), c.pos, nil
+		}
+	}
+	f, fi, err := l.liveFileInfo()
+	if err != nil {
+		return nil, 0, chainPos{}, err
+	}
+	if c := l.tail; c != nil && fi != nil && os.SameFile(c.fi, fi) && c.fi.Size() == fi.Size() && c.fi.ModTime().Equal(fi.ModTime()) {
+		return f, fi.Size(), c.pos, nil
+	}
+	prev, err := l.prepare(f)
+	if err != nil {
+		return nil, 0, chainPos{}, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		l.tail = nil
+		return nil, 0, chainPos{}, fmt.Errorf("audit: stat %s: %w", l.path, err)
+	}
+	return f, st.Size(), prev, nil
+}
+
+// rememberAfter caches the chain position after our write to f and returns the file's
+// fstat (nil if it failed: then nothing is cached and the next append reads the tail).
+func (l *Log) rememberAfter(f *os.File, pos chainPos) os.FileInfo {
+	fi, err := f.Stat()
+	if err != nil {
+		l.tail = nil
+		return nil
+	}
+	l.tail = &tailCache{fi: fi, pos: pos}
+	return fi
 }
 
 // write appends b (whole records, or a newline) to f under the lock, fsyncing it if sync,
@@ -518,17 +591,23 @@ func (l *Log) write(f *os.File, b []byte, sync bool, prev *chainPos) (int64, err
 		return 0, fmt.Errorf("audit: stat %s: %w", l.path, err)
 	}
 	start := fi.Size()
+	return start, l.writeAt(f, start, b, sync, prev)
+}
+
+// writeAt is write for a caller that knows the file ends at start (it stat'ed it under the
+// same lock).
+func (l *Log) writeAt(f *os.File, start int64, b []byte, sync bool, prev *chainPos) error {
 	// os.File.Write is one write(2) unless the kernel writes short; under the lock and with
 	// O_APPEND a retry of the rest still lands contiguously.
 	if _, err := l.io.writeTo(f, b); err != nil {
-		return start, errors.Join(fmt.Errorf("audit: append to %s: %w", l.path, err), l.rollback(f, start, prev))
+		return errors.Join(fmt.Errorf("audit: append to %s: %w", l.path, err), l.rollback(f, start, prev))
 	}
 	if sync {
 		if err := l.io.syncFile(f); err != nil {
-			return start, errors.Join(fmt.Errorf("audit: fsync %s: %w", l.path, err), l.rollback(f, start, prev))
+			return errors.Join(fmt.Errorf("audit: fsync %s: %w", l.path, err), l.rollback(f, start, prev))
 		}
 	}
-	return start, nil
+	return nil
 }
 
 // ErrRollback says a failed append could not be taken back: its bytes stay at the end of
@@ -726,19 +805,19 @@ func (l *Log) seal(r *Record, prev chainPos) (*sealed, error) {
 	c.Hash = ""
 	s := &sealed{seq: c.Seq, time: c.Time, prev: c.PrevHash, host: c.Host, uid: c.UID, pid: c.PID}
 
-	n, err := normalize(&c)
+	n, err := normalizeFast(&c)
 	if err != nil {
 		// Unencodable details (NaN, a channel...) must not cost the record: say why instead.
 		c.Details = map[string]any{DetailEncodeError: err.Error()}
 		s.details, s.replace = c.Details, true
-		if n, err = normalize(&c); err != nil {
+		if n, err = normalizeFast(&c); err != nil {
 			return nil, fmt.Errorf("audit: encode record: %w", err)
 		}
 	}
 	if boundRecord(n, l.opts.MaxFieldBytes, l.opts.MaxListItems) {
 		// The cut values (and the fields_truncated count) are plain Go values: normalise
 		// again so the stored line stays a fixed point of encoding.
-		if n, err = normalize(n); err != nil {
+		if n, err = normalizeFast(n); err != nil {
 			return nil, fmt.Errorf("audit: encode bounded record: %w", err)
 		}
 		c.Session, c.Event, c.Reason, c.Decision, c.Plugin, c.Sandbox = n.Session, n.Event, n.Reason, n.Decision, n.Plugin, n.Sandbox
@@ -978,13 +1057,20 @@ func fileTail(path string) (chainPos, error) {
 	return ti.prev, nil
 }
 
-func (l *Log) maybeRotate(f *os.File) error {
+// maybeRotateInfo rotates the live file f once it reached RotateBytes; fi is its fstat
+// (nil: it stats it).
+func (l *Log) maybeRotateInfo(f *os.File, fi os.FileInfo) error {
 	if l.opts.RotateBytes < 0 {
 		return nil
 	}
-	fi, err := f.Stat()
-	if err != nil || fi.Size() < l.opts.RotateBytes {
-		return err
+	if fi == nil {
+		var err error
+		if fi, err = f.Stat(); err != nil {
+			return err
+		}
+	}
+	if fi.Size() < l.opts.RotateBytes {
+		return nil
 	}
 	rs, err := listRotated(l.path)
 	if err != nil {
@@ -997,8 +1083,8 @@ func (l *Log) maybeRotate(f *os.File) error {
 	if err := os.Rename(l.path, rotatedName(l.path, next)); err != nil {
 		return err
 	}
-	l.f.Close()
-	l.f = nil
+	// Records still waiting for their fsync are synced before the file is closed.
+	_ = l.closeLive()
 	if l.opts.Fsync != FsyncNever {
 		if err := syncDir(l.dir); err != nil {
 			return err

@@ -193,13 +193,19 @@ log "jsonrpc-2.0: $rpcN tool/execute round trips through fledge serve, and to th
 : >"$work/out/rpc-direct.txt"
 : >"$work/out/rpc-serve.txt"
 : >"$work/out/rpc-serve-nofsync.txt"
+: >"$work/out/rpc-relay.txt"
+: >"$work/out/rpc-fsync-floor.txt"
 for ((i = 0; i < reps; i++)); do
-	# Back to back in each round, so a load spike hits all three alike.
+	# Back to back in each round, so a load spike hits all of them alike.
 	"$work/rpcdrive" -n "$rpcN" -tool echo -- "$work/src/rpc/bench-rpc" >>"$work/out/rpc-direct.txt"
 	"$work/rpcdrive" -n "$rpcN" -tool bench-rpc_echo -- "$fledge" serve --protocol jsonrpc-2.0 >>"$work/out/rpc-serve.txt"
 	printf '[audit]\nfsync = "never"\n' >"$FLEDGE_CONFIG_DIR/config.toml"
 	"$work/rpcdrive" -n "$rpcN" -tool bench-rpc_echo -- "$fledge" serve --protocol jsonrpc-2.0 >>"$work/out/rpc-serve-nofsync.txt"
 	rm -f "$FLEDGE_CONFIG_DIR/config.toml"
+	# The floors under rows 7 and 7a: a bare relay in the middle, and the disk I/O of one
+	# durable call's records on the audit log's disk (decision append + fsync, head, outcome).
+	"$work/rpcdrive" -n "$rpcN" -tool echo -- "$work/rpcdrive" -relay -- "$work/src/rpc/bench-rpc" >>"$work/out/rpc-relay.txt"
+	"$work/rpcdrive" -n "$rpcN" -fsync-floor "$(dirname "$FLEDGE_AUDIT_LOG")" >>"$work/out/rpc-fsync-floor.txt"
 done
 cd "$repo"
 
@@ -207,6 +213,10 @@ rpc_direct=$(mfield rpc-direct median_ns)
 rpc_serve=$(mfield rpc-serve median_ns)
 rpc_nofsync=$(mfield rpc-serve-nofsync median_ns)
 rpc_first=$(mfield rpc-serve first_ns)
+rpc_relay=$(mfield rpc-relay median_ns)
+rpc_floor=$(mfield rpc-fsync-floor median_ns)
+# Row 7's floor on this machine: the relay's hops plus the disk I/O of one durable call.
+rpc_floor_total=$([[ -n $rpc_relay && -n $rpc_floor ]] && awk -v a="$rpc_relay" -v b="$rpc_floor" 'BEGIN {printf "%.0f", a + b}')
 idle_hwm=$(mfield idle hwm_kib)
 gen_wall=$(mfield gen wall_ns)
 raw_wall=$(mfield raw wall_ns)
@@ -264,6 +274,8 @@ row 6b "exec round trip, audit default (fsync), median" "$(fmt_ms "$exec_fledge"
 row 7 "jsonrpc tool/execute via fledge serve, median" "$(fmt_ms "$rpc_serve")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_serve" "$rpc_direct")" "<=3x" "$(meets "$rpc_ratio" 3)"
 row 7a "  audit fsync off" "$(fmt_ms "$rpc_nofsync")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_nofsync" "$rpc_direct")" "-" "-"
 row 7b "  first call (starts the plugin, handshake)" "$(fmt_ms "$rpc_first")" "-" "-" "-" "-"
+row 7c "  floor: relay + a call's audit disk I/O" "$(fmt_ms "$rpc_floor_total")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_floor_total" "$rpc_direct")" "-" "-"
+row 7d "  floor: bare relay (2 more pipe hops)" "$(fmt_ms "$rpc_relay")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_relay" "$rpc_direct")" "-" "-"
 row 8a "WASM plugin cold start, first compile, median" "$(fmt_ms "$wasm_first")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_first" "$wasm_native_cold")" "-" "-"
 row 8b "WASM plugin cold start, cached compile, median" "$(fmt_ms "$wasm_cached")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_cached" "$wasm_native_cold")" "<=15 ms" "$(meets "$wasm_cached_ms" 15)"
 row 8c "exec round trip from a WASM plugin, median" "$(fmt_ms "$wasm_exec")" "from a native plugin $(fmt_ms "$wasm_native_exec")" "$(ratio "$wasm_exec" "$wasm_native_exec")" "-" "-"
@@ -281,6 +293,7 @@ echo
 awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision fsync adds %.0f us to an exec round trip.\n", (a - b) / 1e3}'
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
 echo "Row 7: a host sends $rpcN tool/execute calls one after another; through fledge serve each is an audit decision (durable) and an outcome, and two more pipe hops; the first call is left out (row 7b)."
+awk -v f="$rpc_floor" -v r="$rpc_relay" 'BEGIN { if (f != "" && r != "") printf "Rows 7c-7d: the floors under row 7 on this machine: a bare Go line relay in the middle (%.3f ms), plus the audit log disk I/O of one call with nothing else (a decision line appended and fsynced, the head slot, an outcome line: %.3f ms), which a durable decision per call cannot go below when calls come one at a time.\n", r / 1e6, f / 1e6 }'
 echo "Rows 8a-8c (WASM): the Go SDK guest (protocolhost/wasm/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a fresh runtime on a warm cache dir; each beside the native figure measured right before it."
 echo "Rows 9a-9c: the sandbox alone (no protocol), each run alternating with its baseline; 9c builds with a fresh GOCACHE each time, so the compiler and linker run and every file they open is a traced call."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."

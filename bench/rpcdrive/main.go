@@ -4,6 +4,19 @@
 //
 //	rpcdrive -n 200 -tool echo -- CMD [ARGS...]
 //	first_ns=... median_ns=... p90_ns=... n=200
+//
+// With -fsync-floor DIR it measures instead the disk I/O of one durable tool call's audit
+// records on the disk DIR is on, and nothing else (fsyncFloor): the floor under a tool call
+// whose decision must be on disk before the call goes out.
+//
+//	rpcdrive -n 200 -fsync-floor DIR
+//	median_ns=... p90_ns=... n=200
+//
+// With -relay it is a bare line relay between its stdin/stdout and CMD (one goroutine, no
+// parsing): driving the plugin through it measures what two more pipe hops and a Go process
+// in the middle cost, the floor under any host that stands between (as fledge serve does).
+//
+//	rpcdrive -n 200 -tool echo -- rpcdrive -relay -- CMD [ARGS...]
 package main
 
 import (
@@ -20,7 +33,23 @@ import (
 func main() {
 	n := flag.Int("n", 200, "tool calls")
 	tool := flag.String("tool", "echo", "tool name")
+	floor := flag.String("fsync-floor", "", "measure append+fsync on the disk of this directory instead")
+	relayMode := flag.Bool("relay", false, "relay lines between stdin/stdout and CMD")
 	flag.Parse()
+	if *relayMode {
+		if err := relay(flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "rpcdrive:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *floor != "" {
+		if err := fsyncFloor(*n, *floor); err != nil {
+			fmt.Fprintln(os.Stderr, "rpcdrive:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if flag.NArg() == 0 || *n < 2 {
 		fmt.Fprintln(os.Stderr, "usage: rpcdrive [-n N] [-tool NAME] -- CMD [ARGS...]")
 		os.Exit(2)
@@ -94,4 +123,93 @@ func run(n int, tool string, argv []string) error {
 	sort.Slice(rest, func(i, j int) bool { return rest[i] < rest[j] })
 	fmt.Printf("first_ns=%d median_ns=%d p90_ns=%d n=%d\n", first.Nanoseconds(), rest[len(rest)/2].Nanoseconds(), rest[len(rest)*9/10].Nanoseconds(), n)
 	return nil
+}
+
+// fsyncFloor makes, n times, the disk I/O one durable tool call makes in the audit log, and
+// nothing else: a decision-sized line appended and fsynced, a head slot written in place in
+// a second file, an outcome-sized line appended (no lock, no encoding, no chain). It prints
+// the median and 90th percentile of the whole.
+func fsyncFloor(n int, dir string) error {
+	f, err := os.CreateTemp(dir, "fsync-floor-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	head, err := os.CreateTemp(dir, "fsync-floor-head-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(head.Name())
+	defer head.Close()
+	line := func(size int) []byte {
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = 'x'
+		}
+		b[size-1] = '\n'
+		return b
+	}
+	decision, outcome, slot := line(650), line(450), line(512)
+	times := make([]time.Duration, 0, n)
+	for i := range n {
+		start := time.Now()
+		if _, err := f.Write(decision); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		if _, err := head.WriteAt(slot, int64(i%2)*512); err != nil {
+			return err
+		}
+		if _, err := f.Write(outcome); err != nil {
+			return err
+		}
+		times = append(times, time.Since(start))
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	fmt.Printf("median_ns=%d p90_ns=%d n=%d\n", times[len(times)/2].Nanoseconds(), times[len(times)*9/10].Nanoseconds(), n)
+	return nil
+}
+
+// relay passes each line from stdin to CMD and each answer line back, in turn (requests
+// are answered one by one, as rpcdrive sends them).
+func relay(argv []string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("-relay needs a command")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	host := bufio.NewReaderSize(os.Stdin, 1<<20)
+	plug := bufio.NewReaderSize(outPipe, 1<<20)
+	for {
+		line, err := host.ReadSlice('\n')
+		if err != nil {
+			break
+		}
+		if _, err := in.Write(line); err != nil {
+			return err
+		}
+		answer, err := plug.ReadSlice('\n')
+		if err != nil {
+			break
+		}
+		if _, err := os.Stdout.Write(answer); err != nil {
+			return err
+		}
+	}
+	in.Close()
+	return cmd.Wait()
 }

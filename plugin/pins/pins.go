@@ -132,24 +132,40 @@ func path(configDir, plugin string) string {
 
 // Load reads a plugin's pins; (nil, nil) when it has none yet.
 func Load(configDir, plugin string) (*File, error) {
+	data, _, err := loadRaw(configDir, plugin)
+	if data == nil || err != nil {
+		return nil, err
+	}
+	return parse(data, plugin, path(configDir, plugin))
+}
+
+// loadRaw reads a plugin's pin file and returns it with the fstat taken before it was read;
+// (nil, nil, nil) when it has none yet.
+func loadRaw(configDir, plugin string) ([]byte, os.FileInfo, error) {
 	f, err := os.OpenFile(path(configDir, plugin), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, f.Name())
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, f.Name())
 	}
+	fileReads.Add(1)
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil || len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%w: %s is too large or unreadable", ErrCorrupt, f.Name())
+		return nil, nil, fmt.Errorf("%w: %s is too large or unreadable", ErrCorrupt, f.Name())
 	}
+	return data, st, nil
+}
+
+func parse(data []byte, plugin, name string) (*File, error) {
 	var pf File
 	if err := json.Unmarshal(data, &pf); err != nil || pf.Plugin != plugin {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, f.Name(), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
 	}
 	if pf.Tools == nil {
 		pf.Tools = map[string]Pin{}
@@ -227,7 +243,8 @@ func clip(s string, n int) string {
 // they change, so Change.Fresh is true once per difference.
 func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error) {
 	v := &Verdict{Quarantined: map[string]Change{}}
-	if len(defs) > MaxTools {
+	over := len(defs) > MaxTools
+	if over {
 		// Past the bound nothing is pinned or kept, so nothing there may be trusted: those
 		// tools are held back (and never offered), not let through unchecked.
 		for _, d := range defs[MaxTools:] {
@@ -235,7 +252,17 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 		}
 		defs = defs[:MaxTools]
 	}
-	pf, err := Load(configDir, plugin)
+	if mv := memoGetStamped(configDir, plugin, instructions, defs, over); mv != nil {
+		return mv, nil
+	}
+	data, fi, err := loadRaw(configDir, plugin)
+	var pf *File
+	if err == nil && data != nil {
+		if mv := memoGet(configDir, plugin, data, instructions, defs, over); mv != nil {
+			return mv, nil
+		}
+		pf, err = parse(data, plugin, path(configDir, plugin))
+	}
 	if err != nil {
 		// What the user approved cannot be read: nothing is trusted.
 		for _, d := range defs {
@@ -302,6 +329,11 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 		if err := Save(configDir, pf); err != nil {
 			return v, err
 		}
+		return v, nil
+	}
+	// Nothing was written: the verdict follows from these inputs alone.
+	if !over {
+		memoPut(configDir, plugin, data, fi, instructions, defs, v)
 	}
 	return v, nil
 }

@@ -335,6 +335,21 @@ func (r *Recorder) BeforeAct(event string, details map[string]any) (func() error
 	return sync, err
 }
 
+// BeforeActNow is BeforeAct for an act that follows at once (a request written to a pipe):
+// with nothing to overlap the flush with, the record is durable when it returns, its fsync
+// shared with the appends running alongside (the log's group commit), and no background
+// flush is started.
+func (r *Recorder) BeforeActNow(event string, details map[string]any) error {
+	if r.log == nil {
+		return nil
+	}
+	err := r.appendAt(r.New(event, audit.Allow, reason.OK, details), true, tierAct)
+	if err != nil && !errors.Is(err, audit.ErrBudget) {
+		r.errs.Add(1)
+	}
+	return err
+}
+
 func (r *Recorder) suppress(event string, d audit.Decision, rc reason.Code) bool {
 	switch event {
 	case audit.EventPluginStart, audit.EventPluginExit, audit.EventMalformed, audit.EventSandboxDegraded, audit.EventSuppressed:

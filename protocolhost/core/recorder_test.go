@@ -152,3 +152,46 @@ func TestRecorderActsRefillPerHour(t *testing.T) {
 	r.Record(audit.EventStore, audit.Deny, reason.CapabilityNotGranted, map[string]any{audit.DetailKey: big}, false)
 	assert.Equal(t, before, r.BytesWritten(), "denials do not refill")
 }
+
+// appendSpy is an audit log that says how each record was asked to be written.
+type appendSpy struct {
+	durable  []bool
+	deferred int
+}
+
+func (s *appendSpy) Append(*audit.Record, bool) error { return nil }
+
+func (s *appendSpy) AppendBudget(r *audit.Record, durable bool, b audit.Budget) error {
+	s.durable = append(s.durable, durable)
+	return b.Take(100)
+}
+
+func (s *appendSpy) AppendDeferredSyncBudget(*audit.Record, audit.Budget) (func() error, error) {
+	s.deferred++
+	return func() error { return nil }, nil
+}
+
+// TestBeforeActNowIsDurable: the decision a tool or hook call writes before its request is
+// sent asks the log for a durable append (on file when it returns), charged to the acts'
+// part of the budget, and is refused like BeforeAct once that is spent.
+func TestBeforeActNowIsDurable(t *testing.T) {
+	spy := &appendSpy{}
+	r := NewRecorder(spy, "s", &audit.PluginRef{Name: "p"}, sandbox.Report{Confinement: "landlock"}, nil)
+	require.NoError(t, r.BeforeActNow(audit.EventToolCall, map[string]any{"tool": "t"}))
+	require.Equal(t, []bool{true}, spy.durable)
+	require.Zero(t, spy.deferred, "no background flush")
+
+	l, path := budgetLog(t)
+	r = NewRecorder(l, "s", &audit.PluginRef{Name: "p"}, sandbox.Report{Confinement: "landlock"}, nil)
+	require.NoError(t, r.SetSessionBytes(MinSessionBytes))
+	key := strings.Repeat("k", 3000)
+	var refused int
+	for range 300 {
+		if err := r.BeforeActNow(audit.EventToolCall, map[string]any{"tool": key}); err != nil {
+			require.ErrorIs(t, err, ErrSessionBudget)
+			refused++
+		}
+	}
+	assert.Positive(t, refused, "past the acts' budget the call is refused (no record, no call)")
+	assert.LessOrEqual(t, fileSize(t, path), MinSessionBytes)
+}

@@ -184,11 +184,11 @@ func (p *Provider) runOne(ctx context.Context, sub subscriber, hook string, data
 		s.rec.Record(audit.EventHookCall, audit.Deny, reason.CapabilityNotDeclared, details, true)
 		return done(fmt.Errorf("%w: plugin %s does not subscribe to %s", ErrMalformed, name, hook))
 	}
-	sync, err := s.rec.BeforeAct(audit.EventHookCall, details)
-	if err != nil {
+	// Durable before the request is written (see Provider.Call).
+	if err := s.rec.BeforeActNow(audit.EventHookCall, details); err != nil {
 		return done(fmt.Errorf("%w: %w: %v", core.ErrLaunch, core.ErrAudit, err))
 	}
-	raw, err := s.conn.Call(ctx, "hook/"+hook, data, HookTimeout, sync)
+	raw, err := s.conn.Call(ctx, "hook/"+hook, data, HookTimeout, nil)
 	var answer map[string]json.RawMessage
 	if err == nil {
 		if jerr := json.Unmarshal(raw, &answer); jerr != nil || answer == nil {

@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/internal/filestamp"
 	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
@@ -47,6 +49,16 @@ type Provider struct {
 	excluded map[string]error
 	order    []string // installed jsonrpc-2.0 plugins, by name (nil: not loaded yet)
 	closed   bool
+	// listed is the last read of each plugin's recorded handshake (the catalogue lists a
+	// plugin's tools at every call): see recorded.
+	listed map[string]listedManifest
+}
+
+type listedManifest struct {
+	raw     []byte
+	m       *Manifest
+	stamp   filestamp.Stamp // of the file raw was read from
+	vouched bool            // the stamp vouches for raw (the file had settled)
 }
 
 type session struct {
@@ -85,20 +97,64 @@ func Recorded(b *core.Binding) (*Manifest, error) {
 	return m, nil
 }
 
+// recorded is Recorded without reading the file again while its stamp says it is the one
+// read last (unchanged and settled, see filestamp), nor parsing it again while its bytes
+// are the ones parsed last. The manifest it returns is shared: callers only read it.
+func (p *Provider) recorded(b *core.Binding) (*Manifest, error) {
+	path := filepath.Join(b.Dir, plugin.HandshakeFile)
+	key := b.Dir
+	p.mu.Lock()
+	l, have := p.listed[key]
+	p.mu.Unlock()
+	if have && l.vouched {
+		if fi, err := os.Stat(path); err == nil {
+			if st, ok := filestamp.Of(fi, time.Now()); ok && st == l.stamp {
+				return l.m, nil
+			}
+		}
+	}
+	data, fi, err := readSmallInfo(path, 4<<20)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s has no recorded handshake (%v): reinstall it", b.Entry.Name, err)
+	}
+	st, vouched := filestamp.Of(fi, time.Now())
+	m := l.m
+	if !have || !bytes.Equal(l.raw, data) {
+		if m, err = DecodeRecorded(data); err != nil {
+			return nil, fmt.Errorf("plugin %s: recorded handshake: %w: reinstall it", b.Entry.Name, err)
+		}
+	}
+	p.mu.Lock()
+	if p.listed == nil || len(p.listed) >= MaxPlugins*4 {
+		p.listed = map[string]listedManifest{}
+	}
+	p.listed[key] = listedManifest{raw: data, m: m, stamp: st, vouched: vouched}
+	p.mu.Unlock()
+	return m, nil
+}
+
 func readSmall(path string, max int64) ([]byte, error) {
+	data, _, err := readSmallInfo(path, max)
+	return data, err
+}
+
+// readSmallInfo is readSmall that also returns the fstat taken before the bytes were read
+// (what a stamp of them must come from).
+func readSmallInfo(path string, max int64) ([]byte, os.FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !st.Mode().IsRegular() || st.Size() > max {
-		return nil, fmt.Errorf("%s is not a regular file under %d bytes", path, max)
+		return nil, nil, fmt.Errorf("%s is not a regular file under %d bytes", path, max)
 	}
-	return io.ReadAll(io.LimitReader(f, max))
+	data, err := io.ReadAll(io.LimitReader(f, max))
+	return data, st, err
 }
 
 // Loadable reports whether the plugin is among the MaxPlugins this invocation may run
@@ -140,7 +196,7 @@ func (p *Provider) Tools(_ context.Context, b *core.Binding) ([]tools.Tool, erro
 	if err := p.Loadable(b.Entry.Name); err != nil {
 		return nil, err
 	}
-	m, err := Recorded(b)
+	m, err := p.recorded(b)
 	if err != nil {
 		return nil, err
 	}
@@ -358,8 +414,9 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if args == nil {
 		args = map[string]any{}
 	}
-	sync, err := s.rec.BeforeAct(audit.EventToolCall, details)
-	if err != nil {
+	// Durable before the request is written: the write follows at once, so the fsync runs
+	// here rather than in the background (shared with concurrent calls' records).
+	if err := s.rec.BeforeActNow(audit.EventToolCall, details); err != nil {
 		return fail(fmt.Errorf("%w: %w: %v", core.ErrLaunch, core.ErrAudit, err))
 	}
 	timeout := s.toolTimeout
@@ -367,7 +424,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		timeout = d
 	}
 	start := time.Now()
-	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, timeout, sync)
+	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, timeout, nil)
 	var res *tools.Result
 	if err == nil {
 		res, err = toolResult(raw)

@@ -61,62 +61,68 @@ func (s *server) shutdown() { s.closeOnce.Do(func() { _ = s.o.Catalogue.Close() 
 
 // Serve answers the host's requests on In/Out until shutdown or the end of In; it shuts
 // every plugin down before it returns. Requests are answered in order.
+//
+// One goroutine reads the requests and answers each before it reads the next, so a request
+// reaches its handler without a hand-off between goroutines. The caller's goroutine only
+// waits: for the end of the session, or for ctx (a signal), which ends it even while the
+// host sends nothing. A request being answered when ctx ends is finished (its calls see ctx)
+// before Serve returns, and none is started after.
 func Serve(ctx context.Context, o ServeOptions) error {
 	if o.Warn == nil {
 		o.Warn = func(string) {}
 	}
 	s := &server{o: o}
 	defer s.shutdown()
-	// Lines are read in their own goroutine so a signal (ctx) ends the session even while
-	// the host sends nothing.
-	type read struct {
-		line []byte
-		n    int
-		err  error
-	}
-	incoming := make(chan read)
-	stop := make(chan struct{})
-	defer close(stop)
+	var (
+		mu      sync.Mutex // held while a request is answered
+		stopped bool       // Serve returned (ctx ended): answer nothing more
+	)
+	done := make(chan error, 1)
 	go func() {
 		lr := lines.NewReader(o.In, o.LineMax)
 		for {
 			line, n, err := lr.Next()
-			select {
-			case incoming <- read{line, n, err}:
-			case <-stop:
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
 				return
 			}
 			var le *lines.TooLongError
-			if err != nil && !errors.As(err, &le) {
+			switch {
+			case errors.As(err, &le):
+				s.replyError(nil, CodeParseError, fmt.Sprintf("Parse error: line %d is over the %d-byte limit", n, o.LineMax))
+				mu.Unlock()
+				continue
+			case errors.Is(err, io.EOF):
+				err = nil
+				fallthrough
+			case err != nil:
+				mu.Unlock()
+				done <- err
+				return
+			}
+			finished := s.handle(ctx, line)
+			mu.Unlock()
+			if finished {
+				done <- nil
 				return
 			}
 		}
 	}()
-	for {
-		var r read
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		// A request that ended the session while ctx ended reports as such.
 		select {
-		case r = <-incoming:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		line, n, err := r.line, r.n, r.err
-		if err != nil {
-			var le *lines.TooLongError
-			if errors.As(err, &le) {
-				s.replyError(nil, CodeParseError, fmt.Sprintf("Parse error: line %d is over the %d-byte limit", n, o.LineMax))
-				continue
-			}
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		case err := <-done:
 			return err
+		default:
 		}
-		if done := s.handle(ctx, line); done {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+		return ctx.Err()
 	}
 }
 
