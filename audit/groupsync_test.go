@@ -205,3 +205,48 @@ func TestGroupCommitFailedFsyncFailsItsGroup(t *testing.T) {
 	// (their callers were told, and did not act).
 	assert.GreaterOrEqual(t, rep.Records, ok+1)
 }
+
+// Exec decisions (AppendDeferredSync) join the group commit too: many written at once (a
+// plugin's pipelined execs) share fsyncs, and each wait returns only once an fsync that
+// started after its record was written succeeded. Before, each had a flush of its own.
+func TestDeferredSyncsShareGroupCommit(t *testing.T) {
+	path := testPath(t)
+	l := openLog(t, path, Options{RotateBytes: -1})
+	w := newSyncWitness(20 * time.Millisecond)
+	w.install(l)
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := testRecord(100 + i)
+			wait, err := l.AppendDeferredSync(r)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if err := wait(); err != nil {
+				errs <- err
+				return
+			}
+			if !w.isSynced(r.Hash) {
+				errs <- fmt.Errorf("record %d reported durable before an fsync covered it", i)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	w.mu.Lock()
+	calls := w.calls
+	w.mu.Unlock()
+	assert.Less(t, calls, n, "%d decisions, %d fsyncs: they were not shared", n, calls)
+	rep, err := Verify(path)
+	require.NoError(t, err)
+	assert.True(t, rep.OK, "%+v", rep.Break)
+	assert.Equal(t, n, rep.Records)
+}

@@ -421,11 +421,19 @@ func (l *Log) AppendDeferredSyncBudget(r *Record, b Budget) (sync func() error, 
 			if fi == nil {
 				return errors.Join(fmt.Errorf("audit: stat %s failed after an append", l.path), l.rollback(f, start, &prev))
 			}
-			wait, err := deferredSync(f, l.path, l.io.syncFile)
-			if err != nil {
-				// The record is whole but will not be synced: take it back, as a failed
-				// fsync would.
-				return errors.Join(err, l.rollback(f, start, &prev))
+			// The record joins the next group commit (groupsync.go) at once, in the
+			// background, so the flush overlaps the caller's work and concurrent
+			// decisions (pipelined execs) share one fsync instead of one each.
+			w := l.enqueueSync(f, pos, s.time)
+			done := make(chan error, 1)
+			go func() { done <- l.waitSynced(w) }()
+			var res error
+			waited := false
+			wait := func() error {
+				if !waited {
+					res, waited = <-done, true
+				}
+				return res
 			}
 			sync = l.rollbackOnFailure(wait, fi, start, &prev, pos, s.time)
 		}

@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -135,13 +136,19 @@ func TestDeferredSyncFailureAfterLaterRecordKeepsChain(t *testing.T) {
 	path := testPath(t)
 	l := openLog(t, path, Options{RotateBytes: -1})
 	appendN(t, l, 2)
-	// The background fsync waits for this gate, then fails.
+	// The background fsync waits for this gate, then fails; later ones succeed.
 	gate := make(chan struct{})
-	l.io = fileIO{sync: func(*os.File) error { <-gate; return unix.EIO }}
+	var syncs atomic.Int32
+	l.io = fileIO{sync: func(f *os.File) error {
+		if syncs.Add(1) == 1 {
+			<-gate
+			return unix.EIO
+		}
+		return f.Sync()
+	}}
 	r := testRecord(9)
 	sync, err := l.AppendDeferredSync(r)
 	require.NoError(t, err)
-	l.io = fileIO{}
 	require.NoError(t, l.Append(testRecord(10), false))
 	close(gate)
 	require.ErrorIs(t, sync(), unix.EIO)
