@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,11 +34,8 @@ func DropExecCaps() error {
 		return fmt.Errorf("capget: %w", err)
 	}
 	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
-		last := lastCap()
-		for c := 0; c <= last; c++ {
-			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("drop bounding cap %d: %w", c, err)
-			}
+		if err := DropBoundingCaps(); err != nil {
+			return err
 		}
 	}
 	if data[0].Inheritable != 0 || data[1].Inheritable != 0 {
@@ -48,6 +46,29 @@ func DropExecCaps() error {
 	}
 	return nil
 }
+
+// DropBoundingCaps empties the calling thread's capability bounding set (it needs
+// CAP_SETPCAP). The thread keeps its effective set, so it can still mount and join
+// namespaces; only what a later execve could gain is gone. A cap already dropped is only
+// read (PR_CAPBSET_READ), not dropped again: each drop replaces the thread's credentials,
+// a few microseconds apiece, and a launch thread made ahead of its run (spare_linux.go in
+// the sandbox) has dropped them all before DropExecCaps runs.
+func DropBoundingCaps() error {
+	last := lastCapOnce()
+	for c := 0; c <= last; c++ {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop bounding cap %d: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// lastCapOnce is lastCap, read once: the kernel's highest capability does not change
+// while it runs.
+var lastCapOnce = sync.OnceValue(lastCap)
 
 // lastCap is the highest capability number the kernel knows.
 func lastCap() int {

@@ -101,19 +101,55 @@ func (g *guard) send(rec string, rights []byte) error {
 
 // add registers items ("+cg DIR", "+pg N") before the tree they name starts, starting the
 // watchdog if needed. A watchdog that died is replaced once.
+//
+// An item already registered is not sent again (a spare's groups, registered when the
+// spare was made, are added once more by the run that takes them): every message wakes the
+// watchdog process, a context switch each on the exec's path. The watchdog knows every
+// registered item while it runs: a failed send deletes what it added, and a new watchdog
+// is given them all (startLocked).
 func (g *guard) add(items ...string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	fresh := make([]string, 0, len(items))
 	for _, it := range items {
+		if !g.regs[it] {
+			fresh = append(fresh, it)
+		}
+	}
+	if len(fresh) == 0 {
+		if g.aliveLocked() {
+			return nil
+		}
+		if g.fd >= 0 {
+			// Dead since: a new one, given every registration.
+			g.closeFD(g.fd, g.reader)
+			g.fd = -1
+		}
+		return g.startLocked()
+	}
+	for _, it := range fresh {
 		g.regs[it] = true
 	}
-	err := g.sendLocked(items)
+	err := g.sendLocked(fresh)
 	if err != nil {
-		for _, it := range items {
+		for _, it := range fresh {
 			delete(g.regs, it)
 		}
 	}
 	return err
+}
+
+// aliveLocked reports whether the watchdog runs (a dead one is replaced by the next send).
+func (g *guard) aliveLocked() bool {
+	if g.fd < 0 {
+		return false
+	}
+	select {
+	case <-g.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 func (g *guard) sendLocked(items []string) error {

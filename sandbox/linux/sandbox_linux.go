@@ -57,13 +57,17 @@ const (
 
 // Sandbox implements sandbox.Sandbox with Landlock, cgroups and a re-exec stub.
 type Sandbox struct {
-	launch   string
-	stubPath string
-	abi      int
-	cg       *cgEnv
-	netns    bool
-	view     bool
-	userns   bool
+	// leaveForTest makes launch threads migrate out of a run's v1 groups even where they
+	// could exit in them (threadexit_linux.go): tests of that fallback, and the benchmark
+	// comparing both.
+	leaveForTest bool
+	launch       string
+	stubPath     string
+	abi          int
+	cg           *cgEnv
+	netns        bool
+	view         bool
+	userns       bool
 	// userView: the view is built in a user namespace (an unprivileged fledge; every run is
 	// an init stub in its own user, mount and pid namespaces). userViewErr says why an
 	// unprivileged fledge with user namespaces cannot build one.
@@ -684,7 +688,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
-		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1}
+		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1,
+			leave: s.leaveForTest}
 		if rg != nil && rg.ns != nil {
 			tl.netNS = int(rg.ns.Fd())
 		}
@@ -745,7 +750,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
-		p.left = tl.left
+		p.left, p.launchExit = tl.left, tl.exit
 		if errors.Is(err, errPidNSGone) {
 			// The holder died after it was looked up (killed, the OOM killer): its
 			// namespace takes no new process. Once more, with a new holder, on a fresh
@@ -758,11 +763,15 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				p.tmpl, tl.tmpl = nil, nil
 			}
 			tl.before, tl.joined = nil, false
+			// The failed launch thread out of the groups before the next one joins them.
+			p.awaitLeft()
+			p.closeLaunchExit()
+			tl.exit = nil
 			err = join()
 			p.holder = tl.holder
 			if err == nil {
 				p.proc, err = tl.start(nil)
-				p.left = tl.left
+				p.left, p.launchExit = tl.left, tl.exit
 			}
 		}
 		if p.notify != nil {
@@ -873,9 +882,11 @@ type process struct {
 	// treeGone: the run's cgroup was killed and seen empty, so no process of it is left.
 	treeGone bool
 	// left is closed once the thread launcher's thread is out of the run's v1 groups (nil:
-	// nothing to wait for); see threadLaunch.left.
-	left chan struct{}
-	tmpl *viewTemplate // the view template the run was launched from (nil: none)
+	// nothing to wait for); see threadLaunch.left. Where launchExit is set, that thread
+	// exits in the groups instead, and its death is what is waited for.
+	left       chan struct{}
+	launchExit *os.File
+	tmpl       *viewTemplate // the view template the run was launched from (nil: none)
 	// holder is the pid namespace the run was launched into (nil: none), held until cleanup.
 	holder *pidHolder
 	// status is an init stub's status pipe (userView): proc is the stub, the program's
@@ -951,6 +962,10 @@ const leaveWait = 5 * time.Second
 // awaitLeft waits until the launch thread left the run's v1 groups: a freezer kill must not
 // freeze a thread of fledge, and a group with a task in it cannot be removed.
 func (p *process) awaitLeft() {
+	if p.launchExit != nil {
+		threadGone(p.launchExit, leaveWait)
+		return
+	}
 	if p.left == nil {
 		return
 	}
@@ -964,6 +979,13 @@ func (p *process) awaitLeft() {
 	select {
 	case <-p.left:
 	case <-t.C:
+	}
+}
+
+// closeLaunchExit closes the launch thread's pidfd (once it is no longer waited for).
+func (p *process) closeLaunchExit() {
+	if p.launchExit != nil {
+		_ = p.launchExit.Close()
 	}
 }
 
@@ -1103,6 +1125,7 @@ func (p *process) cleanup() error {
 	}
 	var errs []error
 	p.awaitLeft()
+	p.closeLaunchExit()
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {
 			errs = append(errs, err)

@@ -79,6 +79,13 @@ type threadLaunch struct {
 	// groups (a signal or kill of the tree, their removal) waits for left first.
 	left     chan struct{}
 	leaveTid []byte // set by a successful onThread: the thread still has to leave
+	// exit is a pidfd of the launch thread (threadexit_linux.go): where it is set, the
+	// thread never leaves the run's groups but exits in them, and whatever touches the
+	// groups waits for its death instead of left.
+	exit *os.File
+	// leave: the thread migrates out of the groups even where it could exit in them
+	// (Sandbox.leaveForTest).
+	leave bool
 }
 
 // start launches on a fresh thread, or on the spare's parked thread when sp is set.
@@ -112,6 +119,7 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 			<-done
 			return
 		}
+		tl.exit = openThreadExit(tl.leave)
 		// Never unlocked: this thread carries the child's confinement and dies with the
 		// goroutine.
 		pid, err := tl.onThread()
@@ -179,7 +187,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 			}
 		}
 	}
-	if tl.pol.View != nil && len(tl.v1Back) > 0 {
+	if tl.pol.View != nil && len(tl.v1Back) > 0 && tl.exit == nil {
 		for _, d := range tl.v1Back {
 			fd, err := unix.Open(d+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
@@ -375,8 +383,8 @@ func setChildRlimits(pid int, nofile uint64) error {
 	return nil
 }
 
-// leaveDelayForTest holds the launch thread in the run's groups a while after the fork
-// (tests: whatever touches the groups must wait for it).
+// leaveDelayForTest holds the launch thread in the run's groups a while after the fork,
+// before it leaves or exits (tests: whatever touches the groups must wait for it).
 var leaveDelayForTest time.Duration
 
 // finishLaunch runs on the launch thread after its result was handed back: it leaves the
@@ -395,6 +403,9 @@ func (tl *threadLaunch) finishLaunch() {
 // leaveCgroups moves the launch thread back to the host's v1 groups. Best effort: the
 // thread also leaves every group when it exits, just later.
 func (tl *threadLaunch) leaveCgroups(tid []byte) {
+	if tl.exit != nil {
+		return // the thread exits in them (threadexit_linux.go)
+	}
 	if len(tl.backFDs) > 0 {
 		for _, fd := range tl.backFDs {
 			_, _ = unix.Write(fd, tid)
