@@ -1068,12 +1068,21 @@ func (p *process) wait() {
 			res.ExitCode = ws.ExitStatus()
 		}
 	}
-	// Nothing of the command outlives its main process.
-	if err := p.killTree(); err != nil {
-		errs = append(errs, err)
+	// Nothing of the command outlives its main process. Where the unified group says the
+	// tree is gone already (every process of it exited: the usual end of a command),
+	// there is nothing to kill or wait for, and one read of cgroup.events tells it. The
+	// tree cannot come back: an empty group gains a process only by a fork of a member or
+	// a move by fledge.
+	gone := p.cg != nil && p.cg.unified != "" && p.cg.empty()
+	if !gone {
+		if err := p.killTree(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if p.cg != nil {
-		if err := p.cg.waitEmpty(); err != nil {
+		if gone {
+			// Nothing to wait for.
+		} else if err := p.cg.waitEmpty(); err != nil {
 			errs = append(errs, err)
 		}
 		res.OOMKilled, res.PeakMemory = p.cg.stats()
