@@ -83,6 +83,8 @@ type threadLaunch struct {
 	// thread never leaves the run's groups but exits in them, and whatever touches the
 	// groups waits for its death instead of left.
 	exit *os.File
+	// ipcDone: the thread is in a fresh IPC namespace already (a spare made it).
+	ipcDone bool
 	// leave: the thread migrates out of the groups even where it could exit in them
 	// (Sandbox.leaveForTest).
 	leave bool
@@ -156,7 +158,9 @@ func (tl *threadLaunch) onThread() (int, error) {
 	unshareFlags := unix.CLONE_FS | unix.CLONE_FILES
 	for _, ns := range []uintptr{unix.CLONE_NEWNET, unix.CLONE_NEWIPC} {
 		if sys.Cloneflags&ns != 0 {
-			unshareFlags |= int(ns)
+			if ns != unix.CLONE_NEWIPC || !tl.ipcDone {
+				unshareFlags |= int(ns)
+			}
 			sys.Cloneflags &^= ns
 		}
 	}

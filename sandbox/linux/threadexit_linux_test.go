@@ -174,3 +174,74 @@ func TestSpareRunReplacesDeadWatchdog(t *testing.T) {
 		assert.True(t, regs[it], "%s registered", it)
 	}
 }
+
+// TestSpareIPCNamespacePerRun: a spare makes its run's IPC namespace ahead, on its parked
+// thread. Each run must still get one of its own: a run launched from a spare cannot see
+// a System V segment that the run before it (still running) made, and the two name
+// different namespaces, neither the host's. The control: the first run lists its own
+// segment, so the listing shows segments where there are any.
+func TestSpareIPCNamespacePerRun(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	requireCgroup(t, sb)
+	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 groups: no spares")
+	testutil.SkipUnlessSupported(t, sb.ipcns, "no IPC namespace per run here")
+	for _, tool := range []string{"/usr/bin/ipcmk", "/usr/bin/ipcs"} {
+		_, err := os.Stat(tool)
+		testutil.SkipUnlessSupported(t, err == nil, tool+" (util-linux) not installed")
+	}
+	hostNS, err := os.Readlink("/proc/self/ns/ipc")
+	require.NoError(t, err)
+	e := newEnv(t)
+	waitSpare := func() {
+		require.Eventually(t, func() bool {
+			sb.spares.mu.Lock()
+			defer sb.spares.mu.Unlock()
+			return sb.spares.ready != nil
+		}, 5*time.Second, time.Millisecond)
+	}
+	// A first run, so the one below is launched from a spare.
+	res, _, _ := run(t, sb, e.spec("true"))
+	require.Equal(t, 0, res.ExitCode)
+	waitSpare()
+
+	outA := &testutil.SyncBuffer{}
+	specA := e.spec(`readlink /proc/self/ns/ipc; ipcmk -M 4096; ipcs -m; echo ready; sleep 30`)
+	specA.Stdout = outA
+	hits := sb.spares.hits.Load()
+	pa, err := sb.Start(context.Background(), specA)
+	require.NoError(t, err)
+	defer func() { _ = pa.Kill(); waitFor(t, pa) }()
+	require.Eventually(t, func() bool { return strings.Contains(outA.String(), "ready") }, 10*time.Second, 5*time.Millisecond)
+	waitSpare()
+	resB, outB, errB := run(t, sb, e.spec(`readlink /proc/self/ns/ipc; ipcs -m`))
+	require.Equal(t, 0, resB.ExitCode, "%s%s", outB, errB)
+	assert.Equal(t, hits+2, sb.spares.hits.Load(), "both runs launched from a spare")
+
+	a := outA.String()
+	idLine := ""
+	for _, l := range strings.Split(a, "\n") {
+		if strings.HasPrefix(l, "Shared memory id:") {
+			idLine = l
+		}
+	}
+	require.NotEmpty(t, idLine, "run A made a segment: %s", a)
+	shmid := strings.TrimSpace(strings.TrimPrefix(idLine, "Shared memory id:"))
+	nsA, nsB := strings.SplitN(a, "\n", 2)[0], strings.SplitN(outB, "\n", 2)[0]
+	require.True(t, strings.HasPrefix(nsA, "ipc:["), a)
+	require.True(t, strings.HasPrefix(nsB, "ipc:["), outB)
+	assert.NotEqual(t, nsA, nsB, "two runs share an IPC namespace")
+	assert.NotEqual(t, hostNS, nsA)
+	assert.NotEqual(t, hostNS, nsB)
+	segs := func(listing string) []string {
+		var ids []string
+		for _, l := range strings.Split(listing, "\n") {
+			if f := strings.Fields(l); len(f) > 2 && strings.HasPrefix(f[0], "0x") {
+				ids = append(ids, f[1])
+			}
+		}
+		return ids
+	}
+	assert.Contains(t, segs(a), shmid, "control: run A lists its own segment")
+	assert.NotContains(t, segs(outB), shmid, "run B sees run A's segment: %s", outB)
+	assert.Empty(t, segs(outB), "run B's IPC namespace is not fresh: %s", outB)
+}
