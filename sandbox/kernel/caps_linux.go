@@ -24,7 +24,14 @@ import (
 // Without CAP_SETPCAP (an unprivileged fledge) the bounding set cannot be changed, but then
 // there is nothing to drop: an unprivileged exec gains no capabilities (no_new_privs also
 // disables file capabilities).
-func DropExecCaps() error {
+func DropExecCaps() error { return dropExecCaps(true) }
+
+// DropExecCapsBoundingDone is DropExecCaps on a thread whose bounding set DropBoundingCaps
+// already emptied (and which has not regained any since: a bounding capability, once
+// dropped, cannot come back): the ambient and inheritable sets only.
+func DropExecCapsBoundingDone() error { return dropExecCaps(false) }
+
+func dropExecCaps(bounding bool) error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clear ambient: %w", err)
 	}
@@ -33,7 +40,7 @@ func DropExecCaps() error {
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
-	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
+	if bounding && data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
 		if err := DropBoundingCaps(); err != nil {
 			return err
 		}

@@ -762,7 +762,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				_ = s.templates.release(p.tmpl, "")
 				p.tmpl, tl.tmpl = nil, nil
 			}
-			tl.before, tl.joined, tl.ipcDone = nil, false, false
+			tl.before, tl.joined, tl.ipcDone, tl.capsDropped = nil, false, false, false
 			// The failed launch thread out of the groups before the next one joins them.
 			p.awaitLeft()
 			p.closeLaunchExit()

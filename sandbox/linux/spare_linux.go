@@ -35,6 +35,8 @@ type spare struct {
 	// ipc: the thread is in an IPC namespace of its own already (made with the spare,
 	// for the one run it launches), so the launch does not make one.
 	ipc bool
+	// capsDropped: the thread's bounding set is empty already.
+	capsDropped bool
 }
 
 type launchResult struct {
@@ -136,7 +138,7 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 			// This thread dies whatever comes (a launch or a release): what a run's
 			// launch thread must drop anyway is dropped now. Best effort: the launch
 			// drops whatever is left.
-			_ = kernel.DropBoundingCaps()
+			sp.capsDropped = kernel.DropBoundingCaps() == nil
 			// The run's own IPC namespace (about 30 µs to make), unshared here where the
 			// launch would have: on the launch thread, before the view.
 			sp.ipc = s.ipcns && !s.userView && unix.Unshare(unix.CLONE_NEWIPC) == nil
@@ -169,7 +171,7 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 			return
 		}
 		// Never unlocked: the thread takes on the child's confinement and dies.
-		tl.joined, tl.exit, tl.ipcDone = true, sp.exit, sp.ipc
+		tl.joined, tl.exit, tl.ipcDone, tl.capsDropped = true, sp.exit, sp.ipc, sp.capsDropped
 		pid, err := tl.onThread()
 		sp.results <- launchResult{pid, err}
 		tl.finishLaunch()

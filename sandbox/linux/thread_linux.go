@@ -85,6 +85,8 @@ type threadLaunch struct {
 	exit *os.File
 	// ipcDone: the thread is in a fresh IPC namespace already (a spare made it).
 	ipcDone bool
+	// capsDropped: the thread's bounding set is empty already (a spare emptied it).
+	capsDropped bool
 	// leave: the thread migrates out of the groups even where it could exit in them
 	// (Sandbox.leaveForTest).
 	leave bool
@@ -235,7 +237,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 			return 0, threadStep("landlock", err)
 		}
 	}
-	if err := kernel.DropExecCaps(); err != nil {
+	dropCaps := kernel.DropExecCaps
+	if tl.capsDropped {
+		dropCaps = kernel.DropExecCapsBoundingDone
+	}
+	if err := dropCaps(); err != nil {
 		return 0, threadStep("capabilities", err)
 	}
 	// In the private fd table (unshared above), every fd >= 3 is now close-on-exec: fds the

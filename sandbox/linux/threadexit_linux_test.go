@@ -245,3 +245,38 @@ func TestSpareIPCNamespacePerRun(t *testing.T) {
 	assert.NotContains(t, segs(outB), shmid, "run B sees run A's segment: %s", outB)
 	assert.Empty(t, segs(outB), "run B's IPC namespace is not fresh: %s", outB)
 }
+
+// TestSpareLaunchedRootCommandHasNoCapabilities: a spare empties its thread's bounding set
+// ahead, and the launch from it then only clears the ambient and inheritable sets. A root
+// command launched from a spare must still have every capability set empty (the attack of
+// TestRootCommandHasNoCapabilities: mknod of a raw disk).
+func TestSpareLaunchedRootCommandHasNoCapabilities(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root to prove capabilities are dropped")
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	requireCgroup(t, sb)
+	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 groups: no spares")
+	e := newEnv(t)
+	for i := 0; i < 3; i++ {
+		require.Eventually(t, func() bool {
+			sb.spares.mu.Lock()
+			defer sb.spares.mu.Unlock()
+			return sb.spares.ready != nil || i == 0
+		}, 5*time.Second, time.Millisecond)
+		hits := sb.spares.hits.Load()
+		res, out, errOut := run(t, sb, e.spec(`grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status; mknod blockdev b 8 0 && echo MKNOD-OK; exit 0`))
+		require.Equal(t, 0, res.ExitCode, errOut)
+		if i > 0 {
+			require.Equal(t, hits+1, sb.spares.hits.Load(), "run %d launched from the spare", i)
+		}
+		n := 0
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "Cap") {
+				assert.Equal(t, "0000000000000000", f[1], "run %d: capability set not empty: %s", i, line)
+				n++
+			}
+		}
+		assert.Equal(t, 5, n, "run %d: %s", i, out)
+		assert.NotContains(t, out, "MKNOD-OK")
+		assert.NoFileExists(t, filepath.Join(e.project, "blockdev"))
+	}
+}
