@@ -883,7 +883,8 @@ type process struct {
 	treeGone bool
 	// left is closed once the thread launcher's thread is out of the run's v1 groups (nil:
 	// nothing to wait for); see threadLaunch.left. Where launchExit is set, that thread
-	// exits in the groups instead, and its death is what is waited for.
+	// exits in the groups instead, and left is closed once it is dead; launchExit (its
+	// pidfd) is closed at cleanup.
 	left       chan struct{}
 	launchExit *os.File
 	tmpl       *viewTemplate // the view template the run was launched from (nil: none)
@@ -962,10 +963,6 @@ const leaveWait = 5 * time.Second
 // awaitLeft waits until the launch thread left the run's v1 groups: a freezer kill must not
 // freeze a thread of fledge, and a group with a task in it cannot be removed.
 func (p *process) awaitLeft() {
-	if p.launchExit != nil {
-		threadGone(p.launchExit, leaveWait)
-		return
-	}
 	if p.left == nil {
 		return
 	}

@@ -139,6 +139,9 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 		go launch()
 		r = <-ch
 	}
+	if tl.exit != nil {
+		go watchThreadExit(tl.exit, tl.left)
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -398,7 +401,8 @@ func setChildRlimits(pid int, nofile uint64) error {
 var leaveDelayForTest time.Duration
 
 // finishLaunch runs on the launch thread after its result was handed back: it leaves the
-// run's groups if the launch did not already, and closes left.
+// run's groups if the launch did not already, and closes left (where the thread exits in
+// them instead, watchThreadExit closes it once the thread is gone).
 func (tl *threadLaunch) finishLaunch() {
 	if d := leaveDelayForTest; d > 0 && tl.leaveTid != nil {
 		time.Sleep(d)
@@ -407,7 +411,9 @@ func (tl *threadLaunch) finishLaunch() {
 		tl.leaveCgroups(tl.leaveTid)
 		tl.leaveTid = nil
 	}
-	close(tl.left)
+	if tl.exit == nil {
+		close(tl.left)
+	}
 }
 
 // leaveCgroups moves the launch thread back to the host's v1 groups. Best effort: the

@@ -18,7 +18,10 @@ import (
 // the thread just exits, and whatever touches the run's groups waits for its death, told
 // by a pidfd of the thread (PIDFD_THREAD, Linux 6.9): it polls readable once the thread
 // has exited, which is after the kernel took it out of its cgroups (cgroup_exit comes
-// before exit_notify in do_exit). On older kernels the thread migrates out as before.
+// before exit_notify in do_exit). The pidfd is waited for in the netpoller, so no thread of
+// the host blocks on it (a goroutine blocked in poll(2) keeps its P until the scheduler
+// takes it back, and the goroutine it just woke, the caller of Wait, waits with it). On
+// older kernels the thread migrates out as before.
 
 // pidfdThread is PIDFD_THREAD (include/uapi/linux/pidfd.h: O_EXCL).
 const pidfdThread = unix.O_EXCL
@@ -29,11 +32,27 @@ func openThreadExit(off bool) *os.File {
 	if off {
 		return nil
 	}
-	fd, err := unix.PidfdOpen(unix.Gettid(), pidfdThread)
+	fd, err := unix.PidfdOpen(unix.Gettid(), pidfdThread|unix.O_NONBLOCK)
 	if err != nil {
 		return nil
 	}
 	return os.NewFile(uintptr(fd), "launch thread")
+}
+
+// watchThreadExit closes left once the thread of exit has exited.
+func watchThreadExit(exit *os.File, left chan struct{}) {
+	defer close(left)
+	rc, err := exit.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool {
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			return n > 0 || (err != nil && err != unix.EINTR)
+		})
+	}
+	if err != nil {
+		// Not in the netpoller after all, or closed: wait the plain way (bounded).
+		threadGone(exit, leaveWait)
+	}
 }
 
 // threadGone waits up to wait for the thread of exit to have exited.
