@@ -134,15 +134,6 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 		}
 		tid := []byte(strconv.Itoa(unix.Gettid()))
 		sp.exit = openThreadExit(s.leaveForTest)
-		if sp.exit != nil {
-			// This thread dies whatever comes (a launch or a release): what a run's
-			// launch thread must drop anyway is dropped now. Best effort: the launch
-			// drops whatever is left.
-			sp.capsDropped = kernel.DropBoundingCaps() == nil
-			// The run's own IPC namespace (about 30 µs to make), unshared here where the
-			// launch would have: on the launch thread, before the view.
-			sp.ipc = s.ipcns && !s.userView && unix.Unshare(unix.CLONE_NEWIPC) == nil
-		}
 		run, back := rc.v1Dirs()
 		for _, d := range run {
 			if err := os.WriteFile(d+"/tasks", tid, 0); err != nil {
@@ -157,6 +148,16 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 			}
 		}
 		joined <- nil
+		if sp.exit != nil {
+			// After the spare is handed out as ready (a run that comes meanwhile waits
+			// for this instead of making groups of its own). This thread dies whatever
+			// comes (a launch or a release): what a run's launch thread must drop anyway
+			// is dropped now. Best effort: the launch drops whatever is left.
+			sp.capsDropped = kernel.DropBoundingCaps() == nil
+			// The run's own IPC namespace (about 30 µs to make), unshared here where the
+			// launch would have: on the launch thread, before the view.
+			sp.ipc = s.ipcns && !s.userView && unix.Unshare(unix.CLONE_NEWIPC) == nil
+		}
 		tl := <-sp.jobs
 		if tl == nil && sp.exit != nil {
 			return // released unused: the thread exits (still locked), disposeSpare waits
