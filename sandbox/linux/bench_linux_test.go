@@ -194,3 +194,51 @@ func BenchmarkExecEgress(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkExecParallel is BenchmarkExecTrue/full with eight execs at a time (the
+// pipelined case), with the launch threads exiting in the run's groups (exit) or
+// migrating out of them (leave, Sandbox.leaveForTest): every migration takes the kernel's
+// global threadgroup lock for writing, which concurrent launches wait for.
+func BenchmarkExecParallel(b *testing.B) {
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	for _, leave := range []bool{false, true} {
+		name := "exit"
+		if leave {
+			name = "leave"
+		}
+		b.Run(name, func(b *testing.B) {
+			sb, err := New(Options{Launch: LaunchThread})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = sb.Close() })
+			sb.leaveForTest = leave
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				spec := &sandbox.Spec{
+					Name: "bench", Path: "/bin/sh", Args: []string{"sh", "-c", "true"},
+					Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Network: true,
+					Access:     sandbox.Access{ReadWrite: []string{dir.Name()}, ReadExec: SystemReadExec},
+					Limits:     sandbox.Limits{MemoryBytes: 1 << 30, Pids: 256},
+					PrivateTmp: true,
+				}
+				for pb.Next() {
+					p, err := sb.Start(context.Background(), spec)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					res, err := p.Wait()
+					if err != nil || res.ExitCode != 0 {
+						b.Error(err, res)
+						return
+					}
+				}
+			})
+		})
+	}
+}

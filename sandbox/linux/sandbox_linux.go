@@ -883,8 +883,8 @@ type process struct {
 	treeGone bool
 	// left is closed once the thread launcher's thread is out of the run's v1 groups (nil:
 	// nothing to wait for); see threadLaunch.left. Where launchExit is set, that thread
-	// exits in the groups instead, and left is closed once it is dead; launchExit (its
-	// pidfd) is closed at cleanup.
+	// exits in the groups instead: left is closed right before it exits, and launchExit
+	// (its pidfd) tells its death; it is closed at cleanup.
 	left       chan struct{}
 	launchExit *os.File
 	tmpl       *viewTemplate // the view template the run was launched from (nil: none)
@@ -968,14 +968,18 @@ func (p *process) awaitLeft() {
 	}
 	select {
 	case <-p.left:
-		return
 	default:
+		t := time.NewTimer(leaveWait)
+		select {
+		case <-p.left:
+			t.Stop()
+		case <-t.C:
+			return
+		}
 	}
-	t := time.NewTimer(leaveWait)
-	defer t.Stop()
-	select {
-	case <-p.left:
-	case <-t.C:
+	if p.launchExit != nil {
+		// The thread exits in the groups: left says it is about to.
+		threadGone(p.launchExit, leaveWait)
 	}
 }
 

@@ -139,9 +139,6 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 		go launch()
 		r = <-ch
 	}
-	if tl.exit != nil {
-		go watchThreadExit(tl.exit, tl.left)
-	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -402,18 +399,28 @@ var leaveDelayForTest time.Duration
 
 // finishLaunch runs on the launch thread after its result was handed back: it leaves the
 // run's groups if the launch did not already, and closes left (where the thread exits in
-// them instead, watchThreadExit closes it once the thread is gone).
+// them instead, right before it exits: waiters then wait for its death, awaitLeft).
 func (tl *threadLaunch) finishLaunch() {
-	if d := leaveDelayForTest; d > 0 && tl.leaveTid != nil {
+	d := leaveDelayForTest
+	if tl.leaveTid == nil {
+		d = 0
+	}
+	if tl.exit != nil {
+		// Exits in the groups: left first, then (tests) a thread slow to exit.
+		close(tl.left)
+		if d > 0 {
+			time.Sleep(d)
+		}
+		return
+	}
+	if d > 0 {
 		time.Sleep(d)
 	}
 	if tl.leaveTid != nil {
 		tl.leaveCgroups(tl.leaveTid)
 		tl.leaveTid = nil
 	}
-	if tl.exit == nil {
-		close(tl.left)
-	}
+	close(tl.left)
 }
 
 // leaveCgroups moves the launch thread back to the host's v1 groups. Best effort: the

@@ -18,10 +18,13 @@ import (
 // the thread just exits, and whatever touches the run's groups waits for its death, told
 // by a pidfd of the thread (PIDFD_THREAD, Linux 6.9): it polls readable once the thread
 // has exited, which is after the kernel took it out of its cgroups (cgroup_exit comes
-// before exit_notify in do_exit). The pidfd is waited for in the netpoller, so no thread of
-// the host blocks on it (a goroutine blocked in poll(2) keeps its P until the scheduler
-// takes it back, and the goroutine it just woke, the caller of Wait, waits with it). On
-// older kernels the thread migrates out as before.
+// before exit_notify in do_exit). On older kernels the thread migrates out as before.
+//
+// The thread closes the run's left channel as its last act (finishLaunch), so by the time
+// a waiter looks at the pidfd the thread is in its last microseconds; the waiter checks
+// without blocking and sleeps between checks, so it never holds a scheduler P in a
+// blocking poll (a goroutine blocked in poll(2) keeps its P until the runtime takes it
+// back, and the goroutine it just woke, the caller of Wait, would wait with it).
 
 // pidfdThread is PIDFD_THREAD (include/uapi/linux/pidfd.h: O_EXCL).
 const pidfdThread = unix.O_EXCL
@@ -32,48 +35,40 @@ func openThreadExit(off bool) *os.File {
 	if off {
 		return nil
 	}
-	fd, err := unix.PidfdOpen(unix.Gettid(), pidfdThread|unix.O_NONBLOCK)
+	fd, err := unix.PidfdOpen(unix.Gettid(), pidfdThread)
 	if err != nil {
 		return nil
 	}
 	return os.NewFile(uintptr(fd), "launch thread")
 }
 
-// watchThreadExit closes left once the thread of exit has exited.
-func watchThreadExit(exit *os.File, left chan struct{}) {
-	defer close(left)
-	rc, err := exit.SyscallConn()
-	if err == nil {
-		err = rc.Read(func(fd uintptr) bool {
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-			return n > 0 || (err != nil && err != unix.EINTR)
-		})
-	}
-	if err != nil {
-		// Not in the netpoller after all, or closed: wait the plain way (bounded).
-		threadGone(exit, leaveWait)
-	}
-}
-
-// threadGone waits up to wait for the thread of exit to have exited.
-func threadGone(exit *os.File, wait time.Duration) bool {
+// threadExited reports whether the thread of exit has exited, without waiting.
+func threadExited(exit *os.File) bool {
 	rc, err := exit.SyscallConn()
 	if err != nil {
 		return false
 	}
 	gone := false
-	deadline := time.Now().Add(wait)
 	// Control holds the fd: a concurrent Close takes effect only after it returns.
 	_ = rc.Control(func(fd uintptr) {
-		for {
-			ms := int(time.Until(deadline) / time.Millisecond)
-			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, max(ms, 0))
-			if err == unix.EINTR && time.Now().Before(deadline) {
-				continue
-			}
-			gone = err == nil && n > 0
-			return
-		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		gone = err == nil && n > 0
 	})
 	return gone
+}
+
+// threadGone waits up to wait for the thread of exit to have exited.
+func threadGone(exit *os.File, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	delay := 20 * time.Microsecond
+	for {
+		if threadExited(exit) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(delay)
+		delay = min(delay*2, time.Millisecond)
+	}
 }
