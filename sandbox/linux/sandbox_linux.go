@@ -1113,6 +1113,10 @@ func (p *process) wait() {
 	// The tree is gone (killed, and the cgroup checked empty above): the reply need not
 	// wait for removing the empty cgroups and the temp dir.
 	p.Finish(res, err)
+	// The caller of Wait was just made runnable on this goroutine's P; the cleanup below
+	// is blocking syscalls (rmdir of cgroups, the TMPDIR's emptying) during which that P
+	// is not handed on at once. Let the caller run first.
+	runtime.Gosched()
 	defer p.sb.cleanups.Done()
 	if err := p.cleanup(); err != nil {
 		p.sb.cleanupMu.Lock()
