@@ -150,7 +150,14 @@ func (g *guard) add(items ...string) error {
 			g.closeFD(g.fd, g.reader)
 			g.fd = -1
 		}
-		return g.startLocked()
+		err := g.startLocked()
+		if err != nil {
+			// As for a failed send below: the caller does not count them as registered.
+			for _, it := range items {
+				delete(g.regs, it)
+			}
+		}
+		return err
 	}
 	for _, it := range fresh {
 		g.regs[it] = true
