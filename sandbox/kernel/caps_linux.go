@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +24,14 @@ import (
 // Without CAP_SETPCAP (an unprivileged fledge) the bounding set cannot be changed, but then
 // there is nothing to drop: an unprivileged exec gains no capabilities (no_new_privs also
 // disables file capabilities).
-func DropExecCaps() error {
+func DropExecCaps() error { return dropExecCaps(true) }
+
+// DropExecCapsBoundingDone is DropExecCaps on a thread whose bounding set DropBoundingCaps
+// already emptied (and which has not regained any since: a bounding capability, once
+// dropped, cannot come back): the ambient and inheritable sets only.
+func DropExecCapsBoundingDone() error { return dropExecCaps(false) }
+
+func dropExecCaps(bounding bool) error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clear ambient: %w", err)
 	}
@@ -32,12 +40,9 @@ func DropExecCaps() error {
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
-	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
-		last := lastCap()
-		for c := 0; c <= last; c++ {
-			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("drop bounding cap %d: %w", c, err)
-			}
+	if bounding && data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
+		if err := DropBoundingCaps(); err != nil {
+			return err
 		}
 	}
 	if data[0].Inheritable != 0 || data[1].Inheritable != 0 {
@@ -48,6 +53,29 @@ func DropExecCaps() error {
 	}
 	return nil
 }
+
+// DropBoundingCaps empties the calling thread's capability bounding set (it needs
+// CAP_SETPCAP). The thread keeps its effective set, so it can still mount and join
+// namespaces; only what a later execve could gain is gone. A cap already dropped is only
+// read (PR_CAPBSET_READ), not dropped again: each drop replaces the thread's credentials,
+// a few microseconds apiece, and a launch thread made ahead of its run (spare_linux.go in
+// the sandbox) has dropped them all before DropExecCaps runs.
+func DropBoundingCaps() error {
+	last := lastCapOnce()
+	for c := 0; c <= last; c++ {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop bounding cap %d: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// lastCapOnce is lastCap, read once: the kernel's highest capability does not change
+// while it runs.
+var lastCapOnce = sync.OnceValue(lastCap)
 
 // lastCap is the highest capability number the kernel knows.
 func lastCap() int {

@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -459,8 +460,25 @@ func InstallFilter(f Filter) error {
 	return err
 }
 
+// programs holds the built program of every Filter value used so far (at most 2^5 of
+// them): building one is about 50 µs and 170 allocations, on every launch thread, for the
+// same answer. A program is only read once built (the kernel copies it on install).
+var programs sync.Map // Filter -> []unix.SockFilter
+
+func program(f Filter) ([]unix.SockFilter, error) {
+	if p, ok := programs.Load(f); ok {
+		return p.([]unix.SockFilter), nil
+	}
+	p, err := buildFilter(f)
+	if err != nil {
+		return nil, err
+	}
+	programs.Store(f, p)
+	return p, nil
+}
+
 func install(f Filter, flags uintptr) (int, error) {
-	prog, err := buildFilter(f)
+	prog, err := program(f)
 	if err != nil {
 		return -1, err
 	}

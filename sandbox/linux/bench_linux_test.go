@@ -90,11 +90,15 @@ func BenchmarkExecAB(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		on, off Options
+		// leave: the off sandbox's launch threads leave the run's groups (Sandbox.leaveForTest).
+		leave bool
 	}{
-		{"ipcns-thread", Options{}, Options{DisableIPCNS: true}},
-		{"ipcns-stub", Options{Launch: LaunchStub}, Options{Launch: LaunchStub, DisableIPCNS: true}},
-		{"idmap-template", Options{}, Options{DisableSystemIDMap: true}},
-		{"idmap-fresh-view", Options{DisableViewTemplate: true}, Options{DisableViewTemplate: true, DisableSystemIDMap: true}},
+		// The launch thread exits in the run's v1 groups (on) or migrates out (off).
+		{"thread-exit", Options{}, Options{}, true},
+		{"ipcns-thread", Options{}, Options{DisableIPCNS: true}, false},
+		{"ipcns-stub", Options{Launch: LaunchStub}, Options{Launch: LaunchStub, DisableIPCNS: true}, false},
+		{"idmap-template", Options{}, Options{DisableSystemIDMap: true}, false},
+		{"idmap-fresh-view", Options{DisableViewTemplate: true}, Options{DisableViewTemplate: true, DisableSystemIDMap: true}, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var sbs [2]*Sandbox
@@ -107,6 +111,7 @@ func BenchmarkExecAB(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { _ = sb.Close() })
+				sb.leaveForTest = bc.leave && i == 1
 				sbs[i] = sb
 			}
 			spec := &sandbox.Spec{
@@ -187,5 +192,53 @@ func BenchmarkExecEgress(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkExecParallel is BenchmarkExecTrue/full with eight execs at a time (the
+// pipelined case), with the launch threads exiting in the run's groups (exit) or
+// migrating out of them (leave, Sandbox.leaveForTest): every migration takes the kernel's
+// global threadgroup lock for writing, which concurrent launches wait for.
+func BenchmarkExecParallel(b *testing.B) {
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	for _, leave := range []bool{false, true} {
+		name := "exit"
+		if leave {
+			name = "leave"
+		}
+		b.Run(name, func(b *testing.B) {
+			sb, err := New(Options{Launch: LaunchThread})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = sb.Close() })
+			sb.leaveForTest = leave
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				spec := &sandbox.Spec{
+					Name: "bench", Path: "/bin/sh", Args: []string{"sh", "-c", "true"},
+					Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Network: true,
+					Access:     sandbox.Access{ReadWrite: []string{dir.Name()}, ReadExec: SystemReadExec},
+					Limits:     sandbox.Limits{MemoryBytes: 1 << 30, Pids: 256},
+					PrivateTmp: true,
+				}
+				for pb.Next() {
+					p, err := sb.Start(context.Background(), spec)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					res, err := p.Wait()
+					if err != nil || res.ExitCode != 0 {
+						b.Error(err, res)
+						return
+					}
+				}
+			})
+		})
 	}
 }

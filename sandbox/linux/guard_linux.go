@@ -83,12 +83,37 @@ func (g *guard) startLocked() error {
 	g.reader = make(chan struct{})
 	go g.read(fds[0], g.reader)
 	go func(p *os.Process, done chan struct{}) { _, _ = p.Wait(); close(done) }(proc, g.exited)
+	recs := make([]string, 0, len(g.regs))
 	for rec := range g.regs {
-		if err := g.send(rec, nil); err != nil {
-			return err
-		}
+		recs = append(recs, rec)
 	}
-	return nil
+	return g.sendRecords(recs)
+}
+
+// sendRecords sends registration records, as few messages as fit in the watchdog's bound
+// (NUL-separated): each message wakes the watchdog process.
+func (g *guard) sendRecords(recs []string) error {
+	var msg []byte
+	flush := func() error {
+		if len(msg) == 0 {
+			return nil
+		}
+		err := g.send(string(msg), nil)
+		msg = msg[:0]
+		return err
+	}
+	for _, rec := range recs {
+		if len(msg) > 0 && len(msg)+1+len(rec) > stub.WatchdogMaxMessage {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if len(msg) > 0 {
+			msg = append(msg, 0)
+		}
+		msg = append(msg, rec...)
+	}
+	return flush()
 }
 
 // send writes one record (MSG_NOSIGNAL: a dead watchdog is an error, not a SIGPIPE).
@@ -101,32 +126,73 @@ func (g *guard) send(rec string, rights []byte) error {
 
 // add registers items ("+cg DIR", "+pg N") before the tree they name starts, starting the
 // watchdog if needed. A watchdog that died is replaced once.
+//
+// An item already registered is not sent again (a spare's groups, registered when the
+// spare was made, are added once more by the run that takes them): every message wakes the
+// watchdog process, a context switch each on the exec's path. The watchdog knows every
+// registered item while it runs: a failed send deletes what it added, and a new watchdog
+// is given them all (startLocked).
 func (g *guard) add(items ...string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	fresh := make([]string, 0, len(items))
 	for _, it := range items {
+		if !g.regs[it] {
+			fresh = append(fresh, it)
+		}
+	}
+	if len(fresh) == 0 {
+		if g.aliveLocked() {
+			return nil
+		}
+		if g.fd >= 0 {
+			// Dead since: a new one, given every registration.
+			g.closeFD(g.fd, g.reader)
+			g.fd = -1
+		}
+		err := g.startLocked()
+		if err != nil {
+			// As for a failed send below: the caller does not count them as registered.
+			for _, it := range items {
+				delete(g.regs, it)
+			}
+		}
+		return err
+	}
+	for _, it := range fresh {
 		g.regs[it] = true
 	}
-	err := g.sendLocked(items)
+	err := g.sendLocked(fresh)
 	if err != nil {
-		for _, it := range items {
+		for _, it := range fresh {
 			delete(g.regs, it)
 		}
 	}
 	return err
 }
 
+// aliveLocked reports whether the watchdog runs (a dead one is replaced by the next send).
+func (g *guard) aliveLocked() bool {
+	if g.fd < 0 {
+		return false
+	}
+	select {
+	case <-g.exited:
+		return false
+	default:
+		return true
+	}
+}
+
 func (g *guard) sendLocked(items []string) error {
 	if g.fd < 0 {
 		return g.startLocked() // replays regs, items included
 	}
-	for _, it := range items {
-		if err := g.send(it, nil); err != nil {
-			// The watchdog is gone (killed by someone): start a new one.
-			g.closeFD(g.fd, g.reader)
-			g.fd = -1
-			return g.startLocked()
-		}
+	if err := g.sendRecords(items); err != nil {
+		// The watchdog is gone (killed by someone): start a new one.
+		g.closeFD(g.fd, g.reader)
+		g.fd = -1
+		return g.startLocked()
 	}
 	return nil
 }
@@ -226,13 +292,15 @@ func (g *guard) closeFD(fd int, reader chan struct{}) {
 func (g *guard) remove(items ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	var recs []string
 	for _, it := range items {
 		if g.regs[it] {
 			delete(g.regs, it)
-			if g.fd >= 0 {
-				_ = g.send("-"+it[1:], nil)
-			}
+			recs = append(recs, "-"+it[1:])
 		}
+	}
+	if g.fd >= 0 && len(recs) > 0 {
+		_ = g.sendRecords(recs)
 	}
 }
 

@@ -22,10 +22,32 @@ import (
 // It leaves after the child's pid was handed back (off the exec's path), and before
 // anything signals, kills or removes the run's groups: every second run here is killed at
 // once, racing the leave, and no thread of fledge may be in the groups when Kill returns.
+//
+// Where the kernel has thread pidfds the thread exits in the groups instead of migrating
+// out (threadexit_linux.go), and what touches the groups waits for its death: both ways
+// are run here.
 func TestLaunchThreadLeavesRunGroups(t *testing.T) {
+	for _, leave := range []bool{false, true} {
+		name := "exit"
+		if leave {
+			name = "leave"
+		}
+		t.Run(name, func(t *testing.T) { testLaunchThreadLeavesRunGroups(t, leave) })
+	}
+}
+
+func testLaunchThreadLeavesRunGroups(t *testing.T, leave bool) {
 	sb := newSandbox(t, Options{})
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no writable v1 hierarchy")
 	testutil.SkipUnlessSupported(t, sb.Report().FilesystemView != "" && os.Geteuid() == 0, "no private filesystem view here")
+	if !leave {
+		probe := openThreadExit(false)
+		if probe == nil {
+			t.Skip("no thread pidfds (Linux 6.9): launch threads migrate out (the leave case)")
+		}
+		probe.Close()
+	}
+	sb.leaveForTest = leave
 	e := newEnv(t)
 	// The leave held back a while, so the kill below always races it.
 	leaveDelayForTest = 30 * time.Millisecond
@@ -38,6 +60,7 @@ func TestLaunchThreadLeavesRunGroups(t *testing.T) {
 		require.NoError(t, err)
 		proc := p.(*process)
 		require.NotNil(t, proc.cg)
+		assert.Equal(t, leave, proc.launchExit == nil, "the thread exits in the groups unless told to leave")
 		if i%2 == 0 {
 			require.NoError(t, p.Kill())
 		} else {

@@ -57,13 +57,17 @@ const (
 
 // Sandbox implements sandbox.Sandbox with Landlock, cgroups and a re-exec stub.
 type Sandbox struct {
-	launch   string
-	stubPath string
-	abi      int
-	cg       *cgEnv
-	netns    bool
-	view     bool
-	userns   bool
+	// leaveForTest makes launch threads migrate out of a run's v1 groups even where they
+	// could exit in them (threadexit_linux.go): tests of that fallback, and the benchmark
+	// comparing both.
+	leaveForTest bool
+	launch       string
+	stubPath     string
+	abi          int
+	cg           *cgEnv
+	netns        bool
+	view         bool
+	userns       bool
 	// userView: the view is built in a user namespace (an unprivileged fledge; every run is
 	// an init stub in its own user, mount and pid namespaces). userViewErr says why an
 	// unprivileged fledge with user namespaces cannot build one.
@@ -684,7 +688,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	} else {
 		// The launch thread calls BeforeExec right before fork, so the audit fsync overlaps
 		// the thread's setup (its v1 cgroup joins are the slow part).
-		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1}
+		tl := &threadLaunch{pol: pol, dir: spec.Dir, files: p.stdio.Files[:], sys: sys, before: spec, pidNS: -1, netNS: -1,
+			leave: s.leaveForTest}
 		if rg != nil && rg.ns != nil {
 			tl.netNS = int(rg.ns.Fd())
 		}
@@ -745,7 +750,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		launchOn := sp
 		sp = nil // the launch consumes the parked thread, whatever its outcome
 		p.proc, err = tl.start(launchOn)
-		p.left = tl.left
+		p.left, p.launchExit = tl.left, tl.exit
 		if errors.Is(err, errPidNSGone) {
 			// The holder died after it was looked up (killed, the OOM killer): its
 			// namespace takes no new process. Once more, with a new holder, on a fresh
@@ -757,12 +762,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				_ = s.templates.release(p.tmpl, "")
 				p.tmpl, tl.tmpl = nil, nil
 			}
-			tl.before, tl.joined = nil, false
+			tl.before, tl.joined, tl.ipcDone, tl.capsDropped = nil, false, false, false
+			// The failed launch thread out of the groups before the next one joins them.
+			p.awaitLeft()
+			p.closeLaunchExit()
+			tl.exit = nil
 			err = join()
 			p.holder = tl.holder
 			if err == nil {
 				p.proc, err = tl.start(nil)
-				p.left = tl.left
+				p.left, p.launchExit = tl.left, tl.exit
 			}
 		}
 		if p.notify != nil {
@@ -873,9 +882,12 @@ type process struct {
 	// treeGone: the run's cgroup was killed and seen empty, so no process of it is left.
 	treeGone bool
 	// left is closed once the thread launcher's thread is out of the run's v1 groups (nil:
-	// nothing to wait for); see threadLaunch.left.
-	left chan struct{}
-	tmpl *viewTemplate // the view template the run was launched from (nil: none)
+	// nothing to wait for); see threadLaunch.left. Where launchExit is set, that thread
+	// exits in the groups instead: left is closed right before it exits, and launchExit
+	// (its pidfd) tells its death; it is closed at cleanup.
+	left       chan struct{}
+	launchExit *os.File
+	tmpl       *viewTemplate // the view template the run was launched from (nil: none)
 	// holder is the pid namespace the run was launched into (nil: none), held until cleanup.
 	holder *pidHolder
 	// status is an init stub's status pipe (userView): proc is the stub, the program's
@@ -956,14 +968,25 @@ func (p *process) awaitLeft() {
 	}
 	select {
 	case <-p.left:
-		return
 	default:
+		t := time.NewTimer(leaveWait)
+		select {
+		case <-p.left:
+			t.Stop()
+		case <-t.C:
+			return
+		}
 	}
-	t := time.NewTimer(leaveWait)
-	defer t.Stop()
-	select {
-	case <-p.left:
-	case <-t.C:
+	if p.launchExit != nil {
+		// The thread exits in the groups: left says it is about to.
+		threadGone(p.launchExit, leaveWait)
+	}
+}
+
+// closeLaunchExit closes the launch thread's pidfd (once it is no longer waited for).
+func (p *process) closeLaunchExit() {
+	if p.launchExit != nil {
+		_ = p.launchExit.Close()
 	}
 }
 
@@ -1046,12 +1069,21 @@ func (p *process) wait() {
 			res.ExitCode = ws.ExitStatus()
 		}
 	}
-	// Nothing of the command outlives its main process.
-	if err := p.killTree(); err != nil {
-		errs = append(errs, err)
+	// Nothing of the command outlives its main process. Where the unified group says the
+	// tree is gone already (every process of it exited: the usual end of a command),
+	// there is nothing to kill or wait for, and one read of cgroup.events tells it. The
+	// tree cannot come back: an empty group gains a process only by a fork of a member or
+	// a move by fledge.
+	gone := p.cg != nil && p.cg.unified != "" && p.cg.empty()
+	if !gone {
+		if err := p.killTree(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if p.cg != nil {
-		if err := p.cg.waitEmpty(); err != nil {
+		if gone {
+			// Nothing to wait for.
+		} else if err := p.cg.waitEmpty(); err != nil {
 			errs = append(errs, err)
 		}
 		res.OOMKilled, res.PeakMemory = p.cg.stats()
@@ -1081,6 +1113,10 @@ func (p *process) wait() {
 	// The tree is gone (killed, and the cgroup checked empty above): the reply need not
 	// wait for removing the empty cgroups and the temp dir.
 	p.Finish(res, err)
+	// The caller of Wait was just made runnable on this goroutine's P; the cleanup below
+	// is blocking syscalls (rmdir of cgroups, the TMPDIR's emptying) during which that P
+	// is not handed on at once. Let the caller run first.
+	runtime.Gosched()
 	defer p.sb.cleanups.Done()
 	if err := p.cleanup(); err != nil {
 		p.sb.cleanupMu.Lock()
@@ -1103,6 +1139,7 @@ func (p *process) cleanup() error {
 	}
 	var errs []error
 	p.awaitLeft()
+	p.closeLaunchExit()
 	if p.cg != nil {
 		if err := p.cg.remove(); err != nil {
 			errs = append(errs, err)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // A spare is the next run's cgroups with a launch thread already inside them. On hybrid
@@ -27,6 +28,15 @@ type spare struct {
 	jobs     chan *threadLaunch // one launch, or nil to release the thread
 	results  chan launchResult
 	released chan struct{} // closed once a released thread has left the groups
+	// exit is a pidfd of the parked thread (threadexit_linux.go; nil: none). With it the
+	// thread never goes back to the host: it drops its bounding capabilities ahead of the
+	// run (off the exec's path), and a released spare's thread exits in its groups.
+	exit *os.File
+	// ipc: the thread is in an IPC namespace of its own already (made with the spare,
+	// for the one run it launches), so the launch does not make one.
+	ipc bool
+	// capsDropped: the thread's bounding set is empty already.
+	capsDropped bool
 }
 
 type launchResult struct {
@@ -123,19 +133,35 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 			return
 		}
 		tid := []byte(strconv.Itoa(unix.Gettid()))
+		sp.exit = openThreadExit(s.leaveForTest)
 		run, back := rc.v1Dirs()
 		for _, d := range run {
 			if err := os.WriteFile(d+"/tasks", tid, 0); err != nil {
-				for _, b := range back {
-					_ = os.WriteFile(b+"/tasks", tid, 0)
+				if sp.exit == nil {
+					for _, b := range back {
+						_ = os.WriteFile(b+"/tasks", tid, 0)
+					}
+					runtime.UnlockOSThread()
 				}
-				runtime.UnlockOSThread()
 				joined <- err
 				return
 			}
 		}
 		joined <- nil
+		if sp.exit != nil {
+			// After the spare is handed out as ready (a run that comes meanwhile waits
+			// for this instead of making groups of its own). This thread dies whatever
+			// comes (a launch or a release): what a run's launch thread must drop anyway
+			// is dropped now. Best effort: the launch drops whatever is left.
+			sp.capsDropped = kernel.DropBoundingCaps() == nil
+			// The run's own IPC namespace (about 30 µs to make), unshared here where the
+			// launch would have: on the launch thread, before the view.
+			sp.ipc = s.ipcns && !s.userView && unix.Unshare(unix.CLONE_NEWIPC) == nil
+		}
 		tl := <-sp.jobs
+		if tl == nil && sp.exit != nil {
+			return // released unused: the thread exits (still locked), disposeSpare waits
+		}
 		if tl == nil {
 			// Released unused: back to the host's groups, and the thread is clean again.
 			for _, b := range back {
@@ -146,13 +172,17 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 			return
 		}
 		// Never unlocked: the thread takes on the child's confinement and dies.
-		tl.joined = true
+		tl.joined, tl.exit, tl.ipcDone, tl.capsDropped = true, sp.exit, sp.ipc, sp.capsDropped
 		pid, err := tl.onThread()
 		sp.results <- launchResult{pid, err}
 		tl.finishLaunch()
 	}
 	go park()
 	if err := <-joined; err != nil {
+		if sp.exit != nil {
+			threadGone(sp.exit, leaveWait)
+			_ = sp.exit.Close()
+		}
 		s.guard.remove(rc.guardItems()...)
 		_ = rc.remove()
 		return nil
@@ -164,7 +194,12 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 // when a run already owns them).
 func (s *Sandbox) disposeSpare(sp *spare, removeGroups bool) {
 	sp.jobs <- nil
-	<-sp.released
+	if sp.exit != nil {
+		threadGone(sp.exit, leaveWait)
+		_ = sp.exit.Close()
+	} else {
+		<-sp.released
+	}
 	if removeGroups {
 		s.guard.remove(sp.rc.guardItems()...)
 		_ = sp.rc.remove()

@@ -79,6 +79,17 @@ type threadLaunch struct {
 	// groups (a signal or kill of the tree, their removal) waits for left first.
 	left     chan struct{}
 	leaveTid []byte // set by a successful onThread: the thread still has to leave
+	// exit is a pidfd of the launch thread (threadexit_linux.go): where it is set, the
+	// thread never leaves the run's groups but exits in them, and whatever touches the
+	// groups waits for its death instead of left.
+	exit *os.File
+	// ipcDone: the thread is in a fresh IPC namespace already (a spare made it).
+	ipcDone bool
+	// capsDropped: the thread's bounding set is empty already (a spare emptied it).
+	capsDropped bool
+	// leave: the thread migrates out of the groups even where it could exit in them
+	// (Sandbox.leaveForTest).
+	leave bool
 }
 
 // start launches on a fresh thread, or on the spare's parked thread when sp is set.
@@ -112,6 +123,7 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 			<-done
 			return
 		}
+		tl.exit = openThreadExit(tl.leave)
 		// Never unlocked: this thread carries the child's confinement and dies with the
 		// goroutine.
 		pid, err := tl.onThread()
@@ -148,7 +160,9 @@ func (tl *threadLaunch) onThread() (int, error) {
 	unshareFlags := unix.CLONE_FS | unix.CLONE_FILES
 	for _, ns := range []uintptr{unix.CLONE_NEWNET, unix.CLONE_NEWIPC} {
 		if sys.Cloneflags&ns != 0 {
-			unshareFlags |= int(ns)
+			if ns != unix.CLONE_NEWIPC || !tl.ipcDone {
+				unshareFlags |= int(ns)
+			}
 			sys.Cloneflags &^= ns
 		}
 	}
@@ -179,7 +193,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 			}
 		}
 	}
-	if tl.pol.View != nil && len(tl.v1Back) > 0 {
+	if tl.pol.View != nil && len(tl.v1Back) > 0 && tl.exit == nil {
 		for _, d := range tl.v1Back {
 			fd, err := unix.Open(d+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
@@ -223,7 +237,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 			return 0, threadStep("landlock", err)
 		}
 	}
-	if err := kernel.DropExecCaps(); err != nil {
+	dropCaps := kernel.DropExecCaps
+	if tl.capsDropped {
+		dropCaps = kernel.DropExecCapsBoundingDone
+	}
+	if err := dropCaps(); err != nil {
 		return 0, threadStep("capabilities", err)
 	}
 	// In the private fd table (unshared above), every fd >= 3 is now close-on-exec: fds the
@@ -375,14 +393,27 @@ func setChildRlimits(pid int, nofile uint64) error {
 	return nil
 }
 
-// leaveDelayForTest holds the launch thread in the run's groups a while after the fork
-// (tests: whatever touches the groups must wait for it).
+// leaveDelayForTest holds the launch thread in the run's groups a while after the fork,
+// before it leaves or exits (tests: whatever touches the groups must wait for it).
 var leaveDelayForTest time.Duration
 
 // finishLaunch runs on the launch thread after its result was handed back: it leaves the
-// run's groups if the launch did not already, and closes left.
+// run's groups if the launch did not already, and closes left (where the thread exits in
+// them instead, right before it exits: waiters then wait for its death, awaitLeft).
 func (tl *threadLaunch) finishLaunch() {
-	if d := leaveDelayForTest; d > 0 && tl.leaveTid != nil {
+	d := leaveDelayForTest
+	if tl.leaveTid == nil {
+		d = 0
+	}
+	if tl.exit != nil {
+		// Exits in the groups: left first, then (tests) a thread slow to exit.
+		close(tl.left)
+		if d > 0 {
+			time.Sleep(d)
+		}
+		return
+	}
+	if d > 0 {
 		time.Sleep(d)
 	}
 	if tl.leaveTid != nil {
@@ -395,6 +426,9 @@ func (tl *threadLaunch) finishLaunch() {
 // leaveCgroups moves the launch thread back to the host's v1 groups. Best effort: the
 // thread also leaves every group when it exits, just later.
 func (tl *threadLaunch) leaveCgroups(tid []byte) {
+	if tl.exit != nil {
+		return // the thread exits in them (threadexit_linux.go)
+	}
 	if len(tl.backFDs) > 0 {
 		for _, fd := range tl.backFDs {
 			_, _ = unix.Write(fd, tid)

@@ -5,7 +5,7 @@ package stub
 import (
 	"io"
 	"os"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/term"
@@ -19,7 +19,11 @@ type Stdio struct {
 
 	child   []*os.File // ends to close in the host once the child started
 	readers []*os.File // host read ends of output pipes
-	wg      sync.WaitGroup
+	// copies are the output copies, started once both outputs exist; the last one to end
+	// closes copied (Finish waits on it without a goroutine of its own).
+	copies  []func()
+	pending atomic.Int32
+	copied  chan struct{}
 }
 
 // OpenStdio prepares stdio. nil stdin reads /dev/null; nil stdout/stderr discard.
@@ -34,6 +38,18 @@ func OpenStdio(stdin io.Reader, stdout, stderr io.Writer) (*Stdio, error) {
 		if s.Files[i+1], err = s.output(w); err != nil {
 			s.Abort()
 			return nil, err
+		}
+	}
+	if len(s.copies) > 0 {
+		s.copied = make(chan struct{})
+		s.pending.Store(int32(len(s.copies)))
+		for _, c := range s.copies {
+			go func() {
+				c()
+				if s.pending.Add(-1) == 0 {
+					close(s.copied)
+				}
+			}()
 		}
 	}
 	return s, nil
@@ -83,11 +99,7 @@ func (s *Stdio) output(w io.Writer) (*os.File, error) {
 	}
 	s.child = append(s.child, pw)
 	s.readers = append(s.readers, pr)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		_, _ = io.Copy(w, pr)
-	}()
+	s.copies = append(s.copies, func() { _, _ = io.Copy(w, pr) })
 	return pw, nil
 }
 
@@ -104,13 +116,15 @@ func (s *Stdio) Started() {
 // they normally end at once), then closes the read ends so no goroutine blocks on a pipe
 // someone outside the tree might hold. It reports whether the copies finished in time.
 func (s *Stdio) Finish(grace time.Duration) bool {
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
 	ok := true
-	select {
-	case <-done:
-	case <-time.After(grace):
-		ok = false
+	if s.copied != nil {
+		t := time.NewTimer(grace)
+		select {
+		case <-s.copied:
+		case <-t.C:
+			ok = false
+		}
+		t.Stop()
 	}
 	for _, r := range s.readers {
 		r.Close()

@@ -41,6 +41,11 @@ import (
 // the watchdog never signals.
 const WatchdogMarker = "__fledge_sandbox_watchdog__"
 
+// WatchdogMaxMessage bounds one message to the watchdog: a record, or several
+// registration records ("+cg", "-cg", "+pg", "-pg") separated by NUL bytes, which the host
+// sends together so the watchdog wakes once for a run's groups instead of once per group.
+const WatchdogMaxMessage = maxWatchLine
+
 // Bounds of the watchdog's protocol and of its cleanup.
 const (
 	maxWatchLine    = 4096
@@ -128,29 +133,13 @@ func runWatchdog(args []string) int {
 				}
 			}
 		}
-		op, val, _ := strings.Cut(string(buf[:n]), " ")
-		switch op {
-		case "gate":
-			tidS, back := strings.CutSuffix(val, " back")
-			if tid, err := strconv.Atoi(tidS); err == nil && len(fds) == 1 && len(gates) < maxGates {
-				gates = append(gates, pendingGate{fd: fds[0], tid: tid, deadline: time.Now().Add(gateTimeout), back: back})
-				fds = nil // kept open until the gate is passed
-			}
-		case "+cg":
-			if filepath.IsAbs(val) && len(cgs) < maxWatchEntries {
-				cgs[filepath.Clean(val)] = true
-			}
-		case "-cg":
-			delete(cgs, filepath.Clean(val))
-		case "+pg", "-pg":
-			n, err := strconv.Atoi(val)
-			if err != nil || n <= 1 || n == host {
-				break
-			}
-			if op == "+pg" && len(pgs) < maxWatchEntries {
-				pgs[n] = true
-			} else {
-				delete(pgs, n)
+		msg := string(buf[:n])
+		if strings.HasPrefix(msg, "gate ") {
+			fds = handleGate(msg, fds, &gates)
+		} else {
+			// One or more registration records, NUL-separated (no path holds a NUL).
+			for _, rec := range strings.Split(msg, "\x00") {
+				handleRecord(rec, cgs, pgs, host)
 			}
 		}
 		for _, fd := range fds {
@@ -159,6 +148,41 @@ func runWatchdog(args []string) int {
 	}
 	killRegistered(cgs, pgs, host)
 	return 0
+}
+
+// handleGate takes a gate listener (the message's one fd) and returns the fds left to
+// close.
+func handleGate(msg string, fds []int, gates *[]pendingGate) []int {
+	val := strings.TrimPrefix(msg, "gate ")
+	tidS, back := strings.CutSuffix(val, " back")
+	if tid, err := strconv.Atoi(tidS); err == nil && len(fds) == 1 && len(*gates) < maxGates {
+		*gates = append(*gates, pendingGate{fd: fds[0], tid: tid, deadline: time.Now().Add(gateTimeout), back: back})
+		return nil // kept open until the gate is passed
+	}
+	return fds
+}
+
+// handleRecord applies one registration record.
+func handleRecord(rec string, cgs map[string]bool, pgs map[int]bool, host int) {
+	op, val, _ := strings.Cut(rec, " ")
+	switch op {
+	case "+cg":
+		if filepath.IsAbs(val) && len(cgs) < maxWatchEntries {
+			cgs[filepath.Clean(val)] = true
+		}
+	case "-cg":
+		delete(cgs, filepath.Clean(val))
+	case "+pg", "-pg":
+		n, err := strconv.Atoi(val)
+		if err != nil || n <= 1 || n == host {
+			break
+		}
+		if op == "+pg" && len(pgs) < maxWatchEntries {
+			pgs[n] = true
+		} else {
+			delete(pgs, n)
+		}
+	}
 }
 
 // serveGates answers the notifications poll reported on the gates (ready[i] belongs to
