@@ -98,7 +98,8 @@ type Options struct {
 	Timeout time.Duration
 	// CacheDir holds compiled modules across runs ("" = in memory only). wazero keys each
 	// entry by the sha256 of the module bytes (and its own version and the CPU), so a
-	// changed module never reuses a stale compile.
+	// changed module never reuses a stale compile. Within one process compiled modules are
+	// also kept in memory (compiled.go), keyed the same way by the bytes fledge verified.
 	CacheDir   string
 	MessageMax int // bytes per message from the guest (default DefaultMessageMax)
 	InboundMax int // bytes per line from the session (default DefaultInboundMax)
@@ -147,11 +148,18 @@ func (o Options) Preopens() []Preopen {
 
 // Sandbox runs WASM plugins. It implements sandbox.Sandbox and io.Closer.
 type Sandbox struct {
-	opts  Options
-	cache wazero.CompilationCache
+	opts      Options
+	eng       *engine // shared with every Sandbox of the same compile settings
+	closeOnce sync.Once
 
 	mu     sync.Mutex
-	pinned map[string]string // module path -> sha256 recorded by Describe
+	pinned map[string]pin // module path -> what Describe recorded
+}
+
+// pin is a module as Describe read and recorded it.
+type pin struct {
+	digest string // sha256, as in the plugin_start record
+	data   []byte // the bytes hashed: Start runs only these
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -160,24 +168,19 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // error (the caller may retry without it).
 func New(opts Options) (*Sandbox, error) {
 	opts = opts.withDefaults()
-	s := &Sandbox{opts: opts, pinned: map[string]string{}}
-	if opts.CacheDir != "" {
-		if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
-			return nil, fmt.Errorf("wasm compilation cache: %w", err)
-		}
-		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("wasm compilation cache: %w", err)
-		}
-		s.cache = c
-	} else {
-		s.cache = wazero.NewCompilationCache()
+	eng, err := acquireEngine(engineKey{interpreter: opts.Interpreter, cacheDir: opts.CacheDir})
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &Sandbox{opts: opts, eng: eng, pinned: map[string]pin{}}, nil
 }
 
-// Close releases the compilation cache (entries on disk stay).
-func (s *Sandbox) Close() error { return s.cache.Close(context.Background()) }
+// Close releases the Sandbox's hold on the shared runtime (compiled modules stay cached in
+// memory, bounded, and on disk; a module still running keeps its own hold).
+func (s *Sandbox) Close() error {
+	s.closeOnce.Do(s.eng.release)
+	return nil
+}
 
 // Engine says which wazero engine runs modules on this platform.
 func (s *Sandbox) Engine() string {
@@ -219,10 +222,9 @@ func (s *Sandbox) Describe(path string) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(data)
-	digest := hex.EncodeToString(sum[:])
+	digest, data := verified(data)
 	s.mu.Lock()
-	s.pinned[path] = digest
+	s.pinned[path] = pin{digest: digest, data: data}
 	s.mu.Unlock()
 	pre := s.opts.Preopens()
 	if pre == nil {
@@ -342,17 +344,6 @@ func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
 	return nil
 }
 
-func (s *Sandbox) runtimeConfig() wazero.RuntimeConfig {
-	cfg := wazero.NewRuntimeConfig()
-	if s.opts.Interpreter {
-		cfg = wazero.NewRuntimeConfigInterpreter()
-	}
-	// CloseOnContextDone: a module in a tight loop is stopped when its context ends (the
-	// wall-clock bound, Kill, the caller's cancel).
-	// No DWARF: only the first line of a trap is kept, and parsing it costs every start.
-	return cfg.WithCloseOnContextDone(true).WithCompilationCache(s.cache).WithDebugInfoEnabled(false)
-}
-
 // Precompile compiles the module at path into the compilation cache, so that the first run
 // only loads it (install does this). Nothing of the module runs.
 func (s *Sandbox) Precompile(ctx context.Context, path string) error {
@@ -360,17 +351,19 @@ func (s *Sandbox) Precompile(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	rt := wazero.NewRuntimeWithConfig(ctx, s.runtimeConfig())
-	defer rt.Close(context.Background())
-	if _, err := rt.CompileModule(ctx, data); err != nil {
-		return fmt.Errorf("%w: %v", ErrModule, err)
+	digest, data := verified(data)
+	c, err := s.eng.module(ctx, digest, data)
+	if err != nil {
+		return err
 	}
+	c.release()
 	return nil
 }
 
-// Start compiles (or loads from the cache) and instantiates the module at spec.Path, then
-// runs its _start in a goroutine. Everything that can refuse the plugin (an unreadable or
-// invalid module, an ungranted import) fails here, before the plugin runs.
+// Start compiles (or finds in memory, or loads from the cache dir) and instantiates the
+// module at spec.Path, then runs its _start in a goroutine. Everything that can refuse the
+// plugin (an unreadable, changed or invalid module, an ungranted import) fails here, before
+// the plugin runs.
 func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process, error) {
 	if spec == nil || spec.Path == "" {
 		return nil, fmt.Errorf("%w: no module path", sandbox.ErrInvalidSpec)
@@ -379,39 +372,49 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
-	sum := sha256.Sum256(data)
-	digest := hex.EncodeToString(sum[:])
 	s.mu.Lock()
 	want, pinned := s.pinned[spec.Path]
 	s.mu.Unlock()
-	if pinned && want != digest {
-		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want[:12])
+	var digest string
+	if pinned {
+		// Byte for byte what Describe hashed and recorded: equal bytes have its sha256.
+		if !bytes.Equal(data, want.data) {
+			sum := sha256.Sum256(data)
+			return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, hex.EncodeToString(sum[:])[:12], want.digest[:12])
+		}
+		digest, data = want.digest, want.data
+	} else {
+		digest, data = verified(data)
 	}
 
-	rt := wazero.NewRuntimeWithConfig(context.Background(), s.runtimeConfig())
-	fail := func(err error) (sandbox.Process, error) {
-		_ = rt.Close(context.Background())
+	c, err := s.eng.module(ctx, digest, data)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
-	cm, err := rt.CompileModule(ctx, data)
-	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrModule, err))
+	// The run holds the runtime and the compiled module until it ends (process.finish).
+	s.eng.hold()
+	fail := func(err error) (sandbox.Process, error) {
+		c.release()
+		s.eng.release()
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
-	if err := s.checkImports(cm); err != nil {
+	if err := s.checkImports(c.cm); err != nil {
 		return fail(err)
 	}
-
 	p, err := newProcess(s, spec)
 	if err != nil {
 		return fail(err)
 	}
-	if err := p.instantiate(rt, cm, filepath.Base(spec.Path)); err != nil {
+	p.code = c
+	if err := p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path)); err != nil {
 		p.release()
 		return fail(err)
 	}
 	if err := sandbox.RunBeforeExec(spec); err != nil {
+		p.closeModule()
 		p.release()
-		_ = rt.Close(context.Background())
+		c.release()
+		s.eng.release()
 		return nil, err
 	}
 	if ctx != nil {
@@ -421,6 +424,6 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if t := spec.Limits.Timeout; t > 0 && t < s.opts.Timeout {
 		p.timeout = t
 	}
-	go p.run(rt)
+	go p.run()
 	return p, nil
 }
