@@ -18,11 +18,8 @@ package wasm
 // read equal to them byte for byte is known to have that sha256 without hashing it again.
 
 import (
-	"bytes"
 	"container/list"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -228,21 +225,17 @@ func (c *compiled) release() {
 	c.closeIfUnusedLocked()
 }
 
-// verified returns the sha256 of data and the bytes to keep for it: when data is equal, byte
-// for byte, to a cached module's verified bytes, their digest (and those bytes, so that one
-// copy is kept), else a new hash.
-func verified(data []byte) (digest string, canonical []byte) {
+// knownModules are the cached modules' verified bytes and digests (readVerified compares a
+// file with them before hashing it).
+func knownModules() []pin {
 	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	out := make([]pin, 0, registry.lru.Len())
 	for el := registry.lru.Front(); el != nil; el = el.Next() {
 		c := el.Value.(*compiled)
-		if len(c.data) == len(data) && bytes.Equal(c.data, data) {
-			registry.mu.Unlock()
-			return c.digest, c.data
-		}
+		out = append(out, pin{digest: c.digest, data: c.data})
 	}
-	registry.mu.Unlock()
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]), data
+	return out
 }
 
 // module returns the compiled module for data (whose sha256 is digest, as the caller

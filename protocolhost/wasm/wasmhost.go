@@ -218,11 +218,10 @@ func (s *Sandbox) Report() sandbox.Report {
 // refuses to run different bytes from that path (ErrChanged), so the record names exactly
 // what ran.
 func (s *Sandbox) Describe(path string) (map[string]any, error) {
-	data, err := readModule(path)
+	digest, data, err := readVerified(path, knownModules())
 	if err != nil {
 		return nil, err
 	}
-	digest, data := verified(data)
 	s.mu.Lock()
 	s.pinned[path] = pin{digest: digest, data: data}
 	s.mu.Unlock()
@@ -258,35 +257,113 @@ func (s *Sandbox) hostFunctions() []string {
 	return out
 }
 
-func readModule(path string) ([]byte, error) {
+// openModule opens the module at path: a regular file only, without blocking.
+func openModule(path string) (*os.File, os.FileInfo, error) {
 	// O_NONBLOCK and a regular file only: a FIFO put where the module was would block this
 	// open, and then its read, in fledge's process before any deadline exists.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrModule, filepath.Base(path))
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: %s is not a regular file", ErrModule, filepath.Base(path))
 	}
+	return f, st, nil
+}
+
+// readAll reads f whole, bounded by MaxModuleBytes.
+func readAll(f *os.File, st os.FileInfo) ([]byte, error) {
 	// Sized from stat (one read for a multi-megabyte module), still bounded by the limit.
 	var buf bytes.Buffer
 	if st.Size() > 0 && st.Size() <= MaxModuleBytes {
 		buf.Grow(int(st.Size()) + 1)
 	}
-	_, err = buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))
+	_, err := buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))
 	data := buf.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
 	if len(data) > MaxModuleBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrModule, filepath.Base(path), MaxModuleBytes)
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrModule, filepath.Base(f.Name()), MaxModuleBytes)
 	}
 	return data, nil
+}
+
+// compareChunk bounds the buffer readVerified compares a module through.
+const compareChunk = 256 << 10
+
+// readVerified reads the module at path and returns its sha256 and the bytes to run. When
+// the file is equal, byte for byte, to one of known (bytes already hashed: what Describe
+// pinned, modules in the cache) it is compared with them chunk by chunk as it is read, and
+// that one's digest and bytes are returned: no copy of the file is made and nothing is
+// hashed again. Otherwise it is read whole and hashed (digest of the bytes returned).
+// Whatever the file does meanwhile, the bytes returned are the bytes the digest is of.
+func readVerified(path string, known []pin) (digest string, data []byte, err error) {
+	f, st, err := openModule(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	var cands []pin
+	for _, k := range known {
+		if int64(len(k.data)) == st.Size() {
+			cands = append(cands, k)
+		}
+	}
+	if len(cands) > 0 {
+		if m, err := compareFile(f, cands); err != nil {
+			return "", nil, fmt.Errorf("%w: %v", ErrModule, err)
+		} else if m != nil {
+			return m.digest, m.data, nil
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", nil, fmt.Errorf("%w: %v", ErrModule, err)
+		}
+	}
+	if data, err = readAll(f, st); err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), data, nil
+}
+
+// compareFile reads f to its end and returns the candidate its bytes equal, or nil.
+func compareFile(f *os.File, cands []pin) (*pin, error) {
+	buf := make([]byte, compareChunk)
+	var off int
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			live := cands[:0]
+			for _, c := range cands {
+				if off+n <= len(c.data) && bytes.Equal(c.data[off:off+n], buf[:n]) {
+					live = append(live, c)
+				}
+			}
+			cands = live
+			off += n
+			if len(cands) == 0 {
+				return nil, nil
+			}
+		}
+		if err == io.EOF {
+			for i := range cands {
+				if off == len(cands[i].data) {
+					return &cands[i], nil
+				}
+			}
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // hostImports maps each fledge.* host function to the capability it needs ("" = always).
@@ -347,11 +424,10 @@ func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
 // Precompile compiles the module at path into the compilation cache, so that the first run
 // only loads it (install does this). Nothing of the module runs.
 func (s *Sandbox) Precompile(ctx context.Context, path string) error {
-	data, err := readModule(path)
+	digest, data, err := readVerified(path, knownModules())
 	if err != nil {
 		return err
 	}
-	digest, data := verified(data)
 	c, err := s.eng.module(ctx, digest, data)
 	if err != nil {
 		return err
@@ -368,23 +444,19 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if spec == nil || spec.Path == "" {
 		return nil, fmt.Errorf("%w: no module path", sandbox.ErrInvalidSpec)
 	}
-	data, err := readModule(spec.Path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
-	}
 	s.mu.Lock()
 	want, pinned := s.pinned[spec.Path]
 	s.mu.Unlock()
-	var digest string
-	if pinned {
-		// Byte for byte what Describe hashed and recorded: equal bytes have its sha256.
-		if !bytes.Equal(data, want.data) {
-			sum := sha256.Sum256(data)
-			return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, hex.EncodeToString(sum[:])[:12], want.digest[:12])
-		}
-		digest, data = want.digest, want.data
-	} else {
-		digest, data = verified(data)
+	known := []pin{want} // Describe pinned it: these bytes or none
+	if !pinned {
+		known = knownModules()
+	}
+	digest, data, err := readVerified(spec.Path, known)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	if pinned && digest != want.digest {
+		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want.digest[:12])
 	}
 
 	c, err := s.eng.module(ctx, digest, data)
