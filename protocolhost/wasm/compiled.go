@@ -255,7 +255,7 @@ func (e *engine) module(ctx context.Context, digest string, data []byte) (*compi
 	// Compiled without the lock: two first starts of one module may both compile it (the
 	// second finds wazero's own copy); one entry is kept.
 	compiles.Add(1)
-	cm, err := e.rt.CompileModule(ctx, data)
+	cm, err := e.rt.CompileModule(ctx, mergeData(data))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}

@@ -2,6 +2,39 @@ package wasm
 
 // Hooks for the tests and benchmarks of this directory (package wasm_test).
 
+import (
+	"bytes"
+	"context"
+
+	"github.com/tetratelabs/wazero"
+)
+
+// MergeData is what is compiled for a module's bytes (datamerge.go).
+var MergeData = mergeData
+
+// InitialMemory instantiates bin in a shared runtime, runs nothing of it, and returns a copy
+// of the memory the instance starts with.
+func InitialMemory(bin []byte) ([]byte, error) {
+	e, err := acquireEngine(engineKey{})
+	if err != nil {
+		return nil, err
+	}
+	defer e.release()
+	ctx := context.Background()
+	cm, err := e.rt.CompileModule(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	defer cm.Close(ctx)
+	mod, err := e.rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	if err != nil {
+		return nil, err
+	}
+	defer mod.Close(ctx)
+	b, _ := mod.Memory().Read(0, mod.Memory().Size())
+	return bytes.Clone(b), nil
+}
+
 // CompileCount is how many times this process compiled a module (wazero CompileModule
 // calls, cache-dir hits included: each one decodes and validates the module).
 func CompileCount() int64 { return compiles.Load() }

@@ -58,6 +58,9 @@ type process struct {
 	mod     api.Module
 	g       *guest
 	onExit  []func()
+	t0      time.Time
+	t1      time.Time
+	once1   sync.Once
 	relOnce sync.Once
 }
 
@@ -241,6 +244,8 @@ func (p *process) run() {
 	// The host functions find this run through the call's context (compiled.go).
 	callCtx := context.WithValue(p.ctx, guestKey{}, p.g)
 	go func() {
+		p.t1 = time.Now()
+		TT("call", p.t0)
 		_, err := p.mod.ExportedFunction("_start").Call(callCtx)
 		ended <- err
 	}()
