@@ -49,13 +49,11 @@ func startOnce(b *testing.B, f *fixture, wo wasm.Options) time.Duration {
 	opts.Args = []string{"hello"}
 	opts.PluginSandbox = w
 	t := time.Now()
-	wasm.TB = t
 	details, err := w.Describe(opts.Program)
 	if err != nil {
 		b.Fatal(err)
 	}
 	opts.PluginStartDetails = details
-	wasm.TT("describe", t)
 	done := make(chan error, 1)
 	go func() {
 		out, err := fledgev1.Run(context.Background(), opts)
@@ -66,7 +64,6 @@ func startOnce(b *testing.B, f *fixture, wo wasm.Options) time.Duration {
 	}()
 	select {
 	case first := <-u.first:
-		wasm.TT("ui", t)
 		if err := <-done; err != nil {
 			b.Fatalf("session: %v\nstderr:\n%s", err, f.stderr.String())
 		}

@@ -58,9 +58,6 @@ type process struct {
 	mod     api.Module
 	g       *guest
 	onExit  []func()
-	t0      time.Time
-	t1      time.Time
-	once1   sync.Once
 	relOnce sync.Once
 }
 
@@ -244,8 +241,6 @@ func (p *process) run() {
 	// The host functions find this run through the call's context (compiled.go).
 	callCtx := context.WithValue(p.ctx, guestKey{}, p.g)
 	go func() {
-		p.t1 = time.Now()
-		TT("call", p.t0)
 		_, err := p.mod.ExportedFunction("_start").Call(callCtx)
 		ended <- err
 	}()

@@ -444,7 +444,6 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if spec == nil || spec.Path == "" {
 		return nil, fmt.Errorf("%w: no module path", sandbox.ErrInvalidSpec)
 	}
-	T0 := time.Now()
 	s.mu.Lock()
 	want, pinned := s.pinned[spec.Path]
 	s.mu.Unlock()
@@ -460,12 +459,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want.digest[:12])
 	}
 
-	TT("verify", T0)
 	c, err := s.eng.module(ctx, digest, data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
-	TT("module", T0)
 	// The run holds the runtime and the compiled module until it ends (process.finish).
 	s.eng.hold()
 	fail := func(err error) (sandbox.Process, error) {
@@ -485,8 +482,6 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		p.release()
 		return fail(err)
 	}
-	TT("instantiate", T0)
-	p.t0 = T0
 	if err := sandbox.RunBeforeExec(spec); err != nil {
 		p.closeModule()
 		p.release()
@@ -501,18 +496,6 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if t := spec.Limits.Timeout; t > 0 && t < s.opts.Timeout {
 		p.timeout = t
 	}
-	TT("beforeexec", T0)
 	go p.run()
 	return p, nil
-}
-
-var TB time.Time
-
-func TT(what string, t0 time.Time) {
-	if os.Getenv("WTT") != "" {
-		fmt.Fprintf(os.Stderr, "TT %s %.3f\n", what, float64(time.Since(t0).Microseconds())/1000)
-		if !TB.IsZero() {
-			fmt.Fprintf(os.Stderr, "TT abs_%s %.3f\n", what, float64(time.Since(TB).Microseconds())/1000)
-		}
-	}
 }
