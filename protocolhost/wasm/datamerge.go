@@ -22,9 +22,11 @@ const (
 	mergeMinSegments = 64
 )
 
+// dataSegment is one segment: its address and where its bytes are in the section body
+// (no pointers: sorting tens of thousands of them stays cheap).
 type dataSegment struct {
-	off  uint64
-	data []byte
+	off    uint64
+	pos, n uint32
 }
 
 // mergeData returns bin with its data segments merged, or bin itself when the module does
@@ -64,40 +66,57 @@ func mergeData(bin []byte) []byte {
 	if !ok || len(segs) < mergeMinSegments {
 		return bin
 	}
-	budget := len(bin) / 2
-	merged := make([]dataSegment, 0, 16)
-	for _, s := range segs {
-		if k := len(merged); k > 0 {
-			last := &merged[k-1]
-			end := last.off + uint64(len(last.data))
-			gap := int(s.off - end)
-			if s.off >= end && gap <= mergeGap && gap <= budget {
+	// Group the segments: each group becomes one segment from its first's address to its
+	// last's end, the gaps between them left as the zeros make gives.
+	type group struct {
+		off, end uint64
+		first    int
+	}
+	budget := uint64(len(bin) / 2)
+	groups := make([]group, 0, 16)
+	for i, sg := range segs {
+		end := sg.off + uint64(sg.n)
+		if k := len(groups); k > 0 {
+			g := &groups[k-1]
+			if gap := sg.off - g.end; gap <= mergeGap && gap <= budget {
 				budget -= gap
-				last.data = append(last.data, make([]byte, gap)...)
-				last.data = append(last.data, s.data...)
+				g.end = end
 				continue
 			}
 		}
-		merged = append(merged, dataSegment{off: s.off, data: append([]byte(nil), s.data...)})
+		groups = append(groups, group{off: sg.off, end: end, first: i})
 	}
-	if len(merged) == len(segs) {
+	if len(groups) == len(segs) {
 		return bin
 	}
-	nb := binary.AppendUvarint(nil, uint64(len(merged)))
-	for _, s := range merged {
-		nb = append(nb, 0x00, 0x41) // active, memory 0; i32.const
-		nb = appendSleb(nb, int64(int32(uint32(s.off))))
-		nb = append(nb, 0x0b)
-		nb = binary.AppendUvarint(nb, uint64(len(s.data)))
-		nb = append(nb, s.data...)
+	bodyLen := uvarintLen(uint64(len(groups)))
+	for _, g := range groups {
+		bodyLen += 2 + len(appendSleb(nil, int64(int32(uint32(g.off))))) + 1 + uvarintLen(g.end-g.off) + int(g.end-g.off)
 	}
-	out := make([]byte, 0, len(bin)+len(nb)-len(body))
+	out := make([]byte, 0, dataStart+1+uvarintLen(uint64(bodyLen))+bodyLen+len(bin)-dataEnd)
 	out = append(out, bin[:dataStart]...)
 	out = append(out, 11)
-	out = binary.AppendUvarint(out, uint64(len(nb)))
-	out = append(out, nb...)
+	out = binary.AppendUvarint(out, uint64(bodyLen))
+	out = binary.AppendUvarint(out, uint64(len(groups)))
+	for gi, g := range groups {
+		out = append(out, 0x00, 0x41) // active, memory 0; i32.const
+		out = appendSleb(out, int64(int32(uint32(g.off))))
+		out = append(out, 0x0b)
+		out = binary.AppendUvarint(out, g.end-g.off)
+		base := len(out)
+		out = out[:base+int(g.end-g.off)] // within capacity; make zeroed it
+		last := len(segs)
+		if gi+1 < len(groups) {
+			last = groups[gi+1].first
+		}
+		for _, sg := range segs[g.first:last] {
+			copy(out[base+int(sg.off-g.off):], body[sg.pos:sg.pos+sg.n])
+		}
+	}
 	return append(out, bin[dataEnd:]...)
 }
+
+func uvarintLen(v uint64) int { return len(binary.AppendUvarint(nil, v)) }
 
 // parseSegments reads a data section's segments, sorted by address, if every one is active
 // in memory 0 at an i32.const offset, within 32-bit addresses, and none overlaps another.
@@ -126,7 +145,7 @@ func parseSegments(body []byte) ([]dataSegment, bool) {
 		if off+l > 1<<32 {
 			return nil, false
 		}
-		segs = append(segs, dataSegment{off: off, data: body[i : i+int(l)]})
+		segs = append(segs, dataSegment{off: off, pos: uint32(i), n: uint32(l)})
 		i += int(l)
 	}
 	if i != len(body) {
@@ -134,16 +153,50 @@ func parseSegments(body []byte) ([]dataSegment, bool) {
 	}
 	// Segments that do not overlap write the same memory in any order: sort them by address
 	// (Go's linker writes each of its data sections in turn).
-	slices.SortStableFunc(segs, func(a, b dataSegment) int { return cmp.Compare(a.off, b.off) })
+	segs = sortSegments(segs)
 	var end uint64
 	for _, s := range segs {
 		if s.off < end {
 			return nil, false
 		}
-		end = s.off + uint64(len(s.data))
+		end = s.off + uint64(s.n)
 	}
 	return segs, true
 }
+
+// sortSegments sorts segments by address. Go's linker writes a few ascending runs (one per
+// data section), which are merged in one pass; anything else is sorted.
+func sortSegments(segs []dataSegment) []dataSegment {
+	starts := []int{0}
+	for i := 1; i < len(segs); i++ {
+		if segs[i].off < segs[i-1].off {
+			if starts = append(starts, i); len(starts) > maxRuns {
+				slices.SortFunc(segs, func(a, b dataSegment) int { return cmp.Compare(a.off, b.off) })
+				return segs
+			}
+		}
+	}
+	if len(starts) == 1 {
+		return segs
+	}
+	ends := append(starts[1:len(starts):len(starts)], len(segs))
+	next := slices.Clone(starts)
+	out := make([]dataSegment, 0, len(segs))
+	for len(out) < len(segs) {
+		best := -1
+		for r := range next {
+			if next[r] < ends[r] && (best < 0 || segs[next[r]].off < segs[next[best]].off) {
+				best = r
+			}
+		}
+		out = append(out, segs[next[best]])
+		next[best]++
+	}
+	return out
+}
+
+// maxRuns: with more ascending runs than this, sortSegments sorts instead of merging.
+const maxRuns = 16
 
 // readSleb32 decodes a signed LEB128 of at most 5 bytes (an i32.const immediate).
 func readSleb32(b []byte) (int32, int) {
