@@ -3,6 +3,7 @@ package wasm_test
 import (
 	"bytes"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,8 +60,16 @@ func TestMergedDataInitialisesTheSameMemory(t *testing.T) {
 		}
 		segs = append(segs, seg{off, []byte{byte(i), 0xff, byte(i >> 8), 1}})
 	}
-	synthetic := withData(40, activeSegments(segs))
-	mods := map[string][]byte{"synthetic": synthetic}
+	// The same segments written in three ascending runs (as Go's linker does, one per data
+	// section) and in reverse (every segment a run of its own: sorted, not merged).
+	runs := append(append(slices.Clone(segs[120:]), segs[40:120]...), segs[:40]...)
+	reversed := slices.Clone(segs)
+	slices.Reverse(reversed)
+	mods := map[string][]byte{
+		"synthetic":          withData(40, activeSegments(segs)),
+		"synthetic, 3 runs":  withData(40, activeSegments(runs)),
+		"synthetic, reverse": withData(40, activeSegments(reversed)),
+	}
 	for _, g := range []string{"benchguest", "probe", "hostfn"} {
 		b, err := os.ReadFile(guest(t, g))
 		require.NoError(t, err)
