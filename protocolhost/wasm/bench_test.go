@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,14 +71,6 @@ func startOnce(b *testing.B, f *fixture, wo wasm.Options) time.Duration {
 		b.Fatalf("session ended before the first message: %v\nstderr:\n%s", err, f.stderr.String())
 		return 0
 	}
-}
-
-// processCPU is the CPU time (user and system, every thread) this process has used: a
-// figure a loaded machine distorts far less than wall-clock time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func reportMedian(b *testing.B, times []int64, unit string) {
