@@ -12,7 +12,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
@@ -368,44 +367,6 @@ func (g *guest) metadata(_ context.Context, m api.Module, ptr, n uint32) uint32 
 func (g *guest) exit(ctx context.Context, m api.Module, code uint32) {
 	_ = m.CloseWithExitCode(ctx, code)
 	panic(sys.NewExitError(code))
-}
-
-// defineHost instantiates the "fledge" host module with send, recv and exit, and only the
-// host functions whose capability is granted.
-func (g *guest) defineHost(ctx context.Context, rt wazero.Runtime) error {
-	i32 := api.ValueTypeI32
-	b := rt.NewHostModuleBuilder("fledge")
-	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, st []uint64) {
-		g.send(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1]))
-	}), []api.ValueType{i32, i32}, nil).Export("send")
-	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, st []uint64) {
-		st[0] = api.EncodeU32(g.recv(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1])))
-	}), []api.ValueType{i32, i32}, []api.ValueType{i32}).Export("recv")
-	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, st []uint64) {
-		g.exit(ctx, m, api.DecodeU32(st[0]))
-	}), []api.ValueType{i32}, nil).Export("exit")
-	caps := g.p.opts.Grants
-	ret := func(name string, fn func(context.Context, api.Module, uint32, uint32) uint32) {
-		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, st []uint64) {
-			st[0] = api.EncodeU32(fn(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1])))
-		}), []api.ValueType{i32, i32}, []api.ValueType{i32}).Export(name)
-	}
-	if caps.Exec {
-		ret("exec", g.exec)
-	}
-	if caps.Store {
-		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, st []uint64) {
-			g.storeSet(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1]))
-		}), []api.ValueType{i32, i32}, nil).Export("store_set")
-		ret("store_get", g.storeGet)
-	}
-	if caps.Metadata {
-		ret("metadata", g.metadata)
-	}
-	if _, err := b.Instantiate(ctx); err != nil {
-		return fmt.Errorf("fledge host functions: %w", err)
-	}
-	return nil
 }
 
 // outputWriter is the module's WASI stdout: each write becomes fledge-v1 output messages.

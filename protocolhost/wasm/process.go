@@ -18,7 +18,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/fledgehq/fledge/sandbox"
@@ -55,6 +54,7 @@ type process struct {
 	closers []io.Closer
 	fss     []*rootFS
 	mem     *memLimit
+	code    *compiled // the compiled module this run holds (released by finish)
 	mod     api.Module
 	g       *guest
 	onExit  []func()
@@ -159,14 +159,11 @@ func (p *process) release() {
 	})
 }
 
+// instantiate makes this run's instance of cm in the shared runtime rt (WASI and the fledge
+// host module are already there). The instance is anonymous, so any number of runs of the
+// same module coexist; everything that confines it is set here, per run.
 func (p *process) instantiate(rt wazero.Runtime, cm wazero.CompiledModule, name string) error {
 	ctx := p.ctx
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
-		return fmt.Errorf("wasi: %w", err)
-	}
-	if err := p.g.defineHost(ctx, rt); err != nil {
-		return err
-	}
 	fsc := wazero.NewFSConfig()
 	for i, pre := range p.opts.Preopens() {
 		fsc = fsc.(sysfs.FSConfig).WithSysFSMount(p.fss[i], pre.Guest)
@@ -214,7 +211,25 @@ const stopGrace = 500 * time.Millisecond
 // errAbandoned is the result of a _start that did not return within stopGrace of its stop.
 var errAbandoned = errors.New("a host call did not return after the module was stopped")
 
-func (p *process) run(rt wazero.Runtime) {
+// closeModule closes this run's instance (its memory goes with it).
+func (p *process) closeModule() {
+	if p.mod != nil {
+		_ = p.mod.Close(context.Background())
+	}
+}
+
+// finish closes the instance and releases what the run holds: its stdio duplicates and
+// preopens, the compiled module and the shared runtime.
+func (p *process) finish() {
+	p.closeModule()
+	p.release()
+	if p.code != nil {
+		p.code.release()
+		p.s.eng.release()
+	}
+}
+
+func (p *process) run() {
 	start := time.Now()
 	defer close(p.done)
 	go p.g.readLoop()
@@ -223,8 +238,10 @@ func (p *process) run(rt wazero.Runtime) {
 	// but not a host call the guest is blocked in, and the deadline and signals must end
 	// the run even then.
 	ended := make(chan error, 1)
+	// The host functions find this run through the call's context (compiled.go).
+	callCtx := context.WithValue(p.ctx, guestKey{}, p.g)
 	go func() {
-		_, err := p.mod.ExportedFunction("_start").Call(p.ctx)
+		_, err := p.mod.ExportedFunction("_start").Call(callCtx)
 		ended <- err
 	}()
 	err, returned := p.await(ended)
@@ -238,17 +255,15 @@ func (p *process) run(rt wazero.Runtime) {
 	// will receive). Recorded as no stop reason, since the result is already made.
 	p.stop(stopNone)
 	if returned {
-		_ = rt.Close(context.Background())
-		p.release()
+		p.finish()
 	} else {
-		// The blocked goroutine still uses the module and its guest state: the runtime is
+		// The blocked goroutine still uses the module and its guest state: the instance is
 		// closed by it when (if ever) its call returns. The stdio duplicates are closed now:
 		// that ends a write blocked on a full pipe, and gives the session its EOF.
 		p.closeStdio()
 		go func() {
 			<-ended
-			_ = rt.Close(context.Background())
-			p.release()
+			p.finish()
 		}()
 	}
 	for _, f := range p.onExit {

@@ -98,7 +98,8 @@ type Options struct {
 	Timeout time.Duration
 	// CacheDir holds compiled modules across runs ("" = in memory only). wazero keys each
 	// entry by the sha256 of the module bytes (and its own version and the CPU), so a
-	// changed module never reuses a stale compile.
+	// changed module never reuses a stale compile. Within one process compiled modules are
+	// also kept in memory (compiled.go), keyed the same way by the bytes fledge verified.
 	CacheDir   string
 	MessageMax int // bytes per message from the guest (default DefaultMessageMax)
 	InboundMax int // bytes per line from the session (default DefaultInboundMax)
@@ -147,11 +148,18 @@ func (o Options) Preopens() []Preopen {
 
 // Sandbox runs WASM plugins. It implements sandbox.Sandbox and io.Closer.
 type Sandbox struct {
-	opts  Options
-	cache wazero.CompilationCache
+	opts      Options
+	eng       *engine // shared with every Sandbox of the same compile settings
+	closeOnce sync.Once
 
 	mu     sync.Mutex
-	pinned map[string]string // module path -> sha256 recorded by Describe
+	pinned map[string]pin // module path -> what Describe recorded
+}
+
+// pin is a module as Describe read and recorded it.
+type pin struct {
+	digest string // sha256, as in the plugin_start record
+	data   []byte // the bytes hashed: Start runs only these
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -160,24 +168,19 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // error (the caller may retry without it).
 func New(opts Options) (*Sandbox, error) {
 	opts = opts.withDefaults()
-	s := &Sandbox{opts: opts, pinned: map[string]string{}}
-	if opts.CacheDir != "" {
-		if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
-			return nil, fmt.Errorf("wasm compilation cache: %w", err)
-		}
-		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("wasm compilation cache: %w", err)
-		}
-		s.cache = c
-	} else {
-		s.cache = wazero.NewCompilationCache()
+	eng, err := acquireEngine(engineKey{interpreter: opts.Interpreter, cacheDir: opts.CacheDir})
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &Sandbox{opts: opts, eng: eng, pinned: map[string]pin{}}, nil
 }
 
-// Close releases the compilation cache (entries on disk stay).
-func (s *Sandbox) Close() error { return s.cache.Close(context.Background()) }
+// Close releases the Sandbox's hold on the shared runtime (compiled modules stay cached in
+// memory, bounded, and on disk; a module still running keeps its own hold).
+func (s *Sandbox) Close() error {
+	s.closeOnce.Do(s.eng.release)
+	return nil
+}
 
 // Engine says which wazero engine runs modules on this platform.
 func (s *Sandbox) Engine() string {
@@ -215,14 +218,12 @@ func (s *Sandbox) Report() sandbox.Report {
 // refuses to run different bytes from that path (ErrChanged), so the record names exactly
 // what ran.
 func (s *Sandbox) Describe(path string) (map[string]any, error) {
-	data, err := readModule(path)
+	digest, data, err := readVerified(path, knownModules())
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(data)
-	digest := hex.EncodeToString(sum[:])
 	s.mu.Lock()
-	s.pinned[path] = digest
+	s.pinned[path] = pin{digest: digest, data: data}
 	s.mu.Unlock()
 	pre := s.opts.Preopens()
 	if pre == nil {
@@ -256,35 +257,113 @@ func (s *Sandbox) hostFunctions() []string {
 	return out
 }
 
-func readModule(path string) ([]byte, error) {
+// openModule opens the module at path: a regular file only, without blocking.
+func openModule(path string) (*os.File, os.FileInfo, error) {
 	// O_NONBLOCK and a regular file only: a FIFO put where the module was would block this
 	// open, and then its read, in fledge's process before any deadline exists.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrModule, filepath.Base(path))
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: %s is not a regular file", ErrModule, filepath.Base(path))
 	}
+	return f, st, nil
+}
+
+// readAll reads f whole, bounded by MaxModuleBytes.
+func readAll(f *os.File, st os.FileInfo) ([]byte, error) {
 	// Sized from stat (one read for a multi-megabyte module), still bounded by the limit.
 	var buf bytes.Buffer
 	if st.Size() > 0 && st.Size() <= MaxModuleBytes {
 		buf.Grow(int(st.Size()) + 1)
 	}
-	_, err = buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))
+	_, err := buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))
 	data := buf.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
 	if len(data) > MaxModuleBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrModule, filepath.Base(path), MaxModuleBytes)
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrModule, filepath.Base(f.Name()), MaxModuleBytes)
 	}
 	return data, nil
+}
+
+// compareChunk bounds the buffer readVerified compares a module through.
+const compareChunk = 256 << 10
+
+// readVerified reads the module at path and returns its sha256 and the bytes to run. When
+// the file is equal, byte for byte, to one of known (bytes already hashed: what Describe
+// pinned, modules in the cache) it is compared with them chunk by chunk as it is read, and
+// that one's digest and bytes are returned: no copy of the file is made and nothing is
+// hashed again. Otherwise it is read whole and hashed (digest of the bytes returned).
+// Whatever the file does meanwhile, the bytes returned are the bytes the digest is of.
+func readVerified(path string, known []pin) (digest string, data []byte, err error) {
+	f, st, err := openModule(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	var cands []pin
+	for _, k := range known {
+		if int64(len(k.data)) == st.Size() {
+			cands = append(cands, k)
+		}
+	}
+	if len(cands) > 0 {
+		if m, err := compareFile(f, cands); err != nil {
+			return "", nil, fmt.Errorf("%w: %v", ErrModule, err)
+		} else if m != nil {
+			return m.digest, m.data, nil
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", nil, fmt.Errorf("%w: %v", ErrModule, err)
+		}
+	}
+	if data, err = readAll(f, st); err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), data, nil
+}
+
+// compareFile reads f to its end and returns the candidate its bytes equal, or nil.
+func compareFile(f *os.File, cands []pin) (*pin, error) {
+	buf := make([]byte, compareChunk)
+	var off int
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			live := cands[:0]
+			for _, c := range cands {
+				if off+n <= len(c.data) && bytes.Equal(c.data[off:off+n], buf[:n]) {
+					live = append(live, c)
+				}
+			}
+			cands = live
+			off += n
+			if len(cands) == 0 {
+				return nil, nil
+			}
+		}
+		if err == io.EOF {
+			for i := range cands {
+				if off == len(cands[i].data) {
+					return &cands[i], nil
+				}
+			}
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // hostImports maps each fledge.* host function to the capability it needs ("" = always).
@@ -342,76 +421,72 @@ func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
 	return nil
 }
 
-func (s *Sandbox) runtimeConfig() wazero.RuntimeConfig {
-	cfg := wazero.NewRuntimeConfig()
-	if s.opts.Interpreter {
-		cfg = wazero.NewRuntimeConfigInterpreter()
-	}
-	// CloseOnContextDone: a module in a tight loop is stopped when its context ends (the
-	// wall-clock bound, Kill, the caller's cancel).
-	// No DWARF: only the first line of a trap is kept, and parsing it costs every start.
-	return cfg.WithCloseOnContextDone(true).WithCompilationCache(s.cache).WithDebugInfoEnabled(false)
-}
-
 // Precompile compiles the module at path into the compilation cache, so that the first run
 // only loads it (install does this). Nothing of the module runs.
 func (s *Sandbox) Precompile(ctx context.Context, path string) error {
-	data, err := readModule(path)
+	digest, data, err := readVerified(path, knownModules())
 	if err != nil {
 		return err
 	}
-	rt := wazero.NewRuntimeWithConfig(ctx, s.runtimeConfig())
-	defer rt.Close(context.Background())
-	if _, err := rt.CompileModule(ctx, data); err != nil {
-		return fmt.Errorf("%w: %v", ErrModule, err)
+	c, err := s.eng.module(ctx, digest, data)
+	if err != nil {
+		return err
 	}
+	c.release()
 	return nil
 }
 
-// Start compiles (or loads from the cache) and instantiates the module at spec.Path, then
-// runs its _start in a goroutine. Everything that can refuse the plugin (an unreadable or
-// invalid module, an ungranted import) fails here, before the plugin runs.
+// Start compiles (or finds in memory, or loads from the cache dir) and instantiates the
+// module at spec.Path, then runs its _start in a goroutine. Everything that can refuse the
+// plugin (an unreadable, changed or invalid module, an ungranted import) fails here, before
+// the plugin runs.
 func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process, error) {
 	if spec == nil || spec.Path == "" {
 		return nil, fmt.Errorf("%w: no module path", sandbox.ErrInvalidSpec)
 	}
-	data, err := readModule(spec.Path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
-	}
-	sum := sha256.Sum256(data)
-	digest := hex.EncodeToString(sum[:])
 	s.mu.Lock()
 	want, pinned := s.pinned[spec.Path]
 	s.mu.Unlock()
-	if pinned && want != digest {
-		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want[:12])
+	known := []pin{want} // Describe pinned it: these bytes or none
+	if !pinned {
+		known = knownModules()
 	}
-
-	rt := wazero.NewRuntimeWithConfig(context.Background(), s.runtimeConfig())
-	fail := func(err error) (sandbox.Process, error) {
-		_ = rt.Close(context.Background())
+	digest, data, err := readVerified(spec.Path, known)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
-	cm, err := rt.CompileModule(ctx, data)
-	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrModule, err))
-	}
-	if err := s.checkImports(cm); err != nil {
-		return fail(err)
+	if pinned && digest != want.digest {
+		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want.digest[:12])
 	}
 
+	c, err := s.eng.module(ctx, digest, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	// The run holds the runtime and the compiled module until it ends (process.finish).
+	s.eng.hold()
+	fail := func(err error) (sandbox.Process, error) {
+		c.release()
+		s.eng.release()
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	if err := s.checkImports(c.cm); err != nil {
+		return fail(err)
+	}
 	p, err := newProcess(s, spec)
 	if err != nil {
 		return fail(err)
 	}
-	if err := p.instantiate(rt, cm, filepath.Base(spec.Path)); err != nil {
+	p.code = c
+	if err := p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path)); err != nil {
 		p.release()
 		return fail(err)
 	}
 	if err := sandbox.RunBeforeExec(spec); err != nil {
+		p.closeModule()
 		p.release()
-		_ = rt.Close(context.Background())
+		c.release()
+		s.eng.release()
 		return nil, err
 	}
 	if ctx != nil {
@@ -421,6 +496,6 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if t := spec.Limits.Timeout; t > 0 && t < s.opts.Timeout {
 		p.timeout = t
 	}
-	go p.run(rt)
+	go p.run()
 	return p, nil
 }

@@ -1,0 +1,343 @@
+package wasm
+
+// Compiled modules are kept in memory for the life of the process, so a host that starts the
+// same WASM plugin more than once (`fledge serve`, a tools session, a test binary) compiles
+// it once: wazero re-decodes and re-validates a module on every CompileModule, even when
+// its compilation cache holds the machine code, and for a Go-built module that costs far
+// more than running it (docs/performance.md, "issue 29: WASM starts").
+//
+// A compiled module belongs to the wazero runtime that compiled it (its function type ids
+// are the runtime's), so each start is an instance in a runtime shared by every plugin with
+// the same compile settings (an engine), not a runtime of its own. What stays per start is
+// everything that confines the module: its memory (and memory limit), its stdio, its
+// preopens, its clocks and its run context (deadline, stop); the host functions find the
+// run they serve through the call's context, and check its grants on every call.
+//
+// The cache is keyed by the sha256 of the bytes fledge read and verified, never by path or
+// mtime, and bounded by count and by bytes. An entry keeps its verified bytes, so a later
+// read equal to them byte for byte is known to have that sha256 without hashing it again.
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// Bounds of the in-memory cache of compiled modules.
+const (
+	// MaxCompiledModules bounds the compiled modules kept in memory per process.
+	MaxCompiledModules = 8
+	// MaxCompiledBytes bounds their estimated size: the module's bytes (kept to verify the
+	// next read) plus compiledFactor times that for its machine code.
+	MaxCompiledBytes = 512 << 20
+	// compiledFactor: wazero's machine code for a module is about four times its wasm bytes
+	// (benchguest: 3.8 MB of wasm, 15.3 MB in the compilation cache).
+	compiledFactor = 4
+	// maxEngines bounds the shared runtimes (one per compile setting and cache dir; a
+	// process normally has one).
+	maxEngines = 4
+)
+
+// engineKey is everything that decides how a module is compiled and where compiled code is
+// kept on disk: the runtime config is made from it alone (engineKey.config), so no setting
+// can change compilation without being part of the cache key.
+type engineKey struct {
+	interpreter bool
+	cacheDir    string
+}
+
+// config is the wazero runtime config of an engine. Settings that are the same for every
+// engine are here too, as constants, for the same reason.
+func (k engineKey) config(cache wazero.CompilationCache) wazero.RuntimeConfig {
+	cfg := wazero.NewRuntimeConfig()
+	if k.interpreter {
+		cfg = wazero.NewRuntimeConfigInterpreter()
+	}
+	// CloseOnContextDone: a module in a tight loop is stopped when its run context ends
+	// (the wall-clock bound, Kill, the caller's cancel); it also makes the compiler insert
+	// the checks that do so.
+	// No DWARF: only the first line of a trap is kept, and parsing it costs every compile.
+	return cfg.WithCloseOnContextDone(true).WithCompilationCache(cache).WithDebugInfoEnabled(false)
+}
+
+// engine is one shared wazero runtime with WASI and fledge's host module instantiated once.
+type engine struct {
+	key   engineKey
+	rt    wazero.Runtime
+	cache wazero.CompilationCache
+	used  uint64 // registry clock of the last acquire (the least recent is retired first)
+
+	refs    int  // Sandboxes and runs holding it (under registry.mu)
+	retired bool // out of the registry: closed when refs reaches 0
+}
+
+// compiled is one cached compiled module.
+type compiled struct {
+	eng    *engine
+	digest string
+	data   []byte // the verified bytes; never modified
+	cm     wazero.CompiledModule
+	cost   int64
+	elem   *list.Element // in registry.lru; nil once evicted
+
+	users int // runs instantiating or running it (under registry.mu)
+}
+
+type modKey struct {
+	eng    *engine
+	digest string
+}
+
+// registry is the process's engines and compiled modules.
+var registry = struct {
+	mu      sync.Mutex
+	clock   uint64
+	engines map[engineKey]*engine
+	modules map[modKey]*compiled
+	lru     *list.List // *compiled, most recently used first
+	bytes   int64
+
+	maxModules int
+	maxBytes   int64
+}{
+	engines: map[engineKey]*engine{}, modules: map[modKey]*compiled{}, lru: list.New(),
+	maxModules: MaxCompiledModules, maxBytes: MaxCompiledBytes,
+}
+
+// compiles counts real compilations (wazero CompileModule calls), for tests.
+var compiles atomic.Int64
+
+// acquireEngine returns the shared engine for key, made on first use (a cache dir that
+// cannot be used is an error), with a reference the caller releases.
+func acquireEngine(key engineKey) (*engine, error) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	registry.clock++
+	if e := registry.engines[key]; e != nil {
+		e.refs++
+		e.used = registry.clock
+		return e, nil
+	}
+	var cache wazero.CompilationCache
+	if key.cacheDir != "" {
+		if err := os.MkdirAll(key.cacheDir, 0o700); err != nil {
+			return nil, fmt.Errorf("wasm compilation cache: %w", err)
+		}
+		c, err := wazero.NewCompilationCacheWithDir(key.cacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("wasm compilation cache: %w", err)
+		}
+		cache = c
+	} else {
+		cache = wazero.NewCompilationCache()
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, key.config(cache))
+	e := &engine{key: key, rt: rt, cache: cache, refs: 1, used: registry.clock}
+	if err := e.instantiateHost(ctx); err != nil {
+		_ = rt.Close(ctx)
+		_ = cache.Close(ctx)
+		return nil, err
+	}
+	if len(registry.engines) >= maxEngines {
+		var oldest *engine
+		for _, o := range registry.engines {
+			if oldest == nil || o.used < oldest.used {
+				oldest = o
+			}
+		}
+		retireLocked(oldest)
+	}
+	registry.engines[key] = e
+	return e, nil
+}
+
+// retireLocked takes e out of the registry and drops its cached modules; it is closed when
+// its last user releases it (a running module keeps its runtime).
+func retireLocked(e *engine) {
+	if registry.engines[e.key] == e {
+		delete(registry.engines, e.key)
+	}
+	e.retired = true
+	for el := registry.lru.Front(); el != nil; {
+		next := el.Next()
+		if c := el.Value.(*compiled); c.eng == e {
+			evictLocked(c)
+		}
+		el = next
+	}
+	e.closeIfUnusedLocked()
+}
+
+func (e *engine) closeIfUnusedLocked() {
+	if e.retired && e.refs == 0 {
+		ctx := context.Background()
+		_ = e.rt.Close(ctx)
+		_ = e.cache.Close(ctx)
+	}
+}
+
+// hold adds a reference for a run; the caller has one already (its Sandbox's), so e is open.
+func (e *engine) hold() {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	e.refs++
+}
+
+func (e *engine) release() {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	e.refs--
+	e.closeIfUnusedLocked()
+}
+
+// evictLocked drops c from the cache; its code is freed when its last run ends.
+func evictLocked(c *compiled) {
+	if c.elem == nil {
+		return
+	}
+	registry.lru.Remove(c.elem)
+	c.elem = nil
+	delete(registry.modules, modKey{c.eng, c.digest})
+	registry.bytes -= c.cost
+	c.closeIfUnusedLocked()
+}
+
+func (c *compiled) closeIfUnusedLocked() {
+	if c.elem == nil && c.users == 0 {
+		_ = c.cm.Close(context.Background())
+	}
+}
+
+// release ends one run's use of c.
+func (c *compiled) release() {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	c.users--
+	c.closeIfUnusedLocked()
+}
+
+// knownModules are the cached modules' verified bytes and digests (readVerified compares a
+// file with them before hashing it).
+func knownModules() []pin {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	out := make([]pin, 0, registry.lru.Len())
+	for el := registry.lru.Front(); el != nil; el = el.Next() {
+		c := el.Value.(*compiled)
+		out = append(out, pin{digest: c.digest, data: c.data})
+	}
+	return out
+}
+
+// module returns the compiled module for data (whose sha256 is digest, as the caller
+// verified), compiling it on a miss, with a use the caller releases. A module larger than
+// the byte bound on its own is compiled for this run and not kept.
+func (e *engine) module(ctx context.Context, digest string, data []byte) (*compiled, error) {
+	k := modKey{e, digest}
+	registry.mu.Lock()
+	if c := registry.modules[k]; c != nil {
+		c.users++
+		registry.lru.MoveToFront(c.elem)
+		registry.mu.Unlock()
+		return c, nil
+	}
+	registry.mu.Unlock()
+
+	// Compiled without the lock: two first starts of one module may both compile it (the
+	// second finds wazero's own copy); one entry is kept.
+	compiles.Add(1)
+	cm, err := e.rt.CompileModule(ctx, mergeData(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	c := &compiled{eng: e, digest: digest, data: data, cm: cm, cost: int64(len(data)) * (1 + compiledFactor), users: 1}
+
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if have := registry.modules[k]; have != nil {
+		_ = cm.Close(ctx)
+		have.users++
+		registry.lru.MoveToFront(have.elem)
+		return have, nil
+	}
+	if e.retired || c.cost > registry.maxBytes {
+		return c, nil // not cached: closed when this run ends (elem is nil)
+	}
+	for registry.lru.Len() > 0 && (registry.lru.Len() >= registry.maxModules || registry.bytes+c.cost > registry.maxBytes) {
+		evictLocked(registry.lru.Back().Value.(*compiled))
+	}
+	c.elem = registry.lru.PushFront(c)
+	registry.modules[k] = c
+	registry.bytes += c.cost
+	return c, nil
+}
+
+// guestKey carries the run a host function serves in the context of the module's _start.
+type guestKey struct{}
+
+var errNoRun = errors.New("fledge host function called outside a plugin run")
+
+// guestOf is the run a host function was called for; a call with none traps.
+func guestOf(ctx context.Context) *guest {
+	g, ok := ctx.Value(guestKey{}).(*guest)
+	if !ok || g == nil {
+		panic(errNoRun)
+	}
+	return g
+}
+
+// instantiateHost instantiates WASI and the "fledge" host module once in the engine. The
+// host module has every fledge function: which ones a plugin may import is decided per
+// start (checkImports refuses an ungranted import before anything runs), and each
+// capability-gated function checks the calling run's grants again on every call.
+func (e *engine) instantiateHost(ctx context.Context) error {
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
+		return fmt.Errorf("wasi: %w", err)
+	}
+	i32 := api.ValueTypeI32
+	b := e.rt.NewHostModuleBuilder("fledge")
+	fn := func(name string, params, results []api.ValueType, call func(ctx context.Context, g *guest, m api.Module, st []uint64)) {
+		capName := hostImports[name]
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, st []uint64) {
+			g := guestOf(ctx)
+			if capName != "" && !granted(g.p.opts.Grants, capName) {
+				panic(&CapabilityError{Import: "fledge." + name, Capability: capName})
+			}
+			call(ctx, g, m, st)
+		}), params, results).Export(name)
+	}
+	pp, ppr, one := []api.ValueType{i32, i32}, []api.ValueType{i32}, []api.ValueType{i32}
+	fn("send", pp, nil, func(ctx context.Context, g *guest, m api.Module, st []uint64) {
+		g.send(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1]))
+	})
+	fn("recv", pp, ppr, func(ctx context.Context, g *guest, m api.Module, st []uint64) {
+		st[0] = api.EncodeU32(g.recv(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1])))
+	})
+	fn("exit", one, nil, func(ctx context.Context, g *guest, m api.Module, st []uint64) {
+		g.exit(ctx, m, api.DecodeU32(st[0]))
+	})
+	ret := func(name string, f func(*guest) func(context.Context, api.Module, uint32, uint32) uint32) {
+		fn(name, pp, ppr, func(ctx context.Context, g *guest, m api.Module, st []uint64) {
+			st[0] = api.EncodeU32(f(g)(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1])))
+		})
+	}
+	ret("exec", func(g *guest) func(context.Context, api.Module, uint32, uint32) uint32 { return g.exec })
+	fn("store_set", pp, nil, func(ctx context.Context, g *guest, m api.Module, st []uint64) {
+		g.storeSet(ctx, m, api.DecodeU32(st[0]), api.DecodeU32(st[1]))
+	})
+	ret("store_get", func(g *guest) func(context.Context, api.Module, uint32, uint32) uint32 { return g.storeGet })
+	ret("metadata", func(g *guest) func(context.Context, api.Module, uint32, uint32) uint32 { return g.metadata })
+	if _, err := b.Instantiate(ctx); err != nil {
+		return fmt.Errorf("fledge host functions: %w", err)
+	}
+	return nil
+}
