@@ -92,6 +92,29 @@ func memoGetStamped(configDir, plugin, instr string, defs []Def, over bool) *Ver
 	return memoGet(configDir, plugin, e.data, instr, defs, over)
 }
 
+// memoVouch lets the stamp of fi (the fstat loadRaw took before it read data) vouch for a
+// kept entry of the same bytes that was kept before the file had settled: without it such
+// an entry (the Check right after the one that wrote the file) is never vouched for, and
+// every later Check reads the file again.
+func memoVouch(configDir, plugin string, data []byte, fi os.FileInfo) {
+	if fi == nil {
+		return
+	}
+	st, ok := filestamp.Of(fi, time.Now())
+	if !ok {
+		return
+	}
+	memoMu.Lock()
+	defer memoMu.Unlock()
+	k := memoKey(configDir, plugin)
+	if e := memo[k]; e != nil && !e.vouched && bytes.Equal(e.data, data) {
+		// A new entry: readers look at the one they took without the lock.
+		v := *e
+		v.stamp, v.vouched = st, true
+		memo[k] = &v
+	}
+}
+
 // memoPut keeps v for these inputs; fi is the fstat loadRaw took before reading data.
 func memoPut(configDir, plugin string, data []byte, fi os.FileInfo, instr string, defs []Def, v *Verdict) {
 	if data == nil || fi == nil {

@@ -122,3 +122,29 @@ func TestCheckStampSparesTheReadUntilTheFileChanges(t *testing.T) {
 	assert.False(t, v.Allowed("read"), "the rewritten pin no longer matches")
 	assert.True(t, v.Allowed("list"))
 }
+
+// TestCheckStampVouchesOnceSettled: the usual order of a long-lived host is a Check that
+// writes the pin file and another one a moment later, before the file has settled (its
+// verdict is kept, but its stamp cannot vouch yet). Once the file has settled, the next
+// Check that reads it must let its stamp vouch, so the ones after it are spared the read.
+func TestCheckStampVouchesOnceSettled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("file stamps vouch for nothing off Linux")
+	}
+	cfg := t.TempDir()
+	_, err := Check(cfg, "fs", "", defs("reads a file"))
+	require.NoError(t, err)
+	// At once: kept, not vouched for.
+	_, err = Check(cfg, "fs", "", defs("reads a file"))
+	require.NoError(t, err)
+	time.Sleep(filestamp.Settle + 100*time.Millisecond)
+	_, err = Check(cfg, "fs", "", defs("reads a file"))
+	require.NoError(t, err)
+	before := fileReads.Load()
+	for range 3 {
+		v, err := Check(cfg, "fs", "", defs("reads a file"))
+		require.NoError(t, err)
+		require.Empty(t, v.Quarantined)
+	}
+	assert.Equal(t, before, fileReads.Load(), "a settled, unchanged pin file is read again at every Check")
+}

@@ -259,6 +259,7 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 	var pf *File
 	if err == nil && data != nil {
 		if mv := memoGet(configDir, plugin, data, instructions, defs, over); mv != nil {
+			memoVouch(configDir, plugin, data, fi)
 			return mv, nil
 		}
 		pf, err = parse(data, plugin, path(configDir, plugin))

@@ -42,19 +42,23 @@ func openThreadExit(off bool) *os.File {
 	return os.NewFile(uintptr(fd), "launch thread")
 }
 
-// threadExited reports whether the thread of exit has exited, without waiting.
+// threadExited reports whether the thread of exit has exited, without waiting. A closed
+// pidfd counts as exited: it is closed only by whoever already waited for that death (the
+// run's cleanup, a retried launch, a released spare), and a Kill racing that cleanup would
+// otherwise poll it until its bound ran out.
 func threadExited(exit *os.File) bool {
 	rc, err := exit.SyscallConn()
 	if err != nil {
-		return false
+		return true // no file: nothing to wait for
 	}
 	gone := false
 	// Control holds the fd: a concurrent Close takes effect only after it returns.
-	_ = rc.Control(func(fd uintptr) {
+	cerr := rc.Control(func(fd uintptr) {
 		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
 		gone = err == nil && n > 0
 	})
-	return gone
+	// Control fails only on a closed file ("use of closed file", not os.ErrClosed).
+	return gone || cerr != nil
 }
 
 // threadGone waits up to wait for the thread of exit to have exited.
