@@ -424,18 +424,23 @@ func (l *Log) AppendDeferredSyncBudget(r *Record, b Budget) (sync func() error, 
 			// The record joins the next group commit (groupsync.go) at once, in the
 			// background, so the flush overlaps the caller's work and concurrent
 			// decisions (pipelined execs) share one fsync instead of one each.
+			//
+			// Everything after the fsync (the head, a witness checkpoint, the rollback of a
+			// failed record) happens in that goroutine too: the caller's wait may run on a
+			// launch thread that is already confined (sandbox.Spec.BeforeExec), where file
+			// and socket calls would be refused or land in the run's view; it only receives.
 			w := l.enqueueSync(f, pos, s.time)
+			finish := l.rollbackOnFailure(func() error { return l.waitSynced(w) }, fi, start, &prev, pos, s.time)
 			done := make(chan error, 1)
-			go func() { done <- l.waitSynced(w) }()
+			go func() { done <- finish() }()
 			var res error
 			waited := false
-			wait := func() error {
+			sync = func() error {
 				if !waited {
 					res, waited = <-done, true
 				}
 				return res
 			}
-			sync = l.rollbackOnFailure(wait, fi, start, &prev, pos, s.time)
 		}
 		s.commit(r)
 		if l.opts.Fsync != FsyncDurable {
