@@ -62,6 +62,10 @@ type console struct {
 	// holding: piped output waits in piped (hold.go); both under outMu.
 	holding bool
 	piped   []byte
+	// errApart: stderr is not a terminal and not the file stdout is (or it is the null
+	// device), so its lines may be held apart from stdout's, in pipedErr (hold.go).
+	errApart bool
+	pipedErr []byte
 
 	// mu guards the terminal: every write to err (and to out when it is a terminal, since
 	// both usually share one screen) and the state below. Progress never waits for it.
@@ -101,6 +105,7 @@ func New(opts Options) UI {
 		_, noColor := os.LookupEnv("NO_COLOR")
 		c.color = c.ttyErr && !noColor && os.Getenv("TERM") != "dumb"
 	}
+	c.errApart = !c.ttyErr && apart(c.out, c.err)
 	c.cond = sync.NewCond(&c.mu)
 	c.prog.init(c)
 	return c
@@ -190,6 +195,9 @@ func (c *console) Warn(message string) {
 // lines wait (bounded) while a question is on screen; host warnings too, since they would
 // tear the form just the same, but they are never dropped.
 func (c *console) writeErr(s string, droppable bool) {
+	if c.errApart && c.holdErr(s) {
+		return
+	}
 	c.releaseHeld()
 	c.lock()
 	defer c.unlock()

@@ -1,6 +1,9 @@
 package ui
 
-import "io"
+import (
+	"io"
+	"os"
+)
 
 // Holder is a UI that can hold piped plugin output while the host still has more of the
 // plugin's messages in hand, and write it with one system call instead of one per
@@ -44,8 +47,43 @@ func (hr *holdingReader) Read(p []byte) (int, error) {
 
 func (c *console) Hold() {
 	c.outMu.Lock()
-	c.holding = !c.ttyOut
+	c.holding = !c.ttyOut || c.errApart
 	c.outMu.Unlock()
+}
+
+// holdErr keeps a stderr line while holding (reports false when it must be written now).
+// Only when stderr is apart from stdout: there is no order between two files to keep.
+func (c *console) holdErr(s string) bool {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if !c.holding || len(s) >= maxHeldPiped {
+		return false
+	}
+	if len(c.pipedErr)+len(s) > maxHeldPiped {
+		_, _ = c.err.Write(c.pipedErr)
+		c.pipedErr = c.pipedErr[:0]
+	}
+	c.pipedErr = append(c.pipedErr, s...)
+	return true
+}
+
+// apart reports whether stderr's lines need no order with stdout's: they are different
+// files, or stderr is the null device. Anything it cannot tell (not files) is not apart.
+func apart(out, err io.Writer) bool {
+	of, ok1 := out.(*os.File)
+	ef, ok2 := err.(*os.File)
+	if !ok1 || !ok2 {
+		return false
+	}
+	ei, e1 := ef.Stat()
+	oi, e2 := of.Stat()
+	if e1 != nil || e2 != nil {
+		return false
+	}
+	if ni, err := os.Stat(os.DevNull); err == nil && os.SameFile(ei, ni) {
+		return true
+	}
+	return !os.SameFile(ei, oi)
 }
 
 func (c *console) Release() {
@@ -67,5 +105,9 @@ func (c *console) flushPipedLocked() {
 	if len(c.piped) > 0 {
 		_, _ = c.out.Write(c.piped)
 		c.piped = c.piped[:0]
+	}
+	if len(c.pipedErr) > 0 {
+		_, _ = c.err.Write(c.pipedErr)
+		c.pipedErr = c.pipedErr[:0]
 	}
 }

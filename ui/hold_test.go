@@ -2,6 +2,8 @@ package ui
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -101,4 +103,50 @@ func TestHoldingReaderReleasesBeforeRead(t *testing.T) {
 	assert.Empty(t, f.writes)
 	_, _ = r.Read(buf)
 	assert.Equal(t, []string{"out:first\n"}, f.writes, "written before the next read")
+}
+
+// stderr apart from stdout (another file, or the null device): its lines are held too, in
+// their own buffer, and both are written on Release; the same file (2>&1): not apart, its
+// lines keep their place among stdout's (TestHoldKeepsOrderAndBatches).
+func TestHoldStderrApart(t *testing.T) {
+	dir := t.TempDir()
+	out, err := os.Create(filepath.Join(dir, "out"))
+	require.NoError(t, err)
+	defer out.Close()
+	errf, err := os.Create(filepath.Join(dir, "err"))
+	require.NoError(t, err)
+	defer errf.Close()
+	u := New(Options{NonInteractive: true, Out: out, Err: errf})
+	h := u.(Holder)
+	h.Hold()
+	u.Output("a\n")
+	u.Log("p", "info", "between")
+	u.Output("b\n")
+	size := func(f *os.File) int64 {
+		fi, err := f.Stat()
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	assert.Zero(t, size(out), "stdout held")
+	assert.Zero(t, size(errf), "stderr held: another file, no order to keep")
+	h.Release()
+	b, _ := os.ReadFile(out.Name())
+	assert.Equal(t, "a\nb\n", string(b))
+	b, _ = os.ReadFile(errf.Name())
+	assert.Equal(t, "[p] info: between\n", string(b))
+
+	// The same file twice (2>&1): not apart.
+	dup, err := os.OpenFile(out.Name(), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	defer dup.Close()
+	assert.False(t, apart(out, dup), "one file: the order between the two streams is visible")
+	// The null device twice: apart (nothing to order).
+	n1, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer n1.Close()
+	n2, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer n2.Close()
+	assert.True(t, apart(n1, n2))
+	assert.False(t, apart(&bytes.Buffer{}, n2), "not files: cannot tell, not apart")
 }
