@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sort"
@@ -61,17 +62,8 @@ func main() {
 }
 
 func run(n int, tool string, argv []string) error {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	cmd, in, outPipe, err := startPiped(argv)
 	if err != nil {
-		return err
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
 		return err
 	}
 	out := bufio.NewScanner(outPipe)
@@ -179,17 +171,8 @@ func relay(argv []string) error {
 	if len(argv) == 0 {
 		return fmt.Errorf("-relay needs a command")
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	cmd, in, outPipe, err := startPiped(argv)
 	if err != nil {
-		return err
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
 		return err
 	}
 	host := bufio.NewReaderSize(os.Stdin, 1<<20)
@@ -212,4 +195,22 @@ func relay(argv []string) error {
 	}
 	in.Close()
 	return cmd.Wait()
+}
+
+// startPiped starts argv with pipes to its stdin and from its stdout (its stderr is ours).
+func startPiped(argv []string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, in, out, nil
 }
