@@ -590,12 +590,14 @@ func (e *Engine) accept(r *tcp.ForwarderRequest) net.Conn {
 	return gonet.NewTCPConn(&wq, ep)
 }
 
-// deny refuses the connection at once (RST: the program's connect fails fast) and records it.
+// deny records the refusal, then refuses the connection at once (RST: the program's
+// connect fails fast). Recorded first: a program that exits on the refusal (and a session
+// that ends with it) must not outrun its record.
 func (e *Engine) deny(r *tcp.ForwarderRequest, ev egress.Event) {
-	r.Complete(true)
 	e.stats.Denied.Add(1)
 	ev.Kind, ev.Proto, ev.Allow = egress.EventConnect, "tcp", false
 	e.emit(ev)
+	r.Complete(true)
 }
 
 func (e *Engine) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {

@@ -44,6 +44,22 @@ func (r *recorder) find(kind, host string, allow bool, reason string) *egress.Ev
 	}
 	return nil
 }
+
+// await is find for a record the engine writes as it refuses or accepts: the client can
+// see the refusal (its RST, its failed lookup) and exit a moment before the engine's
+// record of it is handed over, so it is looked for until recordWait has passed.
+func (r *recorder) await(kind, host string, allow bool, reason string) *egress.Event {
+	deadline := time.Now().Add(recordWait)
+	for {
+		if ev := r.find(kind, host, allow, reason); ev != nil || time.Now().After(deadline) {
+			return ev
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+const recordWait = 5 * time.Second
+
 func (r *recorder) count(kind string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -146,7 +162,7 @@ func TestEgressRealClients(t *testing.T) {
 		if err != nil || out != "granted-body" {
 			t.Fatalf("curl granted: %v %q", err, out)
 		}
-		if ev := rec.find(egress.EventConnect, "svc.test", true, egress.ReasonGranted); ev == nil || ev.Port != okPort || ev.Address != "127.0.0.1" {
+		if ev := rec.await(egress.EventConnect, "svc.test", true, egress.ReasonGranted); ev == nil || ev.Port != okPort || ev.Address != "127.0.0.1" {
 			t.Fatalf("no allow record for svc.test: %+v", rec.evs)
 		}
 	})
@@ -192,7 +208,7 @@ print(d.split(b"\r\n\r\n",1)[1].decode())`, okPort))
 		if otherHits.Load() != 0 || okHits.Load() != before {
 			t.Fatal("the refused connection reached a server")
 		}
-		if rec.find(egress.EventConnect, "svc.test", false, egress.ReasonNotGranted) == nil {
+		if rec.await(egress.EventConnect, "svc.test", false, egress.ReasonNotGranted) == nil {
 			t.Fatalf("no deny record: %+v", rec.evs)
 		}
 	})
@@ -205,7 +221,7 @@ print(d.split(b"\r\n\r\n",1)[1].decode())`, okPort))
 		if n.lookups.Load() != before {
 			t.Fatal("an ungranted name was looked up on the host")
 		}
-		if rec.find(egress.EventDNS, "evil.test", false, egress.ReasonNotGranted) == nil {
+		if rec.await(egress.EventDNS, "evil.test", false, egress.ReasonNotGranted) == nil {
 			t.Fatalf("no net_dns deny record: %+v", rec.evs)
 		}
 	})
@@ -217,7 +233,7 @@ print(d.split(b"\r\n\r\n",1)[1].decode())`, okPort))
 		if otherHits.Load() != 0 {
 			t.Fatal("the loopback server was reached by name")
 		}
-		if rec.find(egress.EventConnect, "loop.test", false, egress.ReasonPrivate) == nil {
+		if rec.await(egress.EventConnect, "loop.test", false, egress.ReasonPrivate) == nil {
 			t.Fatalf("no private_address record: %+v", rec.evs)
 		}
 	})
@@ -233,7 +249,7 @@ print(d.split(b"\r\n\r\n",1)[1].decode())`, okPort))
 		if err == nil && strings.Contains(out, "granted-body") {
 			t.Fatalf("a request naming an ungranted Host went through: %q", out)
 		}
-		if rec.find(egress.EventConnect, "evil.test", false, egress.ReasonNameMismatch) == nil {
+		if rec.await(egress.EventConnect, "evil.test", false, egress.ReasonNameMismatch) == nil {
 			t.Fatalf("no name_mismatch record: %+v", rec.evs)
 		}
 	})
@@ -302,7 +318,7 @@ func TestEgressUDPNeverArrives(t *testing.T) {
 		t.Fatalf("a UDP datagram left the namespace: %q", m)
 	case <-time.After(2 * time.Second):
 	}
-	if rec.find(egress.EventConnect, "", false, egress.ReasonProtocol) == nil {
+	if rec.await(egress.EventConnect, "", false, egress.ReasonProtocol) == nil {
 		t.Fatalf("no protocol_refused record: %+v", rec.evs)
 	}
 }
@@ -451,7 +467,7 @@ func TestEgressLoopbackGrant(t *testing.T) {
 	if err != nil || out != "loop-body" || hits.Load() != 1 {
 		t.Fatalf("localhost grant: %v %q", err, out)
 	}
-	if rec.find(egress.EventConnect, "localhost", true, egress.ReasonGranted) == nil {
+	if rec.await(egress.EventConnect, "localhost", true, egress.ReasonGranted) == nil {
 		t.Fatalf("no allow record: %+v", rec.evs)
 	}
 	// Another loopback port is the namespace's own: nothing of the host answers there.
@@ -574,7 +590,7 @@ print(q("svc.test"), q("evil.test"))`
 	if err != nil || !strings.Contains(out, "rcode=0 addr=198.18.") || !strings.Contains(out, "rcode=3") {
 		t.Fatalf("loopback nameserver: %v %q", err, out)
 	}
-	if rec.find(egress.EventDNS, "evil.test", false, egress.ReasonNotGranted) == nil {
+	if rec.await(egress.EventDNS, "evil.test", false, egress.ReasonNotGranted) == nil {
 		t.Fatalf("no record: %+v", rec.evs)
 	}
 }
