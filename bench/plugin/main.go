@@ -3,6 +3,7 @@
 // mode per figure, chosen by its first argument:
 //
 //	exec N            N sequential execs of `true`; reports per-exec round trips
+//	meta N            N sequential metadata requests (the env key: answered from memory)
 //	pipeline N        N execs of `true` sent at once, then the same N one after another
 //	gen N             N mixed output/log messages, written as fast as a pipe takes them
 //	flood-nonl BYTES  BYTES of output with no newline at all
@@ -40,6 +41,8 @@ func main() {
 		err = hello()
 	case "exec":
 		err = withPlugin(func(ctx context.Context, p *sdk.Plugin) error { return execSeq(ctx, p, intArg(args, 0, 100)) })
+	case "meta":
+		err = withPlugin(func(ctx context.Context, p *sdk.Plugin) error { return metaSeq(ctx, p, intArg(args, 0, 100)) })
 	case "pipeline":
 		err = withPlugin(func(ctx context.Context, p *sdk.Plugin) error { return pipeline(ctx, p, intArg(args, 0, 64)) })
 	case "gen":
@@ -112,18 +115,37 @@ type ExecReport struct {
 }
 
 func execSeq(ctx context.Context, p *sdk.Plugin, n int) error {
-	if n == 0 {
-		return errors.New("exec: N must be positive")
+	return timedSeq(ctx, p, n, runTrue)
+}
+
+// metaSeq times N metadata requests the host answers from memory: the floor of a round trip.
+func metaSeq(ctx context.Context, p *sdk.Plugin, n int) error {
+	return timedSeq(ctx, p, n, func(ctx context.Context, p *sdk.Plugin) error {
+		m, err := p.Metadata(ctx, "env")
+		if err != nil {
+			return err
+		}
+		if _, ok := m["env"]; !ok {
+			return errors.New("metadata: no env in the answer")
+		}
+		return nil
+	})
+}
+
+// timedSeq runs one(ctx, p) once to warm up, then N times, and reports the round trips.
+func timedSeq(ctx context.Context, p *sdk.Plugin, n int, one func(context.Context, *sdk.Plugin) error) error {
+	if n <= 0 {
+		return errors.New("N must be positive")
 	}
-	// One warm-up exec: the first one pays for page faults in the host's exec path.
-	if err := runTrue(ctx, p); err != nil {
+	// One warm-up: the first one pays for page faults in the host's path.
+	if err := one(ctx, p); err != nil {
 		return err
 	}
 	times := make([]int64, 0, n)
 	start := time.Now()
 	for range n {
 		t := time.Now()
-		if err := runTrue(ctx, p); err != nil {
+		if err := one(ctx, p); err != nil {
 			return err
 		}
 		times = append(times, int64(time.Since(t)))

@@ -99,9 +99,9 @@ func newBenchEnv(b *testing.B, pluginBin string, fsync audit.FsyncPolicy) *bench
 	}
 	b.Cleanup(func() { _ = log.Close() })
 
-	grants := protocol.Capabilities{Exec: true}
+	grants := protocol.Capabilities{Exec: true, Metadata: true}
 	cfg := policy.Default()
-	g := policy.Grants{Exec: true}
+	g := policy.Grants{Exec: true, Metadata: true}
 	paths := policy.Paths{
 		ProjectRoot: proj, PluginDir: pluginDir, PluginDataDir: dataDir,
 		ConfigDir: configDir, StateDir: stateDir, AuditLog: auditPath,
@@ -190,6 +190,17 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 		}
 	}
 	b.Run("bare", cmdCase("/bin/sh", "-c", "true"))
+	// The floor under every exec round trip: a request the host answers from memory with one
+	// (not synced) record, through the same pipes, SDK and read loop.
+	b.Run("request", func(b *testing.B) {
+		e := newBenchEnv(b, bin, audit.FsyncDurable)
+		var rep execReport
+		e.run(b, &rep, "meta", strconv.Itoa(b.N))
+		if rep.N != b.N {
+			b.Fatalf("plugin made %d requests, want %d", rep.N, b.N)
+		}
+		b.ReportMetric(float64(rep.Median), "median-ns/exec")
+	})
 	b.Run("bwrap", cmdCase("bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
 		"--tmpfs", "/tmp", "--unshare-pid", "--new-session", "--die-with-parent", "/bin/sh", "-c", "true"))
 	b.Run("firejail", cmdCase("firejail", "--quiet", "--noprofile", "/bin/sh", "-c", "true"))

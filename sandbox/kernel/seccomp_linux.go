@@ -1,8 +1,10 @@
 package kernel
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -305,6 +307,42 @@ func (a *asm) resolve() ([]unix.SockFilter, error) {
 
 func argLow(i int) uint32 { return uint32(offArgs + 8*i) }
 
+// dispatchEntry is where the filter sends one syscall number.
+type dispatchEntry struct {
+	nr     uint32
+	target string
+}
+
+// linearDispatchForTest builds the dispatch as a chain of comparisons (the reference the
+// search is tested against).
+var linearDispatchForTest bool
+
+// search emits a binary search over es (sorted by number, the number in the accumulator):
+// each entry's number jumps to its target, any other to miss. Every jump is forward.
+func (a *asm) search(es []dispatchEntry, miss string, n *int) {
+	const (
+		jeq = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	)
+	if len(es) <= 4 {
+		for j, e := range es {
+			if j < len(es)-1 {
+				a.jump(jeq, e.nr, e.target, "")
+			} else {
+				a.jump(jeq, e.nr, e.target, miss)
+			}
+		}
+		return
+	}
+	mid := len(es) / 2
+	*n++
+	upper := fmt.Sprint("search", *n)
+	a.jump(jge, es[mid].nr, upper, "")
+	a.search(es[:mid], miss, n)
+	a.label(upper)
+	a.search(es[mid:], miss, n)
+}
+
 // retLabel names the return instruction for errno.
 func retLabel(e unix.Errno) string { return "ret_" + unix.ErrnoName(e) }
 
@@ -348,9 +386,17 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 	a.stmt(ld, offNr)
 	a.jump(jge, x32Bit, retLabel(unix.ENOSYS), "")
 	// Dispatch: an unconditional rule jumps straight to its return; a conditional one to
-	// its own block. (Dispatch first, blocks after: every jump is forward.)
+	// its own block. (Dispatch first, blocks after: every jump is forward.) The numbers are
+	// searched as a binary tree, not compared one after another: the kernel runs the filter
+	// for every syscall number when it installs it (to learn which ones it always allows),
+	// so its cost on every launch grows with the path an allowed number takes through it.
+	// A chain of 70 comparisons took 85 µs per install, a search of ~9 about 20.
+	var entries []dispatchEntry
 	ruled := map[int]bool{}
 	for i, r := range rules {
+		if ruled[r.nr] {
+			continue // the first rule of a number decides, as in a chain
+		}
 		ruled[r.nr] = true
 		target := fmt.Sprint("rule", i)
 		if r.check == always {
@@ -358,13 +404,24 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		} else if r.check == enosysAlways {
 			target = retLabel(r.errno)
 		}
-		a.jump(jeq, uint32(r.nr), target, "")
+		entries = append(entries, dispatchEntry{nr: uint32(r.nr), target: target})
 	}
 	for _, t := range traceCalls {
 		if f.Trace && !ruled[t.nr] {
-			a.jump(jeq, uint32(t.nr), "ret_notif", "")
+			ruled[t.nr] = true
+			entries = append(entries, dispatchEntry{nr: uint32(t.nr), target: "ret_notif"})
 		}
 	}
+	if linearDispatchForTest {
+		for _, e := range entries {
+			a.jump(jeq, e.nr, e.target, "")
+		}
+	} else {
+		slices.SortFunc(entries, func(x, y dispatchEntry) int { return cmp.Compare(x.nr, y.nr) })
+		n := 0
+		a.search(entries, "unruled", &n)
+	}
+	a.label("unruled")
 	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
 	errnos := map[unix.Errno]bool{unix.ENOSYS: true}
 	for i, r := range rules {
