@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -522,30 +523,61 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	})
 	details["sandbox_mode"] = s.execMode
 
-	// Audit before act: the decision is written now and made durable while the sandbox is
-	// prepared; the command starts only once it is on disk. No record, no command.
-	sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
-	if errors.Is(err, core.ErrSessionBudget) {
+	// Audit before act: the decision is written and made durable while the sandbox is
+	// prepared (on another core where one is free: encoding and appending it is about a
+	// tenth of a millisecond); the command starts only once it is on disk (BeforeExec waits
+	// for both, right before the fork). No record, no command.
+	type decided struct {
+		sync func() error
+		err  error
+	}
+	recorded := make(chan decided, 1)
+	go func() {
+		sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
+		recorded <- decided{sync, err}
+	}()
+	// await receives the record's outcome once; BeforeExec runs on the launch thread, which
+	// only receives here (the record's own sync does the same).
+	await := sync.OnceValue(func() decided { return <-recorded })
+	spec.BeforeExec = func() error {
+		d := await()
+		if d.err != nil {
+			return d.err
+		}
+		if d.sync != nil {
+			return d.sync()
+		}
+		return nil
+	}
+	s.rec.ObserveKernel(&spec, m.Command)
+	proc, err := s.opts.Sandbox.Start(s.ctx, &spec)
+	// Start returns after BeforeExec ran, or failed before it: either way the record is
+	// done or on its way, and its sync releases its descriptor if BeforeExec never ran.
+	d := await()
+	if d.sync != nil {
+		_ = d.sync()
+	}
+	if d.err != nil && proc != nil {
+		// Cannot happen (BeforeExec refused the fork); if it did, the command has no record
+		// and must not run.
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+	}
+	if errors.Is(d.err, core.ErrSessionBudget) {
 		// The session wrote its share of the log: refused, counted, and said once in the
 		// log (session_log_budget) and once to the user, who can raise the budget; not
 		// warned about per exec.
 		s.budgetWarn.Do(func() {
-			s.opts.UI.Warn(fmt.Sprintf("plugin %s: execs are refused from now on: %v", s.opts.Plugin.Name, err))
+			s.opts.UI.Warn(fmt.Sprintf("plugin %s: execs are refused from now on: %v", s.opts.Plugin.Name, d.err))
 		})
 		s.execRefuse(m.ID, 126, reason.LimitExceeded, "exec refused: the audit log cannot record it (this session's log budget is spent)")
 		return
 	}
-	if err != nil {
-		s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", err))
+	if d.err != nil {
+		s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", d.err))
 		// The plugin is told what happened, not the host's internal error text.
 		s.execRefuse(m.ID, 126, reason.LaunchFailed, "exec refused: the audit log cannot record it")
 		return
-	}
-	spec.BeforeExec = sync
-	s.rec.ObserveKernel(&spec, m.Command)
-	proc, err := s.opts.Sandbox.Start(s.ctx, &spec)
-	if sync != nil {
-		_ = sync() // releases the sync's descriptor if Start failed before calling it
 	}
 	if err != nil {
 		rc := reason.LaunchFailed
