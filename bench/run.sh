@@ -84,7 +84,7 @@ protocol = "fledge-v1"
 
 [[commands]]
 name = "fledge-bench"
-description = "exec, pipeline, gen, flood-nonl, longline, hello"
+description = "exec, meta, pipeline, gen, flood-nonl, longline, hello"
 binary = "fledge-bench"
 
 [capabilities]
@@ -168,6 +168,7 @@ exec_bwrap=$(metric "$ex" BenchmarkExecRoundTrip/bwrap median-ns/exec)
 exec_firejail=$(metric "$ex" BenchmarkExecRoundTrip/firejail median-ns/exec)
 exec_fledge=$(metric "$ex" BenchmarkExecRoundTrip/fledge median-ns/exec)
 exec_nofsync=$(metric "$ex" BenchmarkExecRoundTrip/fledge-fsync-never median-ns/exec)
+exec_request=$(metric "$ex" BenchmarkExecRoundTrip/request median-ns/exec)
 cold_conf=$(metric "$ex" BenchmarkColdStart/confined median-ns/start)
 cold_unconf=$(metric "$ex" BenchmarkColdStart/unconfined median-ns/start)
 pipe_par=$(metric "$work/out/pipeline.txt" BenchmarkExecPipeline pipelined-ns)
@@ -272,6 +273,7 @@ row 1 "exec round trip of true, median (plugin->host)" "$(fmt_ms "$exec_fledge")
 row 1a "  sandbox + protocol only (audit fsync off)" "$(fmt_ms "$exec_nofsync")" "os/exec sh -c true $(fmt_ms "$exec_bare")" "$(ratio "$exec_nofsync" "$exec_bare")" "<=1.4x" "$(meets "$exec_nofsync_ratio" 1.4)"
 row 1b "  bubblewrap, minimal (sh -c true)" "$(fmt_ms "$exec_bwrap")" "os/exec sh -c true" "$(ratio "$exec_bwrap" "$exec_bare")" "peer" "-"
 row 1c "  firejail --noprofile (sh -c true)" "$(fmt_ms "$exec_firejail")" "os/exec sh -c true" "$(ratio "$exec_firejail" "$exec_bare")" "peer" "-"
+row 1d "  floor: a request answered from memory" "$(fmt_ms "$exec_request")" "os/exec sh -c true" "$(ratio "$exec_request" "$exec_bare")" "-" "-"
 row 2 "host throughput, $msgs output/log msgs" "$(fmt_rate "$gen_rate")" "bare pipe to cat $(fmt_rate "$raw_rate")" "$(ratio "$gen_rate" "$raw_rate")" ">=1M/s" "$(meets "-$gen_rate" -1000000)"
 row 2b "  host peak RSS during it" "$(fmt_mib "$gen_hwm")" "idle host $(fmt_mib "$idle_hwm")" "$(ratio "$gen_hwm" "$idle_hwm")" "<=32 MiB" "$(meets "$gen_hwm" 32768)"
 row 3a "flood: 1 GiB without a newline, peak RSS" "$(fmt_mib "$nonl_hwm")" "idle host $(fmt_mib "$idle_hwm")" "$(ratio "$nonl_hwm" "$idle_hwm")" "<=32 MiB" "$(meets "$nonl_hwm" 32768)"
