@@ -103,8 +103,6 @@ type Sandbox struct {
 	// nested keeps the gitlinks of the indexes launches read and their baselines: which
 	// nested repositories existed when this Sandbox first saw each index.
 	nested *nestedStore
-	// access remembers the access lists that passed checkAccess (accessmemo_linux.go).
-	access accessMemo
 }
 
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
@@ -488,7 +486,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if spec.Path == "" || len(spec.Args) == 0 {
 		return nil, fmt.Errorf("%w: empty program", sandbox.ErrInvalidSpec)
 	}
-	if err := s.access.check(&spec.Access, append(implicitReadOnly, implicitReadWrite...)...); err != nil {
+	if err := checkAccess(&spec.Access, append(implicitReadOnly, implicitReadWrite...)...); err != nil {
 		return nil, err
 	}
 	mode, err := s.plan(spec)
