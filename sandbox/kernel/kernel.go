@@ -26,6 +26,10 @@ type Landlock struct {
 	// BindAnyTCP leaves TCP bind unhandled under DenyNet (connect stays denied): set only for
 	// a run in its own network namespace, where any port it binds is out of everyone's reach.
 	BindAnyTCP bool `json:"bind_any_tcp,omitempty"`
+	// Deny are paths no rule may cover (each in its lexical and its resolved form): every
+	// allowed path is checked where it was opened for its rule, so what is checked is what
+	// the rule grants, whatever a symlink on the way says a moment later.
+	Deny []string `json:"deny,omitempty"`
 	// Scope signals and abstract unix sockets to the domain (ABI >= 6).
 	Scope bool `json:"scope,omitempty"`
 	// LogExec asks the kernel to log denials of exec'd programs (ABI >= 7).

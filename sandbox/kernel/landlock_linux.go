@@ -146,6 +146,7 @@ func buildRuleset(l *Landlock) (int, []pathID, error) {
 	// regression left behind) would hand out raw disk or memory access.
 	rw := fs &^ (ll.AccessFSMakeBlock | ll.AccessFSMakeChar)
 	ids := make([]pathID, 0, len(l.ReadExec)+len(l.ReadOnly)+len(l.ReadWrite))
+	deny := denyChain(l.Deny)
 	for _, set := range []struct {
 		paths  []string
 		rights uint64
@@ -155,7 +156,7 @@ func buildRuleset(l *Landlock) (int, []pathID, error) {
 		{l.ReadWrite, rw},
 	} {
 		for _, p := range set.paths {
-			id, err := addPathRule(rfd, p, set.rights&fs)
+			id, err := addPathRule(rfd, p, set.rights&fs, deny)
 			if err != nil {
 				return -1, nil, err
 			}
@@ -199,9 +200,18 @@ func addFDRule(rfd, fd int, rights uint64, name string) error {
 	return nil
 }
 
+// ErrCoversDenied: an allowed path, as opened for its rule, is or holds a denied path.
+var ErrCoversDenied = errors.New("an allowed path covers a denied path")
+
 // addPathRule allows rights beneath path. Missing paths are skipped (PATH entries and
 // optional system dirs come and go); a file gets only the rights that apply to files.
-func addPathRule(rfd int, path string, rights uint64) (pathID, error) {
+//
+// The sandbox refuses lists where an allowed path covers a denied one before it gets
+// here, but a path can change between that check and this open: a command can flip a
+// symlink in a tree it writes (a virtualenv's bin on PATH, inside the project) while the
+// next exec is prepared, and the rule would then grant the denied tree's parent. So what
+// was opened is checked (deny: denyChain), and the rule is added through the same fd.
+func addPathRule(rfd int, path string, rights uint64, deny map[fileKey]string) (pathID, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
@@ -215,6 +225,9 @@ func addPathRule(rfd int, path string, rights uint64) (pathID, error) {
 		return pathID{}, fmt.Errorf("stat %s: %w", path, err)
 	}
 	id := pathID{path: path, dev: st.Dev, ino: st.Ino}
+	if d, ok := deny[fileKey{st.Dev, st.Ino}]; ok {
+		return pathID{}, fmt.Errorf("%w: %s covers %s", ErrCoversDenied, path, d)
+	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		rights &= fileRights
 	}
@@ -435,4 +448,39 @@ func idsCurrent(ids []pathID) bool {
 		}
 	}
 	return true
+}
+
+// denyChain is every inode a rule must not be added for: each denied path and every
+// directory above it (by its lexical and its resolved form; for a path not there yet, the
+// directories above it that are). A rule on any of them would cover the denied path.
+// Identities, not names: a bind mount of a directory above a denied path covers it too.
+type fileKey struct{ dev, ino uint64 }
+
+func denyChain(deny []string) map[fileKey]string {
+	if len(deny) == 0 {
+		return nil
+	}
+	out := map[fileKey]string{}
+	add := func(p, d string) {
+		for {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil {
+				if _, ok := out[fileKey{st.Dev, st.Ino}]; !ok {
+					out[fileKey{st.Dev, st.Ino}] = d
+				}
+			}
+			if p == "/" || p == "." || p == "" {
+				return
+			}
+			p = filepath.Dir(p)
+		}
+	}
+	for _, d := range deny {
+		c := filepath.Clean(d)
+		add(c, c)
+		if r, err := filepath.EvalSymlinks(c); err == nil && r != c {
+			add(r, c)
+		}
+	}
+	return out
 }

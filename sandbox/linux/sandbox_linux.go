@@ -547,10 +547,13 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			ReadWrite: append(rw, implicitReadWrite...),
 			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
 			ReadExec:  spec.Access.ReadExec,
-			DenyNet:   !spec.Network && rg == nil,
-			BindTCP:   spec.ListenTCP,
-			Scope:     true,
-			LogExec:   true,
+			// checkAccess refused lists that cover these above; the ruleset checks again
+			// what it opens, which a symlink flipped meanwhile cannot change.
+			Deny:    spec.Access.Deny,
+			DenyNet: !spec.Network && rg == nil,
+			BindTCP: spec.ListenTCP,
+			Scope:   true,
+			LogExec: true,
 		}
 		// Any TCP port only where the run gets its own network namespace (below).
 		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && s.netns

@@ -97,6 +97,10 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	tl.ruleset = -1
 	if tl.pol.Landlock != nil {
 		fd, err := kernel.LandlockRuleset(tl.pol.Landlock)
+		if errors.Is(err, kernel.ErrCoversDenied) {
+			// What checkAccess refuses, seen on the path as it was opened for its rule.
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, err)
+		}
 		if err != nil {
 			return nil, threadStep("landlock", err)
 		}
