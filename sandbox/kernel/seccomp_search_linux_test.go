@@ -65,18 +65,44 @@ func TestSearchDispatchDecidesAsTheChain(t *testing.T) {
 		unix.SOCK_SEQPACKET, unix.SOCK_RAW, unix.O_CREAT, unix.O_CREAT | unix.O_WRONLY, unix.S_ISUID | 0o755, unix.S_ISGID | 0o755,
 		0o755, unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWNET | unix.CLONE_THREAD, unix.TIOCSTI, unix.TIOCLINUX, 0x5412}
 	variants := 0
-	for _, f := range []Filter{{}, {DenyUnix: true}, {GateClone3: true}, {AllowClone3: true}, {Notify: true},
-		{DenyUnix: true, Notify: true, GateClone3: true}, {Trace: true}, {DenyUnix: true, Notify: true, Trace: true, GateClone3: true}} {
+	// Every Filter value (each of its five switches on or off).
+	var filters []Filter
+	for bits := range 32 {
+		filters = append(filters, Filter{DenyUnix: bits&1 != 0, GateClone3: bits&2 != 0, AllowClone3: bits&4 != 0,
+			Notify: bits&8 != 0, Trace: bits&16 != 0})
+	}
+	// Numbers past the table's range too: each side of every number the filter names, the
+	// x32 boundary, the top of the range (-1, what a tracer's skipped call shows) and a
+	// spread between.
+	var far []uint32
+	for _, r := range denyTable(Filter{DenyUnix: true}) {
+		far = append(far, uint32(r.nr)-1, uint32(r.nr)+1)
+	}
+	for _, c := range traceCalls {
+		far = append(far, uint32(c.nr)-1, uint32(c.nr)+1)
+	}
+	far = append(far, x32Bit-1, x32Bit, x32Bit+1, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff)
+	for k := uint32(1); k < 64; k++ {
+		far = append(far, k*0x3fffffff/63, k*0x9e3779b9)
+	}
+	for _, f := range filters {
 		search, chain := build(f, false), build(f, true)
 		require.NotEqual(t, search, chain, "the two dispatches differ in shape")
 		variants++
 		data := make([]byte, 64)
-		for _, arch := range []uint32{auditArch, auditArch ^ 1} {
+		nrs := append([]uint32{}, far...)
+		for nr := uint32(0); nr < 1100; nr++ {
+			nrs = append(nrs, nr)
+		}
+		for _, arch := range []uint32{auditArch, auditArch ^ 1, 0, ^uint32(0)} {
 			binary.NativeEndian.PutUint32(data[offArch:], arch)
-			for nr := uint32(0); nr < 1100; nr++ {
+			for _, nr := range nrs {
 				for _, n := range []uint32{nr, nr | x32Bit} {
 					binary.NativeEndian.PutUint32(data[offNr:], n)
 					for i, a0 := range args {
+						if (arch != auditArch || n&x32Bit != 0) && i > 0 {
+							break // refused before the dispatch, whatever the arguments
+						}
 						for j := range 6 {
 							binary.NativeEndian.PutUint64(data[offArgs+8*j:], args[(i+j*3)%len(args)])
 						}
@@ -91,7 +117,7 @@ func TestSearchDispatchDecidesAsTheChain(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, 8, variants)
+	require.Equal(t, 32, variants)
 	// The search is what makes installing cheap: the kernel runs the filter for every number
 	// when it installs it, and the longest way an allowed number takes is a fraction of the
 	// chain's.
