@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,6 +149,7 @@ func buildRuleset(l *Landlock) (int, []pathID, error) {
 	rw := fs &^ (ll.AccessFSMakeBlock | ll.AccessFSMakeChar)
 	ids := make([]pathID, 0, len(l.ReadExec)+len(l.ReadOnly)+len(l.ReadWrite))
 	deny := denyChain(l.Deny)
+	nested := writableRoots(l.ReadWrite)
 	for _, set := range []struct {
 		paths  []string
 		rights uint64
@@ -156,7 +159,7 @@ func buildRuleset(l *Landlock) (int, []pathID, error) {
 		{l.ReadWrite, rw},
 	} {
 		for _, p := range set.paths {
-			id, err := addPathRule(rfd, p, set.rights&fs, deny)
+			id, err := addPathRule(rfd, p, set.rights&fs, deny, nested)
 			if err != nil {
 				return -1, nil, err
 			}
@@ -211,7 +214,13 @@ var ErrCoversDenied = errors.New("an allowed path covers a denied path")
 // symlink in a tree it writes (a virtualenv's bin on PATH, inside the project) while the
 // next exec is prepared, and the rule would then grant the denied tree's parent. So what
 // was opened is checked (deny: denyChain), and the rule is added through the same fd.
-func addPathRule(rfd int, path string, rights uint64, deny map[fileKey]string) (pathID, error) {
+//
+// A path beneath a writable grant (a virtualenv's bin on PATH, inside the project) is what
+// the plugin's commands make it: one may replace it with a symlink to ~/.ssh, which no
+// denied path covers. Its rule is made only where what was opened still lies beneath that
+// writable grant (nested); elsewhere it is left out, as the private view, which shows a
+// grant only where it is named, leaves it out too.
+func addPathRule(rfd int, path string, rights uint64, deny map[fileKey]string, nested []writableRoot) (pathID, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
@@ -227,6 +236,9 @@ func addPathRule(rfd int, path string, rights uint64, deny map[fileKey]string) (
 	id := pathID{path: path, dev: st.Dev, ino: st.Ino}
 	if d, ok := deny[fileKey{st.Dev, st.Ino}]; ok {
 		return pathID{}, fmt.Errorf("%w: %s covers %s", ErrCoversDenied, path, d)
+	}
+	if !insideItsWritableRoots(fd, path, nested) {
+		return id, nil
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		rights &= fileRights
@@ -483,4 +495,52 @@ func denyChain(deny []string) map[fileKey]string {
 		}
 	}
 	return out
+}
+
+// writableRoot is a writable grant as named and as resolved when a ruleset is built.
+type writableRoot struct{ name, real string }
+
+func writableRoots(rw []string) []writableRoot {
+	out := make([]writableRoot, 0, len(rw))
+	for _, w := range rw {
+		c := filepath.Clean(w)
+		r, err := filepath.EvalSymlinks(c)
+		if err != nil {
+			r = c
+		}
+		out = append(out, writableRoot{name: c, real: r})
+	}
+	return out
+}
+
+// insideItsWritableRoots reports whether fd (opened from path) lies beneath every writable
+// grant that path is named beneath (true when there is none). Its place comes from the
+// kernel (the fd's link in /proc), else from resolving path again.
+func insideItsWritableRoots(fd int, path string, roots []writableRoot) bool {
+	c := filepath.Clean(path)
+	real := ""
+	for _, w := range roots {
+		if c == w.name || !beneathOrAt(c, w.name) {
+			continue
+		}
+		if real == "" {
+			var buf [unix.PathMax]byte
+			if n, err := unix.Readlink("/proc/thread-self/fd/"+strconv.Itoa(fd), buf[:]); err == nil && n > 0 && n < len(buf) && buf[0] == '/' {
+				real = string(buf[:n])
+			} else if r, err := filepath.EvalSymlinks(c); err == nil {
+				real = r
+			} else {
+				return false
+			}
+		}
+		if !beneathOrAt(real, w.real) {
+			return false
+		}
+	}
+	return true
+}
+
+// beneathOrAt reports whether p equals root or lies beneath it (both clean and absolute).
+func beneathOrAt(p, root string) bool {
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
 }

@@ -193,16 +193,21 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 // disposeSpare releases the parked thread; removeGroups also removes its cgroups (false
 // when a run already owns them).
 func (s *Sandbox) disposeSpare(sp *spare, removeGroups bool) {
+	sp.release()
+	if removeGroups {
+		s.guard.remove(sp.rc.guardItems()...)
+		_ = sp.rc.remove()
+	}
+}
+
+// release lets the parked thread go unused and waits until it is gone (or clean again).
+func (sp *spare) release() {
 	sp.jobs <- nil
 	if sp.exit != nil {
 		threadGone(sp.exit, leaveWait)
 		_ = sp.exit.Close()
 	} else {
 		<-sp.released
-	}
-	if removeGroups {
-		s.guard.remove(sp.rc.guardItems()...)
-		_ = sp.rc.remove()
 	}
 }
 

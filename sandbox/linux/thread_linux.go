@@ -97,6 +97,11 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	tl.ruleset = -1
 	if tl.pol.Landlock != nil {
 		fd, err := kernel.LandlockRuleset(tl.pol.Landlock)
+		if err != nil && sp != nil {
+			// The launch is consumed before its thread is: let the parked thread go, or
+			// it would wait for a job for ever (a confined thread of the host's).
+			sp.release()
+		}
 		if errors.Is(err, kernel.ErrCoversDenied) {
 			// What checkAccess refuses, seen on the path as it was opened for its rule.
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, err)

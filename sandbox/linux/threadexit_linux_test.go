@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -66,6 +67,11 @@ func TestLaunchThreadsNeverRejoinTheHost(t *testing.T) {
 	require.NotContains(t, host, "CapBnd: 0000000000000000")
 
 	e := newEnv(t)
+	// A denied file and a hard link to it: the names pass checkAccess, the ruleset refuses
+	// the inode (after the run took its spare).
+	denied := filepath.Join(e.config, "plugins.toml")
+	alias := filepath.Join(e.outside, "alias")
+	require.NoError(t, os.Link(denied, alias))
 	for i := 0; i < 24; i++ {
 		spec := e.spec("true")
 		// Other names and limits throw the ready spare away (takeSpare).
@@ -77,6 +83,13 @@ func TestLaunchThreadsNeverRejoinTheHost(t *testing.T) {
 		if i%2 == 1 {
 			// Let the spare be made, so this run is launched from it (or throws it away).
 			time.Sleep(20 * time.Millisecond)
+		}
+		if i%6 == 2 {
+			spec.Access.ReadOnly = append(spec.Access.ReadOnly, alias)
+			spec.Access.Deny = append(spec.Access.Deny, denied)
+			_, err := sb.Start(context.Background(), spec)
+			require.ErrorIs(t, err, sandbox.ErrInvalidSpec, "run %d", i)
+			continue
 		}
 		if i%5 == 4 {
 			spec.Path, spec.Args = "/nonexistent/program", []string{"program"}
