@@ -64,3 +64,5 @@ require (
 	golang.org/x/tools v0.48.0 // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.77 // indirect
 )
+
+replace github.com/tetratelabs/wazero => ./third_party/wazero
