@@ -235,7 +235,13 @@ func (r *runtime) CompileModule(ctx context.Context, binary []byte) (CompiledMod
 		r.memoryLimitPages, r.memoryCapacityFromMax, !r.dwarfDisabled, r.storeCustomSections)
 	if err != nil {
 		return nil, err
-	} else if err = internal.Validate(r.enabledFeatures); err != nil {
+	}
+	if c, err := r.loadCachedModule(ctx, internal, binary); err != nil {
+		return nil, err
+	} else if c != nil {
+		return c, nil
+	}
+	if err = internal.Validate(r.enabledFeatures); err != nil {
 		// TODO: decoders should validate before returning, as that allows
 		// them to err with the correct position in the wasm binary.
 		return nil, err
@@ -258,11 +264,41 @@ func (r *runtime) CompileModule(ctx context.Context, binary []byte) (CompiledMod
 	if err != nil {
 		return nil, err
 	}
-	internal.AssignModuleID(binary, listeners, r.ensureTermination)
+	internal.AssignModuleID(binary, listeners, r.ensureTermination, r.enabledFeatures)
 	if err = r.store.Engine.CompileModule(ctx, internal, listeners, r.ensureTermination); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// loadCachedModule returns the compiled module for internal when the engine already has code
+// compiled from the same bytes with the same features and settings (in memory, or in the
+// compilation cache written by an earlier process), and nil otherwise. (fledge patch)
+//
+// Such a module was fully validated before its code was compiled and cached, so the
+// instructions of its function bodies are not validated again: for a large module that
+// validation costs several times what loading its cached code does. Everything else about
+// the module is still validated here. A module with function listeners is not looked up
+// early (its ID depends on them) and is compiled as before.
+func (r *runtime) loadCachedModule(ctx context.Context, internal *wasm.Module, binary []byte) (*compiledModule, error) {
+	loader, ok := r.store.Engine.(wasm.CachedModuleLoader)
+	if !ok || ctx.Value(expctxkeys.FunctionListenerFactoryKey{}) != nil {
+		return nil, nil
+	}
+	if internal.ValidateWithoutFunctionBodies(r.enabledFeatures) != nil {
+		return nil, nil // Validate reports it, as without a cache
+	}
+	internal.AssignModuleID(binary, nil, r.ensureTermination, r.enabledFeatures)
+	// The type IDs before the code is loaded: nothing to release if they fail.
+	typeIDs, err := r.store.GetFunctionTypeIDs(internal.TypeSection)
+	if err != nil {
+		return nil, err
+	}
+	if hit, err := loader.LoadCachedModule(ctx, internal, r.ensureTermination); err != nil || !hit {
+		return nil, err
+	}
+	internal.BuildMemoryDefinitions()
+	return &compiledModule{module: internal, compiledEngine: r.store.Engine, typeIDs: typeIDs}, nil
 }
 
 func buildFunctionListeners(ctx context.Context, internal *wasm.Module) ([]experimentalapi.FunctionListener, error) {

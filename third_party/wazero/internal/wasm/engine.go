@@ -34,6 +34,19 @@ type Engine interface {
 	NewModuleEngine(module *Module, instance *ModuleInstance) (ModuleEngine, error)
 }
 
+// CachedModuleLoader is implemented by an Engine that keeps compiled code across compilations,
+// in memory or in a file cache. (fledge patch)
+type CachedModuleLoader interface {
+	// LoadCachedModule is CompileModule, without listeners, for a module whose compiled code
+	// this engine already has under module.ID; it returns false, having loaded nothing, when
+	// it has none. A cached entry that cannot be used (corrupt, truncated, written for other
+	// bytes) is discarded and reported as none, so that the module is validated and compiled
+	// again. The caller has validated the module except its function bodies
+	// (Module.ValidateWithoutFunctionBodies): the code found was compiled from the same
+	// bytes, with the same features, after their bodies were validated.
+	LoadCachedModule(ctx context.Context, module *Module, ensureTermination bool) (bool, error)
+}
+
 // ModuleEngine implements function calls for a given module.
 type ModuleEngine interface {
 	// DoneInstantiation is called at the end of the instantiation of the module.

@@ -211,9 +211,15 @@ const (
 
 // AssignModuleID calculates a sha256 checksum on `wasm` and other args, and set Module.ID to the result.
 // See the doc on Module.ID on what it's used for.
-func (m *Module) AssignModuleID(wasm []byte, listeners []experimental.FunctionListener, withEnsureTermination bool) {
+//
+// (fledge patch) enabledFeatures are part of the ID: compiled code found by this ID is only
+// reused by a runtime whose features the module's function bodies were validated with (a
+// cache hit skips that validation, see Runtime.CompileModule).
+func (m *Module) AssignModuleID(wasm []byte, listeners []experimental.FunctionListener, withEnsureTermination bool, enabledFeatures api.CoreFeatures) {
 	h := sha256.New()
 	h.Write(wasm)
+	binary.LittleEndian.PutUint64(m.ID[:8], uint64(enabledFeatures))
+	h.Write(m.ID[:8])
 	// Use the pre-allocated space backed by m.ID below.
 
 	// Write the existence of listeners to the checksum per function.
@@ -279,6 +285,19 @@ func (m *Module) typeIndexOfFunction(funcIdx Index) (Index, bool) {
 }
 
 func (m *Module) Validate(enabledFeatures api.CoreFeatures) error {
+	return m.validate(enabledFeatures, true)
+}
+
+// ValidateWithoutFunctionBodies is Validate except that the instructions of the function
+// bodies are not validated (everything else, function and code counts and type indexes
+// included, is). (fledge patch) It is the check of a module whose compiled code the engine
+// already has for the same Module.ID: its bodies were validated before that code was
+// compiled, and validating every body of a large module costs more than loading its code.
+func (m *Module) ValidateWithoutFunctionBodies(enabledFeatures api.CoreFeatures) error {
+	return m.validate(enabledFeatures, false)
+}
+
+func (m *Module) validate(enabledFeatures api.CoreFeatures, bodies bool) error {
 	for i := range m.TypeSection {
 		tp := &m.TypeSection[i]
 		tp.CacheNumInUint64()
@@ -318,7 +337,7 @@ func (m *Module) Validate(enabledFeatures api.CoreFeatures) error {
 	}
 
 	if m.CodeSection != nil {
-		if err = m.validateFunctions(enabledFeatures, functions, globals, memory, tables, tags, MaximumFunctionIndex); err != nil {
+		if err = m.validateFunctions(enabledFeatures, functions, globals, memory, tables, tags, MaximumFunctionIndex, bodies); err != nil {
 			return err
 		}
 	} // No need to validate host functions as NewHostModule validates
@@ -425,7 +444,7 @@ func (m *Module) validateGlobals(globals []GlobalType, numFuncts, maxGlobals uin
 	return nil
 }
 
-func (m *Module) validateFunctions(enabledFeatures api.CoreFeatures, functions []Index, globals []GlobalType, memory *Memory, tables []Table, tags []Index, maximumFunctionIndex uint32) error {
+func (m *Module) validateFunctions(enabledFeatures api.CoreFeatures, functions []Index, globals []GlobalType, memory *Memory, tables []Table, tags []Index, maximumFunctionIndex uint32, bodies bool) error {
 	if uint32(len(functions)) > maximumFunctionIndex {
 		return fmt.Errorf("too many functions (%d) in a module", len(functions))
 	}
@@ -456,7 +475,7 @@ func (m *Module) validateFunctions(enabledFeatures api.CoreFeatures, functions [
 			return fmt.Errorf("invalid %s: type section index %d out of range", m.funcDesc(SectionIDFunction, Index(idx)), typeIndex)
 		}
 		c := &m.CodeSection[idx]
-		if c.GoFunc != nil {
+		if c.GoFunc != nil || !bodies {
 			continue
 		}
 		if err = m.validateFunction(vs, enabledFeatures, Index(idx), functions, globals, memory, tables, tags, declaredFuncIndexes, br); err != nil {
