@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 
@@ -128,9 +127,6 @@ func acquireEngine(key engineKey) (*engine, error) {
 	}
 	var cache wazero.CompilationCache
 	if key.cacheDir != "" {
-		if err := os.MkdirAll(key.cacheDir, 0o700); err != nil {
-			return nil, fmt.Errorf("wasm compilation cache: %w", err)
-		}
 		c, err := wazero.NewCompilationCacheWithDir(key.cacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("wasm compilation cache: %w", err)

@@ -67,6 +67,9 @@ var (
 	ErrModule = errors.New("unusable wasm module")
 	// ErrChanged: the module's bytes differ from the ones described for the audit record.
 	ErrChanged = errors.New("wasm module changed since it was described")
+	// ErrCacheDir: the compilation cache dir is not one only fledge can write (New refuses
+	// it; the caller may run without a cache).
+	ErrCacheDir = errors.New("wasm compilation cache dir is not private to fledge")
 )
 
 // CapabilityError names the host function and the capability it needs.
@@ -100,6 +103,11 @@ type Options struct {
 	// entry by the sha256 of the module bytes (and its own version and the CPU), so a
 	// changed module never reuses a stale compile. Within one process compiled modules are
 	// also kept in memory (compiled.go), keyed the same way by the bytes fledge verified.
+	//
+	// The machine code in it runs as it is, and a hit's function bodies are not validated
+	// again (third_party/wazero/PATCHES.md), so New refuses a dir that others can write to
+	// or replace, or that the plugin can reach through a preopen (ErrCacheDir). fledge's is
+	// in its state dir, which no plugin and no command is given.
 	CacheDir   string
 	MessageMax int // bytes per message from the guest (default DefaultMessageMax)
 	InboundMax int // bytes per line from the session (default DefaultInboundMax)
@@ -168,11 +176,47 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // error (the caller may retry without it).
 func New(opts Options) (*Sandbox, error) {
 	opts = opts.withDefaults()
+	if opts.CacheDir != "" {
+		dir, err := privateCacheDir(opts)
+		if err != nil {
+			return nil, err
+		}
+		opts.CacheDir = dir
+	}
 	eng, err := acquireEngine(engineKey{interpreter: opts.Interpreter, cacheDir: opts.CacheDir})
 	if err != nil {
 		return nil, err
 	}
 	return &Sandbox{opts: opts, eng: eng, pinned: map[string]pin{}}, nil
+}
+
+// privateCacheDir makes opts.CacheDir (0700) and returns it with symlinks resolved, or
+// ErrCacheDir when it is not private to fledge: writable or replaceable by another user
+// (checkCacheDirOwner), or inside a directory this plugin is given.
+func privateCacheDir(opts Options) (string, error) {
+	if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrCacheDir, err)
+	}
+	dir, err := filepath.EvalSymlinks(opts.CacheDir)
+	if err == nil {
+		dir, err = filepath.Abs(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrCacheDir, err)
+	}
+	if err := checkCacheDirOwner(dir); err != nil {
+		return "", err
+	}
+	for _, pre := range opts.Preopens() {
+		host := pre.Host
+		if h, err := filepath.EvalSymlinks(host); err == nil {
+			host = h
+		}
+		if policy.Within(dir, host) {
+			return "", fmt.Errorf("%w: it is inside %s, which the plugin sees as %s", ErrCacheDir, pre.Host, pre.Guest)
+		}
+	}
+	return dir, nil
 }
 
 // Close releases the Sandbox's hold on the shared runtime (compiled modules stay cached in
