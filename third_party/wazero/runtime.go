@@ -264,7 +264,7 @@ func (r *runtime) CompileModule(ctx context.Context, binary []byte) (CompiledMod
 	if err != nil {
 		return nil, err
 	}
-	internal.AssignModuleID(binary, listeners, r.ensureTermination, r.enabledFeatures)
+	internal.AssignModuleID(moduleIDSource(ctx, binary), listeners, r.ensureTermination, r.enabledFeatures)
 	if err = r.store.Engine.CompileModule(ctx, internal, listeners, r.ensureTermination); err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func (r *runtime) loadCachedModule(ctx context.Context, internal *wasm.Module, b
 	if internal.ValidateWithoutFunctionBodies(r.enabledFeatures) != nil {
 		return nil, nil // Validate reports it, as without a cache
 	}
-	internal.AssignModuleID(binary, nil, r.ensureTermination, r.enabledFeatures)
+	internal.AssignModuleID(moduleIDSource(ctx, binary), nil, r.ensureTermination, r.enabledFeatures)
 	// The type IDs before the code is loaded: nothing to release if they fail.
 	typeIDs, err := r.store.GetFunctionTypeIDs(internal.TypeSection)
 	if err != nil {
@@ -299,6 +299,17 @@ func (r *runtime) loadCachedModule(ctx context.Context, internal *wasm.Module, b
 	}
 	internal.BuildMemoryDefinitions()
 	return &compiledModule{module: internal, compiledEngine: r.store.Engine, typeIDs: typeIDs}, nil
+}
+
+// moduleIDSource is what a module's ID is a hash of: its binary, or the key the embedder
+// identifies it by (experimental.WithCompilationKey) after a prefix no wasm binary starts
+// with (one starts with "\x00asm"). (fledge patch)
+func moduleIDSource(ctx context.Context, binary []byte) []byte {
+	key, ok := ctx.Value(expctxkeys.CompilationKeyKey{}).([32]byte)
+	if !ok {
+		return binary
+	}
+	return append([]byte("@@key@@@"), key[:]...)
 }
 
 func buildFunctionListeners(ctx context.Context, internal *wasm.Module) ([]experimentalapi.FunctionListener, error) {
