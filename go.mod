@@ -65,4 +65,6 @@ require (
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.77 // indirect
 )
 
+// wazero v1.12.0 with fledge's patches (a trusted compilation-cache hit, mapped cached
+// code, checked entries): third_party/wazero/PATCHES.md
 replace github.com/tetratelabs/wazero => ./third_party/wazero
