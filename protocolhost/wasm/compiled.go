@@ -306,7 +306,10 @@ func (e *engine) compile(ctx context.Context, k modKey, data, merged []byte) (*c
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
-	cm, err := e.rt.CompileModule(experimental.WithCompilationKey(ctx, key), merged)
+	// The compiled module keeps slices of merged (its function bodies and data segments)
+	// instead of copies: merged is never modified (it is a new buffer, or data itself).
+	cctx := experimental.WithBinaryRetained(experimental.WithCompilationKey(ctx, key))
+	cm, err := e.rt.CompileModule(cctx, merged)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}

@@ -231,8 +231,9 @@ func (r *runtime) CompileModule(ctx context.Context, binary []byte) (CompiledMod
 		return nil, err
 	}
 
+	retain, _ := ctx.Value(expctxkeys.RetainBinaryKey{}).(bool) // (fledge patch)
 	internal, err := binaryformat.DecodeModule(binary, r.enabledFeatures,
-		r.memoryLimitPages, r.memoryCapacityFromMax, !r.dwarfDisabled, r.storeCustomSections)
+		r.memoryLimitPages, r.memoryCapacityFromMax, !r.dwarfDisabled, r.storeCustomSections, retain)
 	if err != nil {
 		return nil, err
 	}

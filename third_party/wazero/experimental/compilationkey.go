@@ -18,3 +18,12 @@ import (
 func WithCompilationKey(ctx context.Context, key [32]byte) context.Context {
 	return context.WithValue(ctx, expctxkeys.CompilationKeyKey{}, key)
 }
+
+// WithBinaryRetained returns a context with which Runtime.CompileModule keeps references
+// into the binary it decodes (function bodies, data segments) instead of copying them out,
+// for an embedder whose binary is never modified while the CompiledModule is in use: it
+// saves a copy of most of the module, which on a compilation-cache hit was most of the
+// decode. (fledge patch)
+func WithBinaryRetained(ctx context.Context) context.Context {
+	return context.WithValue(ctx, expctxkeys.RetainBinaryKey{}, true)
+}

@@ -3,7 +3,6 @@ package binary
 import (
 	"bytes"
 	"fmt"
-	"io"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/internal/leb128"
@@ -24,7 +23,7 @@ const (
 	dataSegmentPrefixActiveWithMemoryIndex dataSegmentPrefix = 0x2
 )
 
-func decodeDataSegment(r *bytes.Reader, enabledFeatures api.CoreFeatures, ret *wasm.DataSegment) (err error) {
+func decodeDataSegment(r *bytes.Reader, enabledFeatures api.CoreFeatures, src []byte, ret *wasm.DataSegment) (err error) {
 	dataSegmentPrefx, _, err := leb128.DecodeUint32(r)
 	if err != nil {
 		err = fmt.Errorf("read data segment prefix: %w", err)
@@ -71,8 +70,7 @@ func decodeDataSegment(r *bytes.Reader, enabledFeatures api.CoreFeatures, ret *w
 		return
 	}
 
-	ret.Init = make([]byte, vs)
-	if _, err = io.ReadFull(r, ret.Init); err != nil {
+	if ret.Init, err = readBytes(r, src, int64(vs)); err != nil {
 		err = fmt.Errorf("read bytes for init: %v", err)
 	}
 	return

@@ -22,8 +22,13 @@ func DecodeModule(
 	memoryLimitPages uint32,
 	memoryCapacityFromMax,
 	dwarfEnabled, storeCustomSections bool,
+	retainBinary bool, // (fledge patch) bodies and data segments refer into binary
 ) (*wasm.Module, error) {
 	r := bytes.NewReader(binary)
+	var src []byte // what r reads, when slices of it may be kept
+	if retainBinary {
+		src = binary
+	}
 
 	// Magic number.
 	buf := make([]byte, 4)
@@ -140,9 +145,9 @@ func DecodeModule(
 		case wasm.SectionIDElement:
 			m.ElementSection, err = decodeElementSection(r, enabledFeatures)
 		case wasm.SectionIDCode:
-			m.CodeSection, err = decodeCodeSection(r)
+			m.CodeSection, err = decodeCodeSection(r, src)
 		case wasm.SectionIDData:
-			m.DataSection, err = decodeDataSection(r, enabledFeatures)
+			m.DataSection, err = decodeDataSection(r, enabledFeatures, src)
 		case wasm.SectionIDDataCount:
 			if err := enabledFeatures.RequireEnabled(api.CoreFeatureBulkMemoryOperations); err != nil {
 				return nil, fmt.Errorf("data count section not supported as %v", err)
