@@ -277,7 +277,7 @@ func (e *engine) module(ctx context.Context, digest string, data, merged []byte)
 	select {
 	case <-f.done:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %v", ErrModule, ctx.Err())
+		return nil, fmt.Errorf("waiting for the module's compile: %w", ctx.Err())
 	}
 	if f.err != nil {
 		return nil, f.err
