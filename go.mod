@@ -64,3 +64,7 @@ require (
 	golang.org/x/tools v0.48.0 // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.77 // indirect
 )
+
+// wazero v1.12.0 with fledge's patches (a trusted compilation-cache hit, mapped cached
+// code, checked entries): third_party/wazero/PATCHES.md
+replace github.com/tetratelabs/wazero => ./third_party/wazero

@@ -20,14 +20,16 @@ package wasm
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -96,19 +98,27 @@ type modKey struct {
 	digest string
 }
 
+// flight is a compilation in progress: others wanting the same module wait for it rather
+// than compile it too (Describe starts one that Start then finds).
+type flight struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
 // registry is the process's engines and compiled modules.
 var registry = struct {
 	mu      sync.Mutex
 	clock   uint64
 	engines map[engineKey]*engine
 	modules map[modKey]*compiled
+	flights map[modKey]*flight
 	lru     *list.List // *compiled, most recently used first
 	bytes   int64
 
 	maxModules int
 	maxBytes   int64
 }{
-	engines: map[engineKey]*engine{}, modules: map[modKey]*compiled{}, lru: list.New(),
+	engines: map[engineKey]*engine{}, modules: map[modKey]*compiled{}, flights: map[modKey]*flight{}, lru: list.New(),
 	maxModules: MaxCompiledModules, maxBytes: MaxCompiledBytes,
 }
 
@@ -128,9 +138,6 @@ func acquireEngine(key engineKey) (*engine, error) {
 	}
 	var cache wazero.CompilationCache
 	if key.cacheDir != "" {
-		if err := os.MkdirAll(key.cacheDir, 0o700); err != nil {
-			return nil, fmt.Errorf("wasm compilation cache: %w", err)
-		}
 		c, err := wazero.NewCompilationCacheWithDir(key.cacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("wasm compilation cache: %w", err)
@@ -240,8 +247,9 @@ func knownModules() []pin {
 
 // module returns the compiled module for data (whose sha256 is digest, as the caller
 // verified), compiling it on a miss, with a use the caller releases. A module larger than
-// the byte bound on its own is compiled for this run and not kept.
-func (e *engine) module(ctx context.Context, digest string, data []byte) (*compiled, error) {
+// the byte bound on its own is compiled for this run and not kept. merged is
+// mergeData(data) when the caller has it already, else nil.
+func (e *engine) module(ctx context.Context, digest string, data, merged []byte) (*compiled, error) {
 	k := modKey{e, digest}
 	registry.mu.Lock()
 	if c := registry.modules[k]; c != nil {
@@ -250,12 +258,58 @@ func (e *engine) module(ctx context.Context, digest string, data []byte) (*compi
 		registry.mu.Unlock()
 		return c, nil
 	}
+	f := registry.flights[k]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		registry.flights[k] = f
+		registry.mu.Unlock()
+		c, err := e.compile(ctx, k, data, merged)
+		registry.mu.Lock()
+		delete(registry.flights, k)
+		f.err = err
+		close(f.done)
+		registry.mu.Unlock()
+		return c, err
+	}
 	registry.mu.Unlock()
+	// Someone compiles it: wait, then take it from the cache (or, if it was not kept, compile
+	// it here).
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the module's compile: %w", ctx.Err())
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	registry.mu.Lock()
+	if c := registry.modules[k]; c != nil {
+		c.users++
+		registry.lru.MoveToFront(c.elem)
+		registry.mu.Unlock()
+		return c, nil
+	}
+	registry.mu.Unlock()
+	return e.compile(ctx, k, data, merged)
+}
 
-	// Compiled without the lock: two first starts of one module may both compile it (the
-	// second finds wazero's own copy); one entry is kept.
+// compile compiles data for k and caches it (see module).
+func (e *engine) compile(ctx context.Context, k modKey, data, merged []byte) (*compiled, error) {
+	digest := k.digest
+	if merged == nil {
+		merged = mergeData(data)
+	}
+	// Compiled without the lock; flights make two starts of one module wait for one
+	// compile, and if two compile anyway (the module was not kept) one entry is kept.
 	compiles.Add(1)
-	cm, err := e.rt.CompileModule(ctx, mergeData(data))
+	key, err := compileKey(digest)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+	}
+	// The compiled module keeps slices of merged (its function bodies and data segments)
+	// instead of copies: merged is never modified (it is a new buffer, or data itself).
+	cctx := experimental.WithBinaryRetained(experimental.WithCompilationKey(ctx, key))
+	cm, err := e.rt.CompileModule(cctx, merged)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
@@ -279,6 +333,25 @@ func (e *engine) module(ctx context.Context, digest string, data []byte) (*compi
 	registry.modules[k] = c
 	registry.bytes += c.cost
 	return c, nil
+}
+
+// compileKey is what wazero identifies the module fledge compiles (mergeData(data)) by, in
+// memory and in the compilation cache, instead of hashing the merged bytes again (3 ms for a
+// Go-built module): the sha256 fledge verified of data, and the version of mergeData. The
+// same key is never given for different bytes, as wazero requires: the merged bytes are a
+// function of the two.
+func compileKey(digest string) ([32]byte, error) {
+	sum, err := hex.DecodeString(digest)
+	if err != nil || len(sum) != sha256.Size {
+		return [32]byte{}, fmt.Errorf("not a sha256: %q", digest)
+	}
+	h := sha256.New()
+	h.Write([]byte(mergeVersion))
+	h.Write([]byte{0})
+	h.Write(sum)
+	var key [32]byte
+	h.Sum(key[:0])
+	return key, nil
 }
 
 // guestKey carries the run a host function serves in the context of the module's _start.

@@ -278,3 +278,54 @@ func TestPrecompileFillsMemoryToo(t *testing.T) {
 	assert.Equal(t, 5, waitResult(t, p).ExitCode)
 	assert.Equal(t, before, wasm.CompileCount())
 }
+
+// TestOneCompilePerModule: Describe starts the compile its Start needs, and Start uses it;
+// starts of a new module side by side wait for one compile instead of each compiling it.
+func TestOneCompilePerModule(t *testing.T) {
+	t.Cleanup(wasm.ForgetCompiled)
+	dir := t.TempDir()
+	path := writeModule(t, dir, "m.wasm", exitModule(4))
+	wasm.ForgetCompiled()
+	before := wasm.CompileCount()
+	w, err := wasm.New(wasm.Options{})
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Describe(path)
+	require.NoError(t, err)
+	p, err := w.Start(context.Background(), &sandbox.Spec{Path: path})
+	require.NoError(t, err)
+	assert.Equal(t, 4, waitResult(t, p).ExitCode)
+	assert.EqualValues(t, 1, wasm.CompileCount()-before, "Describe's compile is Start's")
+
+	path = writeModule(t, dir, "big.wasm", guestBytes(t, "probe"))
+	wasm.ForgetCompiled()
+	before = wasm.CompileCount()
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	for i := range codes {
+		wg.Go(func() {
+			w, err := wasm.New(wasm.Options{})
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer w.Close()
+			init := `{"type":"init","protocol":"fledge-v1","args":["exit","6"]}` + "\n"
+			p, err := w.Start(context.Background(), &sandbox.Spec{Path: path, Stdin: strings.NewReader(init), Stdout: &bytes.Buffer{}})
+			if !assert.NoError(t, err) {
+				return
+			}
+			r, _ := p.Wait()
+			codes[i] = r.ExitCode
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, []int{6, 6, 6, 6}, codes)
+	assert.EqualValues(t, 1, wasm.CompileCount()-before, "four starts, one compile")
+}
+
+func guestBytes(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(guest(t, name))
+	require.NoError(t, err)
+	return b
+}

@@ -15,6 +15,12 @@ import (
 // is byte for byte the same (TestMergedDataInitialisesTheSameMemory). The audit record and
 // the cache key stay the sha256 of the bytes on disk; only what is compiled is merged.
 
+// mergeVersion names what mergeData makes of a module. The compiled module is found by the
+// module's sha256 and this (compileKey), not by a hash of the merged bytes: it must change
+// whenever mergeData's output for some module changes (TestMergeDataOutputIsVersioned
+// fails until it does).
+const mergeVersion = "fledge mergeData 1"
+
 const (
 	// mergeGap is the largest gap between two segments that is filled to join them.
 	mergeGap = 4096

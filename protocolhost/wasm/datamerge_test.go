@@ -2,6 +2,8 @@ package wasm_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"slices"
 	"testing"
@@ -117,3 +119,24 @@ func TestMergeDataLeavesOtherModulesAlone(t *testing.T) {
 		assert.True(t, bytes.Equal(bin, wasm.MergeData(bin)), name)
 	}
 }
+
+// TestMergeDataOutputIsVersioned: what mergeData makes of a module with segments near and
+// far apart, out of order, is fixed for its version. The compiled module is found by the
+// module's sha256 and mergeData's version (compileKey), so a change to the output must come
+// with a new mergeVersion; then record the new sum here.
+func TestMergeDataOutputIsVersioned(t *testing.T) {
+	var segs []seg
+	for i := range 200 {
+		segs = append(segs, seg{uint32((i * 37) % 200 * 24), []byte{byte(i), 2, 3}})
+	}
+	segs = append(segs, seg{60000, []byte{9}}, seg{9000, bytes.Repeat([]byte{7}, 100)})
+	bin := withData(2, activeSegments(segs))
+	merged := wasm.MergeData(bin)
+	require.False(t, bytes.Equal(bin, merged), "the module is merged")
+	sum := sha256.Sum256(merged)
+	const want = "fledge mergeData 1: "
+	assert.Equal(t, want+recordedMergeSum, wasm.MergeVersion+": "+hex.EncodeToString(sum[:]),
+		"mergeData's output changed: give it a new mergeVersion (datamerge.go) and record the new sum")
+}
+
+const recordedMergeSum = "e91c2e8759be51cb697157459bbfebf54a86329bcfd0ed5c98910af4b5175ea2"

@@ -12,6 +12,9 @@ import (
 // MergeData is what is compiled for a module's bytes (datamerge.go).
 var MergeData = mergeData
 
+// MergeVersion names what MergeData does.
+const MergeVersion = mergeVersion
+
 // InitialMemory instantiates bin in a shared runtime, runs nothing of it, and returns a copy
 // of the memory the instance starts with.
 func InitialMemory(bin []byte) ([]byte, error) {

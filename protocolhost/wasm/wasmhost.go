@@ -67,6 +67,9 @@ var (
 	ErrModule = errors.New("unusable wasm module")
 	// ErrChanged: the module's bytes differ from the ones described for the audit record.
 	ErrChanged = errors.New("wasm module changed since it was described")
+	// ErrCacheDir: the compilation cache dir is not one only fledge can write (New refuses
+	// it; the caller may run without a cache).
+	ErrCacheDir = errors.New("wasm compilation cache dir is not private to fledge")
 )
 
 // CapabilityError names the host function and the capability it needs.
@@ -100,6 +103,11 @@ type Options struct {
 	// entry by the sha256 of the module bytes (and its own version and the CPU), so a
 	// changed module never reuses a stale compile. Within one process compiled modules are
 	// also kept in memory (compiled.go), keyed the same way by the bytes fledge verified.
+	//
+	// The machine code in it runs as it is, and a hit's function bodies are not validated
+	// again (third_party/wazero/PATCHES.md), so New refuses a dir that others can write to
+	// or replace, or that the plugin can reach through a preopen (ErrCacheDir). fledge's is
+	// in its state dir, which no plugin and no command is given.
 	CacheDir   string
 	MessageMax int // bytes per message from the guest (default DefaultMessageMax)
 	InboundMax int // bytes per line from the session (default DefaultInboundMax)
@@ -168,11 +176,47 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // error (the caller may retry without it).
 func New(opts Options) (*Sandbox, error) {
 	opts = opts.withDefaults()
+	if opts.CacheDir != "" {
+		dir, err := privateCacheDir(opts)
+		if err != nil {
+			return nil, err
+		}
+		opts.CacheDir = dir
+	}
 	eng, err := acquireEngine(engineKey{interpreter: opts.Interpreter, cacheDir: opts.CacheDir})
 	if err != nil {
 		return nil, err
 	}
 	return &Sandbox{opts: opts, eng: eng, pinned: map[string]pin{}}, nil
+}
+
+// privateCacheDir makes opts.CacheDir (0700) and returns it with symlinks resolved, or
+// ErrCacheDir when it is not private to fledge: writable or replaceable by another user
+// (checkCacheDirOwner), or inside a directory this plugin is given.
+func privateCacheDir(opts Options) (string, error) {
+	if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrCacheDir, err)
+	}
+	dir, err := filepath.EvalSymlinks(opts.CacheDir)
+	if err == nil {
+		dir, err = filepath.Abs(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrCacheDir, err)
+	}
+	if err := checkCacheDirOwner(dir); err != nil {
+		return "", err
+	}
+	for _, pre := range opts.Preopens() {
+		host := pre.Host
+		if h, err := filepath.EvalSymlinks(host); err == nil {
+			host = h
+		}
+		if policy.Within(dir, host) {
+			return "", fmt.Errorf("%w: it is inside %s, which the plugin sees as %s", ErrCacheDir, pre.Host, pre.Guest)
+		}
+	}
+	return dir, nil
 }
 
 // Close releases the Sandbox's hold on the shared runtime (compiled modules stay cached in
@@ -218,13 +262,16 @@ func (s *Sandbox) Report() sandbox.Report {
 // refuses to run different bytes from that path (ErrChanged), so the record names exactly
 // what ran.
 func (s *Sandbox) Describe(path string) (map[string]any, error) {
-	digest, data, err := readVerified(path, knownModules())
+	digest, data, merged, err := readVerified(path, knownModules(), true)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.pinned[path] = pin{digest: digest, data: data}
 	s.mu.Unlock()
+	if merged != nil {
+		s.prefetch(digest, data, merged)
+	}
 	pre := s.opts.Preopens()
 	if pre == nil {
 		pre = []Preopen{}
@@ -243,6 +290,20 @@ func (s *Sandbox) Describe(path string) (map[string]any, error) {
 			"processes": false, "preopens": pre, "memory_bytes": s.opts.MemoryBytes, "timeout_ms": s.opts.Timeout.Milliseconds(),
 		},
 	}, nil
+}
+
+// prefetch starts compiling (or loading from the cache dir) a module Describe read and
+// hashed, so that the work overlaps what the session does before Start, which then finds it
+// compiled or waits for it (engine.module). Nothing of the module runs here. A Describe
+// without a Start costs only that compile, which is kept like any other.
+func (s *Sandbox) prefetch(digest string, data, merged []byte) {
+	s.eng.hold()
+	go func() {
+		defer s.eng.release()
+		if c, err := s.eng.module(context.Background(), digest, data, merged); err == nil {
+			c.release()
+		}
+	}()
 }
 
 // hostFunctions lists the fledge.* imports this plugin's grants provide.
@@ -302,12 +363,14 @@ const compareChunk = 256 << 10
 // the file is equal, byte for byte, to one of known (bytes already hashed: what Describe
 // pinned, modules in the cache) it is compared with them chunk by chunk as it is read, and
 // that one's digest and bytes are returned: no copy of the file is made and nothing is
-// hashed again. Otherwise it is read whole and hashed (digest of the bytes returned).
-// Whatever the file does meanwhile, the bytes returned are the bytes the digest is of.
-func readVerified(path string, known []pin) (digest string, data []byte, err error) {
+// hashed again. Otherwise it is read whole and hashed (digest of the bytes returned), and,
+// when merge is set, mergeData of them is made meanwhile on another core and returned as
+// merged (what will be compiled; nil when nothing was hashed). Whatever the file does
+// meanwhile, the bytes returned are the bytes the digest is of.
+func readVerified(path string, known []pin, merge bool) (digest string, data, merged []byte, err error) {
 	f, st, err := openModule(path)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	defer f.Close()
 	var cands []pin
@@ -318,19 +381,24 @@ func readVerified(path string, known []pin) (digest string, data []byte, err err
 	}
 	if len(cands) > 0 {
 		if m, err := compareFile(f, cands); err != nil {
-			return "", nil, fmt.Errorf("%w: %v", ErrModule, err)
+			return "", nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
 		} else if m != nil {
-			return m.digest, m.data, nil
+			return m.digest, m.data, nil, nil
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return "", nil, fmt.Errorf("%w: %v", ErrModule, err)
+			return "", nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
 		}
 	}
 	if data, err = readAll(f, st); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
+	}
+	var merging sync.WaitGroup
+	if merge {
+		merging.Go(func() { merged = mergeData(data) })
 	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]), data, nil
+	merging.Wait()
+	return hex.EncodeToString(sum[:]), data, merged, nil
 }
 
 // compareFile reads f to its end and returns the candidate its bytes equal, or nil.
@@ -424,11 +492,11 @@ func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
 // Precompile compiles the module at path into the compilation cache, so that the first run
 // only loads it (install does this). Nothing of the module runs.
 func (s *Sandbox) Precompile(ctx context.Context, path string) error {
-	digest, data, err := readVerified(path, knownModules())
+	digest, data, merged, err := readVerified(path, knownModules(), true)
 	if err != nil {
 		return err
 	}
-	c, err := s.eng.module(ctx, digest, data)
+	c, err := s.eng.module(ctx, digest, data, merged)
 	if err != nil {
 		return err
 	}
@@ -451,7 +519,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if !pinned {
 		known = knownModules()
 	}
-	digest, data, err := readVerified(spec.Path, known)
+	digest, data, merged, err := readVerified(spec.Path, known, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
@@ -459,7 +527,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		return nil, fmt.Errorf("%w: %w (sha256 %s, recorded %s)", sandbox.ErrLaunch, ErrChanged, digest[:12], want.digest[:12])
 	}
 
-	c, err := s.eng.module(ctx, digest, data)
+	c, err := s.eng.module(ctx, digest, data, merged)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
