@@ -135,7 +135,7 @@ func metaSeq(ctx context.Context, p *sdk.Plugin, n int) error {
 // timedSeq runs one(ctx, p) once to warm up, then N times, and reports the round trips.
 func timedSeq(ctx context.Context, p *sdk.Plugin, n int, one func(context.Context, *sdk.Plugin) error) error {
 	if n <= 0 {
-		return errors.New("N must be positive")
+		return errors.New("the count must be positive")
 	}
 	// One warm-up: the first one pays for page faults in the host's path.
 	if err := one(ctx, p); err != nil {
