@@ -813,7 +813,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		}
 	}
 	ok = true
-	s.spareAfterLaunch(spec)
+	s.spareAfterLaunch(spec, p)
 	go p.wait()
 	go p.watch(ctx)
 	return p, nil

@@ -219,11 +219,14 @@ func (s *Sandbox) closeSpares() {
 	s.spares.pending.Wait()
 }
 
-// spareAfterLaunch starts making the next run's spare (thread launcher with v1 groups only)
-// and its network namespace.
-func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec) {
-	if s.launch == LaunchThread {
-		aheadNetNS.afterLaunch() // the next run's network namespace (netns_linux.go)
+// spareAfterLaunch starts making the next run's spare (thread launcher with v1 groups only),
+// and once p has ended, the next network namespace (netns_linux.go).
+func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec, p *process) {
+	if s.launch == LaunchThread && aheadNetNS.isWanted() {
+		go func() {
+			<-p.Done()
+			aheadNetNS.afterRun()
+		}()
 	}
 	if s.launch != LaunchThread || len(s.cg.v1) == 0 || !s.cg.writable() {
 		return
