@@ -34,17 +34,17 @@ func TestNetNSAheadFreshPerRun(t *testing.T) {
 		assert.False(t, sawA, "run B sees run A's socket")
 	})
 	t.Run("control: a pool handing out one namespace twice", func(t *testing.T) {
-		aheadNetNS.drain()
 		shared, err := makeNetNS()
 		require.NoError(t, err)
 		aheadNetNS.mu.Lock()
 		aheadNetNS.makeForTest = func() (int, error) { return unix.FcntlInt(uintptr(shared), unix.F_DUPFD_CLOEXEC, 3) }
 		aheadNetNS.mu.Unlock()
+		aheadNetNS.drain() // after: whatever is made from here on is the broken pool's
 		t.Cleanup(func() {
-			aheadNetNS.drain()
 			aheadNetNS.mu.Lock()
 			aheadNetNS.makeForTest = nil
 			aheadNetNS.mu.Unlock()
+			aheadNetNS.drain() // after: no namespace of the broken pool is left for later tests
 			unix.Close(shared)
 		})
 		sameNS, sawA := netnsRunPair(t, sb)
@@ -61,9 +61,14 @@ func netnsRunPair(t *testing.T, sb *Sandbox) (sameNS, sawA bool) {
 	require.NoError(t, err)
 	e := newEnv(t)
 	name := "fledge-netns-" + randomID()
-	// A first run: the pool makes the next namespace after it.
+	// A first run: the pool makes the next namespaces once it has ended.
 	res, out, errOut := run(t, sb, e.spec("true"))
 	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	require.Eventually(t, func() bool {
+		aheadNetNS.mu.Lock()
+		defer aheadNetNS.mu.Unlock()
+		return len(aheadNetNS.ready) == netNSAhead
+	}, 10*time.Second, time.Millisecond, "the pool is made after the first run")
 
 	taken := aheadNetNS.taken.Load()
 	outA := &testutil.SyncBuffer{}
