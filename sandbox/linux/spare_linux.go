@@ -220,16 +220,31 @@ func (s *Sandbox) closeSpares() {
 }
 
 // spareAfterLaunch starts making the next run's spare (thread launcher with v1 groups only),
-// and once p has ended, the next network namespace (netns_linux.go).
+// and once p has ended, the next network namespaces (netns_linux.go).
+//
+// After a plugin's own launch the spare is made once the plugin has ended instead: the
+// next launch while it runs is one of its commands, whose limits are not the plugin's (a
+// spare made for the plugin's would be thrown away by it), and making one right away took
+// the CPU and the cgroup threadgroup lock from the plugin's own start. A later start of the
+// same plugin (a long-lived host) still finds it ready.
 func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec, p *process) {
-	if s.launch == LaunchThread && aheadNetNS.isWanted() {
-		go func() {
-			<-p.Done()
-			aheadNetNS.afterRun()
-		}()
+	netns := s.launch == LaunchThread && aheadNetNS.isWanted()
+	spare := s.launch == LaunchThread && len(s.cg.v1) > 0 && s.cg.writable()
+	if spare && spec.Kind != sandbox.KindPlugin {
+		s.makeSpare(spec.Name, spec.Limits)
+		spare = false
 	}
-	if s.launch != LaunchThread || len(s.cg.v1) == 0 || !s.cg.writable() {
+	if !netns && !spare {
 		return
 	}
-	s.makeSpare(spec.Name, spec.Limits)
+	name, limits := spec.Name, spec.Limits
+	go func() {
+		<-p.Done()
+		if netns {
+			aheadNetNS.afterRun()
+		}
+		if spare {
+			s.makeSpare(name, limits)
+		}
+	}()
 }
