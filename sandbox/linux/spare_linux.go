@@ -222,29 +222,19 @@ func (s *Sandbox) closeSpares() {
 // spareAfterLaunch starts making the next run's spare (thread launcher with v1 groups only),
 // and once p has ended, the next network namespaces (netns_linux.go).
 //
-// After a plugin's own launch the spare is made once the plugin has ended instead: the
-// next launch while it runs is one of its commands, whose limits are not the plugin's (a
-// spare made for the plugin's would be thrown away by it), and making one right away took
-// the CPU and the cgroup threadgroup lock from the plugin's own start. A later start of the
-// same plugin (a long-lived host) still finds it ready.
+// The spare is made right away even after a plugin's own launch, although making it then
+// competes with the plugin's start (its v1 join takes the cgroup threadgroup lock that the
+// plugin's thread creation waits on): the plugin's first command has the plugin's name and
+// limits and is launched from it.
 func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec, p *process) {
-	netns := s.launch == LaunchThread && aheadNetNS.isWanted()
-	spare := s.launch == LaunchThread && len(s.cg.v1) > 0 && s.cg.writable()
-	if spare && spec.Kind != sandbox.KindPlugin {
-		s.makeSpare(spec.Name, spec.Limits)
-		spare = false
+	if s.launch == LaunchThread && aheadNetNS.isWanted() {
+		go func() {
+			<-p.Done()
+			aheadNetNS.afterRun()
+		}()
 	}
-	if !netns && !spare {
+	if s.launch != LaunchThread || len(s.cg.v1) == 0 || !s.cg.writable() {
 		return
 	}
-	name, limits := spec.Name, spec.Limits
-	go func() {
-		<-p.Done()
-		if netns {
-			aheadNetNS.afterRun()
-		}
-		if spare {
-			s.makeSpare(name, limits)
-		}
-	}()
+	s.makeSpare(spec.Name, spec.Limits)
 }
