@@ -69,16 +69,6 @@ type session struct {
 // Run runs one plugin session to its end and returns the plugin's exit code.
 func Run(ctx context.Context, opts Options) (*Outcome, error) {
 	s := &session{opts: opts, lim: withDefaults(opts.Limits), skipped: map[string]int{}}
-	var guard chan guardOpened
-	if len(opts.ExecRoots) > 0 {
-		// Opened beside the Report below (each a few dozen syscalls), before the plugin
-		// starts: a root that cannot be opened still ends the session before it.
-		guard = make(chan guardOpened, 1)
-		go func() {
-			g, err := pathguard.New(opts.ExecRoots...)
-			guard <- guardOpened{g, err}
-		}()
-	}
 	// What the plugin's sandbox enforces here, asked once: the plugin_start record, the
 	// init message and (the same sandbox) the recorder all say it.
 	s.pluginRep = s.pluginSandbox().Report()
@@ -100,26 +90,20 @@ func Run(ctx context.Context, opts Options) (*Outcome, error) {
 	s.execSlots = make(chan struct{}, s.lim.ConcurrentExecs)
 	s.metaSlots = make(chan struct{}, maxConcurrentMetadata)
 	s.prompts = make(chan func(), s.lim.PendingRequests)
-	return s.run(ctx, guard)
+	return s.run(ctx)
 }
 
-// guardOpened is the exec roots' guard, opened in the background (nil channel: no roots).
-type guardOpened struct {
-	g   *pathguard.Guard
-	err error
-}
-
-func (s *session) run(parent context.Context, guard <-chan guardOpened) (*Outcome, error) {
+func (s *session) run(parent context.Context) (*Outcome, error) {
 	s.ctx, s.cancel = context.WithCancel(parent)
 	defer s.cancel()
 
-	if guard != nil {
-		opened := <-guard
-		if opened.err != nil {
-			return nil, fmt.Errorf("open exec roots: %w", opened.err)
+	if len(s.opts.ExecRoots) > 0 {
+		g, err := pathguard.New(s.opts.ExecRoots...)
+		if err != nil {
+			return nil, fmt.Errorf("open exec roots: %w", err)
 		}
-		s.guard = opened.g
-		defer opened.g.Close()
+		s.guard = g
+		defer g.Close()
 	}
 
 	spec := s.opts.PluginSpec
