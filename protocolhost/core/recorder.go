@@ -335,6 +335,53 @@ func (r *Recorder) BeforeAct(event string, details map[string]any) (func() error
 	return sync, err
 }
 
+// pendingAct is a decision record being written in the background (beforeActAsync).
+type pendingAct struct {
+	done    chan struct{}
+	sync    func() error
+	err     error // the append's error (nil: written; durable once sync returned nil)
+	once    sync.Once
+	syncErr error
+}
+
+// beforeActAsync is BeforeAct started in its own goroutine, for an act whose preparation
+// (a sandbox's Start) can overlap the record's writing: durable waits for the record to be
+// written and synced, and is the act's BeforeExec.
+func (r *Recorder) beforeActAsync(event string, details map[string]any) *pendingAct {
+	p := &pendingAct{done: make(chan struct{})}
+	if r.log == nil {
+		close(p.done)
+		return p
+	}
+	go func() {
+		defer close(p.done)
+		p.sync, p.err = r.BeforeAct(event, details)
+	}()
+	return p
+}
+
+// durable waits for the record (its append, then its fsync) and says whether it is on
+// disk. It only waits for work of other goroutines (BeforeExec may run on a confined
+// launch thread), and may be called any number of times.
+func (p *pendingAct) durable() error {
+	<-p.done
+	if p.err != nil {
+		return p.err
+	}
+	p.once.Do(func() {
+		if p.sync != nil {
+			p.syncErr = p.sync()
+		}
+	})
+	return p.syncErr
+}
+
+// appendErr is the append's error, once durable returned.
+func (p *pendingAct) appendErr() error {
+	<-p.done
+	return p.err
+}
+
 // BeforeActNow is BeforeAct for an act that follows at once (a request written to a pipe):
 // with nothing to overlap the flush with, the record is durable when it returns, its fsync
 // shared with the appends running alongside (the log's group commit), and no background

@@ -46,6 +46,8 @@ var DefaultLadder = Ladder{CancelGrace: 5 * time.Second, KillAfter: 10 * time.Se
 // SpawnOptions say what to start and how.
 type SpawnOptions struct {
 	Sandbox sandbox.Sandbox
+	// Report is Sandbox.Report() when the caller asked it already (nil: Spawn asks).
+	Report *sandbox.Report
 	// Spec is the plugin's sandbox profile with Kind, Name, Path and Args set. Dir and
 	// DirPath are set from Cwd. With Pipes, Stdin and Stdout are set by Spawn.
 	Spec sandbox.Spec
@@ -173,7 +175,12 @@ func spawn(o SpawnOptions) (*Proc, error) {
 	closeAfter = append(closeAfter, cwd)
 	spec.Dir, spec.DirPath = cwd, o.Cwd
 
-	rep := o.Sandbox.Report()
+	var rep sandbox.Report
+	if o.Report != nil {
+		rep = *o.Report
+	} else {
+		rep = o.Sandbox.Report()
+	}
 	rec.Degraded(rep, spec.Strict)
 	details := map[string]any{
 		"program": spec.Path, audit.DetailArgv: spec.Args, audit.DetailCwdResolved: o.Cwd,
@@ -182,20 +189,26 @@ func spawn(o SpawnOptions) (*Proc, error) {
 	for k, v := range o.StartDetails {
 		details[k] = v
 	}
-	sync, err := rec.BeforeAct(audit.EventPluginStart, details)
-	if err != nil {
-		closeAll(closeAfter)
-		closeAll(keep)
-		return nil, fmt.Errorf("%w: %w: %w", ErrLaunch, ErrAudit, err)
-	}
-	spec.BeforeExec = sync
+	// The record is written while the sandbox prepares the start (its cgroups, view and
+	// filters), and the launch waits for it, written and synced, right before the plugin
+	// runs (BeforeExec): a record that cannot be written fails the launch there.
+	started := rec.beforeActAsync(audit.EventPluginStart, details)
+	spec.BeforeExec = started.durable
 	rec.ObserveKernel(&spec, "")
 	p.start = time.Now()
 	// The plugin is not tied to a context: ending it goes through the ladder, so it gets
 	// its grace period.
 	proc, err := o.Sandbox.Start(context.Background(), &spec)
-	if sync != nil {
-		_ = sync()
+	if aerr := started.durable(); started.appendErr() != nil {
+		// No record, no plugin: the launch stopped at BeforeExec (a backend that started
+		// it anyway has its plugin killed here, before anything reads from it).
+		if err == nil {
+			_ = proc.Kill()
+			_, _ = proc.Wait()
+		}
+		closeAll(closeAfter)
+		closeAll(keep)
+		return nil, fmt.Errorf("%w: %w: %w", ErrLaunch, ErrAudit, aerr)
 	}
 	closeAll(closeAfter)
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,3 +128,67 @@ func TestSpawnAuditFailure(t *testing.T) {
 type failLog struct{}
 
 func (failLog) Append(*audit.Record, bool) error { return errors.New("disk full") }
+
+// blockingLog holds every append until release is closed.
+type blockingLog struct {
+	entered chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	recs    []*audit.Record
+}
+
+func (b *blockingLog) Append(r *audit.Record, _ bool) error {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.release
+	b.mu.Lock()
+	b.recs = append(b.recs, r)
+	b.mu.Unlock()
+	return nil
+}
+
+// The plugin_start record is written while the sandbox prepares the start, but the plugin
+// never runs before it is on record: an audit log that takes its time holds the plugin
+// (its first act, a file, does not appear) until the record is written.
+func TestSpawnWaitsForStartRecord(t *testing.T) {
+	log := &blockingLog{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	rec := NewRecorder(log, "s1", &audit.PluginRef{Name: "core-test"}, sandbox.Report{}, nil)
+	marker := filepath.Join(t.TempDir(), "ran")
+	spec := shSpec(t, "touch "+marker+"; read line")
+	spec.Access.ReadWrite = append(spec.Access.ReadWrite, filepath.Dir(marker))
+	type spawned struct {
+		p   *Proc
+		err error
+	}
+	done := make(chan spawned, 1)
+	go func() {
+		p, err := Spawn(SpawnOptions{Sandbox: newSandbox(t), Spec: spec, Cwd: "/", Pipes: true, Recorder: rec})
+		done <- spawned{p, err}
+	}()
+	select {
+	case <-log.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("plugin_start was never appended")
+	}
+	// Time for the sandbox to prepare and reach the point where it would start the plugin.
+	time.Sleep(500 * time.Millisecond)
+	assert.NoFileExists(t, marker, "the plugin ran before its plugin_start record was written")
+	select {
+	case s := <-done:
+		t.Fatalf("Spawn returned before the record was written: %v", s.err)
+	default:
+	}
+	close(log.release)
+	s := <-done
+	require.NoError(t, s.err)
+	require.Eventually(t, func() bool { _, err := os.Stat(marker); return err == nil }, 30*time.Second, 5*time.Millisecond, "the plugin ran once on record")
+	_, _ = s.p.Stdin.Write([]byte("bye\n"))
+	ex := s.p.Finish(nil)
+	assert.Equal(t, 0, ex.Code)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	require.NotEmpty(t, log.recs)
+	assert.Equal(t, audit.EventPluginStart, log.recs[0].Event)
+}

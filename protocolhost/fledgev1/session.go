@@ -62,21 +62,30 @@ type session struct {
 	// (Linux: it builds a network namespace to see whether it can), made once.
 	execMode     map[string]any
 	execModeOnce sync.Once
+	// pluginRep is the plugin sandbox's Report, asked once per session.
+	pluginRep sandbox.Report
 }
 
 // Run runs one plugin session to its end and returns the plugin's exit code.
 func Run(ctx context.Context, opts Options) (*Outcome, error) {
 	s := &session{opts: opts, lim: withDefaults(opts.Limits), skipped: map[string]int{}}
+	// What the plugin's sandbox enforces here, asked once: the plugin_start record, the
+	// init message and (the same sandbox) the recorder all say it.
+	s.pluginRep = s.pluginSandbox().Report()
 	s.rec = opts.Recorder
 	if s.rec == nil {
 		var ui func(string)
 		if opts.UI != nil {
 			ui = opts.UI.Warn
 		}
+		rep := s.pluginRep
+		if opts.PluginSandbox != nil {
+			rep = opts.Sandbox.Report()
+		}
 		s.rec = core.NewRecorder(opts.Audit, opts.SessionID, &audit.PluginRef{
 			Name: opts.Plugin.Name, Version: opts.Plugin.Version,
 			Source: opts.Plugin.Source, ManifestDigest: opts.Plugin.ManifestDigest,
-		}, opts.Sandbox.Report(), ui)
+		}, rep, ui)
 	}
 	s.execSlots = make(chan struct{}, s.lim.ConcurrentExecs)
 	s.metaSlots = make(chan struct{}, maxConcurrentMetadata)
@@ -107,7 +116,7 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		startDetails[k] = v
 	}
 	proc, err := core.Spawn(core.SpawnOptions{
-		Sandbox: s.pluginSandbox(), Spec: spec, Cwd: s.opts.PluginCwd, Pipes: true,
+		Sandbox: s.pluginSandbox(), Report: &s.pluginRep, Spec: spec, Cwd: s.opts.PluginCwd, Pipes: true,
 		Stderr: s.opts.Stderr, Recorder: s.rec, StartDetails: startDetails,
 		Ladder:       core.Ladder{CancelGrace: s.lim.CancelGrace, KillAfter: s.lim.KillAfter},
 		DrainTimeout: s.lim.DrainTimeout,
@@ -220,7 +229,7 @@ func (s *session) initMessage() protocol.Init {
 		Fledge:       protocol.FledgeInfo{Version: s.opts.FledgeVersion},
 		Capabilities: s.opts.Grants,
 	}
-	rep := s.pluginSandbox().Report()
+	rep := s.pluginRep
 	in.Sandbox = &protocol.SandboxInfo{
 		Confinement: rep.Confinement,
 		LandlockABI: rep.LandlockABI,

@@ -47,6 +47,7 @@ type pidHolder struct {
 	refs    int         // runs launched into it and not yet cleaned up (under the mutex)
 	last    time.Time   // when a run last took or released it (under the mutex)
 	sock    int         // host end of the holder's stdin socket: closing it ends the namespace
+	pidFD   int         // a pidfd of the holder (-1: none), readable once it has exited
 	nsFD    int         // /proc/<holder>/ns/pid
 	procFD  int         // the holder's detached procfs
 }
@@ -154,7 +155,12 @@ func startPidHolder(exe string) (*pidHolder, error) {
 		unix.Close(fds[0])
 		return nil, fmt.Errorf("start holder: %w", err)
 	}
-	h := &pidHolder{proc: proc, sock: fds[0], nsFD: -1, procFD: -1}
+	h := &pidHolder{proc: proc, sock: fds[0], nsFD: -1, procFD: -1, pidFD: -1}
+	// Before the reaper below starts: the holder is an unreaped child, its pid not reused.
+	if fd, err := unix.PidfdOpen(proc.Pid, unix.PIDFD_NONBLOCK); err == nil {
+		unix.CloseOnExec(fd)
+		h.pidFD = fd
+	}
 	go func() { _, _ = proc.Wait(); h.dead.Store(true) }()
 	if err := h.receiveProc(); err != nil {
 		h.close()
@@ -210,7 +216,22 @@ func (h *pidHolder) receiveProc() error {
 // that is exiting but not yet reaped may still look alive: a launch that then finds its
 // namespace gone (errPidNSGone) drops it and retries.
 func (h *pidHolder) alive() bool {
-	if h.dead.Load() || h.proc.Signal(syscall.Signal(0)) != nil {
+	if h.dead.Load() {
+		return false
+	}
+	if h.pidFD >= 0 {
+		// One poll instead of a signal and a read of /proc/PID/stat at every launch: a
+		// pidfd is readable once its process has exited (a zombie, or reaped).
+		for {
+			fds := []unix.PollFd{{Fd: int32(h.pidFD), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			return err == nil && n == 0
+		}
+	}
+	if h.proc.Signal(syscall.Signal(0)) != nil {
 		return false
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.proc.Pid))
@@ -237,7 +258,7 @@ func (n *pidNamespaces) drop(name string, h *pidHolder) {
 }
 
 func (h *pidHolder) close() {
-	for _, fd := range []*int{&h.sock, &h.nsFD, &h.procFD} {
+	for _, fd := range []*int{&h.sock, &h.nsFD, &h.procFD, &h.pidFD} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1

@@ -696,6 +696,14 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if rg != nil && rg.ns != nil {
 			tl.netNS = int(rg.ns.Fd())
 		}
+		if sys.Cloneflags&unix.CLONE_NEWNET != 0 {
+			// A fresh namespace made ahead, entered with setns (netns_linux.go).
+			if fd := aheadNetNS.take(); fd >= 0 {
+				tl.netNS = fd
+				sys.Cloneflags &^= unix.CLONE_NEWNET
+				defer unix.Close(fd)
+			}
+		}
 		var releases []func()
 		// join points the launch at the plugin's pid namespace and its view template.
 		join := func() error {
@@ -808,7 +816,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		}
 	}
 	ok = true
-	s.spareAfterLaunch(spec)
+	s.spareAfterLaunch(spec, p)
 	go p.wait()
 	go p.watch(ctx)
 	return p, nil

@@ -224,8 +224,20 @@ func (s *Sandbox) closeSpares() {
 	s.spares.pending.Wait()
 }
 
-// spareAfterLaunch starts making the next run's spare (thread launcher with v1 groups only).
-func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec) {
+// spareAfterLaunch starts making the next run's spare (thread launcher with v1 groups only),
+// and once p has ended, the next network namespaces (netns_linux.go).
+//
+// The spare is made right away even after a plugin's own launch, although making it then
+// competes with the plugin's start (its v1 join takes the cgroup threadgroup lock that the
+// plugin's thread creation waits on): the plugin's first command has the plugin's name and
+// limits and is launched from it.
+func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec, p *process) {
+	if s.launch == LaunchThread && aheadNetNS.isWanted() {
+		go func() {
+			<-p.Done()
+			aheadNetNS.afterRun()
+		}()
+	}
 	if s.launch != LaunchThread || len(s.cg.v1) == 0 || !s.cg.writable() {
 		return
 	}

@@ -1,0 +1,101 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/internal/testing/testutil"
+)
+
+// TestNetNSAheadFreshPerRun: runs without network enter namespaces made ahead
+// (netns_linux.go). The attack: run A, still running, binds an abstract unix socket (which
+// lives in its network namespace); run B, launched from the pool after it, lists the
+// namespace's sockets and must not see A's, and the two runs' namespaces differ from each
+// other and from the host's. The control breaks the pool on purpose (every namespace it
+// hands out is the same one): B then sees A's socket, so the check can fail.
+func TestNetNSAheadFreshPerRun(t *testing.T) {
+	_, err := os.Stat("/usr/bin/python3")
+	testutil.SkipUnlessSupported(t, err == nil, "python3 not installed")
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	testutil.SkipUnlessSupported(t, sb.netns, "no network namespaces here")
+
+	t.Run("fresh", func(t *testing.T) {
+		aheadNetNS.drain()
+		sameNS, sawA := netnsRunPair(t, sb)
+		assert.False(t, sameNS, "two runs share a network namespace")
+		assert.False(t, sawA, "run B sees run A's socket")
+	})
+	t.Run("control: a pool handing out one namespace twice", func(t *testing.T) {
+		shared, err := makeNetNS()
+		require.NoError(t, err)
+		aheadNetNS.mu.Lock()
+		aheadNetNS.makeForTest = func() (int, error) { return unix.FcntlInt(uintptr(shared), unix.F_DUPFD_CLOEXEC, 3) }
+		aheadNetNS.mu.Unlock()
+		aheadNetNS.drain() // after: whatever is made from here on is the broken pool's
+		t.Cleanup(func() {
+			aheadNetNS.mu.Lock()
+			aheadNetNS.makeForTest = nil
+			aheadNetNS.mu.Unlock()
+			aheadNetNS.drain() // after: no namespace of the broken pool is left for later tests
+			unix.Close(shared)
+		})
+		sameNS, sawA := netnsRunPair(t, sb)
+		assert.True(t, sameNS, "control: both runs in the one namespace")
+		assert.True(t, sawA, "control: run B sees run A's socket in a shared namespace")
+	})
+}
+
+// netnsRunPair runs A (an abstract socket bound, held) and then B from the pool, and says
+// whether they were in one namespace and whether B listed A's socket.
+func netnsRunPair(t *testing.T, sb *Sandbox) (sameNS, sawA bool) {
+	t.Helper()
+	hostNS, err := os.Readlink("/proc/self/ns/net")
+	require.NoError(t, err)
+	e := newEnv(t)
+	name := "fledge-netns-" + randomID()
+	// A first run: the pool makes the next namespaces once it has ended.
+	res, out, errOut := run(t, sb, e.spec("true"))
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	require.Eventually(t, func() bool {
+		aheadNetNS.mu.Lock()
+		defer aheadNetNS.mu.Unlock()
+		return len(aheadNetNS.ready) == netNSAhead
+	}, 10*time.Second, time.Millisecond, "the pool is made after the first run")
+
+	taken := aheadNetNS.taken.Load()
+	outA := &testutil.SyncBuffer{}
+	specA := e.spec(fmt.Sprintf(`readlink /proc/self/ns/net; exec /usr/bin/python3 -c '
+import socket, time
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0%s")
+s.listen()
+print("ready", flush=True)
+time.sleep(30)'`, name))
+	specA.UnixSockets = true
+	specA.Stdout, specA.Stderr = outA, outA
+	pa, err := sb.Start(context.Background(), specA)
+	require.NoError(t, err)
+	defer func() { _ = pa.Kill(); waitFor(t, pa) }()
+	require.Eventually(t, func() bool { return strings.Contains(outA.String(), "ready") }, 10*time.Second, 5*time.Millisecond, "run A: %s", outA)
+
+	specB := e.spec(`readlink /proc/self/ns/net; cat /proc/net/unix`)
+	specB.UnixSockets = true
+	resB, outB, errB := run(t, sb, specB)
+	require.Equal(t, 0, resB.ExitCode, "%s%s", outB, errB)
+	assert.Equal(t, taken+2, aheadNetNS.taken.Load(), "both runs entered a namespace made ahead")
+
+	nsA, nsB := strings.SplitN(outA.String(), "\n", 2)[0], strings.SplitN(outB, "\n", 2)[0]
+	require.True(t, strings.HasPrefix(nsA, "net:["), outA.String())
+	require.True(t, strings.HasPrefix(nsB, "net:["), outB)
+	assert.NotEqual(t, hostNS, nsA, "run A in the host's namespace")
+	assert.NotEqual(t, hostNS, nsB, "run B in the host's namespace")
+	return nsA == nsB, strings.Contains(outB, "@"+name)
+}
