@@ -546,16 +546,18 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		return fail(err)
 	}
 	p.code = c
-	if err := p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path)); err != nil {
-		p.release()
-		return fail(err)
-	}
+	// Before the instantiation: a module's start section runs in it (whatever
+	// WithStartFunctions says), and nothing of the module may run before BeforeExec (its
+	// plugin_start record, durable) said yes.
 	if err := sandbox.RunBeforeExec(spec); err != nil {
-		p.closeModule()
 		p.release()
 		c.release()
 		s.eng.release()
 		return nil, err
+	}
+	if err := p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path)); err != nil {
+		p.release()
+		return fail(err)
 	}
 	if ctx != nil {
 		stop := context.AfterFunc(ctx, func() { p.stop(stopCancelled) })
