@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +99,72 @@ time.sleep(30)'`, name))
 	assert.NotEqual(t, hostNS, nsA, "run A in the host's namespace")
 	assert.NotEqual(t, hostNS, nsB, "run B in the host's namespace")
 	return nsA == nsB, strings.Contains(outB, "@"+name)
+}
+
+// TestNetNSAheadNoFDLeak: many runs without network, side by side and one after another,
+// some of whose launches fail after they took a namespace (a program that does not exist),
+// leave the host holding no network namespace but the pool's ready ones, and no more fds
+// than before.
+func TestNetNSAheadNoFDLeak(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	testutil.SkipUnlessSupported(t, sb.netns, "no network namespaces here")
+	e := newEnv(t)
+	settle := func() (fds, netFDs, ready int) {
+		// Once no namespace is being made and no run is left whose end makes more.
+		require.Eventually(t, func() bool {
+			aheadNetNS.mu.Lock()
+			defer aheadNetNS.mu.Unlock()
+			return !aheadNetNS.making
+		}, 10*time.Second, time.Millisecond)
+		sb.cleanups.Wait()
+		runtime.GC()
+		time.Sleep(100 * time.Millisecond)
+		aheadNetNS.mu.Lock()
+		defer aheadNetNS.mu.Unlock()
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		for _, ent := range ents {
+			l, err := os.Readlink("/proc/self/fd/" + ent.Name())
+			switch {
+			case err != nil:
+			case strings.HasPrefix(l, "net:["):
+				netFDs++
+			case l == "anon_inode:[landlock-ruleset]":
+				continue // the bounded ruleset cache (sandbox/kernel), one per policy
+			}
+			fds++
+		}
+		return fds, netFDs, len(aheadNetNS.ready)
+	}
+	// Warm up: the sandbox's own fds (watchdog, pid namespace holder, templates) exist.
+	for range 3 {
+		res, out, errOut := run(t, sb, e.spec("true"))
+		require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	}
+	fds0, net0, ready0 := settle()
+	taken0 := aheadNetNS.taken.Load()
+	for round := range 10 {
+		done := make(chan struct{}, 3)
+		for range 3 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				p, err := sb.Start(context.Background(), e.spec("true"))
+				if assert.NoError(t, err) {
+					waitFor(t, p)
+				}
+			}()
+		}
+		for range 3 {
+			<-done
+		}
+		bad := e.spec("true")
+		bad.Path = "/nonexistent/" + fmt.Sprint(round)
+		_, err := sb.Start(context.Background(), bad)
+		require.Error(t, err, "a launch of a program that does not exist")
+	}
+	fds1, net1, ready1 := settle()
+	assert.Greater(t, aheadNetNS.taken.Load(), taken0, "runs entered namespaces made ahead")
+	assert.Equal(t, net0-ready0, net1-ready1, "network namespaces held by the host beyond the pool's ready ones")
+	assert.LessOrEqual(t, ready1, netNSAhead)
+	assert.LessOrEqual(t, fds1-ready1, fds0-ready0, "fds of the host beyond the pool's ready namespaces (and the ruleset cache)")
 }
