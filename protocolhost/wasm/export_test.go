@@ -9,6 +9,9 @@ import (
 	"github.com/tetratelabs/wazero"
 )
 
+// StartSectionBound bounds a module's start section (wasmhost.go).
+const StartSectionBound = startSectionBound
+
 // MergeData is what is compiled for a module's bytes (datamerge.go).
 var MergeData = mergeData
 

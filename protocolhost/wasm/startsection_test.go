@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,7 +20,10 @@ import (
 // startSectionModule is a module whose start section (which wazero runs while it
 // instantiates, whatever WithStartFunctions says) writes msg to stderr through WASI
 // fd_write: guest code that runs as soon as the module is instantiated.
-func startSectionModule(msg string) []byte {
+func startSectionModule(msg string) []byte { return startSectionWriter(msg, false) }
+
+// startSectionWriter is startSectionModule, writing for ever when loop is set.
+func startSectionWriter(msg string, loop bool) []byte {
 	m := []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00}
 	// 0: () -> (); 1: (i32, i32, i32, i32) -> i32
 	m = append(m, section(1, []byte{2, 0x60, 0, 0, 0x60, 4, 0x7f, 0x7f, 0x7f, 0x7f, 1, 0x7f})...)
@@ -37,6 +43,9 @@ func startSectionModule(msg string) []byte {
 	m = append(m, section(8, []byte{1})...) // start: function 1
 	// fd_write(2, iovs=0, 1, nwritten=16); drop
 	code := []byte{0, 0x41, 2, 0x41, 0, 0x41, 1, 0x41, 16, 0x10, 0, 0x1a, opEnd}
+	if loop {
+		code = append([]byte{0, 0x03, 0x40}, append(code[1:len(code)-1], 0x0c, 0x00, 0x0b, opEnd)...)
+	}
 	m = append(m, section(10, append([]byte{1}, append(leb(uint32(len(code))), code...)...))...)
 	data := make([]byte, 32, 32+len(msg))
 	binary.LittleEndian.PutUint32(data[0:], 32)
@@ -79,4 +88,67 @@ func TestStartSectionWaitsForBeforeExec(t *testing.T) {
 		waitResult(t, p)
 		assert.Contains(t, stderr.String(), msg)
 	})
+}
+
+// loopingStartModule is a module whose start section loops for ever.
+func loopingStartModule() []byte {
+	m := assemble(nil, 1, loopForever)
+	// The start section (id 8) goes between the export (7) and code (10) sections.
+	i := len(m)
+	for j := 8; j < len(m); {
+		id, size := m[j], int(m[j+1]) // every section here is under 128 bytes
+		if id == 10 {
+			i = j
+			break
+		}
+		j += 2 + size
+	}
+	out := append([]byte{}, m[:i]...)
+	out = append(out, section(8, []byte{0})...) // start: function 0 (_start, no imports)
+	return append(out, m[i:]...)
+}
+
+// TestStartSectionCannotHoldTheHost: a start section runs while Start instantiates the
+// module, before there is a process the host could stop; one that never returns must not
+// hold Start (and the plugin's session) for ever.
+func TestStartSectionCannotHoldTheHost(t *testing.T) {
+	t.Run("loop", func(t *testing.T) { startHeld(t, loopingStartModule(), nil) })
+	t.Run("write to a pipe nobody reads", func(t *testing.T) {
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		defer r.Close()
+		defer w.Close()
+		startHeld(t, startSectionWriter(strings.Repeat("x", 4000), true), w)
+	})
+}
+
+func startHeld(t *testing.T, mod []byte, stderr *os.File) {
+	path := writeModule(t, t.TempDir(), "held.wasm", mod)
+	w, err := wasm.New(wasm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	type started struct {
+		p   sandbox.Process
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		spec := &sandbox.Spec{Kind: sandbox.KindPlugin, Name: "t", Path: path, Args: []string{path}}
+		if stderr != nil {
+			spec.Stderr = stderr
+		}
+		p, err := w.Start(context.Background(), spec)
+		done <- started{p, err}
+	}()
+	select {
+	case s := <-done:
+		if s.err == nil {
+			_ = s.p.Kill()
+			waitResult(t, s.p)
+		}
+		require.Error(t, s.err, "a start section that never returns")
+		assert.ErrorIs(t, s.err, wasm.ErrModule)
+	case <-time.After(wasm.StartSectionBound + 20*time.Second):
+		t.Fatal("Start is held by the module's start section")
+	}
 }

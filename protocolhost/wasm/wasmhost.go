@@ -504,6 +504,10 @@ func (s *Sandbox) Precompile(ctx context.Context, path string) error {
 	return nil
 }
 
+// startSectionBound bounds a module's start section, which runs while Start instantiates
+// the module (a WASI command has none; some toolchains put constructors there).
+const startSectionBound = 5 * time.Second
+
 // Start compiles (or finds in memory, or loads from the cache dir) and instantiates the
 // module at spec.Path, then runs its _start in a goroutine. Everything that can refuse the
 // plugin (an unreadable, changed or invalid module, an ungranted import) fails here, before
@@ -555,7 +559,25 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		s.eng.release()
 		return nil, err
 	}
-	if err := p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path)); err != nil {
+	// A start section runs in the instantiation, before there is a process the host could
+	// stop: it gets startSectionBound, then the module is stopped as at a timeout (its
+	// stdio closed too, which ends a write blocked on a pipe nobody reads yet).
+	overran := make(chan struct{})
+	bound := time.AfterFunc(startSectionBound, func() {
+		close(overran)
+		p.stop(stopTimeout)
+		p.closeStdio()
+	})
+	err = p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path))
+	if !bound.Stop() {
+		<-overran
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		err = fmt.Errorf("%w: its start section ran over %s: %w", ErrModule, startSectionBound, err)
+	}
+	if err != nil {
+		p.closeModule() // instantiated after all, as the bound ran out
 		p.release()
 		return fail(err)
 	}
