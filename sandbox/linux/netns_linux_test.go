@@ -168,3 +168,43 @@ func TestNetNSAheadNoFDLeak(t *testing.T) {
 	assert.LessOrEqual(t, ready1, netNSAhead)
 	assert.LessOrEqual(t, fds1-ready1, fds0-ready0, "fds of the host beyond the pool's ready namespaces (and the ruleset cache)")
 }
+
+// TestNetNSAheadOnlyWithoutNetwork: a run granted the network takes no namespace from the
+// pool and stays in the host's (a pool namespace would cut it off, or hand it one meant for
+// a run without network).
+func TestNetNSAheadOnlyWithoutNetwork(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	testutil.SkipUnlessSupported(t, sb.netns, "no network namespaces here")
+	// The launching threads' namespace (/proc/self is the main thread's, which a probe of
+	// New may have left wedged in a namespace of its own).
+	hostNS := threadNetNS(t)
+	e := newEnv(t)
+	// Namespaces ready in the pool: a run without network first, then its end.
+	res, out, errOut := run(t, sb, e.spec("true"))
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	require.Eventually(t, func() bool {
+		aheadNetNS.mu.Lock()
+		defer aheadNetNS.mu.Unlock()
+		return len(aheadNetNS.ready) > 0
+	}, 10*time.Second, time.Millisecond)
+	taken := aheadNetNS.taken.Load()
+	spec := e.spec("readlink /proc/self/ns/net")
+	spec.Network = true
+	res, out, errOut = run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	assert.Equal(t, hostNS, strings.TrimSpace(out), "a run granted the network is in the host's namespace")
+	assert.Equal(t, taken, aheadNetNS.taken.Load(), "a run granted the network took a namespace made ahead")
+}
+
+// threadNetNS is the network namespace of a thread of the host other than the main one.
+func threadNetNS(t *testing.T) string {
+	t.Helper()
+	ns := make(chan string, 1)
+	onDiscardedThread(func() {
+		l, _ := os.Readlink("/proc/thread-self/ns/net")
+		ns <- l
+	})
+	l := <-ns
+	require.True(t, strings.HasPrefix(l, "net:["), l)
+	return l
+}
