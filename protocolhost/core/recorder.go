@@ -376,12 +376,6 @@ func (p *pendingAct) durable() error {
 	return p.syncErr
 }
 
-// appendErr is the append's error, once durable returned.
-func (p *pendingAct) appendErr() error {
-	<-p.done
-	return p.err
-}
-
 // BeforeActNow is BeforeAct for an act that follows at once (a request written to a pipe):
 // with nothing to overlap the flush with, the record is durable when it returns, its fsync
 // shared with the appends running alongside (the log's group commit), and no background

@@ -199,9 +199,10 @@ func spawn(o SpawnOptions) (*Proc, error) {
 	// The plugin is not tied to a context: ending it goes through the ladder, so it gets
 	// its grace period.
 	proc, err := o.Sandbox.Start(context.Background(), &spec)
-	if aerr := started.durable(); started.appendErr() != nil {
-		// No record, no plugin: the launch stopped at BeforeExec (a backend that started
-		// it anyway has its plugin killed here, before anything reads from it).
+	if aerr := started.durable(); aerr != nil {
+		// No durable record, no plugin: the launch stopped at BeforeExec (a backend that
+		// started it anyway has its plugin killed here, before anything reads from it). A
+		// record written but not synced is rolled back by the log: no plugin_exit either.
 		if err == nil {
 			_ = proc.Kill()
 			_, _ = proc.Wait()

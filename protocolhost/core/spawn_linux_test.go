@@ -192,3 +192,46 @@ func TestSpawnWaitsForStartRecord(t *testing.T) {
 	require.NotEmpty(t, log.recs)
 	assert.Equal(t, audit.EventPluginStart, log.recs[0].Event)
 }
+
+// syncFailLog takes every record but cannot make it durable (its fsync fails, as a full or
+// failing disk reports at the flush), and keeps what was appended.
+type syncFailLog struct {
+	mu   sync.Mutex
+	recs []*audit.Record
+}
+
+func (l *syncFailLog) Append(r *audit.Record, _ bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r)
+	return nil
+}
+
+func (l *syncFailLog) AppendBudget(r *audit.Record, durable bool, _ audit.Budget) error {
+	return l.Append(r, durable)
+}
+
+func (l *syncFailLog) AppendDeferredSyncBudget(r *audit.Record, _ audit.Budget) (func() error, error) {
+	_ = l.Append(r, false)
+	return func() error { return errors.New("fsync: input/output error") }, nil
+}
+
+// A plugin_start record that is written but cannot be made durable refuses the start as an
+// audit failure, like one that cannot be written: the plugin never runs, and no plugin_exit
+// stands for a start the log never held.
+func TestSpawnAuditSyncFailure(t *testing.T) {
+	log := &syncFailLog{}
+	rec := NewRecorder(log, "s1", &audit.PluginRef{Name: "core-test"}, sandbox.Report{}, nil)
+	marker := filepath.Join(t.TempDir(), "ran")
+	spec := shSpec(t, "touch "+marker)
+	spec.Access.ReadWrite = append(spec.Access.ReadWrite, filepath.Dir(marker))
+	_, err := Spawn(SpawnOptions{Sandbox: newSandbox(t), Spec: spec, Cwd: "/", Recorder: rec})
+	require.ErrorIs(t, err, ErrAudit)
+	time.Sleep(200 * time.Millisecond)
+	assert.NoFileExists(t, marker)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, r := range log.recs {
+		assert.NotEqual(t, audit.EventPluginExit, r.Event, "a plugin_exit for a start that was never durable")
+	}
+}
