@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,6 +119,18 @@ func TestStartSectionCannotHoldTheHost(t *testing.T) {
 		require.NoError(t, err)
 		defer r.Close()
 		defer w.Close()
+		startHeld(t, startSectionWriter(strings.Repeat("x", 4000), true), w)
+	})
+	t.Run("write to a blocking pipe nobody reads", func(t *testing.T) {
+		// Closing a blocking fd does not end a write(2) waiting in it: the start section
+		// is abandoned instead, as a blocked _start is.
+		var fds [2]int
+		require.NoError(t, syscall.Pipe(fds[:]))
+		r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+		defer func() {
+			r.Close() // ends the abandoned write (EPIPE), so the module is closed
+			w.Close()
+		}()
 		startHeld(t, startSectionWriter(strings.Repeat("x", 4000), true), w)
 	})
 }

@@ -561,16 +561,31 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	}
 	// A start section runs in the instantiation, before there is a process the host could
 	// stop: it gets startSectionBound, then the module is stopped as at a timeout (its
-	// stdio closed too, which ends a write blocked on a pipe nobody reads yet).
-	overran := make(chan struct{})
-	bound := time.AfterFunc(startSectionBound, func() {
-		close(overran)
+	// stdio closed too, which ends a write blocked on a pipe nobody reads yet) and, like a
+	// _start, abandoned if it does not return within stopGrace (process.run).
+	instantiated := make(chan error, 1)
+	go func() { instantiated <- p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path)) }()
+	bound := time.NewTimer(startSectionBound)
+	select {
+	case err = <-instantiated:
+		bound.Stop()
+	case <-bound.C:
 		p.stop(stopTimeout)
 		p.closeStdio()
-	})
-	err = p.instantiate(s.eng.rt, c.cm, filepath.Base(spec.Path))
-	if !bound.Stop() {
-		<-overran
+		grace := time.NewTimer(stopGrace)
+		select {
+		case err = <-instantiated:
+			grace.Stop()
+		case <-grace.C:
+			go func() {
+				<-instantiated
+				p.closeModule()
+				p.release()
+				c.release()
+				s.eng.release()
+			}()
+			return nil, fmt.Errorf("%w: %w: its start section ran over %s and did not return", sandbox.ErrLaunch, ErrModule, startSectionBound)
+		}
 		if err == nil {
 			err = errors.New("stopped")
 		}
