@@ -208,3 +208,40 @@ func threadNetNS(t *testing.T) string {
 	require.True(t, strings.HasPrefix(l, "net:["), l)
 	return l
 }
+
+// TestNetNSAheadDistinctSideBySide: runs without network of two plugins, started side by
+// side while the pool is being drawn from and refilled, are each in a namespace of their
+// own (all alive at once, so no namespace number is reused among them), none the host's.
+func TestNetNSAheadDistinctSideBySide(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	testutil.SkipUnlessSupported(t, sb.netns, "no network namespaces here")
+	hostNS := threadNetNS(t)
+	e := newEnv(t)
+	res, out, errOut := run(t, sb, e.spec("true"))
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	taken := aheadNetNS.taken.Load()
+	const n = 8
+	outs := make([]string, n)
+	done := make(chan struct{}, n)
+	for i := range n {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			spec := e.spec("readlink /proc/self/ns/net; sleep 1")
+			spec.Name = fmt.Sprintf("plugin-%d", i%2)
+			r, o, eo := run(t, sb, spec)
+			assert.Equal(t, 0, r.ExitCode, "%s%s", o, eo)
+			outs[i] = strings.TrimSpace(o)
+		}()
+	}
+	for range n {
+		<-done
+	}
+	seen := map[string]bool{}
+	for _, ns := range outs {
+		require.True(t, strings.HasPrefix(ns, "net:["), ns)
+		assert.NotEqual(t, hostNS, ns, "a run without network in the host's namespace")
+		assert.False(t, seen[ns], "two runs side by side share %s", ns)
+		seen[ns] = true
+	}
+	assert.Greater(t, aheadNetNS.taken.Load(), taken, "some runs entered namespaces made ahead")
+}
