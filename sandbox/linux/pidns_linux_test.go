@@ -3,6 +3,7 @@ package linux
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -229,4 +230,42 @@ func TestPidNamespaceIdleHolderMakesRoom(t *testing.T) {
 	assert.NotNil(t, sb.pidns.holders["busy"], "the namespace with a run in it stays")
 	assert.NotNil(t, sb.pidns.holders["newcomer"])
 	assert.Nil(t, sb.pidns.holders["idle-0"], "the longest idle one made room")
+}
+
+// TestPidNamespaceHolderShowsNoHostNetwork: /proc/<pid>/net shows the network namespace of
+// that process, and any run of a plugin sees its namespace's pid 1, the holder. The attack:
+// a command without network reads /proc/1/net (tcp, unix) looking for a TCP port the host
+// listens on and an abstract unix socket the host bound; it must find neither. The control
+// reads the host's own /proc/thread-self/net and finds both.
+func TestPidNamespaceHolderShowsNoHostNetwork(t *testing.T) {
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) {
+			sb := newSandbox(t, Options{Launch: launch})
+			requirePidNS(t, sb)
+			e := newEnv(t)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer ln.Close()
+			port := fmt.Sprintf(":%04X ", ln.Addr().(*net.TCPAddr).Port)
+			abstract := "fledge-host-" + randomID()
+			ua, err := net.Listen("unix", "@"+abstract)
+			require.NoError(t, err)
+			defer ua.Close()
+
+			var hostTCP, hostUnix []byte
+			onDiscardedThread(func() {
+				hostTCP, _ = os.ReadFile("/proc/thread-self/net/tcp")
+				hostUnix, _ = os.ReadFile("/proc/thread-self/net/unix")
+			})
+			require.Contains(t, string(hostTCP), port, "control: the host's own table lists its port")
+			require.Contains(t, string(hostUnix), "@"+abstract, "control: the host's own table lists its socket")
+
+			spec := e.spec(`for d in /proc/[0-9]*; do cat "$d/net/tcp" "$d/net/unix" 2>/dev/null; done`)
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+			require.Contains(t, out, "Num       RefCount", "the command read some /proc/<pid>/net: %s", errOut)
+			assert.NotContains(t, out, port, "a command sees the host's listening TCP port through /proc/1/net")
+			assert.NotContains(t, out, "@"+abstract, "a command sees the host's abstract unix socket through /proc/1/net")
+		})
+	}
 }
