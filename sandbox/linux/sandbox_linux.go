@@ -918,6 +918,10 @@ type process struct {
 	killed    map[int]bool
 	timedOut  bool
 	cancelled bool
+	// killing is held by a tree kill from its listing of the members to its note of them:
+	// the kill ends the main process at once, and wait must not read the count of
+	// processes killed (the Result's, the audit record's) between the two.
+	killing sync.Mutex
 }
 
 func (p *process) Kill() error {
@@ -1015,6 +1019,8 @@ func (p *process) signalTree(sig syscall.Signal) {
 
 // killTree SIGKILLs every process of the tree.
 func (p *process) killTree() error {
+	p.killing.Lock()
+	defer p.killing.Unlock()
 	mainAlive := true
 	select {
 	case <-p.Exited():
@@ -1114,8 +1120,11 @@ func (p *process) wait() {
 		res.Quarantined = p.sb.nested.quarantineNested(p.checkouts, p.spec.Access.ReadWrite, p.spec.Access.Unprotect)
 	}
 	res.Duration = time.Since(p.start)
+	// A kill that ended the main process has noted what it killed before this is read.
+	p.killing.Lock()
 	p.mu.Lock()
 	res.TimedOut, res.Cancelled, res.Killed = p.timedOut, p.cancelled, len(p.killed)
+	p.killing.Unlock()
 	p.mu.Unlock()
 	var err error
 	if len(errs) > 0 {
