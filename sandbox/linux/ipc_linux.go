@@ -1,8 +1,6 @@
 package linux
 
 import (
-	"runtime"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -16,10 +14,7 @@ const (
 // Without it a command shares SysV shared memory, message queues, semaphores and POSIX
 // message queues with the host user, and what it makes outlives the run.
 func canUnshareIPC() bool {
-	res := make(chan bool, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
-		res <- unix.Unshare(unix.CLONE_NEWIPC) == nil
-	}()
-	return <-res
+	ok := false
+	onDiscardedThread(func() { ok = unix.Unshare(unix.CLONE_NEWIPC) == nil })
+	return ok
 }

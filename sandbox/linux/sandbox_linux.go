@@ -235,12 +235,11 @@ func (s *Sandbox) LandlockABI() int { return s.abi }
 // canUnshareNet tries unshare(CLONE_NEWNET) on a throwaway thread: the goroutine exits
 // still locked, so the runtime discards the thread and its namespace with it.
 func canUnshareNet() bool {
-	res := make(chan bool, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		res <- unix.Unshare(unix.CLONE_NEWNET) == nil
-	}()
-	return <-res
+	ok := false
+	// Never the main thread, which is wedged rather than ended when its locked goroutine
+	// exits, and would stay in the probe's namespace.
+	onDiscardedThread(func() { ok = unix.Unshare(unix.CLONE_NEWNET) == nil })
+	return ok
 }
 
 // canBuildView tries a mount namespace on a throwaway thread (like canUnshareNet): a view
@@ -249,12 +248,9 @@ func canBuildView() bool {
 	if !kernel.ViewSupported() {
 		return false
 	}
-	res := make(chan bool, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with its namespace
-		res <- unix.Unshare(unix.CLONE_FS|unix.CLONE_NEWNS) == nil
-	}()
-	return <-res
+	ok := false
+	onDiscardedThread(func() { ok = unix.Unshare(unix.CLONE_FS|unix.CLONE_NEWNS) == nil })
+	return ok
 }
 
 // canClonePidNS: a new pid namespace can be made (CAP_SYS_ADMIN) and a detached mount
