@@ -149,10 +149,11 @@ func startPidHolder(exe string) (*pidHolder, error) {
 	proc, err := os.StartProcess(exe, []string{exe, stub.PidNSMarker}, &os.ProcAttr{
 		Files: []*os.File{child, null, null},
 		Env:   []string{},
-		// A network namespace of its own too: every run of the plugin sees the holder as
-		// its pid 1, and /proc/1/net shows the holder's network namespace (the host's
-		// listening ports, connections, abstract unix sockets and routes, without it).
-		Sys: &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNET},
+		// A network and a mount namespace of its own too: every run of the plugin sees the
+		// holder as its pid 1, and /proc/1/net shows the holder's network namespace (the
+		// host's listening ports, connections, abstract unix sockets and routes, without
+		// it), /proc/1/mountinfo its mounts (the holder leaves the host's for an empty root).
+		Sys: &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWNS},
 	})
 	if err != nil {
 		unix.Close(fds[0])

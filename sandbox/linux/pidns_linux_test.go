@@ -6,16 +6,20 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
 func requirePidNS(t *testing.T, sb *Sandbox) {
@@ -266,6 +270,43 @@ func TestPidNamespaceHolderShowsNoHostNetwork(t *testing.T) {
 			require.Contains(t, out, "Num       RefCount", "the command read some /proc/<pid>/net: %s", errOut)
 			assert.NotContains(t, out, port, "a command sees the host's listening TCP port through /proc/1/net")
 			assert.NotContains(t, out, "@"+abstract, "a command sees the host's abstract unix socket through /proc/1/net")
+		})
+	}
+}
+
+// TestPidNamespaceHolderShowsNoHostMounts: /proc/<pid>/mountinfo needs no ptrace rights,
+// and any run of a plugin sees its namespace's pid 1, the holder. The attack: a command
+// reads the mount tables of every process it can see (/proc/1 among them) looking for a
+// mount the host made; it must not find it, nor any other of the host's mounts. The
+// control: the host's own table lists the mount.
+func TestPidNamespaceHolderShowsNoHostMounts(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "fledge-host-mount-"+randomID())
+	require.NoError(t, os.Mkdir(marker, 0o700))
+	// The contained test binary's mounts are private (testutil.RunContained): the host's
+	// own never see this one.
+	require.NoError(t, unix.Mount("tmpfs", marker, "tmpfs", 0, "size=4k"))
+	t.Cleanup(func() { _ = unix.Unmount(marker, unix.MNT_DETACH) })
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	require.Contains(t, string(host), marker, "control: the host's own table lists the mount")
+	require.Contains(t, string(host), "/proc", "control: the host's own table lists /proc")
+
+	for _, launch := range []string{LaunchThread, LaunchStub} {
+		t.Run(launch, func(t *testing.T) {
+			sb := newSandbox(t, Options{Launch: launch})
+			requirePidNS(t, sb)
+			e := newEnv(t)
+			spec := e.spec(`echo "holder: $(tr '\0' ' ' < /proc/1/cmdline)"
+for f in mountinfo mounts mountstats; do echo "== /proc/1/$f"; cat /proc/1/$f; done
+for d in /proc/[0-9]*; do cat "$d/mountinfo" "$d/mounts" 2>/dev/null; done`)
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+			require.Contains(t, out, stub.PidNSMarker, "pid 1 is the holder: %s", errOut)
+			assert.NotContains(t, out, filepath.Base(marker), "a command sees a mount of the host's")
+			holder := out[strings.Index(out, "== /proc/1/mountinfo"):strings.Index(out, "== /proc/1/mounts")]
+			lines := strings.Split(strings.TrimSpace(holder), "\n")[1:]
+			require.Len(t, lines, 1, "the holder's table has its empty root and nothing else: %q", holder)
+			assert.Regexp(t, `^\d+ \d+ \S+ / / ro,.* - tmpfs fledge-pidns ro`, lines[0])
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package stub
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,6 +14,9 @@ import (
 // argv[1], started with CLONE_NEWPID): a child that were pid 1 itself would ignore every
 // signal it has no handler for (the host's SIGTERM step would be lost) and would leave its
 // orphans unreaped. The holder:
+//   - leaves the host's mounts: it is cloned with a mount namespace of its own and moves
+//     into an empty read-only root (emptyRoot), so /proc/1/mountinfo, which any process
+//     of the namespace may read, lists nothing of the host;
 //   - makes one detached, read-only `proc` mount of its namespace (fsopen/fsmount, from
 //     inside, so it shows only the namespace's processes) and sends it to the host over
 //     its stdin socket; each launch attaches a clone of it at /proc of its view;
@@ -46,6 +50,10 @@ func runPidNS() int {
 	// them anyway, as is one in a Landlock domain: three locks on the same door.)
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return pidNSExitUsage
+	}
+	if err := emptyRoot(); err != nil {
+		_ = unix.Sendmsg(0, []byte("proc mount namespace: "+err.Error()), nil, nil, unix.MSG_NOSIGNAL)
+		return pidNSExitProc
 	}
 	procFD, err := detachedProc()
 	if err != nil {
@@ -98,4 +106,42 @@ func detachedProc() (int, error) {
 	}
 	return unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC,
 		unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+}
+
+// emptyRoot makes the holder's root an empty, read-only tmpfs and lets go of every other
+// mount of its namespace (a copy of the host's, made by CLONE_NEWNS). Every run of the
+// namespace sees the holder as its pid 1, and /proc/<pid>/mountinfo needs no ptrace rights:
+// with the copy, any command could list the host's mount table (home directories, volumes,
+// container and cgroup paths) through /proc/1/mountinfo, mounts and mountstats.
+//
+// The copy's mounts are made private first, so nothing done here reaches the host's.
+func emptyRoot() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// /proc exists wherever this runs (the holder mounts a procfs next); the tmpfs only
+	// stacks on it in the holder's own copy.
+	const at = "/proc"
+	if err := unix.Mount("fledge-pidns", at, "tmpfs",
+		unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=0500"); err != nil {
+		return fmt.Errorf("mount empty root: %w", err)
+	}
+	if err := unix.Chdir(at); err != nil {
+		return err
+	}
+	// pivot_root(".", ".") stacks the old root on the new one; detaching it leaves the
+	// tmpfs alone.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		if err != unix.EINVAL {
+			return fmt.Errorf("pivot_root: %w", err)
+		}
+		// A root that cannot be pivoted from (an initramfs): a chroot hides the rest as
+		// well, /proc/<pid>/mountinfo shows only mounts beneath the process's root.
+		if err := unix.Chroot("."); err != nil {
+			return fmt.Errorf("chroot: %w", err)
+		}
+	} else if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the old root: %w", err)
+	}
+	return unix.Chdir("/")
 }
