@@ -120,6 +120,9 @@ type View struct {
 	// whose mapping shows uid and gid 0 as 65534: read-only System mounts are idmapped
 	// through it, so a command of a root fledge reads of them only what others may.
 	IDMap int `json:"idmap,omitempty"`
+	// ProcMask names files at the top of the view's /proc that an empty, unreadable file
+	// covers (RootOnlyProc: what a root fledge's commands, uid 0, must not read there).
+	ProcMask []string `json:"proc_mask,omitempty"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

@@ -194,6 +194,11 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 			return err
 		}
 	}
+	// Whichever procfs the view has (the run's, or the host's bound): root's own files in it
+	// stay root's (procmask_linux.go).
+	if err := maskProc("/newroot/proc", "/proc-cover", v.ProcMask); err != nil {
+		return err
+	}
 	if err := protect("/newroot", v, "/"); err != nil {
 		return err
 	}

@@ -21,6 +21,10 @@ func BenchmarkEnterView(b *testing.B) {
 	for _, p := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/opt", "/etc", "/proc", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"} {
 		v.Mounts = append(v.Mounts, ViewMount{Path: p})
 	}
+	var err error
+	if v.ProcMask, err = RootOnlyProc(); err != nil {
+		b.Fatal(err)
+	}
 	var cpu int64
 	for b.Loop() {
 		var err error

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -309,4 +310,45 @@ for d in /proc/[0-9]*; do cat "$d/mountinfo" "$d/mounts" 2>/dev/null; done`)
 			assert.Regexp(t, `^\d+ \d+ \S+ / / ro,.* - tmpfs fledge-pidns ro`, lines[0])
 		})
 	}
+}
+
+// TestPidNamespaceHolderStartsInUserNamespace: fledge as root of a user namespace (a
+// rootless or user-namespaced container's root) gets a holder whose mount namespace belongs
+// to that user namespace, and there the kernel makes a procfs only while a fully visible
+// one is still in the mount namespace ("mount too revealing" otherwise). The holder must
+// make its procfs before it leaves the host's mounts for its empty root, and still end with
+// that root alone in its table. Started here as fledge starts it, but in a new user
+// namespace (root mapped to itself, so it can still run this test binary: the kernel's rule
+// is the same in every user namespace but the first).
+func TestPidNamespaceHolderStartsInUserNamespace(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0 && userNamespaces(), "needs root and user namespaces")
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	host, child := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "holder")
+	defer host.Close()
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}
+	proc, err := os.StartProcess(exe, []string{exe, stub.PidNSMarker}, &os.ProcAttr{
+		Files: []*os.File{child, nil, nil},
+		Env:   []string{},
+		Sys: &syscall.SysProcAttr{Setsid: true,
+			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWNS,
+			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
+			Credential: &syscall.Credential{Uid: 0, Gid: 0}},
+	})
+	child.Close()
+	require.NoError(t, err)
+	defer func() { host.Close(); _, _ = proc.Wait() }()
+	h := &pidHolder{proc: proc, sock: int(host.Fd()), nsFD: -1, procFD: -1, pidFD: -1}
+	require.NoError(t, h.receiveProc(), "the holder sends its procfs")
+	defer unix.Close(h.procFD)
+	var sfs unix.Statfs_t
+	require.NoError(t, unix.Fstatfs(h.procFD, &sfs))
+	assert.Equal(t, int64(unix.PROC_SUPER_MAGIC), int64(sfs.Type), "a procfs")
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", proc.Pid))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(table)), "\n")
+	require.Len(t, lines, 1, "the holder's table has its empty root and nothing else: %s", table)
+	assert.Regexp(t, `^\d+ \d+ \S+ / / ro,.* - tmpfs fledge-pidns ro`, lines[0])
 }

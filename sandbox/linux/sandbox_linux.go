@@ -561,6 +561,12 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		pol.View.RunTmp = p.tmp
 		if !s.userView {
 			markSystem(pol.View, s.hideRoot)
+			// Commands keep uid 0: /proc's root-only files are covered (a user's are
+			// refused them by their owner bits). Without the list, a root fledge's view
+			// would show them: the run is refused rather than degraded in silence.
+			if pol.View.ProcMask, err = kernel.RootOnlyProc(); err != nil {
+				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+			}
 		}
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}

@@ -14,12 +14,13 @@ import (
 // argv[1], started with CLONE_NEWPID): a child that were pid 1 itself would ignore every
 // signal it has no handler for (the host's SIGTERM step would be lost) and would leave its
 // orphans unreaped. The holder:
-//   - leaves the host's mounts: it is cloned with a mount namespace of its own and moves
-//     into an empty read-only root (emptyRoot), so /proc/1/mountinfo, which any process
-//     of the namespace may read, lists nothing of the host;
 //   - makes one detached, read-only `proc` mount of its namespace (fsopen/fsmount, from
 //     inside, so it shows only the namespace's processes) and sends it to the host over
 //     its stdin socket; each launch attaches a clone of it at /proc of its view;
+//   - leaves the host's mounts (after making the procfs: see runPidNS): it is cloned with
+//     a mount namespace of its own and moves into an empty read-only root (emptyRoot), so
+//     /proc/1/mountinfo, which any process of the namespace may read, lists nothing of
+//     the host;
 //   - reaps every orphan that is reparented to it;
 //   - exits when the host's end of the socket closes (the host closed the sandbox, or died
 //     by any signal): the kernel then kills every process left in the namespace, so
@@ -51,13 +52,17 @@ func runPidNS() int {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return pidNSExitUsage
 	}
-	if err := emptyRoot(); err != nil {
-		_ = unix.Sendmsg(0, []byte("proc mount namespace: "+err.Error()), nil, nil, unix.MSG_NOSIGNAL)
-		return pidNSExitProc
-	}
+	// The procfs first, while the copy of the host's mounts (with its /proc) is still this
+	// namespace's: in a user namespace other than the first (fledge as a container's root)
+	// the kernel makes a procfs only where a fully visible one is already mounted, and
+	// refuses it ("mount too revealing", EPERM) once emptyRoot has let the copy go.
 	procFD, err := detachedProc()
 	if err != nil {
 		_ = unix.Sendmsg(0, []byte("proc "+err.Error()), nil, nil, unix.MSG_NOSIGNAL)
+		return pidNSExitProc
+	}
+	if err := emptyRoot(); err != nil {
+		_ = unix.Sendmsg(0, []byte("proc mount namespace: "+err.Error()), nil, nil, unix.MSG_NOSIGNAL)
 		return pidNSExitProc
 	}
 	if err := unix.Sendmsg(0, []byte("proc"), unix.UnixRights(procFD), nil, unix.MSG_NOSIGNAL); err != nil {

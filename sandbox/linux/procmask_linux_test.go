@@ -1,0 +1,111 @@
+package linux
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/internal/testing/testutil"
+)
+
+// rootOnlyProcFiles lists the files at the top of the host's /proc that only their owner,
+// root, may read (mode 0400 and the like): what an ordinary user is refused.
+func rootOnlyProcFiles(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var out []string
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if m := fi.Mode().Perm(); m&0o400 != 0 && m&0o004 == 0 {
+			out = append(out, "/proc/"+e.Name())
+		}
+	}
+	return out
+}
+
+// TestViewProcHidesRootOnlyFiles: a root fledge's commands keep uid 0 without capabilities,
+// and a procfs file's owner bits need none: /proc/slabinfo, /proc/vmallocinfo (physical
+// addresses, the kernel's allocation sites), /proc/timer_list (every CPU's timers, the
+// host's activity), /proc/kpageflags, kpagecount, kpagecgroup (physical memory) and
+// /proc/pagetypeinfo are 0400 root, kept from ordinary users because they help kernel
+// exploits and side channels. /proc/keys lists every key root may view (descriptions of
+// root's keyrings, the NFS id mapper's names). The attack: a command reads each of them,
+// and looks in /proc/keys for a key the host added to root's user keyring. The controls: the
+// host reads each file and lists the key; the command still reads the files every program
+// needs (cpuinfo, meminfo, stat, its own status).
+func TestViewProcHidesRootOnlyFiles(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root (a user's commands are not uid 0)")
+	files := rootOnlyProcFiles(t)
+	require.NotEmpty(t, files, "control: the host's /proc has root-only files")
+	for _, f := range files {
+		if f == "/proc/kmsg" {
+			continue // needs CAP_SYSLOG besides: root reading it here would consume the log
+		}
+		b := make([]byte, 8) // kpage* read whole 8-byte entries
+		fd, err := unix.Open(f, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.EACCES) {
+			// Root of a user namespace (a container's) is not procfs's root: the owner
+			// bits refuse it, and its commands, already.
+			t.Skipf("not supported, skipping: uid 0 here is not the kernel's root (%s: %v)", f, err)
+		}
+		require.NoError(t, err, "control: root opens %s", f)
+		_, err = unix.Read(fd, b)
+		unix.Close(fd)
+		require.NoError(t, err, "control: root reads %s", f)
+	}
+	desc := "fledge-host-key-" + randomID()
+	key, err := unix.AddKey("user", desc, []byte("x"), unix.KEY_SPEC_USER_KEYRING)
+	testutil.SkipUnlessSupported(t, err == nil, "cannot add a key to root's keyring")
+	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_INVALIDATE, key, 0, 0, 0) })
+	host, err := os.ReadFile("/proc/keys")
+	require.NoError(t, err)
+	require.Contains(t, string(host), desc, "control: the host's /proc/keys lists root's key")
+
+	launchers := append(viewLaunchers, struct {
+		name string
+		opts Options
+	}{"thread-no-pidns", Options{Launch: LaunchThread, DisablePidNS: true}})
+	for _, l := range launchers {
+		t.Run(l.name, func(t *testing.T) {
+			sb := newSandbox(t, l.opts)
+			requireView(t, sb)
+			e := newEnv(t)
+			spec := e.spec(`for f in "$@"; do
+  if head -c 8 "$f" >/dev/null 2>&1; then echo "READ $f"; else echo "REFUSED $f"; fi
+done
+echo "== keys"; cat /proc/keys /proc/key-users 2>&1; echo "== keys end"
+grep ' /proc/keys ' /proc/self/mountinfo
+for f in /proc/cpuinfo /proc/meminfo /proc/stat /proc/self/status /proc/uptime /proc/loadavg; do
+  [ -s "$f" ] || head -c 1 "$f" | grep -q . && echo "OK $f"
+done`, append(append([]string{"sh"}, files...), "/proc/keys", "/proc/key-users")...)
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+			var read []string
+			for _, f := range append(append([]string{}, files...), "/proc/keys", "/proc/key-users") {
+				if !strings.Contains(out, "REFUSED "+f+"\n") {
+					read = append(read, f)
+				}
+			}
+			assert.Empty(t, read, "a command reads root-only /proc files:\n%s", out)
+			assert.NotContains(t, out, desc, "a command lists a key of root's")
+			assert.NotContains(t, out, "keyring", "a command lists root's keyrings")
+			assert.Regexp(t, `(?m)^\d+ \d+ \S+ \S+ /proc/keys ro,nosuid,nodev,noexec`, out, "the cover is read-only")
+			for _, f := range []string{"cpuinfo", "meminfo", "stat", "self/status", "uptime", "loadavg"} {
+				assert.Contains(t, out, "OK "+filepath.Join("/proc", f)+"\n", "a command still reads /proc/%s", f)
+			}
+		})
+	}
+}
