@@ -920,8 +920,8 @@ type process struct {
 	killed    map[int]bool
 	timedOut  bool
 	cancelled bool
-	// killing is held by a tree kill from its listing of the members to its note of them:
-	// the kill ends the main process at once, and wait must not read the count of
+	// killing is held by a tree kill or signal from its listing of the members to its note
+	// of them: the kill ends the main process at once, and wait must not read the count of
 	// processes killed (the Result's, the audit record's) between the two.
 	killing sync.Mutex
 }
@@ -1007,8 +1007,13 @@ func (p *process) closeLaunchExit() {
 	}
 }
 
-// signalTree sends sig to every process of the tree.
+// signalTree sends sig to every process of the tree. It holds killing as a kill does: the
+// timeout's SIGTERM can end the main process (and the whole tree) at once, and the count of
+// processes killed must not be read before the ones signalled are noted (it read 0 for a
+// fork bomb that died of the SIGTERM, under load).
 func (p *process) signalTree(sig syscall.Signal) {
+	p.killing.Lock()
+	defer p.killing.Unlock()
 	p.awaitLeft()
 	if p.cg != nil {
 		p.note(p.cg.signal(sig), true)

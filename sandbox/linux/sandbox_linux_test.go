@@ -516,3 +516,26 @@ func TestSignalAndKill(t *testing.T) {
 		assert.ErrorIs(t, p.Signal(syscall.SIGTERM), os.ErrProcessDone)
 	})
 }
+
+// TestTimeoutTermCountsWhatItEnded: a tree that dies of the timeout's SIGTERM (nothing traps
+// it) was ended by the sandbox, and the Result (and the audit record's procs_killed) counts
+// every process the SIGTERM reached. The SIGTERM ends the main process at once, so the
+// count must not be read before the signalled ones are noted: it read 0 for a fork bomb
+// under load.
+func TestTimeoutTermCountsWhatItEnded(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	requireCgroup(t, sb)
+	e := newEnv(t)
+	const n = 40
+	for i := range 8 {
+		m := marker(t)
+		spec := e.spec(fmt.Sprintf(`for i in $(seq %d); do sh -c 'sleep 1000' "$1" & done; echo up; sleep 1000`, n), m)
+		spec.Limits.Timeout = 400 * time.Millisecond
+		res, out, _ := run(t, sb, spec)
+		require.Equal(t, "up\n", out)
+		assert.True(t, res.TimedOut)
+		assert.Equal(t, "SIGTERM", res.Signal, "run %d: the tree died of the SIGTERM", i)
+		assert.GreaterOrEqual(t, res.Killed, n+1, "run %d: every process the SIGTERM ended is counted", i)
+		assert.Empty(t, survivors(m))
+	}
+}
