@@ -1,9 +1,12 @@
 package linux
 
 import (
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,4 +119,37 @@ func parseResults(out string) map[string][]string {
 		got[name] = append(got[name], result)
 	}
 	return got
+}
+
+// TestSocketFamiliesKeepToolsWorking: the family allow-list leaves what real programs use:
+// curl fetching from a Python HTTP server on loopback (AF_INET), node's
+// os.networkInterfaces and dns.lookup (getifaddrs and getaddrinfo, over netlink), and
+// ip(8) listing addresses over rtnetlink. The run has the network (the host's namespace,
+// where loopback is up).
+func TestSocketFamiliesKeepToolsWorking(t *testing.T) {
+	testutil.SkipUnlessSupported(t, kernel.SeccompSupported(), "no seccomp filter for "+runtime.GOARCH)
+	for _, tool := range []string{"curl", "node", "ip"} {
+		_, err := exec.LookPath(tool)
+		testutil.SkipUnlessSupported(t, err == nil, "needs "+tool)
+	}
+	_, err := os.Stat(python)
+	testutil.SkipUnlessSupported(t, err == nil, "needs "+python)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	require.NoError(t, ln.Close()) // free for the server inside
+	sb := newSandbox(t, Options{})
+	e := newEnv(t)
+	require.NoError(t, os.WriteFile(filepath.Join(e.project, "page.txt"), []byte("served from inside\n"), 0o644))
+	script := `set -e
+` + python + ` -m http.server --bind 127.0.0.1 ` + port + ` >/dev/null 2>&1 &
+for i in $(seq 50); do curl -fsS http://127.0.0.1:` + port + `/page.txt 2>/dev/null && break; sleep 0.1; done
+kill $!
+node -e 'const os=require("os"), dns=require("dns"); console.log("lo", Object.keys(os.networkInterfaces()).includes("lo")); dns.lookup("localhost", {family: 4}, (err, a) => console.log("lookup", err ? err.code : a))'
+ip -o addr show lo | grep -c 127.0.0.1`
+	spec := e.spec(script)
+	spec.Network = true
+	res, out, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Equal(t, "served from inside\nlo true\nlookup 127.0.0.1\n1\n", out)
 }
