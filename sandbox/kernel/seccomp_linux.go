@@ -85,15 +85,15 @@ var personalityAllowed = []uint32{0, 0x8, 0x20000, 0x20008, 0xffffffff}
 type check int
 
 const (
-	always        check = iota // deny every call
-	anyBit                     // deny when arg0 & values[0] != 0
-	oneOf                      // deny when arg0 is one of values
-	noneOf                     // deny unless arg0 is one of values
-	setIDMode                  // the set-id rules: mode argument has S_ISUID/S_ISGID
-	socketFamily               // socket(domain not in values); AF_UNIX answered apart (Filter.DenyUnix)
-	socketPair                 // socketpair: as socketFamily, AF_UNIX only as a stream/seqpacket pair when Filter.DenyUnix
-	denyClone3                 // clone3: ENOSYS, or the gate
-	enosysAlways               // ENOSYS unconditionally (openat2)
+	always       check = iota // deny every call
+	anyBit                    // deny when arg0 & values[0] != 0
+	oneOf                     // deny when arg0 is one of values
+	noneOf                    // deny unless arg0 is one of values
+	setIDMode                 // the set-id rules: mode argument has S_ISUID/S_ISGID
+	socketFamily              // socket(domain not in values); AF_UNIX answered apart (Filter.DenyUnix)
+	socketPair                // socketpair: as socketFamily, AF_UNIX only as a stream/seqpacket pair when Filter.DenyUnix
+	denyClone3                // clone3: ENOSYS, or the gate
+	enosysAlways              // ENOSYS unconditionally (openat2)
 )
 
 // rule is one row of the deny table.
