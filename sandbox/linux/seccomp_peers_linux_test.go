@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,6 +85,9 @@ func TestSeccompPeerGaps(t *testing.T) {
 	control := parseResults(string(ctl))
 	t.Logf("unconfined: %v", control)
 	for _, name := range []string{"fanotify_init", "kcmp", "io_setup"} {
+		if slices.Equal(control[name], []string{"ENOSYS"}) {
+			continue // built without it (CONFIG_FANOTIFY, CONFIG_KCMP, CONFIG_AIO)
+		}
 		assert.Equal(t, []string{"OK"}, control[name], "%s works unconfined", name)
 	}
 	for _, launch := range []string{LaunchThread, LaunchStub} {
