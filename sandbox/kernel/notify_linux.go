@@ -94,8 +94,10 @@ func (r rule) matches(args [6]uint64) bool {
 	switch r.check {
 	case anyBit:
 		return a(0)&r.values[0] != 0
-	case oneOf, unixSocket:
+	case oneOf:
 		return slices.Contains(r.values, a(0))
+	case socketFamily:
+		return !slices.Contains(r.values, a(0))
 	case noneOf:
 		return !slices.Contains(r.values, a(0))
 	case setIDMode:
@@ -103,9 +105,12 @@ func (r rule) matches(args [6]uint64) bool {
 			return false
 		}
 		return a(r.modeArg)&setIDBits != 0
-	case unixDgramPair:
+	case socketPair:
+		if slices.Contains(r.values, a(0)) {
+			return false
+		}
 		t := a(1) & sockTypeMask
-		return a(0) == unix.AF_UNIX && t != unix.SOCK_STREAM && t != unix.SOCK_SEQPACKET
+		return a(0) != unix.AF_UNIX || (t != unix.SOCK_STREAM && t != unix.SOCK_SEQPACKET)
 	}
 	return true // always, enosysAlways, denyClone3
 }

@@ -20,10 +20,15 @@ var modeRules = []modeRule{
 	{name: "mknodat", nr: unix.SYS_MKNODAT, modeArg: 2, flagsArg: -1},
 }
 
-// archRules: x86-only ways to the hardware.
+// archRules: x86-only calls: ways to the hardware and calls the generic (arm64) table does
+// not have.
 var archRules = []rule{
 	{name: "iopl", nr: unix.SYS_IOPL, errno: unix.EPERM, why: "raw I/O port access"},
 	{name: "ioperm", nr: unix.SYS_IOPERM, errno: unix.EPERM, why: "raw I/O port access"},
+	{name: "modify_ldt", nr: unix.SYS_MODIFY_LDT, errno: unix.EPERM,
+		why: "the x86 local descriptor table: 16-bit segments for Wine and DOS emulators, reachable by any uid and the way into several kernel bugs"},
+	{name: "ustat", nr: unix.SYS_USTAT, errno: unix.EPERM,
+		why: "statistics of any mounted filesystem named by device number, past the private view"},
 }
 
 // traceCalls are the syscalls Filter.Trace sends to the listener: every way a program

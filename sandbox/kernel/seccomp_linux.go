@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -15,17 +16,22 @@ import (
 // programs (shells, compilers, git, Python, Go) run unchanged. It closes what Landlock and
 // the dropped capabilities leave open:
 //
-//  1. Unix-domain sockets. A command that can connect to /var/run/docker.sock (any member of
+//  1. Sockets. A command that can connect to /var/run/docker.sock (any member of
 //     the docker group) or, as root, to the systemd or D-Bus system sockets, can start a
 //     privileged container or a root service — a full escape from every other restriction.
 //     Path-based connect() cannot be filtered by path, so creating AF_UNIX sockets is refused
-//     (EACCES) unless policy allows them. socketpair(AF_UNIX) is the other way to get one:
+//     (EACCES) unless policy allows them. Of the other families only AF_INET, AF_INET6 and
+//     AF_NETLINK may be created (an allow-list, as Docker's default profile now keeps one):
+//     the rest (AF_ALG, AF_VSOCK, TIPC, RDS, CAN, Bluetooth, ...) are protocol code any uid
+//     reaches, often in a module the kernel loads for the asking, and no project command
+//     needs them. socketpair(AF_UNIX) is the other way to get one:
 //     a SOCK_STREAM or SOCK_SEQPACKET pair is connected for good (connect answers EISCONN,
 //     an address given to sendto is refused or ignored), so it reaches no one and stays
 //     allowed (libuv, node, Python and Chromium use it for their own children). A
 //     SOCK_DGRAM pair is not: either end can sendto(2) or connect(2) any pathname datagram
 //     socket it can see. So socketpair(AF_UNIX) of any other type (SOCK_DGRAM, and SOCK_RAW,
-//     which the kernel turns into SOCK_DGRAM) is refused too. Abstract sockets are scoped by
+//     which the kernel turns into SOCK_DGRAM) is refused too, and so is a pair of any family
+//     socket(2) refuses. Abstract sockets are scoped by
 //     Landlock (ABI 6) on top.
 //  2. Set-user-ID and set-group-ID bits. Landlock does not govern chmod, and as root every
 //     system file is root's own: a command could plant a setuid-root binary for later. Any
@@ -34,10 +40,11 @@ import (
 //     pointer the filter cannot read, answers ENOSYS (callers fall back to openat).
 //  3. Kernel attack surface no project command needs (the table in denyTable): io_uring,
 //     keyrings, new namespaces and mounts, eBPF, perf, userfaultfd, modules, kexec, file
-//     handles, other processes' memory, ptrace attach, personality changes and host
-//     administration. Modelled on Docker's default profile (what it allows only with a
-//     capability fledge drops) and Codex's Linux sandbox. These answer EPERM, never a
-//     kill, so a program that probes (a runtime checking for io_uring) falls back.
+//     handles, other processes' memory, ptrace attach, kcmp, personality changes, fanotify,
+//     Linux AIO contexts, the x86 LDT and host administration. Modelled on Docker's default
+//     profile (what it allows only with a capability fledge drops), firejail's default list
+//     and Codex's Linux sandbox. These answer EPERM, never a kill, so a program that probes
+//     (a runtime checking for io_uring) falls back.
 //
 // Foreign syscall ABIs (i386 via int 0x80, x32) are refused outright: their numbers differ.
 
@@ -78,15 +85,15 @@ var personalityAllowed = []uint32{0, 0x8, 0x20000, 0x20008, 0xffffffff}
 type check int
 
 const (
-	always        check = iota // deny every call
-	anyBit                     // deny when arg0 & values[0] != 0
-	oneOf                      // deny when arg0 is one of values
-	noneOf                     // deny unless arg0 is one of values
-	setIDMode                  // the set-id rules: mode argument has S_ISUID/S_ISGID
-	unixSocket                 // socket(domain in values): AF_VSOCK always, AF_UNIX when Filter.DenyUnix
-	unixDgramPair              // socketpair(AF_UNIX, not STREAM/SEQPACKET) when Filter.DenyUnix
-	denyClone3                 // clone3: ENOSYS, or the gate
-	enosysAlways               // ENOSYS unconditionally (openat2)
+	always       check = iota // deny every call
+	anyBit                    // deny when arg0 & values[0] != 0
+	oneOf                     // deny when arg0 is one of values
+	noneOf                    // deny unless arg0 is one of values
+	setIDMode                 // the set-id rules: mode argument has S_ISUID/S_ISGID
+	socketFamily              // socket(domain not in values); AF_UNIX answered apart (Filter.DenyUnix)
+	socketPair                // socketpair: as socketFamily, AF_UNIX only as a stream/seqpacket pair when Filter.DenyUnix
+	denyClone3                // clone3: ENOSYS, or the gate
+	enosysAlways              // ENOSYS unconditionally (openat2)
 )
 
 // rule is one row of the deny table.
@@ -110,36 +117,53 @@ const (
 	whyVM      = "reads or writes another process's memory"
 	whyAdmin   = "host administration, never needed by a project command"
 	whyMountFD = "the new mount API (fsopen/fsmount/...): mounts without mount(2)"
+	whyFamily  = "other socket families are protocol code any uid reaches (AF_ALG, TIPC, RDS, CAN, ..., often a module loaded for the asking); AF_VSOCK reaches the hypervisor's and the host's vsock services past any network namespace"
 )
 
-// socketDomains are the socket(2) domains refused: AF_VSOCK always (it reaches the
-// hypervisor's and the host's vsock services from inside a VM, a way out that no network
-// namespace or Landlock rule covers, and no project command needs it), AF_UNIX unless the
-// policy allows unix sockets.
-func socketDomains(f Filter) []uint32 {
-	d := []uint32{unix.AF_VSOCK}
-	if f.DenyUnix {
+// socketFamilies are the socket(2) domains a command may create: IPv4, IPv6, netlink
+// (glibc's getaddrinfo and getifaddrs, ip(8) and node's os.networkInterfaces read the
+// interfaces over it; the kernel refuses its state-changing requests without the
+// capabilities commands do not hold) and AF_UNIX unless the policy denies unix sockets.
+// An allow-list, as Docker's default profile keeps: every other family, present and
+// future, is refused.
+func socketFamilies(f Filter) []uint32 {
+	d := []uint32{unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+	if !f.DenyUnix {
 		d = append(d, unix.AF_UNIX)
 	}
 	return d
 }
 
-func socketWhy(f Filter) string {
-	const vsock = "AF_VSOCK reaches the hypervisor's and the host's vsock services, past any network namespace"
-	if f.DenyUnix {
-		return "AF_UNIX sockets reach docker.sock, D-Bus and systemd (unless the policy allows unix sockets); " + vsock
+// familyName names the families socketFamilies may hold.
+func familyName(v uint32) string {
+	switch v {
+	case unix.AF_UNIX:
+		return "AF_UNIX"
+	case unix.AF_INET:
+		return "AF_INET"
+	case unix.AF_INET6:
+		return "AF_INET6"
+	case unix.AF_NETLINK:
+		return "AF_NETLINK"
 	}
-	return vsock
+	return fmt.Sprint(v)
+}
+
+func socketWhy(f Filter) string {
+	if f.DenyUnix {
+		return "AF_UNIX sockets reach docker.sock, D-Bus and systemd (unless the policy allows unix sockets); " + whyFamily
+	}
+	return whyFamily
 }
 
 // denyTable is the whole deny-list for this architecture, in the order the filter checks
 // it. Every row is enforced; DeniedSyscalls reports it.
 func denyTable(f Filter) []rule {
 	rules := []rule{
-		{name: "socket", nr: unix.SYS_SOCKET, check: unixSocket, values: socketDomains(f), errno: unix.EACCES,
+		{name: "socket", nr: unix.SYS_SOCKET, check: socketFamily, values: socketFamilies(f), errno: unix.EACCES,
 			why: socketWhy(f)},
-		{name: "socketpair", nr: unix.SYS_SOCKETPAIR, check: unixDgramPair, errno: unix.EACCES,
-			why: "an AF_UNIX datagram pair can sendto or connect any pathname socket it sees; connected stream and seqpacket pairs reach no one and stay allowed (unless the policy allows unix sockets)"},
+		{name: "socketpair", nr: unix.SYS_SOCKETPAIR, check: socketPair, values: socketFamilies(f), errno: unix.EACCES,
+			why: "a pair of a family socket(2) refuses reaches the same protocol code; an AF_UNIX datagram pair can sendto or connect any pathname socket it sees (unless the policy allows unix sockets), while connected stream and seqpacket pairs reach no one and stay allowed"},
 		{name: "openat2", nr: unix.SYS_OPENAT2, check: enosysAlways, errno: unix.ENOSYS,
 			why: "its mode sits behind a pointer the set-id rule cannot read; libc falls back to openat"},
 		{name: "clone", nr: unix.SYS_CLONE, check: anyBit, values: []uint32{nsCloneMask}, errno: unix.EPERM, why: whyNS},
@@ -175,6 +199,12 @@ func denyTable(f Filter) []rule {
 		{name: "process_vm_readv", nr: unix.SYS_PROCESS_VM_READV, errno: unix.EPERM, why: whyVM},
 		{name: "process_vm_writev", nr: unix.SYS_PROCESS_VM_WRITEV, errno: unix.EPERM, why: whyVM},
 		{name: "pidfd_getfd", nr: unix.SYS_PIDFD_GETFD, errno: unix.EPERM, why: "copies another process's file descriptors"},
+		{name: "kcmp", nr: unix.SYS_KCMP, errno: unix.EPERM,
+			why: "compares kernel objects (files, memory, file tables) of two processes: a cross-process probe Docker allows only with CAP_SYS_PTRACE"},
+		{name: "fanotify_init", nr: unix.SYS_FANOTIFY_INIT, errno: unix.EPERM,
+			why: "unprivileged fanotify groups count against the caller's uid (shared with the host's root when fledge runs as root); inotify stays for file watchers"},
+		{name: "io_setup", nr: unix.SYS_IO_SETUP, errno: unix.EPERM,
+			why: "Linux AIO contexts come out of fs.aio-max-nr, one budget for the whole host: two calls take all of it from the host's databases and VMs"},
 		// BPF cannot tell whether ptrace's target pid is a descendant. Refusing the two
 		// requests that attach to a process that did not ask for it leaves only tracees
 		// that are descendants: a child that called PTRACE_TRACEME (its parent traces
@@ -200,7 +230,7 @@ func denyTable(f Filter) []rule {
 	}
 	out := rules[:0]
 	for _, r := range rules {
-		if r.nr < 0 || (r.check == unixDgramPair && !f.DenyUnix) || (r.check == denyClone3 && f.AllowClone3) {
+		if r.nr < 0 || (r.check == denyClone3 && f.AllowClone3) {
 			continue
 		}
 		out = append(out, r)
@@ -226,13 +256,19 @@ func (r rule) when() string {
 			return "O_CREAT with a mode that has S_ISUID or S_ISGID"
 		}
 		return "mode has S_ISUID or S_ISGID"
-	case unixSocket:
-		if len(r.values) > 1 {
-			return "domain is AF_VSOCK or AF_UNIX"
+	case socketFamily, socketPair:
+		var names []string
+		for _, v := range r.values {
+			names = append(names, familyName(v))
 		}
-		return "domain is AF_VSOCK"
-	case unixDgramPair:
-		return "domain is AF_UNIX and type is neither SOCK_STREAM nor SOCK_SEQPACKET"
+		s := "domain is none of " + strings.Join(names, ", ")
+		if r.check == socketPair {
+			if !slices.Contains(r.values, unix.AF_UNIX) {
+				s = "domain is none of AF_UNIX, " + strings.Join(names, ", ") +
+					", or is AF_UNIX and type is neither SOCK_STREAM nor SOCK_SEQPACKET"
+			}
+		}
+		return s
 	}
 	return "always"
 }
@@ -431,11 +467,13 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		}
 		a.label(fmt.Sprint("rule", i))
 		deny, allow := notified(r.errno), pass(r.nr)
-		if (r.check == unixSocket || r.check == unixDgramPair) && !f.Trace {
-			// Not rare: glibc's name service asks nscd over an AF_UNIX socket in ordinary
-			// runs (every getpwuid), syslog(3) another. Answered in the filter, as without
-			// recording; trace mode records them.
-			deny = retLabel(r.errno)
+		// unixDeny is where a refused AF_UNIX socket or pair goes. Not rare: glibc's name
+		// service asks nscd over an AF_UNIX socket in ordinary runs (every getpwuid),
+		// syslog(3) another. Answered in the filter, as without recording; trace mode
+		// records them. The other families are rare and recorded.
+		unixDeny := deny
+		if !f.Trace {
+			unixDeny = retLabel(r.errno)
 		}
 		switch r.check {
 		case anyBit:
@@ -461,24 +499,34 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 			}
 			a.stmt(ld, argLow(r.modeArg))
 			a.jump(jset, setIDBits, deny, allow)
-		case unixSocket:
+		case socketFamily, socketPair:
+			// An allow-list of families: every family not named is refused, AF_UNIX (when
+			// not in values) apart. socketpair of AF_UNIX is checked on its type.
+			unixPair := fmt.Sprint("rule", i, "_unixpair")
 			a.stmt(ld, argLow(0))
+			if !slices.Contains(r.values, unix.AF_UNIX) {
+				to := unixDeny
+				if r.check == socketPair {
+					to = unixPair
+				}
+				a.jump(jeq, unix.AF_UNIX, to, "")
+			}
 			for j, v := range r.values {
 				if j < len(r.values)-1 {
-					a.jump(jeq, v, deny, "")
+					a.jump(jeq, v, allow, "")
 				} else {
-					a.jump(jeq, v, deny, allow)
+					a.jump(jeq, v, allow, deny)
 				}
 			}
-		case unixDgramPair:
-			// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
-			// datagram pair for SOCK_RAW too, and may learn other aliases.
-			a.stmt(ld, argLow(0))
-			a.jump(jeq, unix.AF_UNIX, "", allow)
-			a.stmt(ld, argLow(1))
-			a.stmt(and, sockTypeMask)
-			a.jump(jeq, unix.SOCK_STREAM, allow, "")
-			a.jump(jeq, unix.SOCK_SEQPACKET, allow, deny)
+			if r.check == socketPair && !slices.Contains(r.values, unix.AF_UNIX) {
+				// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
+				// datagram pair for SOCK_RAW too, and may learn other aliases.
+				a.label(unixPair)
+				a.stmt(ld, argLow(1))
+				a.stmt(and, sockTypeMask)
+				a.jump(jeq, unix.SOCK_STREAM, allow, "")
+				a.jump(jeq, unix.SOCK_SEQPACKET, allow, unixDeny)
+			}
 		case denyClone3:
 			if f.GateClone3 {
 				a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)

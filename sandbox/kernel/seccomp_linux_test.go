@@ -31,18 +31,21 @@ func TestDeniedSyscallsTable(t *testing.T) {
 		assert.NotEmpty(t, d.When, d.Name)
 		rows[d.Name] = d
 	}
-	assert.Equal(t, "domain is AF_VSOCK", rows["socket"].When, "vsock always, unix sockets only when DenyUnix")
-	assert.NotContains(t, rows, "socketpair", "unix datagram pairs only when DenyUnix")
+	assert.Equal(t, "domain is none of AF_INET, AF_INET6, AF_NETLINK, AF_UNIX", rows["socket"].When, "a family allow-list, unix sockets refused only when DenyUnix")
+	assert.Equal(t, "domain is none of AF_INET, AF_INET6, AF_NETLINK, AF_UNIX", rows["socketpair"].When, "pairs of the families socket refuses, every unix pair allowed")
+	for _, name := range []string{"kcmp", "fanotify_init", "io_setup"} {
+		assert.Equal(t, "EPERM", rows[name].Errno, name)
+	}
 	assert.Equal(t, "ENOSYS", rows["clone3"].Errno)
 	assert.Equal(t, "EPERM", rows["io_uring_setup"].Errno)
 	assert.Equal(t, "always", rows["keyctl"].When)
 	assert.Contains(t, rows["clone"].When, "CLONE_NEW")
 	withUnix := DeniedSyscalls(Filter{DenyUnix: true})
 	assert.Equal(t, "EACCES", withUnix[0].Errno)
-	assert.Equal(t, "domain is AF_VSOCK or AF_UNIX", withUnix[0].When)
+	assert.Equal(t, "domain is none of AF_INET, AF_INET6, AF_NETLINK", withUnix[0].When)
 	assert.Equal(t, "socketpair", withUnix[1].Name)
 	assert.Equal(t, "EACCES", withUnix[1].Errno)
-	assert.Contains(t, withUnix[1].When, "neither SOCK_STREAM nor SOCK_SEQPACKET")
+	assert.Equal(t, "domain is none of AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, or is AF_UNIX and type is neither SOCK_STREAM nor SOCK_SEQPACKET", withUnix[1].When)
 }
 
 // gateHelperEnv makes the test binary the gate's answering process (the host's watchdog

@@ -63,7 +63,9 @@ func TestSearchDispatchDecidesAsTheChain(t *testing.T) {
 	}
 	args := []uint64{0, 1, 2, 3, 5, 10, 16, ^uint64(0), unix.AF_UNIX, unix.AF_INET, unix.SOCK_STREAM, unix.SOCK_DGRAM,
 		unix.SOCK_SEQPACKET, unix.SOCK_RAW, unix.O_CREAT, unix.O_CREAT | unix.O_WRONLY, unix.S_ISUID | 0o755, unix.S_ISGID | 0o755,
-		0o755, unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWNET | unix.CLONE_THREAD, unix.TIOCSTI, unix.TIOCLINUX, 0x5412}
+		0o755, unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWNET | unix.CLONE_THREAD, unix.TIOCSTI, unix.TIOCLINUX, 0x5412,
+		unix.AF_INET6, unix.AF_NETLINK, unix.AF_VSOCK, unix.AF_ALG, unix.AF_PACKET, 1<<32 | unix.AF_UNIX, 1<<32 | unix.AF_TIPC,
+		unix.SOCK_STREAM | unix.SOCK_CLOEXEC, unix.SOCK_DGRAM | unix.SOCK_NONBLOCK}
 	variants := 0
 	// Every Filter value (each of its five switches on or off).
 	var filters []Filter
