@@ -109,3 +109,68 @@ done`, append(append([]string{"sh"}, files...), "/proc/keys", "/proc/key-users")
 		})
 	}
 }
+
+// hostNetSecretFiles lists the per-network-namespace files of fledge's own namespace that
+// only their owner may read and whose reading needs no capability: the TCP Fast Open
+// server key and every interface's IPv6 stable-privacy secret.
+func hostNetSecretFiles(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	cands := []string{"/proc/sys/net/ipv4/tcp_fastopen_key"}
+	ifs, _ := filepath.Glob("/proc/sys/net/ipv6/conf/*/stable_secret")
+	for _, f := range append(cands, ifs...) {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o004 == 0 {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestViewProcHidesHostNetSecrets: a run granted the network shares fledge's network
+// namespace, and /proc/sys/net shows that namespace's sysctls to whoever reads them. Two of
+// them are 0600 root and guarded by nothing else (no capability check on reading):
+// net.ipv4.tcp_fastopen_key (the key of every TCP Fast Open cookie the host's servers hand
+// out: with it a command forges cookies for any client address) and each interface's
+// net.ipv6.conf.*.stable_secret (the secret of the host's stable-privacy IPv6 addresses:
+// with it the host's addresses in any network can be predicted). A root fledge's command
+// keeps uid 0 and reads them. The attack: a command opens each. The control: the host
+// opens each (the open succeeds; stable_secret's read then says EIO while no secret is set,
+// a cover's open says EACCES).
+func TestViewProcHidesHostNetSecrets(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root (a user's commands are not uid 0)")
+	files := hostNetSecretFiles(t)
+	require.NotEmpty(t, files, "control: this namespace has root-only network secrets")
+	for _, f := range files {
+		fd, err := unix.Open(f, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.EACCES) {
+			t.Skipf("not supported, skipping: uid 0 here does not own the namespace's sysctls (%s: %v)", f, err)
+		}
+		require.NoError(t, err, "control: root opens %s", f)
+		unix.Close(fd)
+	}
+	for _, l := range viewLaunchers {
+		t.Run(l.name, func(t *testing.T) {
+			sb := newSandbox(t, l.opts)
+			requireView(t, sb)
+			e := newEnv(t)
+			spec := e.spec(`/usr/bin/python3 -c '
+import os, sys
+for f in sys.argv[1:]:
+    try:
+        os.close(os.open(f, os.O_RDONLY)); print("OPENED", f)
+    except PermissionError:
+        print("REFUSED", f)
+    except OSError as e:
+        print("OTHER", f, e)
+' "$@"
+cat /proc/sys/net/ipv4/tcp_congestion_control /proc/sys/net/ipv6/conf/lo/disable_ipv6 2>&1`, append([]string{"sh"}, files...)...)
+			spec.Network = true
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+			for _, f := range files {
+				assert.Contains(t, out, "REFUSED "+f+"\n", "a command granted the network opens %s", f)
+			}
+			assert.NotContains(t, out, "No such file", "the other network sysctls stay readable:\n%s", out)
+		})
+	}
+}
