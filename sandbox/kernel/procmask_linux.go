@@ -25,10 +25,11 @@ import (
 // Which files: every regular file at the top of /proc that its owner may read and others may
 // not (so a kernel's new one is covered without a list), plus keys and key-users (0444, but
 // what they list depends on the reader). Nothing in /proc/<pid>: a command sees its own
-// namespace's processes only, and the holder (pid 1) is not dumpable. /proc/sys is left: its
-// root-only entries are per network namespace (net.ipv4.tcp_fastopen_key, the IPv6
-// stable_secret: the run's own empty namespace when the network is denied) or harmless
-// (cad_pid, usermodehelper's capability sets, mmap_rnd_bits).
+// namespace's processes only, and the holder (pid 1) is not dumpable. Of /proc/sys, only the
+// two network secrets below, when the run shares fledge's network namespace (granted the
+// network: NetRootOnlyProc); with the network denied they are the run's own empty
+// namespace's. Its other root-only entries refuse a reader without capabilities (bpf_jit_*)
+// or are harmless (cad_pid, usermodehelper's capability sets, mmap_rnd_bits).
 
 // procKeyFiles are covered whatever their mode: their content is the reader's keys.
 var procKeyFiles = []string{"keys", "key-users"}
@@ -77,9 +78,62 @@ func scanRootOnlyProc(proc string) ([]string, error) {
 	return out, nil
 }
 
+// A run granted the network shares fledge's network namespace, and /proc/sys/net shows the
+// reader's namespace: two of its files are 0600 root and guarded by nothing else (the kernel
+// checks no capability when they are read). net.ipv4.tcp_fastopen_key is the key of every
+// TCP Fast Open cookie the namespace's servers hand out (with it a command forges cookies
+// for any client address); net.ipv6.conf.<if>.stable_secret is the secret behind an
+// interface's stable-privacy IPv6 addresses (with it the host's address in any network can
+// be predicted). The others 0600 there refuse a reader without CAP_SYS_ADMIN (bpf_jit_*)
+// or tell nothing (see above). These are named, not scanned: /proc/sys/net holds thousands
+// of files per interface, and a run's covers are made on every launch.
+
+// maxNetCovers bounds the covers of one run's network sysctls (one per interface, plus
+// the "all" and "default" entries): a host with more interfaces is refused rather than
+// given thousands of mounts per run.
+const maxNetCovers = 4096
+
+// ErrTooManyCovers: the namespace has more interfaces than maxNetCovers.
+var ErrTooManyCovers = errors.New("too many network interfaces to cover their /proc/sys secrets")
+
+// NetRootOnlyProc names, relative to /proc, the root-only network sysctls of the calling
+// thread's network namespace to cover in a root fledge's view of a run that shares it. The
+// interfaces are the namespace's now, so it is asked per run.
+func NetRootOnlyProc() ([]string, error) { return scanNetRootOnlyProc("/proc") }
+
+func scanNetRootOnlyProc(proc string) ([]string, error) {
+	cands := []string{"sys/net/ipv4/tcp_fastopen_key"}
+	ents, err := os.ReadDir(proc + "/sys/net/ipv6/conf")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("list %s/sys/net/ipv6/conf: %w", proc, err)
+	}
+	if len(ents) > maxNetCovers {
+		return nil, fmt.Errorf("%w: %d (at most %d)", ErrTooManyCovers, len(ents), maxNetCovers)
+	}
+	for _, e := range ents {
+		cands = append(cands, "sys/net/ipv6/conf/"+e.Name()+"/stable_secret")
+	}
+	var out []string
+	for _, name := range cands {
+		fi, err := os.Lstat(proc + "/" + name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // no IPv6, or an interface gone meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", proc, name, err)
+		}
+		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o004 == 0 {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
 // maskProc covers the names in the procfs mounted at proc (a path in the stage) with the
 // empty file at mask (made here, mode 0, on the stage's tmpfs: it is detached with the
-// stage, and the covers keep only that file). A name this procfs lacks is skipped.
+// stage, and the covers keep only that file). A name this procfs lacks is skipped. Names
+// may lead below the top of /proc (sys/net/...): they are looked up in the calling thread's
+// network namespace (/proc/sys/net shows the reader's), which must be the command's.
 func maskProc(proc, mask string, names []string) error {
 	if len(names) == 0 {
 		return nil

@@ -148,11 +148,20 @@ func TestViewProcHidesHostNetSecrets(t *testing.T) {
 		require.NoError(t, err, "control: root opens %s", f)
 		unix.Close(fd)
 	}
-	for _, l := range viewLaunchers {
+	launchers := append(viewLaunchers, struct {
+		name string
+		opts Options
+	}{"thread-no-pidns", Options{Launch: LaunchThread, DisablePidNS: true}})
+	for _, l := range launchers {
 		t.Run(l.name, func(t *testing.T) {
 			sb := newSandbox(t, l.opts)
 			requireView(t, sb)
 			e := newEnv(t)
+			// A run denied the network first: the session's view template is made for it
+			// (its covers leave the run's own namespace alone), and the run granted the
+			// network must not be launched from it.
+			res, out, errOut := run(t, sb, e.spec(`cat /proc/sys/net/ipv4/tcp_congestion_control`))
+			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
 			spec := e.spec(`/usr/bin/python3 -c '
 import os, sys
 for f in sys.argv[1:]:
@@ -165,7 +174,7 @@ for f in sys.argv[1:]:
 ' "$@"
 cat /proc/sys/net/ipv4/tcp_congestion_control /proc/sys/net/ipv6/conf/lo/disable_ipv6 2>&1`, append([]string{"sh"}, files...)...)
 			spec.Network = true
-			res, out, errOut := run(t, sb, spec)
+			res, out, errOut = run(t, sb, spec)
 			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
 			for _, f := range files {
 				assert.Contains(t, out, "REFUSED "+f+"\n", "a command granted the network opens %s", f)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -567,6 +568,15 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			if pol.View.ProcMask, err = kernel.RootOnlyProc(); err != nil {
 				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 			}
+			if !ownNetNS(spec, s.netns, rg) {
+				// The run shares fledge's network namespace, whose sysctls /proc/sys/net
+				// shows it: the namespace's root-only secrets are covered too.
+				netMask, err := kernel.NetRootOnlyProc()
+				if err != nil {
+					return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+				}
+				pol.View.ProcMask = append(slices.Clip(pol.View.ProcMask), netMask...)
+			}
 		}
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
@@ -631,7 +641,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 		}
 	}
-	if !spec.Network && s.netns && (rg == nil || rg.eng != nil) {
+	if ownNetNS(spec, s.netns, rg) {
 		// No network, or the run's own namespace for its network by destination (built
 		// by its stub, Policy.Net).
 		sys.Cloneflags |= unix.CLONE_NEWNET
@@ -1049,6 +1059,12 @@ func (p *process) killTree() error {
 		p.note(members, mainAlive)
 	}
 	return nil
+}
+
+// ownNetNS says whether the run gets a network namespace of its own: no network, or its
+// network by destination (built by its stub). Otherwise it shares fledge's.
+func ownNetNS(spec *sandbox.Spec, netns bool, rg *runEgress) bool {
+	return !spec.Network && netns && (rg == nil || rg.eng != nil)
 }
 
 // watch enforces the timeout and context cancellation: SIGTERM to all, KillGrace, SIGKILL.

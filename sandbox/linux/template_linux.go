@@ -43,7 +43,10 @@ func templateKey(v *kernel.View) (string, error) {
 		Pin       []string
 		Writable  []string
 		Proc      string // the procfs (dev:ino): a template holds its namespace's /proc
-	}{Protected: v.Protected, Pin: v.Pin, Writable: v.Writable}
+		// The covers in it: a run sharing fledge's network namespace has its secrets
+		// covered besides (NetRootOnlyProc), one denied the network does not.
+		ProcMask []string
+	}{Protected: v.Protected, Pin: v.Pin, Writable: v.Writable, ProcMask: v.ProcMask}
 	for _, m := range v.Mounts {
 		if m.Path != v.RunTmp || v.RunTmp == "" {
 			base.Mounts = append(base.Mounts, m)

@@ -1,0 +1,50 @@
+package kernel
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestNetRootOnlyProcNamesTheSecrets: this kernel's network secrets are found where it has
+// them (the TCP Fast Open key; the stable_secret of lo and of the "all" and "default"
+// entries wherever IPv6 is built in), relative to /proc, and nothing other readers may read.
+func TestNetRootOnlyProcNamesTheSecrets(t *testing.T) {
+	names, err := NetRootOnlyProc()
+	require.NoError(t, err)
+	for _, n := range []string{"sys/net/ipv4/tcp_fastopen_key", "sys/net/ipv6/conf/lo/stable_secret", "sys/net/ipv6/conf/default/stable_secret"} {
+		if _, err := os.Lstat("/proc/" + n); err == nil {
+			assert.Contains(t, names, n)
+		}
+	}
+	for _, n := range names {
+		fi, err := os.Lstat("/proc/" + n)
+		require.NoError(t, err)
+		assert.Zero(t, fi.Mode().Perm()&0o004, "%s is readable by others: no cover needed", n)
+	}
+}
+
+// TestNetRootOnlyProcBounded: a namespace with more interfaces than maxNetCovers is
+// refused with ErrTooManyCovers, not given a mount per interface on every launch.
+func TestNetRootOnlyProcBounded(t *testing.T) {
+	proc := t.TempDir()
+	conf := filepath.Join(proc, "sys/net/ipv6/conf")
+	for i := range maxNetCovers + 1 {
+		d := filepath.Join(conf, fmt.Sprint("veth", i))
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	_, err := scanNetRootOnlyProc(proc)
+	require.ErrorIs(t, err, ErrTooManyCovers)
+
+	// At the bound: every secret there is named, a world-readable one is not.
+	require.NoError(t, os.RemoveAll(filepath.Join(conf, "veth0")))
+	require.NoError(t, os.WriteFile(filepath.Join(conf, "veth1", "stable_secret"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(conf, "veth2", "stable_secret"), nil, 0o644))
+	names, err := scanNetRootOnlyProc(proc)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"sys/net/ipv6/conf/veth1/stable_secret"}, names)
+}
