@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // TestNetRootOnlyProcNamesTheSecrets: this kernel's network secrets are found where it has
@@ -47,4 +49,26 @@ func TestNetRootOnlyProcBounded(t *testing.T) {
 	names, err := scanNetRootOnlyProc(proc)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"sys/net/ipv6/conf/veth1/stable_secret"}, names)
+}
+
+// TestRootOnlyProcRetriesAfterAFailure: the list is found once per process, but a failure
+// to find it (here: out of file descriptors, as a busy host can be for a moment) must not
+// be kept: every later root run would be refused until fledge restarts.
+func TestRootOnlyProcRetriesAfterAFailure(t *testing.T) {
+	rootOnlyProc.once = sync.Once{}
+	rootOnlyProc.names, rootOnlyProc.err = nil, nil
+
+	var lim unix.Rlimit
+	require.NoError(t, unix.Getrlimit(unix.RLIMIT_NOFILE, &lim))
+	// The lowest free descriptor is at or above 3: a limit of 3 leaves none to open /proc.
+	low := lim
+	low.Cur = 3
+	require.NoError(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &low))
+	_, err := RootOnlyProc()
+	require.NoError(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &lim))
+	require.ErrorIs(t, err, unix.EMFILE, "control: /proc cannot be listed without a descriptor")
+
+	names, err := RootOnlyProc()
+	require.NoError(t, err, "the failure was kept")
+	assert.Contains(t, names, "keys")
 }
