@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -35,18 +36,26 @@ import (
 var procKeyFiles = []string{"keys", "key-users"}
 
 var rootOnlyProc struct {
-	once  sync.Once
-	names []string
-	err   error
+	mu    sync.Mutex
+	names []string // nil until found
 }
 
 // RootOnlyProc names the files at the top of this kernel's /proc to cover in a root
 // fledge's views. The set is the kernel's (the same in every pid namespace), so it is
 // found once per process: listing and statting /proc costs about 0.35 ms, more than the
-// rest of a view's procfs.
+// rest of a view's procfs. A failure is not kept (out of file descriptors for a moment
+// would otherwise refuse every later run): the next run looks again.
 func RootOnlyProc() ([]string, error) {
-	rootOnlyProc.once.Do(func() { rootOnlyProc.names, rootOnlyProc.err = scanRootOnlyProc("/proc") })
-	return rootOnlyProc.names, rootOnlyProc.err
+	rootOnlyProc.mu.Lock()
+	defer rootOnlyProc.mu.Unlock()
+	if rootOnlyProc.names == nil {
+		names, err := scanRootOnlyProc("/proc")
+		if err != nil {
+			return nil, err
+		}
+		rootOnlyProc.names = slices.Clip(append([]string{}, names...))
+	}
+	return rootOnlyProc.names, nil
 }
 
 func scanRootOnlyProc(proc string) ([]string, error) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -55,8 +54,9 @@ func TestNetRootOnlyProcBounded(t *testing.T) {
 // to find it (here: out of file descriptors, as a busy host can be for a moment) must not
 // be kept: every later root run would be refused until fledge restarts.
 func TestRootOnlyProcRetriesAfterAFailure(t *testing.T) {
-	rootOnlyProc.once = sync.Once{}
-	rootOnlyProc.names, rootOnlyProc.err = nil, nil
+	rootOnlyProc.mu.Lock()
+	rootOnlyProc.names = nil
+	rootOnlyProc.mu.Unlock()
 
 	var lim unix.Rlimit
 	require.NoError(t, unix.Getrlimit(unix.RLIMIT_NOFILE, &lim))
