@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -156,4 +157,82 @@ ip -o addr show lo | grep -c 127.0.0.1`
 	res, out, errOut := run(t, sb, spec)
 	require.Equal(t, 0, res.ExitCode, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	assert.Equal(t, "served from inside\nlo true\nlookup 127.0.0.1\n1\n", out)
+}
+
+// cnProcListen subscribes to the kernel's process connector (NETLINK_CONNECTOR, CN_IDX_PROC)
+// and prints, for secs seconds, every name a process takes with prctl(PR_SET_NAME) that
+// starts with the prefix in argv[1]. It prints "socket: <errno name>" when the socket is
+// refused, "send: ..." when the subscription is.
+const cnProcListen = `
+import socket, struct, os, sys, time, select, errno
+try:
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 11)
+except OSError as e:
+    print("socket:", errno.errorcode.get(e.errno)); sys.exit(0)
+s.bind((0, 1))
+op = struct.pack("=I", 1)
+cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(op), 0) + op
+try:
+    s.send(struct.pack("=IHHII", 16 + len(cn), 3, 0, 0, 0) + cn)
+except OSError as e:
+    print("send:", errno.errorcode.get(e.errno)); sys.exit(0)
+print("listening", flush=True)
+end = time.time() + float(sys.argv[2])
+while time.time() < end:
+    if not select.select([s], [], [], 0.1)[0]:
+        continue
+    data = s.recv(65536)
+    if struct.unpack_from("=I", data, 36)[0] == 0x200:
+        name = data[60:76].split(b"\0")[0].decode(errors="replace")
+        if name.startswith(sys.argv[1]):
+            print("SAW", name, flush=True)
+`
+
+// TestSeccompNetlinkConnectorRefused: a run granted the network shares fledge's network
+// namespace, the host's initial one, where the kernel's process connector (cn_proc) tells
+// any listener, whatever its uid and capabilities since Linux 6.6, every fork, exec, exit,
+// uid change and name change of every process of the host: the pid namespace hides the
+// host's processes from /proc, not from this. (It names, among others, every other run's
+// launch thread, "fledge-" and the 32 random bits its Landlock denials are told apart by.)
+// The attack: a command listens while the host renames a process of its own. The control:
+// unconfined, the same listener sees the name.
+func TestSeccompNetlinkConnectorRefused(t *testing.T) {
+	testutil.RequireContained(t)
+	sb := newSandbox(t, Options{})
+	e := newEnv(t)
+	name := "fledgecn" + randomID()[:6]
+	rename := func(stop <-chan struct{}) {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = exec.Command(python, "-c", `import ctypes,sys; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)`, name).Run()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// Control: unconfined, the listener sees the host's process take the name.
+	cmd := exec.Command(python, "-c", cnProcListen, name, "1.5")
+	stop := make(chan struct{})
+	go rename(stop)
+	out, err := cmd.CombinedOutput()
+	close(stop)
+	require.NoError(t, err, "%s", out)
+	if strings.Contains(string(out), "send: ECONNREFUSED") || strings.Contains(string(out), "socket:") {
+		t.Skipf("not supported, skipping: no process connector in this network namespace: %s", out)
+	}
+	if !strings.Contains(string(out), "SAW "+name) {
+		t.Skipf("not supported, skipping: this kernel tells an unconfined root nothing: %s", out)
+	}
+
+	spec := e.spec(python+` -c "$1" "$2" "$3"`, "sh", cnProcListen, name, "1.5")
+	spec.Network = true
+	stop = make(chan struct{})
+	go rename(stop)
+	res, got, errOut := run(t, sb, spec)
+	close(stop)
+	require.Equal(t, 0, res.ExitCode, "%s%s", got, errOut)
+	assert.NotContains(t, got, "SAW "+name, "a command sees the host's processes through the process connector")
+	assert.Contains(t, got, "socket: EACCES", "the connector socket is refused by the filter")
 }
