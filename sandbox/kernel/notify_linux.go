@@ -97,6 +97,9 @@ func (r rule) matches(args [6]uint64) bool {
 	case oneOf:
 		return slices.Contains(r.values, a(0))
 	case socketFamily:
+		if a(0) == unix.AF_NETLINK && slices.Contains(r.values, a(0)) {
+			return !slices.Contains(netlinkProtocols, a(2))
+		}
 		return !slices.Contains(r.values, a(0))
 	case noneOf:
 		return !slices.Contains(r.values, a(0))

@@ -134,6 +134,40 @@ func socketFamilies(f Filter) []uint32 {
 	return d
 }
 
+// netlinkProtocols are the AF_NETLINK protocols socket(2) may open: routes, addresses and
+// interfaces (NETLINK_ROUTE: getaddrinfo, getifaddrs, ip(8), node, Go), socket lists
+// (NETLINK_SOCK_DIAG: ss(8)), generic netlink (ethtool, iw: every request that changes
+// anything needs a capability), audit and netfilter (every request needs a capability;
+// libaudit's callers treat only "not in the kernel" errors as harmless, so the socket
+// stays and the kernel refuses the message) and device events (NETLINK_KOBJECT_UEVENT:
+// libusb and udev monitors open it at start). Every other protocol is refused, above all
+// NETLINK_CONNECTOR: in the host's network namespace (a run granted the network shares
+// it) its process connector tells any listener, whatever its capabilities since Linux
+// 6.6, every fork, exec, exit, uid change and name of every process of the host, past the
+// pid namespace; the others (XFRM, SELinux, SCSI transport, RDMA, crypto, SMC, ...) no
+// project command needs.
+var netlinkProtocols = []uint32{unix.NETLINK_ROUTE, unix.NETLINK_SOCK_DIAG, unix.NETLINK_AUDIT,
+	unix.NETLINK_NETFILTER, unix.NETLINK_KOBJECT_UEVENT, unix.NETLINK_GENERIC}
+
+// netlinkName names the protocols of netlinkProtocols.
+func netlinkName(v uint32) string {
+	switch v {
+	case unix.NETLINK_ROUTE:
+		return "NETLINK_ROUTE"
+	case unix.NETLINK_SOCK_DIAG:
+		return "NETLINK_SOCK_DIAG"
+	case unix.NETLINK_AUDIT:
+		return "NETLINK_AUDIT"
+	case unix.NETLINK_NETFILTER:
+		return "NETLINK_NETFILTER"
+	case unix.NETLINK_KOBJECT_UEVENT:
+		return "NETLINK_KOBJECT_UEVENT"
+	case unix.NETLINK_GENERIC:
+		return "NETLINK_GENERIC"
+	}
+	return fmt.Sprint(v)
+}
+
 // familyName names the families socketFamilies may hold.
 func familyName(v uint32) string {
 	switch v {
@@ -262,6 +296,13 @@ func (r rule) when() string {
 			names = append(names, familyName(v))
 		}
 		s := "domain is none of " + strings.Join(names, ", ")
+		if r.check == socketFamily {
+			var protos []string
+			for _, v := range netlinkProtocols {
+				protos = append(protos, netlinkName(v))
+			}
+			s += ", or is AF_NETLINK and protocol is none of " + strings.Join(protos, ", ")
+		}
 		if r.check == socketPair {
 			if !slices.Contains(r.values, unix.AF_UNIX) {
 				s = "domain is none of AF_UNIX, " + strings.Join(names, ", ") +
@@ -503,6 +544,7 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 			// An allow-list of families: every family not named is refused, AF_UNIX (when
 			// not in values) apart. socketpair of AF_UNIX is checked on its type.
 			unixPair := fmt.Sprint("rule", i, "_unixpair")
+			netlink := fmt.Sprint("rule", i, "_netlink")
 			a.stmt(ld, argLow(0))
 			if !slices.Contains(r.values, unix.AF_UNIX) {
 				to := unixDeny
@@ -512,10 +554,25 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 				a.jump(jeq, unix.AF_UNIX, to, "")
 			}
 			for j, v := range r.values {
+				to := allow
+				if v == unix.AF_NETLINK && r.check == socketFamily {
+					to = netlink // and then its protocol (a pair of it the kernel refuses)
+				}
 				if j < len(r.values)-1 {
-					a.jump(jeq, v, allow, "")
+					a.jump(jeq, v, to, "")
 				} else {
-					a.jump(jeq, v, allow, deny)
+					a.jump(jeq, v, to, deny)
+				}
+			}
+			if r.check == socketFamily && slices.Contains(r.values, unix.AF_NETLINK) {
+				a.label(netlink)
+				a.stmt(ld, argLow(2))
+				for j, v := range netlinkProtocols {
+					if j < len(netlinkProtocols)-1 {
+						a.jump(jeq, v, allow, "")
+					} else {
+						a.jump(jeq, v, allow, deny)
+					}
 				}
 			}
 			if r.check == socketPair && !slices.Contains(r.values, unix.AF_UNIX) {

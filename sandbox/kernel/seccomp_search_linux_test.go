@@ -65,7 +65,8 @@ func TestSearchDispatchDecidesAsTheChain(t *testing.T) {
 		unix.SOCK_SEQPACKET, unix.SOCK_RAW, unix.O_CREAT, unix.O_CREAT | unix.O_WRONLY, unix.S_ISUID | 0o755, unix.S_ISGID | 0o755,
 		0o755, unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWNET | unix.CLONE_THREAD, unix.TIOCSTI, unix.TIOCLINUX, 0x5412,
 		unix.AF_INET6, unix.AF_NETLINK, unix.AF_VSOCK, unix.AF_ALG, unix.AF_PACKET, 1<<32 | unix.AF_UNIX, 1<<32 | unix.AF_TIPC,
-		unix.SOCK_STREAM | unix.SOCK_CLOEXEC, unix.SOCK_DGRAM | unix.SOCK_NONBLOCK}
+		unix.SOCK_STREAM | unix.SOCK_CLOEXEC, unix.SOCK_DGRAM | unix.SOCK_NONBLOCK,
+		unix.NETLINK_CONNECTOR, unix.NETLINK_KOBJECT_UEVENT, 1<<32 | unix.NETLINK_CONNECTOR}
 	variants := 0
 	// Every Filter value (each of its five switches on or off).
 	var filters []Filter
@@ -140,4 +141,44 @@ func TestSearchDispatchDecidesAsTheChain(t *testing.T) {
 	ls, lc := longest(search), longest(chain)
 	t.Logf("longest way of an allowed number: search %d instructions, chain %d", ls, lc)
 	require.Less(t, ls*3, lc)
+}
+
+// TestSocketFilterDecidesAsVerdict: the filter's socket and socketpair blocks refuse
+// exactly the calls the listener's verdict refuses (the rule evaluated in Go), for every
+// family, type and protocol pattern the blocks look at: high bits included (the kernel
+// takes ints), and every netlink protocol.
+func TestSocketFilterDecidesAsVerdict(t *testing.T) {
+	fams := []uint64{0, unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK, unix.AF_PACKET, unix.AF_ALG,
+		unix.AF_VSOCK, unix.AF_TIPC, unix.AF_MAX, 1<<32 | unix.AF_NETLINK, 1<<32 | unix.AF_TIPC, 0xffffffff}
+	types := []uint64{unix.SOCK_STREAM, unix.SOCK_DGRAM, unix.SOCK_RAW, unix.SOCK_SEQPACKET,
+		unix.SOCK_DGRAM | unix.SOCK_CLOEXEC, 1<<32 | unix.SOCK_DGRAM}
+	var protos []uint64
+	for p := range uint64(34) {
+		protos = append(protos, p, 1<<32|p)
+	}
+	protos = append(protos, 0xffffffff)
+	for _, f := range []Filter{{DenyUnix: true}, {DenyUnix: true, Notify: true}} {
+		prog, err := buildFilter(f)
+		require.NoError(t, err)
+		data := make([]byte, 64)
+		binary.NativeEndian.PutUint32(data[offArch:], auditArch)
+		for _, nr := range []int{unix.SYS_SOCKET, unix.SYS_SOCKETPAIR} {
+			binary.NativeEndian.PutUint32(data[offNr:], uint32(nr))
+			for _, fam := range fams {
+				for _, typ := range types {
+					for _, proto := range protos {
+						args := [6]uint64{fam, typ, proto}
+						for j, a := range args {
+							binary.NativeEndian.PutUint64(data[offArgs+8*j:], a)
+						}
+						ret, _ := runBPF(t, prog, data)
+						_, errno := verdict(nr, args)
+						if (ret != unix.SECCOMP_RET_ALLOW) != (errno != 0) {
+							t.Fatalf("%+v: nr %d args %#x: filter %#x, verdict %v", f, nr, args[:3], ret, errno)
+						}
+					}
+				}
+			}
+		}
+	}
 }
