@@ -119,6 +119,37 @@ print("looped")'`)
 	assert.Equal(t, int64(100000), final.Count)
 }
 
+// TestKernelDeniedSocketLoopBounded: refused socket families and netlink protocols are
+// recorded (unlike AF_UNIX), and a loop over many of them is one kind for the rate limit:
+// two records, the second with the true count, however many families the loop tries.
+func TestKernelDeniedSocketLoopBounded(t *testing.T) {
+	testutil.RequireContained(t)
+	requireNotify(t)
+	sb := newSandbox(t, Options{})
+	e := newEnv(t)
+	var got denials
+	spec := e.spec(python + ` -c 'import ctypes; s=ctypes.CDLL(None).socket
+fams=[f for f in range(1,46) if f not in (1,2,10,16)]
+for i in range(10000): s(fams[i%len(fams)], 1, 0)
+for i in range(1000): s(16, 2, 11)
+print("looped")'`)
+	spec.KernelDenials = got.add
+	res, out, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, errOut)
+	require.Contains(t, out, "looped")
+	all := got.list()
+	assert.LessOrEqual(t, len(all), 3, "bounded: %+v", all)
+	var final *sandbox.KernelDenial
+	for _, d := range all {
+		if d.Syscall == "socket" && d.Final {
+			final = &d
+		}
+	}
+	require.NotNil(t, final, "no final count: %+v", all)
+	assert.Equal(t, int64(11000), final.Count)
+	assert.Equal(t, "EACCES", final.Errno)
+}
+
 // Without a KernelDenials callback the filter answers in the kernel as before: the same
 // errno, nothing reported, nothing waiting on the host.
 func TestKernelDeniedOffByDefault(t *testing.T) {
