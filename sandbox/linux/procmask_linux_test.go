@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // rootOnlyProcFiles lists the files at the top of the host's /proc that only their owner,
@@ -182,4 +183,19 @@ cat /proc/sys/net/ipv4/tcp_congestion_control /proc/sys/net/ipv6/conf/lo/disable
 			assert.NotContains(t, out, "No such file", "the other network sysctls stay readable:\n%s", out)
 		})
 	}
+}
+
+// TestTemplateIdentitiesNameNetCovers: a template is checked before each use against the
+// identities of what it covers; a network sysctl's (its interface removed and added again
+// under the same name is a new inode) is among them, the kernel's own files are not.
+func TestTemplateIdentitiesNameNetCovers(t *testing.T) {
+	const secret = "sys/net/ipv6/conf/lo/stable_secret"
+	if _, err := os.Lstat("/proc/" + secret); err != nil {
+		t.Skipf("not supported, skipping: no IPv6 here (%v)", err)
+	}
+	ids := identities(&kernel.View{ProcMask: []string{"slabinfo", secret}})
+	var st unix.Stat_t
+	require.NoError(t, unix.Lstat("/proc/"+secret, &st))
+	assert.Equal(t, fileID{st.Dev, st.Ino}, ids["proc:"+secret])
+	assert.NotContains(t, ids, "proc:slabinfo")
 }

@@ -3,6 +3,7 @@ package linux
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -77,6 +78,20 @@ func identities(v *kernel.View) map[string]fileID {
 			} else {
 				ids["protected:"+p] = fileID{}
 			}
+		}
+	}
+	// A network sysctl the view covers (sys/net/...: its interface's) that was made again
+	// since (the interface removed and added under the same name: a VPN's tun0) is a new
+	// dentry, which the template's cover is not on: a new template covers it.
+	for _, name := range v.ProcMask {
+		if !strings.HasPrefix(name, "sys/") {
+			continue // the kernel's own files: there for its life
+		}
+		var st unix.Stat_t
+		if unix.Lstat("/proc/"+name, &st) == nil {
+			ids["proc:"+name] = fileID{st.Dev, st.Ino}
+		} else {
+			ids["proc:"+name] = fileID{}
 		}
 	}
 	for _, m := range v.Mounts {
