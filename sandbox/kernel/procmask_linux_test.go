@@ -1,9 +1,11 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -71,4 +73,46 @@ func TestRootOnlyProcRetriesAfterAFailure(t *testing.T) {
 	names, err := RootOnlyProc()
 	require.NoError(t, err, "the failure was kept")
 	assert.Contains(t, names, "keys")
+}
+
+// TestRootOnlyProcUnderSubsetPid: fledge run as a service with systemd's ProcSubset=pid
+// sees a /proc of processes only (subset=pid), while the procfs each view gets (the pid
+// namespace's, or a fresh one) shows the kernel's files: a list found in fledge's own
+// /proc would be empty and cover nothing. The list must be the kernel's whatever /proc
+// fledge sees. The control: the subset procfs lacks slabinfo.
+func TestRootOnlyProcUnderSubsetPid(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not supported, skipping: needs root")
+	}
+	full, err := scanRootOnlyProc("/proc")
+	require.NoError(t, err)
+	require.Contains(t, full, "slabinfo", "control: this kernel has root-only files")
+	dir := t.TempDir()
+	var names []string
+	var lacks bool
+	var serr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with its mount namespace
+		if serr = unix.Unshare(unix.CLONE_NEWNS); serr != nil {
+			return
+		}
+		if serr = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); serr != nil {
+			return
+		}
+		if serr = unix.Mount("proc", dir, "proc", unix.MS_RDONLY, "subset=pid"); serr != nil {
+			return
+		}
+		_, err := os.Lstat(dir + "/slabinfo")
+		lacks = errors.Is(err, os.ErrNotExist)
+		names, serr = scanRootOnlyProc(dir)
+	}()
+	<-done
+	if errors.Is(serr, unix.EINVAL) && names == nil && !lacks {
+		t.Skipf("not supported, skipping: no subset=pid here (%v)", serr)
+	}
+	require.True(t, lacks, "control: a subset=pid procfs has no slabinfo (%v)", serr)
+	require.NoError(t, serr)
+	assert.ElementsMatch(t, full, names)
 }
