@@ -59,6 +59,17 @@ func RootOnlyProc() ([]string, error) {
 }
 
 func scanRootOnlyProc(proc string) ([]string, error) {
+	if _, err := os.Lstat(proc + "/version"); errors.Is(err, os.ErrNotExist) {
+		// A procfs of the processes only (subset=pid: fledge run as a service with
+		// systemd's ProcSubset=pid). The views' own procfs shows the kernel's files all the
+		// same, so they are found in a full procfs of our own, mounted nowhere.
+		fd, err := fullProc()
+		if err != nil {
+			return nil, fmt.Errorf("%s shows only processes, and a procfs of its own: %w", proc, err)
+		}
+		defer unix.Close(fd)
+		proc = fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
 	ents, err := os.ReadDir(proc)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", proc, err)
@@ -136,6 +147,21 @@ func scanNetRootOnlyProc(proc string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// fullProc makes a read-only procfs with every file of the kernel's, mounted nowhere (its
+// fd is its root).
+func fullProc() (int, error) {
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, err
+	}
+	return unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC,
+		unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 }
 
 // maskProc covers the names in the procfs mounted at proc (a path in the stage) with the
