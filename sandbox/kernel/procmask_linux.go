@@ -58,18 +58,26 @@ func RootOnlyProc() ([]string, error) {
 	return rootOnlyProc.names, nil
 }
 
-func scanRootOnlyProc(proc string) ([]string, error) {
-	if _, err := os.Lstat(proc + "/version"); errors.Is(err, os.ErrNotExist) {
-		// A procfs of the processes only (subset=pid: fledge run as a service with
-		// systemd's ProcSubset=pid). The views' own procfs shows the kernel's files all the
-		// same, so they are found in a full procfs of our own, mounted nowhere.
-		fd, err := fullProc()
-		if err != nil {
-			return nil, fmt.Errorf("%s shows only processes, and a procfs of its own: %w", proc, err)
-		}
-		defer unix.Close(fd)
-		proc = fmt.Sprintf("/proc/self/fd/%d", fd)
+// inFullProc calls scan with proc, or, when proc is a procfs of the processes only
+// (subset=pid: fledge run as a service with systemd's ProcSubset=pid), with a full procfs of
+// our own, mounted nowhere: the views' own procfs shows the kernel's files all the same.
+func inFullProc(proc string, scan func(proc string) ([]string, error)) ([]string, error) {
+	if _, err := os.Lstat(proc + "/version"); !errors.Is(err, os.ErrNotExist) {
+		return scan(proc)
 	}
+	fd, err := fullProc()
+	if err != nil {
+		return nil, fmt.Errorf("%s shows only processes, and a procfs of its own: %w", proc, err)
+	}
+	defer unix.Close(fd)
+	return scan(fmt.Sprintf("/proc/self/fd/%d", fd))
+}
+
+func scanRootOnlyProc(proc string) ([]string, error) {
+	return inFullProc(proc, scanRootOnlyProcIn)
+}
+
+func scanRootOnlyProcIn(proc string) ([]string, error) {
 	ents, err := os.ReadDir(proc)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", proc, err)
@@ -122,6 +130,10 @@ var ErrTooManyCovers = errors.New("too many network interfaces to cover their /p
 func NetRootOnlyProc() ([]string, error) { return scanNetRootOnlyProc("/proc") }
 
 func scanNetRootOnlyProc(proc string) ([]string, error) {
+	return inFullProc(proc, scanNetRootOnlyProcIn)
+}
+
+func scanNetRootOnlyProcIn(proc string) ([]string, error) {
 	cands := []string{"sys/net/ipv4/tcp_fastopen_key"}
 	ents, err := os.ReadDir(proc + "/sys/net/ipv6/conf")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -40,14 +40,14 @@ func TestNetRootOnlyProcBounded(t *testing.T) {
 		d := filepath.Join(conf, fmt.Sprint("veth", i))
 		require.NoError(t, os.MkdirAll(d, 0o755))
 	}
-	_, err := scanNetRootOnlyProc(proc)
+	_, err := scanNetRootOnlyProcIn(proc)
 	require.ErrorIs(t, err, ErrTooManyCovers)
 
 	// At the bound: every secret there is named, a world-readable one is not.
 	require.NoError(t, os.RemoveAll(filepath.Join(conf, "veth0")))
 	require.NoError(t, os.WriteFile(filepath.Join(conf, "veth1", "stable_secret"), nil, 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(conf, "veth2", "stable_secret"), nil, 0o644))
-	names, err := scanNetRootOnlyProc(proc)
+	names, err := scanNetRootOnlyProcIn(proc)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"sys/net/ipv6/conf/veth1/stable_secret"}, names)
 }
@@ -90,7 +90,7 @@ func TestRootOnlyProcUnderSubsetPid(t *testing.T) {
 	// Over /proc itself, as the service sees it (the full one is found through
 	// /proc/self, which subset=pid keeps).
 	const dir = "/proc"
-	var names []string
+	var names, netNames []string
 	var lacks bool
 	var serr error
 	done := make(chan struct{})
@@ -109,6 +109,9 @@ func TestRootOnlyProcUnderSubsetPid(t *testing.T) {
 		_, err := os.Lstat(dir + "/slabinfo")
 		lacks = errors.Is(err, os.ErrNotExist)
 		names, serr = scanRootOnlyProc(dir)
+		if serr == nil {
+			netNames, serr = scanNetRootOnlyProc(dir)
+		}
 	}()
 	<-done
 	if errors.Is(serr, unix.EINVAL) && names == nil && !lacks {
@@ -117,4 +120,7 @@ func TestRootOnlyProcUnderSubsetPid(t *testing.T) {
 	require.True(t, lacks, "control: a subset=pid procfs has no slabinfo (%v)", serr)
 	require.NoError(t, serr)
 	assert.ElementsMatch(t, full, names)
+	fullNet, err := scanNetRootOnlyProc("/proc")
+	require.NoError(t, err)
+	assert.ElementsMatch(t, fullNet, netNames, "the network secrets too")
 }
