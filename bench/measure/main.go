@@ -80,7 +80,7 @@ func run(outPath, errPath string, timeout time.Duration, argv []string) error {
 	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	var tree int64
 	if ru != nil {
-		tree = ru.Maxrss // KiB on Linux
+		tree = int64(ru.Maxrss) // KiB on Linux (int32 on 32-bit systems)
 	}
 	fmt.Printf("wall_ns=%d hwm_kib=%d tree_maxrss_kib=%d exit=%d\n", wall.Nanoseconds(), peak, tree, cmd.ProcessState.ExitCode())
 	return nil

@@ -8,6 +8,9 @@ const auditArch = unix.AUDIT_ARCH_X86_64
 
 const sysKexecLoad = unix.SYS_KEXEC_LOAD
 
+// sysKexecFileLoad: 32-bit architectures have no kexec_file_load.
+const sysKexecFileLoad = unix.SYS_KEXEC_FILE_LOAD
+
 var modeRules = []modeRule{
 	{name: "open", nr: unix.SYS_OPEN, modeArg: 2, flagsArg: 1},
 	{name: "openat", nr: unix.SYS_OPENAT, modeArg: 3, flagsArg: 2},

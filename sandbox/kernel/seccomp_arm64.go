@@ -8,6 +8,9 @@ const auditArch = unix.AUDIT_ARCH_AARCH64
 
 const sysKexecLoad = unix.SYS_KEXEC_LOAD
 
+// sysKexecFileLoad: 32-bit architectures have no kexec_file_load.
+const sysKexecFileLoad = unix.SYS_KEXEC_FILE_LOAD
+
 var modeRules = []modeRule{
 	{name: "openat", nr: unix.SYS_OPENAT, modeArg: 3, flagsArg: 2},
 	{name: "fchmod", nr: unix.SYS_FCHMOD, modeArg: 1, flagsArg: -1},

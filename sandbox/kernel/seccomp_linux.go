@@ -228,7 +228,7 @@ func denyTable(f Filter) []rule {
 		{name: "finit_module", nr: unix.SYS_FINIT_MODULE, errno: unix.EPERM, why: whyModule},
 		{name: "delete_module", nr: unix.SYS_DELETE_MODULE, errno: unix.EPERM, why: whyModule},
 		{name: "kexec_load", nr: sysKexecLoad, errno: unix.EPERM, why: whyKexec},
-		{name: "kexec_file_load", nr: unix.SYS_KEXEC_FILE_LOAD, errno: unix.EPERM, why: whyKexec},
+		{name: "kexec_file_load", nr: sysKexecFileLoad, errno: unix.EPERM, why: whyKexec},
 		{name: "open_by_handle_at", nr: unix.SYS_OPEN_BY_HANDLE_AT, errno: unix.EPERM, why: "opens files by handle, past every path check (the \"shocker\" container escape)"},
 		{name: "process_vm_readv", nr: unix.SYS_PROCESS_VM_READV, errno: unix.EPERM, why: whyVM},
 		{name: "process_vm_writev", nr: unix.SYS_PROCESS_VM_WRITEV, errno: unix.EPERM, why: whyVM},

@@ -8,6 +8,9 @@ const auditArch = 0
 
 const sysKexecLoad = -1
 
+// sysKexecFileLoad: 32-bit architectures have no kexec_file_load.
+const sysKexecFileLoad = -1
+
 var (
 	modeRules  []modeRule
 	archRules  []rule

@@ -3,6 +3,7 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -83,11 +84,12 @@ func hideRootNS() (int, error) {
 }
 
 // hideRootMap is the user namespace's mapping: 0 shows as 65534 (nobody, nogroup), every
-// other id as itself (65534 on disk is left unmapped, which shows as 65534 too).
+// other id as itself (65534 on disk is left unmapped, which shows as 65534 too). A 32-bit
+// build's SysProcIDMap cannot name ids past 2^31: those stay unmapped there (65534 too).
 var hideRootMap = []syscall.SysProcIDMap{
 	{ContainerID: 0, HostID: 65534, Size: 1},
 	{ContainerID: 1, HostID: 1, Size: 65533},
-	{ContainerID: 65535, HostID: 65535, Size: 1<<32 - 1 - 65535},
+	{ContainerID: 65535, HostID: 65535, Size: min(1<<32-1-65535, math.MaxInt-65535)},
 }
 
 // newHideRootNS returns an fd of a new user namespace with hideRootMap. Only a process can

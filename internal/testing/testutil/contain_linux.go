@@ -85,7 +85,7 @@ func containCgroups() ([]containGroup, *os.File, error) {
 		dir := filepath.Join(parent, id)
 		if err := mk(dir, map[string]string{
 			"pids.max":   strconv.Itoa(ContainPidsMax),
-			"memory.max": strconv.Itoa(ContainMemoryMax),
+			"memory.max": strconv.FormatInt(ContainMemoryMax, 10),
 		}); err != nil {
 			return fail(err)
 		}
@@ -97,7 +97,7 @@ func containCgroups() ([]containGroup, *os.File, error) {
 	case cgroups.Hybrid, cgroups.Legacy:
 		for ctl, files := range map[string]map[string]string{
 			"pids":   {"pids.max": strconv.Itoa(ContainPidsMax)},
-			"memory": {"memory.limit_in_bytes": strconv.Itoa(ContainMemoryMax)},
+			"memory": {"memory.limit_in_bytes": strconv.FormatInt(ContainMemoryMax, 10)},
 		} {
 			p, ok := own[ctl]
 			if !ok {
