@@ -1,0 +1,108 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox/kernel"
+)
+
+// TestViewTemplateNetCoversNoChurn: runs of one session alternating between the network
+// granted and denied keep two templates (one per cover set), each entered by every run of
+// its kind: the network covers' key and identities are stable from run to run, so the
+// exec path does not build a template per run.
+func TestViewTemplateNetCoversNoChurn(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root (only a root fledge's views cover /proc)")
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	requireView(t, sb)
+	e := newEnv(t)
+	const n = 50
+	for i := 0; i < 2*n; i++ {
+		spec := e.spec(`:`)
+		spec.Network = i%2 == 1
+		res, out, errOut := run(t, sb, spec)
+		require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	}
+	sb.templates.mu.Lock()
+	defer sb.templates.mu.Unlock()
+	require.Len(t, sb.templates.m, 2, "one template per cover set")
+	for _, v := range sb.templates.m {
+		assert.EqualValues(t, n, v.t.Entered(), "every run of its kind entered the template")
+	}
+}
+
+// TestTemplateIdentitiesNetCoversUnderSubsetPid: with fledge's /proc a procfs of the
+// processes only (subset=pid: fledge as a systemd service with ProcSubset=pid), a
+// template's network covers are still checked against their inodes. An interface removed
+// and added again under the same name (a VPN's tun0) has a new stable_secret the old
+// template's cover is not on; its identity must change, or the run granted the network is
+// launched from the old template and reads the host's secret. Checked in a network
+// namespace of the test's own, with a tun interface made, removed and made again.
+func TestTemplateIdentitiesNetCoversUnderSubsetPid(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root")
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skipf("not supported, skipping: no ip(8) (%v)", err)
+	}
+	const ifname = "fltest0"
+	const secret = "sys/net/ipv6/conf/" + ifname + "/stable_secret"
+	v := &kernel.View{ProcMask: []string{secret}}
+	var before, again, after map[string]fileID
+	var serr error
+	var lacks, present bool
+	done := make(chan struct{})
+	ip := func(args ...string) error {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %v: %w: %s", args, err, out)
+		}
+		return nil
+	}
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with its namespaces
+		if serr = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWNET); serr != nil {
+			return
+		}
+		if serr = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); serr != nil {
+			return
+		}
+		if serr = ip("tuntap", "add", "dev", ifname, "mode", "tun"); serr != nil {
+			return
+		}
+		_, err := os.Lstat("/proc/" + secret)
+		present = err == nil
+		if serr = unix.Mount("proc", "/proc", "proc", unix.MS_RDONLY, "subset=pid"); serr != nil {
+			return
+		}
+		_, err = os.Lstat("/proc/" + secret)
+		lacks = errors.Is(err, os.ErrNotExist)
+		before = identities(v)
+		again = identities(v)
+		if serr = ip("tuntap", "del", "dev", ifname, "mode", "tun"); serr != nil {
+			return
+		}
+		if serr = ip("tuntap", "add", "dev", ifname, "mode", "tun"); serr != nil {
+			return
+		}
+		after = identities(v)
+	}()
+	<-done
+	if errors.Is(serr, unix.EINVAL) && !lacks {
+		t.Skipf("not supported, skipping: no subset=pid here (%v)", serr)
+	}
+	require.NoError(t, serr)
+	require.True(t, present, "control: the tun interface has an IPv6 stable_secret")
+	require.True(t, lacks, "control: a subset=pid procfs has no /proc/sys")
+	assert.NotEqual(t, fileID{}, before["proc:"+secret], "the covered secret's identity is known")
+	assert.Equal(t, before, again, "the same interface: the same identity (no template per run)")
+	assert.NotEqual(t, before["proc:"+secret], after["proc:"+secret],
+		"the interface made again: a new identity, so a new template covers it")
+}
