@@ -62,16 +62,46 @@ func RootOnlyProc() ([]string, error) {
 // (subset=pid: fledge run as a service with systemd's ProcSubset=pid), with a full procfs of
 // our own, mounted nowhere: the views' own procfs shows the kernel's files all the same.
 func inFullProc(proc string, scan func(proc string) ([]string, error)) ([]string, error) {
-	if _, err := os.Lstat(proc + "/version"); !errors.Is(err, os.ErrNotExist) {
-		return scan(proc)
-	}
-	fd, err := fullProc()
+	root, err := fullProcOf(proc)
 	if err != nil {
-		return nil, fmt.Errorf("%s shows only processes, and a procfs of its own: %w", proc, err)
+		return nil, err
 	}
-	defer unix.Close(fd)
-	return scan(fmt.Sprintf("/proc/self/fd/%d", fd))
+	return scan(root)
 }
+
+// keptProc is the procfs of fledge's own that fullProcOf makes once and keeps for the
+// process's life (an fd, mounted nowhere): one made per call would be a new superblock
+// each time, whose sysctl inodes are new each time, so a view template checked against
+// them would be made again on every run.
+var keptProc struct {
+	mu   sync.Mutex
+	made bool
+	fd   int
+}
+
+// fullProcOf is proc, or, when proc is a procfs of the processes only (subset=pid), the
+// root of a full procfs of fledge's own, kept.
+func fullProcOf(proc string) (string, error) {
+	if _, err := os.Lstat(proc + "/version"); !errors.Is(err, os.ErrNotExist) {
+		return proc, nil
+	}
+	keptProc.mu.Lock()
+	defer keptProc.mu.Unlock()
+	if !keptProc.made {
+		fd, err := fullProc()
+		if err != nil {
+			return "", fmt.Errorf("%s shows only processes, and a procfs of its own: %w", proc, err)
+		}
+		keptProc.made, keptProc.fd = true, fd
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", keptProc.fd), nil
+}
+
+// FullProc is the path of a procfs with the kernel's files (/proc/sys among them) in
+// fledge's pid namespace: /proc, or a procfs of fledge's own when /proc shows processes
+// only (subset=pid). A view template checks the inodes of the network sysctls it covers
+// there.
+func FullProc() (string, error) { return fullProcOf("/proc") }
 
 func scanRootOnlyProc(proc string) ([]string, error) {
 	return inFullProc(proc, scanRootOnlyProcIn)

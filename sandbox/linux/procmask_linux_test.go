@@ -193,7 +193,8 @@ func TestTemplateIdentitiesNameNetCovers(t *testing.T) {
 	if _, err := os.Lstat("/proc/" + secret); err != nil {
 		t.Skipf("not supported, skipping: no IPv6 here (%v)", err)
 	}
-	ids := identities(&kernel.View{ProcMask: []string{"slabinfo", secret}})
+	ids, err := identities(&kernel.View{ProcMask: []string{"slabinfo", secret}})
+	require.NoError(t, err)
 	var st unix.Stat_t
 	require.NoError(t, unix.Lstat("/proc/"+secret, &st))
 	assert.Equal(t, fileID{st.Dev, st.Ino}, ids["proc:"+secret])

@@ -84,15 +84,19 @@ func TestTemplateIdentitiesNetCoversUnderSubsetPid(t *testing.T) {
 		}
 		_, err = os.Lstat("/proc/" + secret)
 		lacks = errors.Is(err, os.ErrNotExist)
-		before = identities(v)
-		again = identities(v)
+		if before, serr = identities(v); serr != nil {
+			return
+		}
+		if again, serr = identities(v); serr != nil {
+			return
+		}
 		if serr = ip("tuntap", "del", "dev", ifname, "mode", "tun"); serr != nil {
 			return
 		}
 		if serr = ip("tuntap", "add", "dev", ifname, "mode", "tun"); serr != nil {
 			return
 		}
-		after = identities(v)
+		after, serr = identities(v)
 	}()
 	<-done
 	if errors.Is(serr, unix.EINVAL) && !lacks {

@@ -64,11 +64,12 @@ func templateKey(v *kernel.View) (string, error) {
 	return string(b), err
 }
 
-// identities are the (dev, ino) of every granted, protected and pinned path right now
-// (zero: absent). A protected path replaced on disk (git renames config.lock over
+// identities are the (dev, ino) of every granted, protected and pinned path and covered
+// network sysctl right now (zero: absent); an error when the sysctls cannot be looked up
+// (the run then builds its view afresh). A protected path replaced on disk (git renames config.lock over
 // .git/config; hooks removed and made again) drops the template's read-only mount on it in
 // every namespace, so it must make a new template, as a replaced grant does.
-func identities(v *kernel.View) map[string]fileID {
+func identities(v *kernel.View) (map[string]fileID, error) {
 	ids := map[string]fileID{}
 	for _, paths := range [][]string{v.Protected, v.Pin, v.Writable} {
 		for _, p := range paths {
@@ -83,12 +84,22 @@ func identities(v *kernel.View) map[string]fileID {
 	// A network sysctl the view covers (sys/net/...: its interface's) that was made again
 	// since (the interface removed and added under the same name: a VPN's tun0) is a new
 	// dentry, which the template's cover is not on: a new template covers it.
+	// Looked up in a procfs that shows them: fledge's /proc may show processes only
+	// (subset=pid), where every cover would read as absent and never change. Only for a
+	// run with such covers: a run denied the network pays nothing.
+	proc := ""
 	for _, name := range v.ProcMask {
 		if !strings.HasPrefix(name, "sys/") {
 			continue // the kernel's own files: there for its life
 		}
+		if proc == "" {
+			var err error
+			if proc, err = kernel.FullProc(); err != nil {
+				return nil, err
+			}
+		}
 		var st unix.Stat_t
-		if unix.Lstat("/proc/"+name, &st) == nil {
+		if unix.Lstat(proc+"/"+name, &st) == nil {
 			ids["proc:"+name] = fileID{st.Dev, st.Ino}
 		} else {
 			ids["proc:"+name] = fileID{}
@@ -105,7 +116,7 @@ func identities(v *kernel.View) map[string]fileID {
 			ids[m.Path] = fileID{}
 		}
 	}
-	return ids
+	return ids, nil
 }
 
 func sameIDs(a, b map[string]fileID) bool {
@@ -127,7 +138,10 @@ func (c *viewTemplates) acquire(v *kernel.View) *viewTemplate {
 	if err != nil {
 		return nil
 	}
-	ids := identities(v)
+	ids, err := identities(v)
+	if err != nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if vt := c.m[key]; vt != nil {
