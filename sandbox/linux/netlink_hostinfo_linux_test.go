@@ -16,9 +16,9 @@ import (
 
 // netlinkHostInfo asks, over the netlink protocols a command may open, for what would
 // tell it about the host's processes past its pid namespace: taskstats (generic netlink)
-// for the pid in argv[1] (a per-pid query of any host pid by number) and as a listener of
-// every task's exit on every CPU, and the audit log's multicast group and status. It
-// prints one line per request: "<name> ok" or "<name> <errno name>".
+// for the pid in argv[1] (fledge's, a host pid the command's pid namespace does not hold)
+// and as a listener of every task's exit on CPU 0, and the audit log's multicast group
+// and status. It prints one line per request: "<name> ok" or "<name> <errno name>".
 const netlinkHostInfo = `
 import socket, struct, sys, errno
 def nla(t, data):
@@ -61,15 +61,15 @@ print("audit-status", errno.errorcode.get(e, str(e)) if e else "ok")
 `
 
 // TestNetlinkHostProcessInfoRefused: of the netlink protocols a command may open, generic
-// netlink reaches taskstats, which answers a query for any pid of the host by its number
-// (the kernel looks it up in the asker's pid namespace, and a run granted the network
-// shares fledge's network namespace, whose generic netlink is the host's), and registers
-// listeners of every exiting task's statistics; the audit protocol reaches the audit
-// log's multicast group. The kernel refuses all of them to a command: the taskstats
-// query and listener need CAP_NET_ADMIN, the multicast read CAP_AUDIT_READ and the status
-// CAP_AUDIT_CONTROL. The attack: a command granted the network asks for fledge's own pid
-// (the host's, past its pid namespace) and listens. The control: fledge itself (root with
-// its capabilities) gets the same answers.
+// netlink reaches taskstats, which answers a query for a pid (looked up in the asker's
+// pid namespace) and registers listeners of the statistics of every task of the host that
+// exits (a run granted the network shares fledge's network namespace, whose generic
+// netlink is the host's); the audit protocol reaches the audit log's multicast group. The
+// kernel refuses all of them to a command: the taskstats query and listener need
+// CAP_NET_ADMIN, the multicast read CAP_AUDIT_READ and the status CAP_AUDIT_CONTROL. The
+// attack: a command granted the network asks for fledge's own pid (the host's, past its
+// pid namespace), listens, and reads the audit log's group and status. The control:
+// fledge itself (root with its capabilities) reads the pid's taskstats.
 func TestNetlinkHostProcessInfoRefused(t *testing.T) {
 	testutil.RequireContained(t)
 	testutil.SkipUnlessSupported(t, kernel.SeccompSupported(), "no seccomp filter for "+runtime.GOARCH)
