@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -109,4 +110,44 @@ func TestTemplateIdentitiesNetCoversUnderSubsetPid(t *testing.T) {
 	assert.Equal(t, before, again, "the same interface: the same identity (no template per run)")
 	assert.NotEqual(t, before["proc:"+secret], after["proc:"+secret],
 		"the interface made again: a new identity, so a new template covers it")
+}
+
+// TestViewTemplateConcurrentNetGrants: runs of one session started at once, half granted
+// the network and half denied it, each get the covers of their own kind: every run granted
+// the network is refused the host's network secrets, whichever template the other kind
+// made or is making meanwhile.
+func TestViewTemplateConcurrentNetGrants(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root (a user's commands are not uid 0)")
+	files := hostNetSecretFiles(t)
+	require.NotEmpty(t, files, "control: this namespace has root-only network secrets")
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	requireView(t, sb)
+	e := newEnv(t)
+	const n = 12
+	outs := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			spec := e.spec(`for f; do if (: < "$f") 2>/dev/null; then echo "OPENED $f"; fi; done; echo done`,
+				append([]string{"sh"}, files...)...)
+			spec.Network = i%2 == 1
+			res, out, errOut := run(t, sb, spec)
+			assert.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+			outs[i] = out
+		}()
+	}
+	wg.Wait()
+	for i, out := range outs {
+		if i%2 == 1 {
+			assert.Equal(t, "done\n", out, "run %d, granted the network, opened the host's secrets", i)
+		} else {
+			assert.Contains(t, out, "OPENED /proc/sys/net/ipv4/tcp_fastopen_key\n",
+				"control: run %d, denied the network, opens its own namespace's key", i)
+		}
+	}
+	sb.templates.mu.Lock()
+	defer sb.templates.mu.Unlock()
+	assert.Len(t, sb.templates.m, 2, "one template per cover set")
 }
