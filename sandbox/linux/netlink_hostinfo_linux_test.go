@@ -89,9 +89,9 @@ func TestNetlinkHostProcessInfoRefused(t *testing.T) {
 }
 
 // TestNetlinkToolsStillWork: the netlink protocol allow-list leaves what tools use in a
-// run granted the network: ss(8) over sock_diag lists a listening socket the command made,
-// ip monitor subscribes to rtnetlink events (it runs until stopped), getent's
-// getaddrinfo resolves localhost and Python's if_nameindex lists lo.
+// run granted the network: ss(8) over sock_diag lists a listening socket the command made
+// and names its process (-p), ip monitor subscribes to rtnetlink events (it runs until
+// stopped), getent's getaddrinfo resolves localhost and Python's if_nameindex lists lo.
 func TestNetlinkToolsStillWork(t *testing.T) {
 	testutil.SkipUnlessSupported(t, kernel.SeccompSupported(), "no seccomp filter for "+runtime.GOARCH)
 	for _, tool := range []string{"ss", "ip", "getent", "timeout"} {
@@ -107,7 +107,7 @@ import socket, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
 open("port", "w").write(str(s.getsockname()[1])); time.sleep(5)' &
 for i in $(seq 50); do [ -s port ] && break; sleep 0.1; done
-ss -Htln "sport = :$(cat port)" | grep -c LISTEN
+ss -Htlnp "sport = :$(cat port)" | grep -c "LISTEN.*python3"
 kill $!
 timeout 0.5 ip monitor link; echo "monitor $?"
 getent ahostsv4 localhost | grep -c 127.0.0.1 >/dev/null && echo resolved
