@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,4 +61,16 @@ func TestSocketFilterDecidesAsRowAllFilters(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMaskProcRefusesUnexaminableProc: a view's /proc that cannot be examined (anything
+// but absent) refuses the view: the covers must not be skipped in silence.
+func TestMaskProcRefusesUnexaminableProc(t *testing.T) {
+	dir := t.TempDir()
+	loop := dir + "/proc"
+	require.NoError(t, os.Symlink(loop, loop)) // statfs: ELOOP
+	err := maskProc(loop, dir+"/cover", []string{"slabinfo"})
+	require.ErrorIs(t, err, unix.ELOOP)
+	// Absent: no /proc in this view, nothing to cover.
+	require.NoError(t, maskProc(dir+"/none", dir+"/cover", []string{"slabinfo"}))
 }
