@@ -3,7 +3,7 @@ package protocolhost
 // kernelRefusalsText is doctor's line on kernel refusals in the audit log.
 func kernelRefusalsText(v string) string {
 	if v == "seccomp-notify" {
-		return "recorded (kernel_denied: every seccomp deny-list refusal; --trace adds paths and destinations outside the grants)"
+		return "recorded (kernel_denied: the seccomp deny-list's refusals, but not its ENOSYS answers, and refused AF_UNIX sockets only with --trace, which adds paths and destinations outside the grants)"
 	}
 	return "not recorded here (no seccomp user notification for this launcher or kernel); still refused"
 }

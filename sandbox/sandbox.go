@@ -234,8 +234,8 @@ type Report struct {
 	UnixSocketDeny string `json:"unix_socket_deny"` // how unix sockets are refused (seccomp | seatbelt | none)
 	TreeKill       string `json:"tree_kill"`
 	// KernelRefusals says how what the kernel refuses a plugin reaches the audit log:
-	// "seccomp-notify" (every deny-list refusal is a kernel_denied record; trace mode
-	// works) or "none".
+	// "seccomp-notify" (the deny-list's refusals are kernel_denied records, but its ENOSYS
+	// answers, and refused AF_UNIX sockets outside trace mode; trace mode works) or "none".
 	KernelRefusals string `json:"kernel_refusals,omitempty"`
 	// LandlockAudit says whether the kernel logs Landlock's own denials in its audit
 	// (ABI 7+) and whether fledge records them: "recorded" (audit enabled, and fledge

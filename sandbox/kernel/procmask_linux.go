@@ -216,8 +216,12 @@ func maskProc(proc, mask string, names []string) error {
 		return nil
 	}
 	var sfs unix.Statfs_t
-	if err := unix.Statfs(proc, &sfs); err != nil || sfs.Type != unix.PROC_SUPER_MAGIC {
+	if err := unix.Statfs(proc, &sfs); errors.Is(err, unix.ENOENT) || (err == nil && sfs.Type != unix.PROC_SUPER_MAGIC) {
 		return nil // no /proc in this view
+	} else if err != nil {
+		// Not absent, and not known to be no procfs: covers skipped here would leave
+		// root's files readable, so the view is refused.
+		return fmt.Errorf("/proc cover: %w", err)
 	}
 	// mknod, not open(O_CREAT): no fd is ever open on it (see bindInto).
 	if err := unix.Mknod(mask, unix.S_IFREG, 0); err != nil {
