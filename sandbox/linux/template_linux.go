@@ -99,10 +99,15 @@ func identities(v *kernel.View) (map[string]fileID, error) {
 			}
 		}
 		var st unix.Stat_t
-		if unix.Lstat(proc+"/"+name, &st) == nil {
+		switch err := unix.Lstat(proc+"/"+name, &st); err {
+		case nil:
 			ids["proc:"+name] = fileID{st.Dev, st.Ino}
-		} else {
-			ids["proc:"+name] = fileID{}
+		case unix.ENOENT:
+			ids["proc:"+name] = fileID{} // the interface is gone: its cover is skipped too
+		default:
+			// Any other failure would read as "absent" on every run and keep an old
+			// template whose cover may be gone: no template (a fresh view) instead.
+			return nil, fmt.Errorf("cover %s: %w", name, err)
 		}
 	}
 	for _, m := range v.Mounts {
