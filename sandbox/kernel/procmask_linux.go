@@ -88,7 +88,7 @@ func fullProcOf(proc string) (string, error) {
 	keptProc.mu.Lock()
 	defer keptProc.mu.Unlock()
 	if !keptProc.made {
-		fd, err := fullProc()
+		fd, err := DetachedProc()
 		if err != nil {
 			return "", fmt.Errorf("%s shows only processes, and a procfs of its own: %w", proc, err)
 		}
@@ -191,9 +191,11 @@ func scanNetRootOnlyProcIn(proc string) ([]string, error) {
 	return out, nil
 }
 
-// fullProc makes a read-only procfs with every file of the kernel's, mounted nowhere (its
-// fd is its root).
-func fullProc() (int, error) {
+// DetachedProc makes a read-only procfs of the caller's pid namespace, mounted nowhere (its
+// fd is its root), with every file of the kernel's whatever options fledge's /proc was
+// mounted with. The pid-namespace holder sends one to the host for the views; the host
+// keeps one for lookups when its /proc shows processes only (FullProc).
+func DetachedProc() (int, error) {
 	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return -1, err

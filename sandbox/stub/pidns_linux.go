@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fledgehq/fledge/sandbox/kernel"
 )
 
 // The pid-namespace holder. The thread launcher forks every child of a session into one
@@ -56,7 +58,7 @@ func runPidNS() int {
 	// namespace's: in a user namespace other than the first (fledge as a container's root)
 	// the kernel makes a procfs only where a fully visible one is already mounted, and
 	// refuses it ("mount too revealing", EPERM) once emptyRoot has let the copy go.
-	procFD, err := detachedProc()
+	procFD, err := kernel.DetachedProc()
 	if err != nil {
 		_ = unix.Sendmsg(0, []byte("proc "+err.Error()), nil, nil, unix.MSG_NOSIGNAL)
 		return pidNSExitProc
@@ -96,21 +98,6 @@ func runPidNS() int {
 			return 0 // the host is gone: exiting kills the namespace
 		}
 	}
-}
-
-// detachedProc makes a read-only procfs of this (the holder's) pid namespace, mounted
-// nowhere.
-func detachedProc() (int, error) {
-	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return -1, err
-	}
-	defer unix.Close(fs)
-	if err := unix.FsconfigCreate(fs); err != nil {
-		return -1, err
-	}
-	return unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC,
-		unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 }
 
 // emptyRoot makes the holder's root an empty, read-only tmpfs and lets go of every other
