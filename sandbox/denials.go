@@ -18,7 +18,9 @@ type KernelDenial struct {
 	Access  string `json:"access,omitempty"` // read | write | exec | stat | connect
 	Address string `json:"address,omitempty"`
 	// Object is the rest of what a Landlock record names of the object (dev=, ino=, a
-	// port), as the kernel logged it.
+	// port), as the kernel logged it; for a refused socket or socketpair call, what it asked
+	// for ("family=AF_VSOCK type=SOCK_STREAM protocol=0"). Not part of Key: a run's
+	// refused families are one kind, and its record names the first.
 	Object string `json:"object,omitempty"`
 	Pid    int    `json:"pid,omitempty"` // the caller, as the host sees it
 	// Traced: seen by trace mode (Spec.Trace), which observes and never decides.

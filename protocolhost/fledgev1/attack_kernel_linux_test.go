@@ -13,9 +13,9 @@ import (
 )
 
 // Kernel refusals are records: a plugin's commands call syscalls on the seccomp deny-list
-// (a user namespace, io_uring, the same refused call 100,000 times) and each refusal is a
-// kernel_denied deny record of the plugin's session, naming the syscall, the errno and the
-// command; the loop leaves a bounded number of records with its true count.
+// (a user namespace, io_uring, the same refused call 100,000 times, a vsock socket) and each
+// refusal is a kernel_denied deny record of the plugin's session, naming the syscall, the
+// errno, the command and, for a socket, the family it asked for; the loop leaves a bounded number of records with its true count.
 func TestAttackKernelDeniedRecorded(t *testing.T) {
 	testutil.RequireContained(t)
 	testutil.SkipUnlessSupported(t, kernel.SeccompSupported() && kernel.NotifySupported(), "seccomp user notification (Linux 5.5+)")
@@ -26,8 +26,10 @@ func TestAttackKernelDeniedRecorded(t *testing.T) {
 	loop := py + `'import ctypes; s=ctypes.CDLL(None).syscall
 for i in range(100000): s(425, 1, 0)
 print("looped")'`
-	_, rep := f.runScript(execSteps([]attackExec{{"userns", userns}, {"uring", uring}, {"loop", loop}}, 0)...)
+	vsock := py + `'import ctypes,os; r=ctypes.CDLL(None,use_errno=True).socket(40,1,0); print(r, os.strerror(ctypes.get_errno()))'`
+	_, rep := f.runScript(execSteps([]attackExec{{"userns", userns}, {"uring", uring}, {"loop", loop}, {"vsock", vsock}}, 0)...)
 	f.assertAlive(rep)
+	assert.Contains(t, f.execValue(rep, "vsock")["stdout"], "-1 Permission denied")
 	assert.Contains(t, f.execValue(rep, "userns")["stdout"], "rc=1")
 	assert.Contains(t, f.execValue(rep, "uring")["stdout"], "-1 Operation not permitted")
 	assert.Contains(t, f.execValue(rep, "loop")["stdout"], "looped")
@@ -51,6 +53,12 @@ print("looped")'`
 	one(userns, "unshare")
 	one(uring, "io_uring_setup")
 	one(loop, "io_uring_setup")
+	// A refused socket family: the record says what the call asked for.
+	if recs := byCmd[vsock]; assert.NotEmpty(t, recs, "no kernel_denied for the vsock socket: %v", byCmd) {
+		assert.Equal(t, "socket", recs[0].Details[audit.DetailSyscall])
+		assert.Equal(t, "EACCES", recs[0].Details[audit.DetailErrno])
+		assert.Equal(t, "family=AF_VSOCK type=SOCK_STREAM protocol=0", recs[0].Details[audit.DetailObject])
+	}
 	recs := byCmd[loop]
 	assert.LessOrEqual(t, len(recs), 3, "a loop of refusals is bounded in the log")
 	var total float64

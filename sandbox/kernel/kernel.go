@@ -142,6 +142,9 @@ type Notice struct {
 	Path    string
 	Access  string
 	Address string
+	// Object: what a refused call asked for, where the call names it in its arguments
+	// (a socket's family, type and protocol).
+	Object string
 }
 
 // Grants is a run's view of what it may reach, for deciding which traced accesses the

@@ -231,7 +231,11 @@ func (s *NotifyServer) serveOne() error {
 			return err
 		}
 		if errno != unix.ENOSYS && s.on != nil && !ownThread(int(req.Pid)) {
-			s.on(Notice{Pid: int(req.Pid), Syscall: r.name, Denied: true, Errno: unix.ErrnoName(errno), When: r.when()})
+			n := Notice{Pid: int(req.Pid), Syscall: r.name, Denied: true, Errno: unix.ErrnoName(errno), When: r.when()}
+			if r.check == socketFamily || r.check == socketPair {
+				n.Object = socketObject(args)
+			}
+			s.on(n)
 		}
 		return nil
 	}

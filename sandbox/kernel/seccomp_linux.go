@@ -164,6 +164,12 @@ func netlinkName(v uint32) string {
 		return "NETLINK_KOBJECT_UEVENT"
 	case unix.NETLINK_GENERIC:
 		return "NETLINK_GENERIC"
+	case unix.NETLINK_CONNECTOR:
+		return "NETLINK_CONNECTOR"
+	case unix.NETLINK_XFRM:
+		return "NETLINK_XFRM"
+	case unix.NETLINK_SELINUX:
+		return "NETLINK_SELINUX"
 	}
 	return fmt.Sprint(v)
 }
@@ -179,8 +185,54 @@ func familyName(v uint32) string {
 		return "AF_INET6"
 	case unix.AF_NETLINK:
 		return "AF_NETLINK"
+	// And the ones a refusal record names most (socketObject).
+	case unix.AF_KEY:
+		return "AF_KEY"
+	case unix.AF_PACKET:
+		return "AF_PACKET"
+	case unix.AF_RDS:
+		return "AF_RDS"
+	case unix.AF_CAN:
+		return "AF_CAN"
+	case unix.AF_TIPC:
+		return "AF_TIPC"
+	case unix.AF_BLUETOOTH:
+		return "AF_BLUETOOTH"
+	case unix.AF_ALG:
+		return "AF_ALG"
+	case unix.AF_VSOCK:
+		return "AF_VSOCK"
+	case unix.AF_XDP:
+		return "AF_XDP"
+	case unix.AF_MCTP:
+		return "AF_MCTP"
 	}
 	return fmt.Sprint(v)
+}
+
+// socketObject describes what a refused socket or socketpair call asked for, for its
+// refusal record: "family=AF_VSOCK type=SOCK_STREAM protocol=0". The kernel reads each
+// argument as an int, so only the low 32 bits count, as in the filter.
+func socketObject(args [6]uint64) string {
+	family, typ, proto := uint32(args[0]), uint32(args[1]), uint32(args[2])
+	t := fmt.Sprint(typ &^ (unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC))
+	switch typ &^ (unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC) {
+	case unix.SOCK_STREAM:
+		t = "SOCK_STREAM"
+	case unix.SOCK_DGRAM:
+		t = "SOCK_DGRAM"
+	case unix.SOCK_RAW:
+		t = "SOCK_RAW"
+	case unix.SOCK_RDM:
+		t = "SOCK_RDM"
+	case unix.SOCK_SEQPACKET:
+		t = "SOCK_SEQPACKET"
+	}
+	p := fmt.Sprint(proto)
+	if family == unix.AF_NETLINK {
+		p = netlinkName(proto)
+	}
+	return "family=" + familyName(family) + " type=" + t + " protocol=" + p
 }
 
 func socketWhy(f Filter) string {

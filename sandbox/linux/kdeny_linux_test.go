@@ -53,17 +53,20 @@ func testKernelDeniedSyscalls(t *testing.T, launch string) {
 	e := newEnv(t)
 	for _, tc := range []struct {
 		name, script, syscall, errno, out, unconfined string
+		object                                        string // what the record names of the call
 	}{
-		{"unshare", "unshare --user true; echo rc=$?", "unshare", "EPERM", "rc=1", "rc=0"},
+		{"unshare", "unshare --user true; echo rc=$?", "unshare", "EPERM", "rc=1", "rc=0", ""},
 		{"io_uring_setup", python + ` -c 'import ctypes,os; r=ctypes.CDLL(None,use_errno=True).syscall(425,1,ctypes.create_string_buffer(120)); print("rc", r, os.strerror(ctypes.get_errno()))'`,
-			"io_uring_setup", "EPERM", "rc -1 Operation not permitted", "Success"},
+			"io_uring_setup", "EPERM", "rc -1 Operation not permitted", "Success", ""},
 		// A socket family outside the allow-list is rare, so it is recorded (unlike
 		// AF_UNIX, which glibc meets in ordinary runs). TIPC: any uid may create one
 		// where the kernel has it (this one may answer EAFNOSUPPORT unconfined).
 		{"socket AF_TIPC", python + ` -c 'import ctypes,os; r=ctypes.CDLL(None,use_errno=True).socket(30,4,0); print("rc", r, os.strerror(ctypes.get_errno()))'`,
-			"socket", "EACCES", "rc -1 Permission denied", "rc "},
+			"socket", "EACCES", "rc -1 Permission denied", "rc ", "family=AF_TIPC type=SOCK_RDM protocol=0"},
+		{"socket NETLINK_CONNECTOR", python + ` -c 'import ctypes,os; r=ctypes.CDLL(None,use_errno=True).socket(16,2|0x80000,11); print("rc", r, os.strerror(ctypes.get_errno()))'`,
+			"socket", "EACCES", "rc -1 Permission denied", "rc ", "family=AF_NETLINK type=SOCK_DGRAM protocol=NETLINK_CONNECTOR"},
 		{"fanotify_init", python + ` -c 'import ctypes,os; r=ctypes.CDLL(None,use_errno=True).fanotify_init(0x200,0); print("rc", r, os.strerror(ctypes.get_errno()))'`,
-			"fanotify_init", "EPERM", "rc -1 Operation not permitted", "Success"},
+			"fanotify_init", "EPERM", "rc -1 Operation not permitted", "Success", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Positive control: unconfined, the same program gets what it asks for (where
@@ -88,6 +91,7 @@ func testKernelDeniedSyscalls(t *testing.T, launch string) {
 			assert.Equal(t, tc.errno, hit.Errno)
 			assert.NotZero(t, hit.Pid)
 			assert.Equal(t, int64(1), hit.Count)
+			assert.Equal(t, tc.object, hit.Object, "the record says what the call asked for")
 		})
 	}
 }

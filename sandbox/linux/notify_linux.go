@@ -255,7 +255,7 @@ func (rn *runNotify) abort() {
 // add turns a listener's notice into the run's report.
 func (rn *runNotify) add(n kernel.Notice) {
 	d := sandbox.KernelDenial{Syscall: n.Syscall, Errno: n.Errno, When: n.When, Path: n.Path,
-		Access: n.Access, Address: n.Address, Pid: n.Pid}
+		Access: n.Access, Address: n.Address, Object: n.Object, Pid: n.Pid}
 	switch {
 	case n.Denied:
 		d.Kind = "syscall"
