@@ -11,7 +11,8 @@ const (
 	ReasonAllowAll      = "network_all"     // the grant is network = true
 	ReasonNotGranted    = "not_granted"     // no destination covers the name (or address) and port
 	ReasonPrivate       = "private_address" // a granted name resolved to loopback/link-local/private/own address
-	ReasonNameMismatch  = "name_mismatch"   // TLS SNI or HTTP Host names a host the grant does not cover
+	ReasonNameMismatch  = "name_mismatch"   // TLS SNI or an HTTP request names a host the grant does not cover
+	ReasonBadRequest    = "bad_request"     // a ClientHello or HTTP request whose destination cannot be decided as the server would
 	ReasonResolveFailed = "resolve_failed"  // the granted name did not resolve on the host
 	ReasonDialFailed    = "dial_failed"     // the destination refused or did not answer
 	ReasonLimit         = "limit_exceeded"  // connections in flight, names or bytes over the bound

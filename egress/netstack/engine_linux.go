@@ -690,56 +690,30 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, checkName bool, start t
 	}()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { // program -> destination
-		defer wg.Done()
-		if checkName {
-			first, err := readFirst(c)
-			if len(first) > 0 {
-				if splitClientHello(first) {
-					setReason(egress.ReasonNameMismatch)
-					e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: ev.Host, Port: ev.Port,
-						Address: ev.Address, Reason: egress.ReasonNameMismatch})
-					closeAll()
-					return
-				}
-				if sn := sniffName(first); sn != "" {
-					cn, ok := egress.CanonName(sn)
-					if !ok || !e.cfg.Policy.NameAndPort(cn, ev.Port) {
-						setReason(egress.ReasonNameMismatch)
-						e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: shorten(cn, sn), Port: ev.Port,
-							Address: ev.Address, Reason: egress.ReasonNameMismatch})
-						closeAll()
-						return
-					}
-				}
-				if _, werr := up.Write(first); werr != nil {
-					closeAll()
-					return
-				}
-				out.Add(int64(len(first)))
-				last.Store(time.Now().UnixNano())
-			}
-			if err != nil {
-				halfClose(up)
+	if checkName {
+		f := newFlow(e, c, up, ev, &in, &out, &last, setReason, closeAll)
+		go func() { defer wg.Done(); f.requests() }()
+		go func() { defer wg.Done(); f.responses() }()
+	} else {
+		go func() { // program -> destination
+			defer wg.Done()
+			if e.copy(up, c, &out, &last) {
+				setReason(egress.ReasonLimit)
+				closeAll()
 				return
 			}
-		}
-		if e.copy(up, c, &out, &last) {
-			setReason(egress.ReasonLimit)
-			closeAll()
-			return
-		}
-		halfClose(up)
-	}()
-	go func() { // destination -> program
-		defer wg.Done()
-		if e.copy(c, up, &in, &last) {
-			setReason(egress.ReasonLimit)
-			closeAll()
-			return
-		}
-		halfClose(c)
-	}()
+			halfClose(up)
+		}()
+		go func() { // destination -> program
+			defer wg.Done()
+			if e.copy(c, up, &in, &last) {
+				setReason(egress.ReasonLimit)
+				closeAll()
+				return
+			}
+			halfClose(c)
+		}()
+	}
 	wg.Wait()
 	close(done)
 	closeAll()
@@ -762,27 +736,6 @@ func idleTick(d time.Duration) time.Duration {
 		t = 10 * time.Millisecond
 	}
 	return t
-}
-
-// readFirst reads the connection's first message far enough to see the name it carries.
-func readFirst(c net.Conn) ([]byte, error) {
-	buf := make([]byte, 0, 4096)
-	tmp := make([]byte, 4096)
-	defer c.SetReadDeadline(time.Time{})
-	for {
-		n, err := c.Read(tmp[:min(len(tmp), maxSniff-len(buf))])
-		buf = append(buf, tmp[:n]...)
-		if err != nil {
-			return buf, err
-		}
-		if complete(buf) || len(buf) >= maxSniff {
-			return buf, nil
-		}
-		if len(buf) == n {
-			// The rest of a started ClientHello or request head must follow promptly.
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		}
-	}
 }
 
 // copyBufs are the splice buffers, reused: a flood of short connections costs no garbage.

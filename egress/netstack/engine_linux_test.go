@@ -510,7 +510,7 @@ s=socket.create_connection(("svc.test",%d),timeout=10)
 sent=0
 try:
   while sent < 10<<20:
-    sent+=s.send(b"x"*65536)
+    sent+=s.send(b"\0"*65536)
 except OSError as e:
   print("stopped", sent < 10<<20)
 else:

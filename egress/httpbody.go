@@ -1,0 +1,122 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"strconv"
+)
+
+// maxChunkLine bounds a chunk-size line (extensions included) and each trailer line.
+const maxChunkLine = 4096
+
+// CopyChunked forwards one chunked request body from src to dst, re-framed: each chunk's
+// size line without its extensions, its data, the trailer lines as sent, CRLF line ends.
+// What the destination receives is exactly the body fledge framed, so the next request
+// on the connection starts where fledge says it does. A malformed body is a *RequestError.
+func CopyChunked(dst io.Writer, src *bufio.Reader) (int64, error) {
+	var n int64
+	write := func(b []byte) error {
+		k, err := dst.Write(b)
+		n += int64(k)
+		return err
+	}
+	for {
+		line, err := readLine(src)
+		if err != nil {
+			return n, err
+		}
+		sizeText := line
+		if i := bytes.IndexByte(line, ';'); i >= 0 {
+			sizeText = bytes.TrimRight(line[:i], " \t")
+			for _, c := range line[i:] {
+				if c < 0x20 && c != '\t' || c == 0x7f {
+					return n, badRequest("a control byte in a chunk extension")
+				}
+			}
+		}
+		if len(sizeText) == 0 || len(sizeText) > 15 {
+			return n, badRequest("a chunk size that is not 1 to 15 hex digits")
+		}
+		size, perr := strconv.ParseUint(string(sizeText), 16, 64)
+		if perr != nil {
+			return n, badRequest("a chunk size that is not hex")
+		}
+		if err := write(append(strconv.AppendUint(nil, size, 16), '\r', '\n')); err != nil {
+			return n, err
+		}
+		if size == 0 {
+			break
+		}
+		k, err := io.CopyN(dst, src, int64(size))
+		n += k
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+		end, err := readLine(src)
+		if err != nil {
+			return n, err
+		}
+		if len(end) != 0 {
+			return n, badRequest("chunk data longer than its size")
+		}
+		if err := write([]byte("\r\n")); err != nil {
+			return n, err
+		}
+	}
+	for i := 0; ; i++ {
+		line, err := readLine(src)
+		if err != nil {
+			return n, err
+		}
+		if len(line) == 0 {
+			return n, write([]byte("\r\n"))
+		}
+		if i >= maxRequestHeaders {
+			return n, badRequest("too many trailer lines")
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok || !isToken(string(name)) {
+			return n, badRequest("a trailer line that is not NAME: VALUE")
+		}
+		for _, c := range value {
+			if c < 0x20 && c != '\t' || c == 0x7f {
+				return n, badRequest("a control byte in a trailer value")
+			}
+		}
+		if err := write(append(append([]byte(nil), line...), '\r', '\n')); err != nil {
+			return n, err
+		}
+	}
+}
+
+// readLine reads one line (LF or CRLF end, not returned), bounded by maxChunkLine; a bare
+// CR in it is refused.
+func readLine(src *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := src.ReadSlice('\n')
+		line = append(line, part...)
+		if len(line) > maxChunkLine {
+			return nil, badRequest("a chunk or trailer line over " + strconv.Itoa(maxChunkLine) + " bytes")
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		break
+	}
+	line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+	if bytes.IndexByte(line, '\r') >= 0 {
+		return nil, badRequest("a bare CR in a chunk or trailer line")
+	}
+	return line, nil
+}
