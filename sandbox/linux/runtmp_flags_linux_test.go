@@ -66,13 +66,22 @@ EOF`
 // on its inode: a run sets every flag, project id, extent size hint and encryption policy
 // its filesystem lets the directory's owner set, and the next run of the same plugin must
 // get a TMPDIR whose attributes are those of a directory just made in the same parent (and
-// in which it can create a file). On the host's own temp dir, on ext4 with encryption and
-// on XFS (project ids and extent size hints), each a loop image mounted in the harness's
-// private mount namespace.
+// in which it can create a file). On the host's own temp dir, a tmpfs (noatime and nodump
+// only), ext4 with encryption and XFS (project ids and extent size hints), the last two
+// loop images, all mounted in the harness's private mount namespace.
 func TestRunTmpReuseKeepsNoInodeFlags(t *testing.T) {
 	testutil.RequireContained(t)
 	t.Run("host-tmp", func(t *testing.T) {
 		checkTmpInodeAttrsReset(t, os.TempDir(), nil)
+	})
+	t.Run("tmpfs", func(t *testing.T) {
+		mnt := filepath.Join(t.TempDir(), "mnt")
+		require.NoError(t, os.Mkdir(mnt, 0o755))
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "fledge-test", mnt).CombinedOutput(); err != nil {
+			testutil.SkipUnlessSupported(t, false, "mount a tmpfs: "+err.Error()+": "+string(out))
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+		checkTmpInodeAttrsReset(t, mnt, []string{"set +A", "set +d"})
 	})
 	t.Run("ext4-encrypt", func(t *testing.T) {
 		opts := "encrypt"
