@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -24,10 +26,16 @@ import (
 // only when nothing of the finished run can still reach it: its whole tree was killed and
 // its cgroup seen empty (no survivor that left the process group), and the directory is
 // still the very inode made for it, owned by fledge. Emptying removes every entry, every
-// extended attribute (ACLs included) and resets the mode to 0700, which leaves nothing a
-// run can set on a directory it owns without capabilities (it has none: no chown, no
-// immutable flags, no security.* attributes). At any moment a TMPDIR belongs to at most
-// one run; the pool never grows past maxFreeTmps directories, and Close removes them.
+// extended attribute (ACLs included) and resets the mode to 0700. What else the owner of a
+// directory can set on its inode without capabilities cannot be undone by emptying, or
+// not at all: chattr flags (noatime, sync, dirsync, nodump, topdir, project inherit,
+// no-CoW, compression), a project id and extent size hints (FS_IOC_FSSETXATTR), an fscrypt
+// policy or the casefold flag on an empty directory (both one-way), a group it belongs to.
+// So a directory whose inode attributes differ from those it had when fledge made it is
+// removed, not reused (checkEmptyFD). The run has no capabilities: no owner change, no
+// immutable or append-only flag, no security.* attributes. At any moment a TMPDIR belongs
+// to at most one run; the pool never grows past maxFreeTmps directories, and Close
+// removes them.
 
 // Pool bounds: directories kept in all, and per plugin.
 const (
@@ -44,6 +52,8 @@ var errTmpNotReusable = errors.New("private tmp not reusable")
 type tmpDir struct {
 	path     string
 	dev, ino uint64
+	// made: the directory's inode attributes as fledge made it, before any run had it.
+	made inodeAttrs
 }
 
 // runTmps is the pool of emptied TMPDIRs, by parent directory and plugin name.
@@ -80,12 +90,18 @@ func (r *runTmps) get(parent, name string) (tmpDir, error) {
 	if err != nil {
 		return tmpDir{}, err
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
 		_ = os.Remove(p)
 		return tmpDir{}, err
 	}
-	return tmpDir{path: p, dev: st.Dev, ino: st.Ino}, nil
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = os.Remove(p)
+		return tmpDir{}, err
+	}
+	return tmpDir{path: p, dev: st.Dev, ino: st.Ino, made: readInodeAttrs(fd, &st)}, nil
 }
 
 // put empties d and keeps it for a later run of name, or removes it (pool full, closed,
@@ -231,7 +247,8 @@ func checkFreeTmp(d tmpDir) error {
 	return checkEmptyFD(fd, d)
 }
 
-// checkEmptyFD: mode 0700, no extended attribute, no entry.
+// checkEmptyFD: mode 0700, the inode attributes it was made with, no extended attribute,
+// no entry.
 func checkEmptyFD(fd int, d tmpDir) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -239,6 +256,9 @@ func checkEmptyFD(fd int, d tmpDir) error {
 	}
 	if st.Mode&0o7777 != 0o700 || st.Nlink != 2 {
 		return fmt.Errorf("%w: %s mode %o links %d", errTmpNotReusable, d.path, st.Mode&0o7777, st.Nlink)
+	}
+	if a := readInodeAttrs(fd, &st); a != d.made {
+		return fmt.Errorf("%w: %s inode attributes changed (%+v, made with %+v)", errTmpNotReusable, d.path, a, d.made)
 	}
 	if sz, err := unix.Flistxattr(fd, nil); err == nil && sz > 0 {
 		return fmt.Errorf("%w: %s has extended attributes", errTmpNotReusable, d.path)
@@ -260,4 +280,67 @@ func checkEmptyFD(fd int, d tmpDir) error {
 			return fmt.Errorf("%w: %s is not empty", errTmpNotReusable, d.path)
 		}
 	}
+}
+
+// Inode flags (FS_IOC_GETFLAGS, include/uapi/linux/fs.h) a filesystem changes by itself as
+// a directory grows and shrinks (ext4 hash-indexes a directory past one block, for good;
+// inline data moves out): storage layout, not something a run chose.
+const (
+	fsIndexFl      = 0x00001000
+	fsHugeFileFl   = 0x00040000
+	fsExtentFl     = 0x00080000
+	fsEOFBlocksFl  = 0x00400000
+	fsInlineDataFl = 0x10000000
+	layoutFlags    = fsIndexFl | fsHugeFileFl | fsExtentFl | fsEOFBlocksFl | fsInlineDataFl
+
+	// fsXflagHasAttr: XFS has an attribute fork, which it may keep after the last
+	// attribute is removed (the attributes themselves are checked apart).
+	fsXflagHasAttr = 0x80000000
+)
+
+// fsIocFSGetXattr is FS_IOC_FSGETXATTR, _IOR('X', 31, struct fsxattr) (28 bytes), which
+// x/sys does not define: built from FS_IOC_GETFLAGS's direction bits, which differ by
+// architecture.
+const fsIocFSGetXattr = unix.FS_IOC_GETFLAGS&^0x1fffffff | 28<<16 | 'X'<<8 | 31
+
+// fsxattr is struct fsxattr less fsx_nextents (a directory's extents follow its size) and
+// the padding.
+type fsxattr struct {
+	xflags, extsize, projid, cowextsize uint32
+}
+
+// inodeAttrs is what a run can set on its TMPDIR's inode that emptying does not reset:
+// the group, the inode flags and the fsxattr. A read that fails keeps its errno (a
+// filesystem without the ioctl fails the same way each time; any other change shows).
+type inodeAttrs struct {
+	gid              uint32
+	flags            uint32
+	flagsErr, fsxErr unix.Errno
+	fsx              fsxattr
+}
+
+func readInodeAttrs(fd int, st *unix.Stat_t) inodeAttrs {
+	a := inodeAttrs{gid: st.Gid}
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	a.flags, a.flagsErr = flags&^layoutFlags, errnoOf(err)
+	var raw [28]byte
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFSGetXattr, uintptr(unsafe.Pointer(&raw[0]))); e != 0 {
+		a.fsxErr = e
+	} else {
+		u := func(i int) uint32 { return binary.NativeEndian.Uint32(raw[4*i:]) }
+		a.fsx = fsxattr{xflags: u(0) &^ fsXflagHasAttr, extsize: u(1), projid: u(3), cowextsize: u(4)}
+	}
+	return a
+}
+
+// errnoOf is err's errno, EIO for an error that is none, 0 for nil.
+func errnoOf(err error) unix.Errno {
+	if err == nil {
+		return 0
+	}
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return unix.EIO
 }

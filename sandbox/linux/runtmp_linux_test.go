@@ -3,6 +3,7 @@ package linux
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,9 @@ import (
 
 // leaveInTmp is what a command leaves in and on its TMPDIR for the next run to find:
 // files, a directory tree, a FIFO, a symlink out, a hard link, open permissions (set-id
-// bits are refused by seccomp anyway), user extended attributes and an ACL entry (when setfacl is installed), and a
-// process outside its process group that keeps writing there.
+// bits are refused by seccomp anyway), user extended attributes, a default ACL (written as
+// its xattr) and an ACL entry (when setfacl is installed), and a process outside its
+// process group that keeps writing there.
 const leaveInTmp = `set -u
 echo "$TMPDIR" > "$PWD/tmp-of-first"
 echo LEFT > "$TMPDIR/file"
@@ -27,6 +29,12 @@ ln -s /etc/passwd "$TMPDIR/link"
 ln "$TMPDIR/file" "$TMPDIR/hard"
 /usr/bin/python3 -c 'import os,sys; os.setxattr(sys.argv[1], "user.left", b"LEFT"); print("xattr set")' "$TMPDIR"
 command -v setfacl >/dev/null && setfacl -m u:65534:rwx "$TMPDIR" && echo "acl set"
+/usr/bin/python3 -c 'import os,struct,sys
+# A default ACL (every file made in the directory inherits it): user::rwx, user:65534:rwx,
+# group::rwx, mask::rwx, other::rwx.
+e = [(1,7,0xffffffff),(2,7,65534),(4,7,0xffffffff),(0x10,7,0xffffffff),(0x20,7,0xffffffff)]
+os.setxattr(sys.argv[1], "system.posix_acl_default", struct.pack("<I",2) + b"".join(struct.pack("<HHI",*x) for x in e))
+print("default acl set")' "$TMPDIR"
 chmod 777 "$TMPDIR" && echo "mode set"
 setsid sh -c 'while :; do echo LATE > "$0/late" 2>/dev/null; sleep 0.05; done' "$TMPDIR" </dev/null >/dev/null 2>&1 &
 sleep 0.1
@@ -42,6 +50,7 @@ func TestRunTmpReuseLeavesNothing(t *testing.T) {
 	res, out, errOut := run(t, sb, e.spec(leaveInTmp))
 	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
 	require.Contains(t, out, "xattr set")
+	require.Contains(t, out, "default acl set")
 	require.Contains(t, out, "mode set")
 	require.Contains(t, out, "first done")
 	b, err := os.ReadFile(filepath.Join(e.project, "tmp-of-first"))
@@ -138,4 +147,69 @@ func TestRunTmpChangedIdentityNotReused(t *testing.T) {
 	require.NoError(t, r.put(parent, "p", d2))
 	require.NoError(t, r.closeAll())
 	assert.NoFileExists(t, d2.path)
+}
+
+// TestRunTmpChangedGroupNotReused: a pooled directory whose group changed (a run may chgrp
+// the directory it owns to any group it is in; the host stands in for it here) is removed,
+// not handed out.
+func TestRunTmpChangedGroupNotReused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing a directory's group to one fledge's user is not in needs root")
+	}
+	var r runTmps
+	parent := t.TempDir()
+	d, err := r.get(parent, "p")
+	require.NoError(t, err)
+	require.NoError(t, os.Chown(d.path, -1, 65534))
+	require.NoError(t, r.put(parent, "p", d))
+	assert.NoDirExists(t, d.path, "removed at put")
+	d2, err := r.get(parent, "p")
+	require.NoError(t, err)
+	assert.NotEqual(t, d.path, d2.path)
+	require.NoError(t, r.put(parent, "p", d2))
+	// Changed while pooled: refused when handed out.
+	require.NoError(t, os.Chown(d2.path, -1, 65534))
+	d3, err := r.get(parent, "p")
+	require.NoError(t, err)
+	assert.NotEqual(t, d2.path, d3.path)
+	assert.NoDirExists(t, d2.path)
+	require.NoError(t, r.put(parent, "p", d3))
+	require.NoError(t, r.closeAll())
+}
+
+// TestRunTmpReusedAfterManyEntries: a directory that grew (ext4 then hash-indexes it for
+// good, a layout flag no run chose) is still reused once emptied.
+func TestRunTmpReusedAfterManyEntries(t *testing.T) {
+	var r runTmps
+	parent := t.TempDir()
+	d, err := r.get(parent, "p")
+	require.NoError(t, err)
+	for i := 0; i < 2000; i++ {
+		require.NoError(t, os.WriteFile(filepath.Join(d.path, strings.Repeat("n", 40)+strconv.Itoa(i)), nil, 0o600))
+	}
+	require.NoError(t, r.put(parent, "p", d))
+	d2, err := r.get(parent, "p")
+	require.NoError(t, err)
+	assert.Equal(t, d.path, d2.path)
+	require.NoError(t, r.put(parent, "p", d2))
+	require.NoError(t, r.closeAll())
+}
+
+// BenchmarkRunTmpCycle: one run's worth of pool work on a reused TMPDIR (hand out, empty,
+// check, keep).
+func BenchmarkRunTmpCycle(b *testing.B) {
+	var r runTmps
+	parent := b.TempDir()
+	for b.Loop() {
+		d, err := r.get(parent, "p")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := r.put(parent, "p", d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := r.closeAll(); err != nil {
+		b.Fatal(err)
+	}
 }
