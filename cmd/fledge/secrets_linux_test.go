@@ -207,3 +207,34 @@ func TestSecretValuesRedacted(t *testing.T) {
 		}
 	}
 }
+
+// A secret too short to tell apart from other text (under 8 bytes) cannot be kept out of
+// the records without shredding them: `secrets set` refuses it, and a run whose granted
+// secret is that short (from the environment) is refused before the plugin starts, naming
+// the secret and the minimum, never the value.
+func TestSecretTooShortRefused(t *testing.T) {
+	e := newPtyEnv(t, "")
+	installSecretPlugin(t, e, "sec", true)
+
+	set := exec.Command(e.fledge, "secrets", "set", "SVC_TOKEN")
+	set.Env, set.Dir, set.Stdin = e.env, e.work, strings.NewReader("q7z\n")
+	b, err := set.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", b)
+	assert.Equal(t, 2, ee.ExitCode())
+	assert.Contains(t, string(b), "at least 8")
+	assert.NotContains(t, string(b), "q7z")
+	_, err = os.Stat(filepath.Join(e.home, ".local", "state", "fledge", "secrets", "SVC_TOKEN"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the short value is not stored")
+
+	e.env = append(e.env, "SVC_TOKEN=q7z")
+	out, code := e.run(t, "--ni", "sec")
+	assert.Equal(t, 126, code, out)
+	assert.Contains(t, out, "SVC_TOKEN has 3 bytes, at least 8")
+	assert.NotContains(t, out, "plugin-sees", "the plugin must not start")
+	assert.NotContains(t, out, "q7z")
+	log, err := os.ReadFile(filepath.Join(e.home, ".local", "state", "fledge", "audit.jsonl"))
+	require.NoError(t, err)
+	assert.Contains(t, string(log), `"event":"plugin_start","decision":"deny"`)
+	assert.NotContains(t, string(log), "q7z")
+}
