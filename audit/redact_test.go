@@ -90,7 +90,7 @@ func TestLogRedactsSecrets(t *testing.T) {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.NotContains(t, strings.ToLower(string(data)), strings.ToLower(v))
-	assert.NotContains(t, string(data), base64.StdEncoding.EncodeToString([]byte("me:"+v))[4:])
+	assert.NotContains(t, string(data), base64.StdEncoding.EncodeToString([]byte("me:" + v))[4:])
 	assert.Contains(t, string(data), `"k-[secret:API_KEY]"`)
 	assert.Contains(t, string(data), `/src/[secret:API_KEY]`)
 	assert.Equal(t, "/src/[secret:API_KEY]", rec.Plugin.Source)
