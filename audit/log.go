@@ -90,6 +90,9 @@ type Options struct {
 	// WitnessError is told the first failure to update the head or reach the witness (the
 	// append itself succeeded); nil: ignored.
 	WitnessError func(error)
+	// Redact holds the secret values this process handed out: every record is written with
+	// them (and their encodings) replaced by [secret:NAME] (redact.go). nil: none.
+	Redact *Redactor
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -795,7 +798,9 @@ type sealed struct {
 	uid     int
 	pid     int
 	details map[string]any
-	replace bool // details were replaced (truncated or unencodable)
+	replace bool // details were replaced (truncated, unencodable or redacted)
+	plugin  *PluginRef
+	redact  bool // the plugin reference was redacted
 }
 
 func (s *sealed) commit(r *Record) {
@@ -803,6 +808,9 @@ func (s *sealed) commit(r *Record) {
 	r.Host, r.UID, r.PID = s.host, s.uid, s.pid
 	if s.replace {
 		r.Details = s.details
+	}
+	if s.redact {
+		r.Plugin = s.plugin
 	}
 }
 
@@ -826,6 +834,11 @@ func (l *Log) seal(r *Record, prev chainPos) (*sealed, error) {
 		if n, err = normalizeFast(&c); err != nil {
 			return nil, fmt.Errorf("audit: encode record: %w", err)
 		}
+	}
+	// Secrets first, so that a bound cutting a string never keeps part of a value.
+	if l.opts.Redact.redactRecord(n) {
+		c.Plugin, c.Details = n.Plugin, n.Details
+		s.details, s.replace, s.plugin, s.redact = c.Details, true, c.Plugin, true
 	}
 	if boundRecord(n, l.opts.MaxFieldBytes, l.opts.MaxListItems) {
 		// The cut values (and the fields_truncated count) are plain Go values: normalise

@@ -294,18 +294,43 @@ func ValidSecretName(n string) bool {
 		}
 	}
 	// Names that decide how programs load or start are never secrets: a plugin declaring
-	// one would have the user's value change what its interpreter runs.
-	if strings.HasPrefix(strings.ToUpper(n), "LD_") {
-		return false
+	// one would have the user's value change what its interpreter (or a loader, a shell, a
+	// tool it starts) runs.
+	u := strings.ToUpper(n)
+	for _, p := range codeEnvPrefixes {
+		if strings.HasPrefix(u, p) {
+			return false
+		}
 	}
-	switch strings.ToUpper(n) {
-	case "PATH", "HOME", "TMPDIR", "SHELL", "IFS", "ENV", "BASH_ENV", "NODE_OPTIONS", "NODE_PATH",
-		"PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PERL5OPT", "PERL5LIB", "RUBYOPT", "RUBYLIB",
-		"GIT_CONFIG_PARAMETERS", "GIT_EXEC_PATH", "GCONV_PATH", "MALLOC_CHECK_":
-		return false
-	}
-	return true
+	return !slices.Contains(codeEnvNames, u)
 }
+
+// codeEnvPrefixes and codeEnvNames are the environment variables that make the dynamic
+// loader, libc, an interpreter, a shell or a tool run code (or load it from a path) of the
+// variable's choosing; none of them can name a secret.
+var (
+	codeEnvPrefixes = []string{
+		"LD_", "DYLD_", "MALLOC_", "GLIBC_TUNABLES", // loaders and libc
+		"PYTHON", "PERL", "RUBY", // every variable of these interpreters (PYTHONWARNINGS imports modules, PERL5DB runs code...)
+		"LUA_INIT", "LUA_PATH", "LUA_CPATH", // LUA_INIT_5_4 and kin
+		"GIT_CONFIG", // GIT_CONFIG_PARAMETERS, GIT_CONFIG_COUNT/KEY_n/VALUE_n, GIT_CONFIG_GLOBAL...
+		"CORECLR_", "COR_PROFILER", "BASH_FUNC_",
+	}
+	codeEnvNames = []string{
+		"PATH", "HOME", "TMPDIR", "SHELL", "IFS", "ENV", "BASH_ENV", "PS1", "PS2", "PS3", "PS4",
+		"PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "ZDOTDIR", "CDPATH",
+		"NODE_OPTIONS", "NODE_PATH", "NODE_REPL_EXTERNAL_MODULE",
+		"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "JAVA_OPTIONS", "CLASSPATH",
+		"DOTNET_STARTUP_HOOKS", "DOTNET_ADDITIONAL_DEPS",
+		"PHPRC", "PHP_INI_SCAN_DIR", "TCLLIBPATH", "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER",
+		"GOFLAGS", "GOENV", "GOTOOLCHAIN",
+		"GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
+		"GIT_PAGER", "GIT_EXTERNAL_DIFF", "GIT_PROXY_COMMAND", "GIT_TEMPLATE_DIR",
+		"EDITOR", "VISUAL", "PAGER", "MANPAGER", "BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS", "LESSOPEN", "LESSCLOSE",
+		"OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
+		"GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES",
+	}
+)
 
 // ParseGrantName is the one parser of a single capability name, in either spelling fledge
 // meets: "filesystem=<level>" (the CLI, plugins.toml, audit records) and

@@ -139,11 +139,16 @@ func TestParseGrantName(t *testing.T) {
 // Secrets are tokens: names that decide how a program loads or starts are refused, in any
 // case, so a plugin cannot have the user's loader settings handed to it as "secrets".
 func TestValidSecretName(t *testing.T) {
-	for _, ok := range []string{"GITHUB_TOKEN", "api_key", "NPM_TOKEN2"} {
+	for _, ok := range []string{"GITHUB_TOKEN", "api_key", "NPM_TOKEN2", "NODE_AUTH_TOKEN", "GIT_TOKEN", "JAVA_HOME_TOKEN", "LUA_TOKEN"} {
 		assert.True(t, ValidSecretName(ok), ok)
 	}
 	for _, bad := range []string{"", "2X", "A-B", "FLEDGE_X", "fledge_x", "PATH", "ld_preload", "LD_AUDIT", "LD_LIBRARY_PATH",
-		"BASH_ENV", "NODE_OPTIONS", "PYTHONSTARTUP", "PERL5OPT", "GIT_CONFIG_PARAMETERS"} {
+		"BASH_ENV", "NODE_OPTIONS", "PYTHONSTARTUP", "PERL5OPT", "GIT_CONFIG_PARAMETERS",
+		"DYLD_INSERT_LIBRARIES", "dyld_library_path", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+		"GLIBC_TUNABLES", "LUA_INIT", "LUA_INIT_5_4", "PYTHONWARNINGS", "PYTHONPATH", "PYTHONBREAKPOINT",
+		"PERL5LIB", "PERL5DB", "RUBYOPT", "ENV", "PS4", "GCONV_PATH", "MALLOC_CHECK_", "MALLOC_PERTURB_",
+		"GIT_SSH_COMMAND", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "EDITOR", "LESSOPEN", "OPENSSL_CONF",
+		"GOFLAGS", "DOTNET_STARTUP_HOOKS", "CORECLR_PROFILER_PATH", "CLASSPATH", "PROMPT_COMMAND"} {
 		assert.False(t, ValidSecretName(bad), bad)
 	}
 }

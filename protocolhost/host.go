@@ -88,6 +88,10 @@ func (h *Host) stderr() io.Writer {
 	return h.opts.Streams.Err
 }
 
+// Redact replaces every secret value this host handed a plugin (and its encodings) in
+// text fledge is about to print: its error messages quote what plugins sent.
+func (h *Host) Redact(s string) string { return h.Env.Redactor().Redact(s) }
+
 // ConfigFile is the config.toml in force (named in messages that point at a setting).
 func (h *Host) ConfigFile() string { return h.Env.Config.File }
 

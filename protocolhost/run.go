@@ -76,8 +76,9 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 
 	st := h.opts.Streams
 	ni := h.opts.NonInteractive
-	u := ui.New(ui.Options{In: st.In, Out: st.Out, Err: st.Err, NonInteractive: ni})
-	defer u.Close()
+	con := ui.New(ui.Options{In: st.In, Out: st.Out, Err: st.Err, NonInteractive: ni})
+	defer con.Close()
+	u := e.RedactWarnings(con)
 	rec := e.NewRecorder(log, b.Ref, u.Warn)
 	if h.opts.SessionStarted != nil {
 		h.opts.SessionStarted(rec.SessionID())

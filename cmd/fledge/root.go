@@ -33,6 +33,9 @@ type Globals struct {
 	Trace bool
 	// sessionStarted, when set, is told the session id of the run (plugins learn).
 	sessionStarted func(id string)
+	// redact takes the secret values the opened host handed plugins out of fledge's final
+	// error line (Host.Redact); nil until a host is opened.
+	redact func(string) string
 }
 
 // configDir resolves --config-dir, FLEDGE_CONFIG_DIR, $XDG_CONFIG_HOME/fledge, ~/.config/fledge.
@@ -84,11 +87,15 @@ func (g *Globals) openHost() (*protocolhost.Host, error) {
 		return nil, exitErr(ExitCannotRun, "%v", err)
 	}
 	protocolhost.SetVersion(version)
-	return protocolhost.Open(protocolhost.Options{
+	h, err := protocolhost.Open(protocolhost.Options{
 		ConfigDir: cd, StateDir: stateDir(), ProjectFlag: g.Project,
 		NonInteractive: g.nonInteractive(), Streams: g.Streams,
 		Trace: g.Trace, SessionStarted: g.sessionStarted,
 	})
+	if err == nil {
+		g.redact = h.Redact
+	}
+	return h, err
 }
 
 // runPlugin is `fledge <command> [args]` and `fledge run <command> [args]`.
@@ -112,14 +119,18 @@ func Main(args []string, streams Streams) int {
 	if err == nil {
 		return ExitOK
 	}
+	redact := g.redact
+	if redact == nil {
+		redact = func(s string) string { return s }
+	}
 	var ee *ExitError
 	if errors.As(err, &ee) {
 		if ee.Msg != "" || (ee.Err != nil && ee.Code != ExitOK) {
-			printError(streams.Err, ee.Error())
+			printError(streams.Err, redact(ee.Error()))
 		}
 		return ee.Code
 	}
-	printError(streams.Err, err.Error())
+	printError(streams.Err, redact(err.Error()))
 	if errors.Is(err, ErrUsage) || isCobraUsage(err) {
 		return ExitUsage
 	}

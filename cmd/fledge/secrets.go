@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
 )
 
@@ -23,7 +24,9 @@ func newSecretsCmd(g *Globals) *cobra.Command {
 
 A granted secret reaches that plugin's own process as the environment variable NAME, taken
 from your environment or, when it is not set there, from this store. It never reaches the
-plugin's commands or another plugin, and no audit record or error shows its value.`,
+plugin's commands or another plugin, and no audit record or message of fledge shows its
+value, even when the plugin hands it back as text of its own (a command line, a store key, a
+name it looks up): fledge writes [secret:NAME] instead. A value needs at least 8 bytes.`,
 	}
 	c.AddCommand(&cobra.Command{
 		Use:   "set <NAME>",
@@ -79,6 +82,11 @@ func secretsSet(g *Globals, name string) error {
 	}
 	if len(value) == 0 {
 		return exitErr(ExitUsage, "secrets set %s: empty value", name)
+	}
+	if len(value) < audit.MinSecretBytes {
+		// A value this short matches ordinary text: redacting it would shred the audit
+		// log, not redacting it would show it there.
+		return exitErr(ExitUsage, "secrets set %s: the value has %d bytes; a secret needs at least %d, so that fledge can keep it out of the audit log", name, len(value), audit.MinSecretBytes)
 	}
 	if err := plugin.SetSecret(stateDir(), name, value); err != nil {
 		code := ExitFailure

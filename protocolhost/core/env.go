@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/internal/safefs"
@@ -37,6 +38,17 @@ type Env struct {
 	// each path and destination outside the grants is a kernel_denied record.
 	Trace bool
 	log   *audit.Log
+
+	redactOnce sync.Once
+	redactor   *audit.Redactor
+}
+
+// Redactor holds every secret value this Env handed a plugin: the audit log writes each
+// record with them replaced by [secret:NAME], and fledge's own messages are passed through
+// it before they are printed (Host.Redact).
+func (e *Env) Redactor() *audit.Redactor {
+	e.redactOnce.Do(func() { e.redactor = audit.NewRedactor() })
+	return e.redactor
 }
 
 // NewSessionID is a fresh random session id.
@@ -69,6 +81,7 @@ func (e *Env) Audit() (*audit.Log, error) {
 		MaxTotalBytes: total,
 		Witness:       witness,
 		WitnessError:  audit.WarnWitness(os.Stderr),
+		Redact:        e.Redactor(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s: %w", e.AuditPath, err)

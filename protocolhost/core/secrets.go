@@ -6,12 +6,18 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // ErrSecretMissing: a secret the plugin was granted is set neither in the user's
 // environment nor in fledge's secret store. The message names it, never a value.
 var ErrSecretMissing = errors.New("secret not set")
+
+// ErrSecretTooShort: a granted secret's value is shorter than audit.MinSecretBytes, too
+// short to be told apart from other text, so it could not be kept out of the records.
+var ErrSecretTooShort = audit.ErrSecretTooShort
 
 // grantedSecrets resolves the plugin's granted secrets: the user's environment first, then
 // `fledge secrets set` (the state dir). Any missing one refuses the run before it starts.
@@ -41,5 +47,31 @@ func (e *Env) grantedSecrets(entry *plugin.Entry) (map[string]string, error) {
 		return nil, fmt.Errorf("%w: plugin %s needs %s: export it, or store it with 'fledge secrets set %s'",
 			ErrSecretMissing, entry.Name, strings.Join(missing, ", "), missing[0])
 	}
+	// Every value is known to the redactor before the plugin can hand it back as text of its
+	// own (a command line, a store key, a name it looks up): no record shows it.
+	for _, n := range entry.Granted.Secrets {
+		if err := e.Redactor().Add(n, out[n]); err != nil {
+			if errors.Is(err, audit.ErrSecretTooShort) {
+				return nil, fmt.Errorf("%w: %s has %d bytes, at least %d are needed for fledge to keep it out of the audit log: set a longer value, or revoke it with 'fledge plugins revoke %s secret=%s'",
+					ErrSecretTooShort, n, len(out[n]), audit.MinSecretBytes, entry.Name, n)
+			}
+			return nil, fmt.Errorf("secret %s: %w", n, err)
+		}
+	}
 	return out, nil
 }
+
+// RedactWarnings wraps a session's UI so that fledge's own warnings, which often quote what
+// the plugin sent (a store key, a request id, a path), show no secret value this Env handed
+// out. The plugin's own output and log lines pass as they are: that is the plugin speaking
+// to its user.
+func (e *Env) RedactWarnings(u ui.UI) ui.UI {
+	return redactingUI{UI: u, r: e.Redactor()}
+}
+
+type redactingUI struct {
+	ui.UI
+	r *audit.Redactor
+}
+
+func (u redactingUI) Warn(message string) { u.UI.Warn(u.r.Redact(message)) }

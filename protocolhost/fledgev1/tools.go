@@ -122,6 +122,7 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	// A tool call is non-interactive: the plugin may skip its questions up front.
 	prof := env.Profile(b, os.Environ(), b.PluginEnv(cmd.Name, true), nil)
 	cap := newCaptureUI(b.Entry.Name, stderr, prof.Session.OutputCap)
+	cap.redact = env.Redactor().Redact
 	rec := env.NewRecorder(log, b.Ref, cap.Warn)
 
 	var store StateStore
@@ -237,6 +238,8 @@ type captureUI struct {
 	plugin string
 	stderr io.Writer
 	max    int
+	// redact takes the secret values the call's plugin was handed out of fledge's warnings.
+	redact func(string) string
 
 	mu        sync.Mutex
 	out       strings.Builder
@@ -333,6 +336,9 @@ func (c *captureUI) Output(text string) {
 func (c *captureUI) Warn(message string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.redact != nil {
+		message = c.redact(message)
+	}
 	fmt.Fprintf(c.stderr, "fledge: warning: %s\n", ui.Sanitize(message))
 }
 
