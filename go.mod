@@ -22,10 +22,12 @@ require (
 	golang.org/x/term v0.47.0
 )
 
+require golang.org/x/text v0.40.0 // indirect
+
 require (
 	github.com/google/btree v1.1.2 // indirect
 	golang.org/x/exp v0.0.0-20250711185948-6ae5c78190dc // indirect
-	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/net v0.57.0
 	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
 )
 

@@ -46,6 +46,8 @@ type Dest struct {
 	PortHi  uint16
 	entry   string
 	literal bool
+	// ruled: granted only as the destination of HTTP rules (no plain entry lifts them).
+	ruled bool
 }
 
 // String is the entry in its canonical spelling.
@@ -256,6 +258,42 @@ func ParseList(entries []string) ([]Dest, error) {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// ParseEntries parses a grant's network list whose entries may carry HTTP rules: the
+// destinations (each once; a rule's destination among them) and the rules.
+func ParseEntries(entries []string) ([]Dest, []Rule, error) {
+	if len(entries) > MaxDestinations {
+		return nil, nil, &DestError{Entry: fmt.Sprintf("(%d entries)", len(entries)), Why: fmt.Sprintf("more than %d destinations", MaxDestinations)}
+	}
+	var ds []Dest
+	var rules []Rule
+	var errs []error
+	seen := map[string]bool{}
+	plain := map[string]bool{}
+	for _, e := range entries {
+		d, r, err := ParseEntry(e)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if r != nil {
+			rules = append(rules, *r)
+		} else {
+			plain[d.entry] = true
+		}
+		if !seen[d.entry] {
+			seen[d.entry] = true
+			ds = append(ds, d)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	for i := range ds {
+		ds[i].ruled = !plain[ds[i].entry]
+	}
+	return ds, rules, nil
 }
 
 // Strings is the canonical spelling of each destination.

@@ -11,6 +11,7 @@ const (
 	EventConnect = "net_connect" // a decision on one outgoing connection
 	EventClose   = "net_close"   // an allowed connection ended: bytes each way, duration
 	EventDNS     = "net_dns"     // a name lookup answered (or refused) by fledge
+	EventHTTP    = "net_http"    // one request fledge read (terminated TLS or plain HTTP it must read)
 )
 
 // Event is one network record. The host turns it into an audit record.
@@ -26,6 +27,12 @@ type Event struct {
 	BytesOut int64  // net_close: program -> destination
 	BytesIn  int64  // net_close: destination -> program
 	Duration time.Duration
+	// net_http: the request's method, its path without query values, the destination's
+	// status (0 when none came), and the names of the secrets fledge put into it.
+	Method  string
+	Path    string
+	Status  int
+	Secrets []string
 	// Suppressed counts records like this one that the limiter left out since the last one
 	// written (a tight retry loop gives one record per window, not one per attempt).
 	Suppressed int

@@ -13,6 +13,10 @@ const (
 	ReasonPrivate       = "private_address" // a granted name resolved to loopback/link-local/private/own address
 	ReasonNameMismatch  = "name_mismatch"   // TLS SNI or an HTTP request names a host the grant does not cover
 	ReasonBadRequest    = "bad_request"     // a ClientHello or HTTP request whose destination cannot be decided as the server would
+	ReasonRule          = "rule"            // the destination's HTTP rules do not allow the request's method and path
+	ReasonPlaceholder   = "unbound_secret"  // a secret's placeholder sent where the secret is not bound
+	ReasonTLSRefused    = "tls_refused"     // the program refused the certificate fledge presented (it may pin its own)
+	ReasonUpstreamTLS   = "upstream_tls"    // the destination's certificate did not verify against the host's trust store
 	ReasonResolveFailed = "resolve_failed"  // the granted name did not resolve on the host
 	ReasonDialFailed    = "dial_failed"     // the destination refused or did not answer
 	ReasonLimit         = "limit_exceeded"  // connections in flight, names or bytes over the bound
@@ -25,15 +29,71 @@ type Policy struct {
 	// All is network = true: every destination (the dangerous choice).
 	All   bool
 	Dests []Dest
+	// Rules narrow destinations to methods and paths (entries with rules).
+	Rules []Rule
+	// Secrets are the bound secrets: fledge puts their values into requests to their own
+	// destinations in place of their placeholders.
+	Secrets []Secret
 }
 
-// NewPolicy parses a grant's list.
+// Secret is a secret bound to destinations: the plugin holds Placeholder, fledge holds Value.
+type Secret struct {
+	Name        string
+	Placeholder string
+	Value       string
+	Dests       []Dest
+}
+
+// NewPolicy parses a grant's list (destinations, and destinations with HTTP rules).
 func NewPolicy(all bool, entries []string) (*Policy, error) {
-	ds, err := ParseList(entries)
+	ds, rules, err := ParseEntries(entries)
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{All: all, Dests: ds}, nil
+	return &Policy{All: all, Dests: ds, Rules: rules}, nil
+}
+
+// Intercept reports whether fledge must read the requests of a connection to name:port
+// (terminating its TLS): a bound secret goes there, or HTTP rules narrow it.
+func (p *Policy) Intercept(name string, port uint16) bool {
+	if len(p.RulesFor(name, port)) > 0 {
+		return true
+	}
+	return len(p.SecretsFor(name, port)) > 0
+}
+
+// RulesFor returns the HTTP rules of name:port; nil when none applies, or when a plain
+// entry for it lifts them.
+func (p *Policy) RulesFor(name string, port uint16) []Rule {
+	var out []Rule
+	for _, r := range p.Rules {
+		if r.Dest.MatchesName(name) && r.Dest.MatchesPort(port) {
+			out = append(out, r)
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	for _, d := range p.Dests {
+		if d.MatchesName(name) && d.MatchesPort(port) && !d.ruled {
+			return nil
+		}
+	}
+	return out
+}
+
+// SecretsFor returns the secrets bound to name:port.
+func (p *Policy) SecretsFor(name string, port uint16) []Secret {
+	var out []Secret
+	for _, s := range p.Secrets {
+		for _, d := range s.Dests {
+			if d.MatchesName(name) && d.MatchesPort(port) {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // NameGranted reports whether some destination covers name on any port: only then does a

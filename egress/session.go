@@ -17,6 +17,10 @@ type Session struct {
 	Policy *Policy
 	Limits Limits
 
+	caOnce sync.Once
+	ca     *CA
+	caErr  error
+
 	mu     sync.Mutex
 	record func(Event)
 	state  any
@@ -27,6 +31,20 @@ type Session struct {
 
 // NewSession makes the shared network of one plugin session.
 func NewSession(p *Policy, l Limits) *Session { return &Session{Policy: p, Limits: l} }
+
+// CA is the session's certificate authority, made on first use; nil (and no error) when
+// the grant has no destination fledge must read (no bound secret, no HTTP rule).
+func (e *Session) CA() (*CA, error) {
+	e.caOnce.Do(func() {
+		if e.Policy == nil {
+			return
+		}
+		if names := e.Policy.InterceptNames(); len(names) > 0 {
+			e.ca, e.caErr = NewCA(names)
+		}
+	})
+	return e.ca, e.caErr
+}
 
 // SetRecord sets where the session's network records go (the session's audit recorder).
 func (e *Session) SetRecord(f func(Event)) {

@@ -9,6 +9,7 @@ package netstack
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/netip"
@@ -30,6 +31,12 @@ type Config struct {
 	// Resolve looks a granted name up on the host (default: the host's resolv.conf
 	// nameservers, then the system resolver); ttl 0 means the default cache time.
 	Resolve func(ctx context.Context, name string) (addrs []netip.Addr, ttl time.Duration, err error)
+	// CA signs the certificates of the destinations fledge reads (bound secrets, HTTP
+	// rules); nil when there are none (egress.Session.CA).
+	CA *egress.CA
+	// RootCAs verifies those destinations' own certificates (nil: the host's trust store,
+	// which honours SSL_CERT_FILE).
+	RootCAs *x509.CertPool
 	// Dial connects from the host side (default net.Dialer).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }

@@ -549,6 +549,24 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 	}
 	e.emit(ev) // the decision is recorded before anything is dialled
 	start := time.Now()
+	if isFake && e.cfg.Policy.Intercept(name, port) {
+		// fledge reads this destination's requests: it dials per request, after reading.
+		c := e.accept(r)
+		if c == nil {
+			release()
+			return
+		}
+		e.stats.Allowed.Add(1)
+		e.stats.Open.Add(1)
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			defer release()
+			defer e.stats.Open.Add(-1)
+			e.intercept(c, ev, target, start)
+		}()
+		return
+	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.lim.DialTimeout)
 	up, err := e.dial(ctx, netip.AddrPortFrom(target, port))
 	cancel()

@@ -234,6 +234,12 @@ func (f *flow) httpRequests(br *bufio.Reader, name string, port uint16, depth in
 			f.refuse(host, p, why)
 			return
 		}
+		if head, _ := br.Peek(req.Consumed); len(f.e.cfg.Policy.Secrets) > 0 && f.e.foreignPlaceholder(head) != "" {
+			// A secret's placeholder is worth something only where the secret is bound,
+			// and fledge reads those connections itself: here it goes nowhere.
+			f.refuse(host, p, egress.ReasonPlaceholder)
+			return
+		}
 		f.note(host, p)
 		pr := &pendingReq{method: req.Method, connect: req.Connect(), upgrade: req.Upgrade}
 		if req.Tunnel() {

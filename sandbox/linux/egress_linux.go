@@ -46,9 +46,12 @@ func (s *Sandbox) egressFor(spec *sandbox.Spec) (*runEgress, error) {
 		return nil, errNoSession
 	}
 	st, err := eg.State(func() (any, func() error, error) {
-		cfg := netstack.Config{Policy: eg.Policy, Limits: eg.Limits, Record: eg.Record}
+		ca, err := eg.CA()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: session CA: %w", netstack.ErrSetup, err)
+		}
+		cfg := netstack.Config{Policy: eg.Policy, Limits: eg.Limits, Record: eg.Record, CA: ca}
 		var e *netstack.Engine
-		var err error
 		if stubBuilt {
 			e, err = netstack.NewShared(cfg)
 		} else {

@@ -1,0 +1,514 @@
+//go:build linux
+
+package netstack
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/fledgehq/fledge/egress"
+)
+
+// A connection to a destination fledge must read (a bound secret goes there, or HTTP
+// rules narrow it) is not spliced: fledge terminates the program's TLS with a certificate
+// of the session's CA (plain HTTP it reads as it is), serves the requests with Go's HTTP
+// server (HTTP/1.1, and HTTP/2 when the program offers it), and sends each on over TLS of
+// its own to the real host, verified against the host's trust store. On the way it checks
+// the destination's rules, puts each bound secret's value where its placeholder stands in
+// the headers (Basic credentials included), refuses a request carrying the placeholder of a
+// secret bound elsewhere, and records every request (net_http). Answers pass unchanged.
+
+// Bounds of a read connection.
+const (
+	interceptHeaderBytes = 64 << 10
+	interceptStreams     = 100 // HTTP/2 streams open at once on one connection
+	// interceptHeaders bounds the header fields of one request (the server's byte bound
+	// applies too; many tiny fields are refused on their own count).
+	interceptHeaders = 256
+)
+
+type interceptor struct {
+	e        *Engine
+	name     string
+	port     uint16
+	address  string
+	scheme   string
+	rules    []egress.Rule
+	bound    []egress.Secret // secrets bound to this destination
+	foreign  []egress.Secret // every other secret of the session
+	proxy    *httputil.ReverseProxy
+	tr       *http.Transport
+	in, out  *atomic.Int64
+	last     *atomic.Int64
+	idle     time.Duration
+	upstream netip.AddrPort
+}
+
+// intercept serves one program connection to name:port (decided and recorded already).
+func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start time.Time) {
+	var in, out, last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	pol := e.cfg.Policy
+	ic := &interceptor{e: e, name: ev.Host, port: ev.Port, address: ev.Address,
+		rules: pol.RulesFor(ev.Host, ev.Port), bound: pol.SecretsFor(ev.Host, ev.Port),
+		in: &in, out: &out, last: &last, idle: e.lim.IdleTimeout,
+		upstream: netip.AddrPortFrom(target, ev.Port)}
+	for _, s := range pol.Secrets {
+		if !containsSecret(ic.bound, s.Name) {
+			ic.foreign = append(ic.foreign, s)
+		}
+	}
+	reason := "closed"
+	defer func() {
+		c.Close()
+		if ic.tr != nil {
+			ic.tr.CloseIdleConnections()
+		}
+		e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: ev.Host, Port: ev.Port, Address: ev.Address,
+			Allow: true, Reason: reason, BytesOut: out.Load(), BytesIn: in.Load(), Duration: time.Since(start)})
+	}()
+	cc := &countConn{Conn: c, in: &in, out: &out, last: &last, max: e.lim.MaxBytes, closed: make(chan struct{})}
+	br := bufio.NewReaderSize(cc, 4096)
+	_ = c.SetReadDeadline(time.Now().Add(headTimeout))
+	first, err := br.Peek(1)
+	_ = c.SetReadDeadline(time.Time{})
+	if err != nil {
+		return
+	}
+	pc := &peekedConn{countConn: cc, br: br}
+	if first[0] != 0x16 {
+		ic.scheme = "http"
+		ic.setup()
+		ic.serveHTTP1(pc)
+		return
+	}
+	ic.scheme = "https"
+	ic.setup()
+	ca := e.cfg.CA
+	if ca == nil {
+		reason = egress.ReasonTLSRefused
+		return
+	}
+	var sniBad string
+	tc := tls.Server(pc, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if h.ServerName != "" {
+				if cn, ok := egress.CanonName(h.ServerName); !ok || cn != ic.name {
+					sniBad = h.ServerName
+					return nil, errors.New("server name is not the connection's")
+				}
+			}
+			return ca.Leaf(ic.name)
+		},
+	})
+	_ = tc.SetDeadline(time.Now().Add(headTimeout))
+	if err := tc.Handshake(); err != nil {
+		if sniBad != "" {
+			reason = egress.ReasonNameMismatch
+			e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: shorten(strings.ToLower(sniBad), sniBad), Port: ev.Port,
+				Address: ev.Address, Reason: egress.ReasonNameMismatch})
+			return
+		}
+		reason = egress.ReasonTLSRefused
+		e.emit(egress.Event{Kind: egress.EventHTTP, Proto: "tcp", Host: ic.name, Port: ic.port, Address: ic.address,
+			Reason: egress.ReasonTLSRefused})
+		return
+	}
+	_ = tc.SetDeadline(time.Time{})
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		srv := &http2.Server{MaxConcurrentStreams: interceptStreams, MaxReadFrameSize: 1 << 20, IdleTimeout: ic.idle}
+		srv.ServeConn(tc, &http2.ServeConnOpts{Handler: ic, BaseConfig: ic.server()})
+		return
+	}
+	ic.serveHTTP1(tc)
+}
+
+func containsSecret(ss []egress.Secret, name string) bool {
+	for _, s := range ss {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (ic *interceptor) server() *http.Server {
+	return &http.Server{Handler: ic, MaxHeaderBytes: interceptHeaderBytes, ReadHeaderTimeout: headTimeout,
+		IdleTimeout: ic.idle, ErrorLog: log.New(io.Discard, "", 0)}
+}
+
+// serveHTTP1 serves HTTP/1.1 on one connection until it closes.
+func (ic *interceptor) serveHTTP1(c net.Conn) {
+	done := make(chan struct{})
+	wc := &closeNotifyConn{Conn: c, done: done}
+	srv := ic.server()
+	_ = srv.Serve(&oneConnListener{c: wc})
+	<-done
+}
+
+// setup makes the transport to the real host and the proxy.
+func (ic *interceptor) setup() {
+	e := ic.e
+	roots := e.cfg.RootCAs
+	ic.tr = &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, e.lim.DialTimeout)
+			defer cancel()
+			return e.dial(ctx, ic.upstream)
+		},
+		TLSClientConfig:        &tls.Config{ServerName: ic.name, RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      true,
+		TLSHandshakeTimeout:    e.lim.DialTimeout,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: interceptHeaderBytes,
+	}
+	authority := ic.name
+	if !(ic.scheme == "https" && ic.port == 443 || ic.scheme == "http" && ic.port == 80) {
+		authority = net.JoinHostPort(ic.name, strconv.Itoa(int(ic.port)))
+	}
+	ic.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = ic.scheme
+			pr.Out.URL.Host = authority
+			pr.Out.Host = authority
+		},
+		Transport:     ic.tr,
+		FlushInterval: -1, // streamed answers (server-sent events) pass at once
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			st := requestState(r)
+			var uerr *tls.CertificateVerificationError
+			var herr x509.HostnameError
+			var uaerr x509.UnknownAuthorityError
+			if errors.As(err, &uerr) || errors.As(err, &herr) || errors.As(err, &uaerr) {
+				st.reason = egress.ReasonUpstreamTLS
+				http.Error(w, "fledge: the destination's certificate did not verify: refused", http.StatusBadGateway)
+				return
+			}
+			st.reason = egress.ReasonDialFailed
+			http.Error(w, "fledge: the destination did not answer", http.StatusBadGateway)
+		},
+	}
+}
+
+type reqStateKey struct{}
+
+type reqState struct {
+	reason string
+	status int
+}
+
+func requestState(r *http.Request) *reqState {
+	st, _ := r.Context().Value(reqStateKey{}).(*reqState)
+	if st == nil {
+		return &reqState{}
+	}
+	return st
+}
+
+// recordPath is the request's path with the names of its query parameters, never their
+// values.
+func recordPath(r *http.Request) string {
+	p := r.URL.EscapedPath()
+	if r.URL.RawQuery == "" {
+		return p
+	}
+	var keys []string
+	for k := range r.URL.Query() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "="
+	}
+	return p + "?" + strings.Join(keys, "&")
+}
+
+func (ic *interceptor) record(r *http.Request, allow bool, why string, status int, secrets []string, bytesOut, bytesIn int64) {
+	ic.e.emit(egress.Event{Kind: egress.EventHTTP, Proto: "tcp", Host: ic.name, Port: ic.port, Address: ic.address,
+		Allow: allow, Reason: why, Method: r.Method, Path: ui(recordPath(r)), Status: status, Secrets: secrets,
+		BytesOut: bytesOut, BytesIn: bytesIn})
+}
+
+// ui bounds a path for a record.
+func ui(s string) string {
+	if len(s) > 512 {
+		return s[:512] + "…"
+	}
+	return s
+}
+
+// refuse answers a refused request from fledge itself: 403 and one line saying why.
+func (ic *interceptor) refuse(w http.ResponseWriter, r *http.Request, why, text string) {
+	ic.record(r, false, why, http.StatusForbidden, nil, 0, 0)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(http.StatusForbidden)
+	io.WriteString(w, "fledge: "+text+"\n")
+}
+
+func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if cn, ok := egress.CanonName(host); !ok || cn != ic.name {
+		ic.e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: shorten(strings.ToLower(host), host), Port: ic.port,
+			Address: ic.address, Reason: egress.ReasonNameMismatch})
+		w.Header().Set("Connection", "close")
+		http.Error(w, "fledge: this connection is for "+ic.name+" only", http.StatusMisdirectedRequest)
+		return
+	}
+	if r.Method == http.MethodConnect {
+		ic.refuse(w, r, egress.ReasonBadRequest, "CONNECT is not forwarded to "+ic.name)
+		return
+	}
+	if n := len(r.Header) + len(r.Trailer); n > interceptHeaders {
+		ic.refuse(w, r, egress.ReasonLimit, fmt.Sprintf("more than %d header fields", interceptHeaders))
+		return
+	}
+	if ic.rules != nil {
+		ok := false
+		for _, rule := range ic.rules {
+			ok = ok || rule.Matches(r.Method, r.URL.EscapedPath())
+		}
+		if !ok {
+			ic.refuse(w, r, egress.ReasonRule, fmt.Sprintf("%s %s is not allowed by the rules of %s:%d", r.Method, r.URL.EscapedPath(), ic.name, ic.port))
+			return
+		}
+	}
+	if s := ic.foreignIn(r); s != "" {
+		ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" is not bound to "+ic.name+"; refused")
+		return
+	}
+	used := ic.inject(r.Header)
+	st := &reqState{reason: egress.ReasonGranted}
+	r = r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
+	var bodyIn atomic.Int64
+	if r.Body != nil {
+		r.Body = &countBody{ReadCloser: r.Body, n: &bodyIn}
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	ic.proxy.ServeHTTP(sw, r)
+	ok := st.reason == egress.ReasonGranted
+	ic.record(r, ok, st.reason, sw.status, used, bodyIn.Load(), sw.n)
+}
+
+// foreignIn returns the name of a secret whose placeholder the request carries although
+// the secret is not bound here ("" when none): in any header (decoded Basic credentials
+// included), the target or the host.
+func (ic *interceptor) foreignIn(r *http.Request) string {
+	if len(ic.foreign) == 0 {
+		return ""
+	}
+	texts := []string{r.URL.RequestURI(), r.Host}
+	for _, vs := range r.Header {
+		for _, v := range vs {
+			texts = append(texts, v)
+			if d, ok := basicDecoded(v); ok {
+				texts = append(texts, d)
+			}
+		}
+	}
+	for _, s := range ic.foreign {
+		for _, t := range texts {
+			if strings.Contains(t, s.Placeholder) {
+				return s.Name
+			}
+		}
+	}
+	return ""
+}
+
+func basicDecoded(v string) (string, bool) {
+	if len(v) < 6 || !strings.EqualFold(v[:6], "basic ") {
+		return "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v[6:]))
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// inject puts each bound secret's value where its placeholder stands in a header value
+// (inside Basic credentials too) and returns the names of the secrets it put in.
+func (ic *interceptor) inject(h http.Header) []string {
+	var used []string
+	for k, vs := range h {
+		for i, v := range vs {
+			nv := v
+			for _, s := range ic.bound {
+				if strings.Contains(nv, s.Placeholder) {
+					nv = strings.ReplaceAll(nv, s.Placeholder, s.Value)
+					used = appendOnce(used, s.Name)
+				}
+			}
+			if d, ok := basicDecoded(nv); ok {
+				nd := d
+				for _, s := range ic.bound {
+					if strings.Contains(nd, s.Placeholder) {
+						nd = strings.ReplaceAll(nd, s.Placeholder, s.Value)
+						used = appendOnce(used, s.Name)
+					}
+				}
+				if nd != d {
+					nv = nv[:6] + base64.StdEncoding.EncodeToString([]byte(nd))
+				}
+			}
+			vs[i] = nv
+		}
+		h[k] = vs
+	}
+	sort.Strings(used)
+	return used
+}
+
+func appendOnce(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+// foreignPlaceholder returns the name of a secret whose placeholder b carries ("" when
+// none): a request read on a connection fledge does not terminate goes where no secret is
+// bound.
+func (e *Engine) foreignPlaceholder(b []byte) string {
+	for _, s := range e.cfg.Policy.Secrets {
+		if s.Placeholder != "" && strings.Contains(string(b), s.Placeholder) {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 || w.status < 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type countBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// countConn counts a program connection's bytes against the bound and keeps it alive for
+// the idle watchdog.
+type countConn struct {
+	net.Conn
+	in, out, last *atomic.Int64
+	max           int64
+	once          sync.Once
+	closed        chan struct{}
+}
+
+func (c *countConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.out.Add(int64(n)) > c.max {
+		return n, errLimit
+	}
+	c.last.Store(time.Now().UnixNano())
+	return n, err
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	if c.in.Add(int64(len(p))) > c.max {
+		return 0, errLimit
+	}
+	c.last.Store(time.Now().UnixNano())
+	return c.Conn.Write(p)
+}
+
+// peekedConn reads first what was peeked.
+type peekedConn struct {
+	*countConn
+	br *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) { return c.br.Read(p) }
+
+type closeNotifyConn struct {
+	net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *closeNotifyConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}
+
+// oneConnListener hands out one connection, then says it is closed.
+type oneConnListener struct {
+	c    net.Conn
+	once sync.Once
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	var c net.Conn
+	l.once.Do(func() { c = l.c })
+	if c != nil {
+		return c, nil
+	}
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
