@@ -66,3 +66,25 @@ func ChangeGrants(configDir, name string, change GrantChange, edit ...func(*Entr
 	out := *e
 	return &out, c, nil
 }
+
+// ApprovedManifest is the installed plugin.toml of e while it is still the one the user
+// approved (its digest is e's), else ErrManifestChanged.
+func ApprovedManifest(configDir string, e *Entry) (*Manifest, error) {
+	m, _, err := LoadManifest(Dir(configDir, e.Name))
+	if err != nil {
+		return nil, err
+	}
+	if got := m.SHA256(); got != e.ManifestSHA256 {
+		return nil, fmt.Errorf("%w (sha256 %s, approved %s)", ErrManifestChanged, got[:12], e.ManifestSHA256[:min(12, len(e.ManifestSHA256))])
+	}
+	return m, nil
+}
+
+// ApprovedAsked is what the user decided on when e was installed: what its approved
+// manifest asks for, else (the manifest changed since, or is gone) only what e holds.
+func ApprovedAsked(configDir string, e *Entry) policy.Grants {
+	if m, err := ApprovedManifest(configDir, e); err == nil {
+		return m.Asked()
+	}
+	return e.Granted
+}

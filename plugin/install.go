@@ -32,6 +32,10 @@ var (
 	ErrClone = errors.New("git clone failed")
 	// ErrHooks: hooks were requested but could not run, or one failed.
 	ErrHooks = errors.New("install hook failed")
+	// ErrUnapprovedChange: an update would give the plugin more than the user approved
+	// before (a capability, a server argument or environment variable, another version or
+	// entry point) and the user could not be asked: --yes and --ni grant nothing new.
+	ErrUnapprovedChange = errors.New("the update needs your approval")
 	// ErrNotDeclared: --grant names a capability the manifest does not declare. The same
 	// sentinel as policy.ErrNotDeclared, re-exported so callers need only this package.
 	ErrNotDeclared = policy.ErrNotDeclared
@@ -82,10 +86,14 @@ type InstallOptions struct {
 	HooksOffline   bool
 	HooksNetworkTo []string
 	// KeepGrants (plugins update) are the grants the plugin holds now; they are kept when
-	// the new manifest asks for no more than PreviousAsked (what the replaced one asked
-	// for), else the grants are decided again as for a fresh install.
+	// the new manifest asks for no more than PreviousAsked (what the user was asked for
+	// before: the approved manifest's declarations, ApprovedAsked), else the grants are
+	// decided again on a terminal or with Grant; Yes and NonInteractive then refuse
+	// (ErrUnapprovedChange): an update never grants what the user did not decide on.
 	KeepGrants    *policy.Grants
 	PreviousAsked policy.Grants
+	// NPM is how an npm plugin was asked for, recorded in its entry (Entry.NPM).
+	NPM *NPMRequest
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -135,6 +143,9 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	case o.KeepGrants != nil && m.Asked().Subset(o.PreviousAsked):
 		granted = *o.KeepGrants
 		fmt.Fprintf(out, "Plugin %s asks for no more than before; keeping its grants: %s\n", name, granted.String())
+	case o.KeepGrants != nil && o.Grant == nil && (o.Yes || o.NonInteractive || o.Asker == nil):
+		return nil, fmt.Errorf("%w: plugin %s now asks for %s, beyond what you decided on before; an update with --yes or without a terminal grants nothing new: run `fledge plugins update %s` on a terminal to decide, or name what to grant with --grant",
+			ErrUnapprovedChange, name, strings.Join(m.Asked().Missing(o.PreviousAsked), ", "), name)
 	default:
 		if o.KeepGrants != nil {
 			fmt.Fprintf(out, "Plugin %s now asks for more (%s); its grants are decided again.\n", name,
@@ -183,11 +194,6 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 			fmt.Fprintf(out, "warning: %s in the source is host-owned; not copied\n", s)
 		}
 	}
-	if handshake != nil {
-		if err := os.WriteFile(filepath.Join(stage, HandshakeFile), handshake, 0o644); err != nil {
-			return nil, err
-		}
-	}
 	if o.RunHooks && len(hooks) > 0 {
 		if o.RunHook == nil {
 			return nil, fmt.Errorf("%w: no hook runner configured", ErrHooks)
@@ -197,6 +203,17 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 			if err := o.RunHook(ctx, stage, h); err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrHooks, h.Name, err)
 			}
+		}
+	}
+	// The recorded handshake goes in after the hooks, which can write anything in the
+	// staged dir: what every later start is compared with is what the plugin said at
+	// install, never what a hook wrote in its place.
+	if err := os.RemoveAll(filepath.Join(stage, HandshakeFile)); err != nil {
+		return nil, err
+	}
+	if handshake != nil {
+		if err := os.WriteFile(filepath.Join(stage, HandshakeFile), handshake, 0o644); err != nil {
+			return nil, err
 		}
 	}
 	// Full validation on the copy: binaries exist inside it (after hooks built them), and the
@@ -222,6 +239,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	entry := Entry{
 		Name: name, Source: source, Version: m.Plugin.Version, Installed: now().UTC().Truncate(time.Second),
 		Commands: m.CommandNames(), Granted: granted, ManifestSHA256: m.SHA256(), Protocol: m.Plugin.Protocol,
+		NPM: o.NPM,
 	}
 	unlock, err := lockRegistry(o.ConfigDir)
 	if err != nil {

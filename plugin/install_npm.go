@@ -29,8 +29,11 @@ const (
 	SourceOCI  = "oci:"
 )
 
-// NPMFile is the host-owned record of how an npm plugin was asked for (package, version
-// range, arguments, environment), so `plugins update` fetches it again the same way.
+// NPMFile is where fledge once kept how an npm plugin was asked for: inside the plugin dir,
+// where the package's install scripts (run confined, with that dir writable) can rewrite
+// it. fledge writes it no more; the record lives in plugins.toml (Entry.NPM), and a file
+// of this name is read only to migrate an older install, never trusted for a grant
+// (ReadLegacyNPMRequest).
 const NPMFile = "fledge-npm.json"
 
 // DefaultNPMTimeout bounds one npm fetch.
@@ -58,17 +61,21 @@ var (
 
 // NPMRequest is what the user asked for: the package, a version (range), the server's
 // arguments and environment, and the plugin's name and declared capabilities.
+//
+// Once installed it is part of the plugin's entry in plugins.toml (Entry.NPM): fledge's own
+// state, which no plugin, command or install script can reach, and what `plugins update`
+// fetches the package again with.
 type NPMRequest struct {
-	Package string   `json:"package"`
-	Version string   `json:"version,omitempty"` // "" = latest
-	Args    []string `json:"args,omitempty"`
-	Env     []string `json:"env,omitempty"` // NAME=VALUE
-	Name    string   `json:"name,omitempty"`
-	Bin     string   `json:"bin,omitempty"` // which of several bin entries
+	Package string   `json:"package" toml:"package"`
+	Version string   `json:"version,omitempty" toml:"version,omitempty"` // "" = latest
+	Args    []string `json:"args,omitempty" toml:"args,omitempty"`
+	Env     []string `json:"env,omitempty" toml:"env,omitempty"` // NAME=VALUE
+	Name    string   `json:"name,omitempty" toml:"name,omitempty"`
+	Bin     string   `json:"bin,omitempty" toml:"bin,omitempty"` // which of several bin entries
 	// Filesystem and Network are the capabilities the written manifest declares (the user
 	// grants them, or not, as for any plugin). Filesystem "" = project.
-	Filesystem string `json:"filesystem,omitempty"`
-	Network    bool   `json:"network,omitempty"`
+	Filesystem string `json:"filesystem,omitempty" toml:"filesystem,omitempty"`
+	Network    bool   `json:"network,omitempty" toml:"network,omitempty"`
 }
 
 // NPMOptions run one fetch.
@@ -332,10 +339,6 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 	if err := os.WriteFile(filepath.Join(o.Dir, "bin", "server"), []byte(wrapperScript(node, entryRel, r.Args, r.Env)), 0o755); err != nil {
 		return nil, err
 	}
-	rec, _ := json.MarshalIndent(r, "", "  ")
-	if err := os.WriteFile(filepath.Join(o.Dir, NPMFile), append(rec, '\n'), 0o644); err != nil {
-		return nil, err
-	}
 	name := r.pluginName()
 	if !ValidName(name) {
 		return nil, fmt.Errorf("%w: no plugin name can be made from %q; pass --name", ErrBadSource, r.Package)
@@ -591,8 +594,11 @@ func lockInstallScripts(path string) ([]string, error) {
 	return out, nil
 }
 
-// ReadNPMRequest reads how an installed npm plugin was asked for.
-func ReadNPMRequest(configDir, name string) (*NPMRequest, error) {
+// ReadLegacyNPMRequest reads how an npm plugin installed by an older fledge was asked for,
+// from NPMFile in its plugin dir. Its install scripts could have rewritten that file: the
+// caller takes its capabilities from the approved manifest instead, and has the user
+// confirm the rest once (protocolhost's update).
+func ReadLegacyNPMRequest(configDir, name string) (*NPMRequest, error) {
 	data, err := readRegular(filepath.Join(Dir(configDir, name), NPMFile), MaxManifestBytes)
 	if err != nil {
 		return nil, err
@@ -663,4 +669,49 @@ func RegistryDestination(raw string) string {
 		}
 	}
 	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// Changes lists, one line each, how r differs from prev (what the user approved before):
+// another package, version or entry point, server arguments or environment variables the
+// user did not give (a new version's server.json may add some), other capabilities. A
+// nil prev (a record that cannot be trusted) lists everything r holds, for the user to
+// confirm once. Empty: nothing to approve.
+func (r *NPMRequest) Changes(prev *NPMRequest) []string {
+	var out []string
+	diff := func(what, was, now string) {
+		switch {
+		case prev == nil:
+			out = append(out, fmt.Sprintf("%s: %s", what, now))
+		case was != now:
+			out = append(out, fmt.Sprintf("%s: %s (was %s)", what, now, was))
+		}
+	}
+	or := func(s, none string) string {
+		if s == "" {
+			return none
+		}
+		return s
+	}
+	list := func(l []string) string {
+		if len(l) == 0 {
+			return "none"
+		}
+		q := make([]string, len(l))
+		for i, s := range l {
+			q[i] = fmt.Sprintf("%q", s)
+		}
+		return strings.Join(q, " ")
+	}
+	p := prev
+	if p == nil {
+		p = &NPMRequest{}
+	}
+	diff("package", p.Package, r.Package)
+	diff("version", or(p.Version, "latest"), or(r.Version, "latest"))
+	diff("entry point (bin)", or(p.Bin, "the package's own"), or(r.Bin, "the package's own"))
+	diff("server arguments", list(p.Args), list(r.Args))
+	diff("environment", list(p.Env), list(r.Env))
+	diff("filesystem", or(p.Filesystem, policy.FilesystemProject), or(r.Filesystem, policy.FilesystemProject))
+	diff("network", fmt.Sprint(p.Network), fmt.Sprint(r.Network))
+	return out
 }

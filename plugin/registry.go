@@ -45,6 +45,12 @@ type Entry struct {
 	// Read are paths granted read-only beyond the filesystem level (plugins grant
 	// NAME read=PATH; policy.CheckReadGrant says which may be).
 	Read []string `toml:"read,omitempty" json:"read,omitempty"`
+	// NPM is how an npm plugin was asked for (package, version, server arguments and
+	// environment, entry point, declared capabilities); nil for other sources. `plugins
+	// update` fetches the package again with exactly this. It lives here, in fledge's own
+	// state, never in the plugin dir, which the package's install scripts can write. Not in
+	// JSON output: an environment value may be a token.
+	NPM *NPMRequest `toml:"npm,omitempty" json:"-"`
 }
 
 // Capabilities is the granted set in the shape the init message carries.

@@ -78,7 +78,7 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 	}
 	base.RunHook = in.hookRunner()
 	if plugin.IsPackageSource(o.Source) {
-		return in.runPackage(ctx, &o, base, nil)
+		return in.runPackage(ctx, &o, base, nil, nil)
 	}
 	if o.Protocol != "" || o.FromDir != "" {
 		return in.runSelfDescribing(ctx, &o, base)
@@ -98,7 +98,7 @@ func (in *installer) installOne(ctx context.Context, io plugin.InstallOptions) e
 		code := ExitFailure
 		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
 		// protocol) is "could not run", like the same refusal at run time.
-		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) {
+		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) || errors.Is(err, plugin.ErrUnapprovedChange) {
 			code = ExitCannotRun
 		}
 		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
@@ -140,7 +140,7 @@ func refusedRef(source string) *audit.PluginRef {
 
 func installReason(err error) string {
 	switch {
-	case errors.Is(err, plugin.ErrNeedsGrant):
+	case errors.Is(err, plugin.ErrNeedsGrant), errors.Is(err, plugin.ErrUnapprovedChange):
 		return string(reason.NonInteractive)
 	case errors.Is(err, plugin.ErrUnsupportedProtocol):
 		return string(reason.ProtocolVersionMismatch)

@@ -11,6 +11,7 @@ import (
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/plugin/pins"
+	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui"
 )
@@ -28,8 +29,9 @@ type PackageRequest struct {
 // runPackage installs a plugin from a package source: npm:PKG is fetched with npm (no
 // package code runs), its install scripts run as a confined install hook, and the written
 // plugin (protocol = "mcp") is installed like any dir; then its tools are listed (the server
-// starts confined, from its own dir). keep is the entry being updated, if any.
-func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plugin.InstallOptions, keep *plugin.Entry) error {
+// starts confined, from its own dir). keep is the entry being updated, if any, and approved
+// how the user asked for it (its entry's record; nil when there is none fledge can trust).
+func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plugin.InstallOptions, keep *plugin.Entry, approved *plugin.NPMRequest) error {
 	e := in.h.Env
 	kind, pkg, version, err := plugin.ParsePackageSource(o.Source)
 	if err != nil {
@@ -105,15 +107,61 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	}
 	base.Handshake = nil
 	if keep != nil {
-		base.KeepGrants = &keep.Granted
-		if m, _, err := plugin.LoadManifest(plugin.Dir(e.ConfigDir, keep.Name)); err == nil {
-			base.PreviousAsked = m.Asked()
+		if err := in.approveRequest(keep.Name, approved, &pk.Request, base); err != nil {
+			rc := reason.NonInteractive
+			if errors.Is(err, errDeclined) {
+				rc = reason.Cancelled
+			}
+			_ = e.NewRecorder(in.log, entryRef(keep), nil).RecordNow(audit.EventInstall, audit.Deny, rc,
+				map[string]any{"source": o.Source, "error": err.Error()})
+			return exitErr(ExitCannotRun, "update %s: %v", keep.Name, err)
 		}
+		base.KeepGrants = &keep.Granted
+		base.PreviousAsked = plugin.ApprovedAsked(e.ConfigDir, keep)
 	}
+	// How the user asked for it goes into its entry in plugins.toml, out of reach of the
+	// install scripts about to run in the staged dir.
+	rec := pk.Request
+	base.NPM = &rec
 	if err := in.installOne(ctx, base); err != nil {
 		return err
 	}
 	return in.listTools(ctx, pk.Name)
+}
+
+// errDeclined: the user said no to an update's changes.
+var errDeclined = errors.New("update declined")
+
+// approveRequest has the user approve an update that would run the server of an npm plugin
+// differently from how they asked for it (approved): other arguments or environment (a new
+// version's server.json may bring some), another version, entry point or capability. A nil
+// approved is a record an older fledge kept in the plugin dir, where install scripts could
+// rewrite it: everything is shown and confirmed once. Nobody to ask (--yes, --ni): refused.
+func (in *installer) approveRequest(name string, approved, next *plugin.NPMRequest, base plugin.InstallOptions) error {
+	changes := next.Changes(approved)
+	if len(changes) == 0 {
+		return nil
+	}
+	head := fmt.Sprintf("Updating %s would run its server differently from how you asked for it:", name)
+	if approved == nil {
+		head = fmt.Sprintf("How %s was asked for was kept by an older fledge inside its plugin dir, where the package's install scripts can rewrite it; confirm it once (fledge keeps it in plugins.toml from now on):", name)
+	}
+	_ = ui.HostLine(in.errOut, head)
+	for _, c := range changes {
+		_ = ui.HostLine(in.errOut, "  "+c)
+	}
+	if base.Yes || base.NonInteractive || base.Asker == nil {
+		return fmt.Errorf("%w: %s; an update with --yes or without a terminal changes nothing you did not approve: run `fledge plugins update %s` on a terminal to review it, or remove and install it again",
+			plugin.ErrUnapprovedChange, strings.Join(changes, "; "), name)
+	}
+	ok, err := base.Asker.Confirm(fmt.Sprintf("Update %s with these?", name), false)
+	if err != nil {
+		return fmt.Errorf("update cancelled: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s stays as it was", errDeclined, name)
+	}
+	return nil
 }
 
 // listTools starts a freshly installed server (confined, from its own dir) and lists its
@@ -152,15 +200,22 @@ func firstLine(s string, max int) string {
 // UpdateRequest is one `fledge plugins update`.
 type UpdateRequest struct {
 	Name string
-	// Yes grants everything the new manifest declares when it asks for more than before.
-	Yes            bool
+	// Yes answers nothing: an update keeps the grants when the new version asks for no more
+	// than before, and refuses (ErrUnapprovedChange) when it asks for more or would run
+	// differently; only a terminal, or Grant, decides on more.
+	Yes bool
+	// Grant, when GrantSet, is --grant: exactly these capabilities, when the new version
+	// asks for more than before.
+	Grant          string
+	GrantSet       bool
 	Asker          plugin.Asker
 	NonInteractive bool
 }
 
-// Update fetches an installed plugin again from where it came from (npm:PKG at the version
-// range it was installed with, a git URL, a dir), installs it in place, and keeps its grants
-// when the new manifest asks for no more than the old one.
+// Update fetches an installed plugin again from where it came from (npm:PKG the way it was
+// asked for, recorded in plugins.toml; a git URL; a dir), installs it in place, and keeps
+// its grants when the new manifest asks for no more than the approved one. Anything beyond
+// what the user decided on before is asked on a terminal, or refused.
 func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -182,12 +237,18 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 	in := &installer{h: h, log: log, out: h.opts.Streams.Out, errOut: h.stderr()}
 	base := plugin.InstallOptions{ConfigDir: e.ConfigDir, Source: old.Source, Yes: o.Yes, NonInteractive: o.NonInteractive,
 		Asker: o.Asker, Out: h.stderr()}
+	if o.GrantSet {
+		gr, err := policy.ParseGrantList(o.Grant)
+		if err != nil {
+			return exitErr(ExitUsage, "--grant: %v", err)
+		}
+		base.Grant = &gr
+	}
 	base.RunHook = in.hookRunner()
 	base.Handshake = in.handshakeHook(nil)
 	base.KeepGrants = &old.Granted
-	if m, _, err := plugin.LoadManifest(plugin.Dir(e.ConfigDir, o.Name)); err == nil {
-		base.PreviousAsked = m.Asked()
-	}
+	// What the user decided on: the approved manifest, never one changed since.
+	base.PreviousAsked = plugin.ApprovedAsked(e.ConfigDir, &old)
 	// The user asked for the new version: its tool definitions are pinned afresh at its
 	// first listing (an npm package's install lists them at once).
 	if err := pins.Remove(e.ConfigDir, o.Name); err != nil {
@@ -196,11 +257,45 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 	if !plugin.IsPackageSource(old.Source) {
 		return in.installOne(ctx, base)
 	}
-	req, err := plugin.ReadNPMRequest(e.ConfigDir, o.Name)
+	req, approved, err := npmRecord(e.ConfigDir, &old)
 	if err != nil {
-		return exitErr(ExitCannotRun, "update %s: how it was installed is unreadable (%v); install it again", o.Name, err)
+		return exitErr(ExitCannotRun, "update %s: %v; install it again", o.Name, err)
 	}
 	ir := &InstallRequest{Source: old.Source, Yes: o.Yes, Package: PackageRequest{Version: req.Version, Name: o.Name,
 		Bin: req.Bin, Env: req.Env, Network: req.Network, Filesystem: req.Filesystem, ServerArgs: req.Args}}
-	return in.runPackage(ctx, ir, base, &old)
+	return in.runPackage(ctx, ir, base, &old, approved)
+}
+
+// npmRecord is how the npm plugin of en was asked for: the record in its entry (approved,
+// as the user gave it), else, for an install by an older fledge, the file that fledge kept
+// in the plugin dir (approved nil: its install scripts could have rewritten it). From that
+// file only the version, entry point, arguments and environment are taken, for the user to
+// confirm; the package is the entry's source and the capabilities are the approved
+// manifest's.
+func npmRecord(configDir string, en *plugin.Entry) (req *plugin.NPMRequest, approved *plugin.NPMRequest, err error) {
+	_, pkg, _, err := plugin.ParsePackageSource(en.Source)
+	if err != nil {
+		return nil, nil, err
+	}
+	if en.NPM != nil {
+		r := *en.NPM
+		if r.Package != pkg {
+			return nil, nil, fmt.Errorf("plugins.toml records package %q for source %s", r.Package, en.Source)
+		}
+		if err := r.Check(); err != nil {
+			return nil, nil, fmt.Errorf("how it was installed (plugins.toml): %w", err)
+		}
+		return &r, en.NPM, nil
+	}
+	r, err := plugin.ReadLegacyNPMRequest(configDir, en.Name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("how it was installed is unreadable (%v)", err)
+	}
+	m, err := plugin.ApprovedManifest(configDir, en)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.Package, r.Name = pkg, en.Name
+	r.Filesystem, r.Network = m.Capabilities.Filesystem, m.Capabilities.Network.All
+	return r, nil, nil
 }

@@ -20,13 +20,16 @@ func addPackageFlags(c *cobra.Command, p *protocolhost.PackageRequest) {
 
 func newUpdateCmd(g *Globals) *cobra.Command {
 	var yes bool
+	var grant string
 	c := &cobra.Command{
 		Use:   "update <name>",
 		Short: "Fetch an installed plugin again from its source, keeping grants it does not outgrow",
-		Long: `Fetch an installed plugin again from where it came from (npm:PKG at the version range
-it was installed with, a git URL, a dir), install it in place, and keep its grants when the
-new manifest asks for no more than the old one; when it asks for more, the grants are
-decided again as at install (--yes grants what it declares). state.json and data/ stay.`,
+		Long: `Fetch an installed plugin again from where it came from (npm:PKG the way you asked for
+it, as plugins.toml records it; a git URL; a dir), install it in place, and keep its grants
+when the new manifest asks for no more than the one you approved. When it asks for more, or
+an npm package would run with arguments or environment you did not give, you are asked on
+a terminal; --yes and --ni grant nothing new and refuse instead (--grant names exactly what
+to grant). state.json and data/ stay.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			h, err := g.openHost()
@@ -36,9 +39,11 @@ decided again as at install (--yes grants what it declares). state.json and data
 			defer h.Close()
 			u := ui.New(ui.Options{In: g.Streams.In, Out: g.Streams.Out, Err: g.Streams.Err, NonInteractive: g.nonInteractive()})
 			defer u.Close()
-			return h.Update(cmd.Context(), protocolhost.UpdateRequest{Name: args[0], Yes: yes, Asker: uiAsker{u}, NonInteractive: !u.Interactive()})
+			return h.Update(cmd.Context(), protocolhost.UpdateRequest{Name: args[0], Yes: yes, Grant: grant, GrantSet: cmd.Flags().Changed("grant"),
+				Asker: uiAsker{u}, NonInteractive: !u.Interactive()})
 		},
 	}
-	c.Flags().BoolVarP(&yes, "yes", "y", false, "if the new version asks for more, grant everything it declares")
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "answer no question: keep the grants, and refuse an update that asks for more than you decided on before")
+	c.Flags().StringVar(&grant, "grant", "", "if the new version asks for more, grant exactly these: exec,store,metadata,network,filesystem[=project|plugin]")
 	return c
 }
