@@ -225,7 +225,7 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
 				propose("filesystem=project", ev)
 			default:
-				if err := policy.CheckReadGrant(l.target, paths); err != nil {
+				if err := vetReadGrant(l.target, paths); err != nil {
 					apart = append(apart, ev+": "+err.Error())
 				} else {
 					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
@@ -240,7 +240,7 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
 				propose("filesystem=project", ev)
 			default:
-				if err := policy.CheckReadGrant(l.target, paths); err != nil {
+				if err := vetReadGrant(l.target, paths); err != nil {
 					apart = append(apart, ev+": "+err.Error())
 				} else {
 					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
