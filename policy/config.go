@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -614,6 +615,15 @@ func (p *cfgParser) pathsField(dst *[]string) setter {
 			}
 			if p.home != "" && Within(filepath.Clean(p.home), path) {
 				return fmt.Sprintf("%q: covers the whole home directory", s)
+			}
+			// A device node, by name or by what the path is now (a symlink followed); a
+			// path that does not exist yet is judged by its name.
+			var mode fs.FileMode
+			if fi, err := os.Stat(path); err == nil {
+				mode = fi.Mode()
+			}
+			if err := CheckDevicePath(path, mode); err != nil {
+				return strings.TrimPrefix(err.Error(), ErrReadGrant.Error()+": ")
 			}
 			out = append(out, path)
 		}

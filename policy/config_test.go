@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -218,6 +219,18 @@ func TestConfigErrors(t *testing.T) {
 			line: 2, key: "sandbox.read_only",
 		},
 		{
+			name: "device directory",
+			src:  "[sandbox]\nread_only = [\"/dev\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] read_only: "/dev" is /dev or under it: a device is never granted`,
+			line: 2, key: "sandbox.read_only",
+		},
+		{
+			name: "device by name",
+			src:  "[sandbox]\nread_write = [\"/dev/null\", \"/dev/sda\"]\n",
+			want: `/cfg/config.toml:2: [sandbox] read_write: "/dev/sda" is /dev or under it: a device is never granted`,
+			line: 2, key: "sandbox.read_write",
+		},
+		{
 			name: "credential in env_allow",
 			src:  "[sandbox]\nenv_allow = [\"GITHUB_TOKEN\"]\n",
 			want: `/cfg/config.toml:2: [sandbox] env_allow: "GITHUB_TOKEN" looks like a credential; fledge never passes credentials to plugins`,
@@ -302,6 +315,21 @@ func TestConfigErrors(t *testing.T) {
 			assert.Equal(t, tc.key, ce.Key)
 		})
 	}
+}
+
+// TestConfigRefusesDeviceOnDisk: a [sandbox] path that is a device on disk, wherever it
+// lies (a symlink to one, a node made with mknod), is refused like /dev itself; the
+// harmless devices every process has are accepted by their own names.
+func TestConfigRefusesDeviceOnDisk(t *testing.T) {
+	const file = "/cfg/config.toml"
+	link := filepath.Join(t.TempDir(), "nul")
+	require.NoError(t, os.Symlink("/dev/null", link))
+	_, err := Parse(file, []byte("[sandbox]\nread_only = [\""+link+"\"]\n"), "/cfg", "/home/u")
+	require.ErrorIs(t, err, ErrConfig)
+	assert.Equal(t, fmt.Sprintf(`%s:2: [sandbox] read_only: %q is a device (a character device node): a device is never granted`, file, link), err.Error())
+	c, err := Parse(file, []byte("[sandbox]\nread_write = [\"/dev/null\", \"/dev/shm\"]\nread_only = [\"/dev/urandom\"]\n"), "/cfg", "/home/u")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/dev/null", "/dev/shm"}, c.Sandbox.ReadWrite)
 }
 
 func TestConfigSyntaxError(t *testing.T) {

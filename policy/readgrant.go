@@ -22,8 +22,8 @@ const ReadGrantPrefix = "read="
 
 // CheckReadGrant returns nil when path may be a read grant for a plugin with paths p: an
 // absolute, clean path that is not /, not $HOME itself, not inside one of the home's key
-// and token stores (sensitiveHome), and not the fledge config dir, state dir or audit log
-// (nor one of their parents).
+// and token stores (sensitiveHome), not the fledge config dir, state dir or audit log (nor
+// one of their parents), and not /dev or a path under it (CheckDevicePath by name).
 func CheckReadGrant(path string, p Paths) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return fmt.Errorf("%w: %q is not an absolute, clean path", ErrReadGrant, path)
@@ -45,7 +45,8 @@ func CheckReadGrant(path string, p Paths) error {
 			return fmt.Errorf("%w: %q is or holds fledge's own config or state", ErrReadGrant, path)
 		}
 	}
-	return nil
+	// By name: what the path is on disk is the caller's to add (CheckDevicePath).
+	return CheckDevicePath(path, 0)
 }
 
 // ExpandReadGrant turns what the user typed (read=~/x, read=/abs) into the path granted.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"io/fs"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,6 +32,11 @@ func TestCheckReadGrant(t *testing.T) {
 		"/home/u/../u/.ssh":               false,
 		"/home/u/.gitconfig/":             false,
 		"/home/u/.sshkeys-not-the-store":  true,
+		"/dev":                            false, // device nodes
+		"/dev/loop0":                      false,
+		"/dev/disk/by-uuid":               false,
+		"/dev/pts":                        false,
+		"/devices-not-dev":                true,
 	} {
 		checkReadGrantCase(t, path, ok, p)
 	}
@@ -39,6 +45,37 @@ func TestCheckReadGrant(t *testing.T) {
 	p2 := Paths{Home: "/home/u", ConfigDir: "/etc/fledge", StateDir: "/var/lib/fledge"}
 	for path, ok := range map[string]bool{"/home": false, "/home/u": false, "/home/u/.gitconfig": true, "/home/other": true} {
 		checkReadGrantCase(t, path, ok, p2)
+	}
+}
+
+// TestCheckDevicePath: no device node is granted, by its name (/dev and below, but the
+// harmless character devices every process has and /dev/shm) or by what it is on disk (a
+// node made with mknod anywhere else, a symlink to one).
+func TestCheckDevicePath(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		mode fs.FileMode
+		ok   bool
+	}{
+		{"/dev", fs.ModeDir, false},
+		{"/dev/sda", 0, false},
+		{"/dev/loop0", fs.ModeDevice, false},
+		{"/dev/mapper", fs.ModeDir, false},
+		{"/dev/null", fs.ModeDevice | fs.ModeCharDevice, true},
+		{"/dev/urandom", fs.ModeDevice | fs.ModeCharDevice, true},
+		{"/dev/shm", fs.ModeDir, true},
+		{"/dev/shm/x", 0, true},
+		{"/srv/images/disk", fs.ModeDevice, false},
+		{"/srv/images/null", fs.ModeDevice | fs.ModeCharDevice, false},
+		{"/srv/images", fs.ModeDir, true},
+		{"/srv/images/disk.img", 0, true},
+	} {
+		err := CheckDevicePath(c.path, c.mode)
+		if c.ok {
+			assert.NoError(t, err, c.path)
+		} else {
+			assert.True(t, errors.Is(err, ErrReadGrant), "%s: %v", c.path, err)
+		}
 	}
 }
 

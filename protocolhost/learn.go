@@ -17,6 +17,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
+	"github.com/fledgehq/fledge/ui"
 )
 
 // Learn is `fledge plugins learn NAME -- ARGS`: one traced run of the plugin's command
@@ -53,11 +54,11 @@ func (h *Host) Learn(ctx context.Context, name, command string, args []string, o
 	dir := plugin.Dir(e.ConfigDir, entry.Name)
 	paths := e.Paths(dir, filepath.Join(dir, "data"), proj)
 
-	// The run: trace on, the grants as they are.
+	// The run: trace on, the grants as they are, its output framed.
 	session := ""
 	prevTrace, prevHook := e.Trace, h.opts.SessionStarted
 	e.Trace, h.opts.SessionStarted = true, func(id string) { session = id }
-	runErr := h.RunCommand(ctx, command, args)
+	runErr := h.framedRun(out, entry.Name, func() error { return h.RunCommand(ctx, command, args) })
 	e.Trace, h.opts.SessionStarted = prevTrace, prevHook
 	if session == "" {
 		return nil, runErr // refused before it ran: nothing to learn from
@@ -68,6 +69,24 @@ func (h *Host) Learn(ctx context.Context, name, command string, args []string, o
 	}
 	learnReport(out, entry, session, found, paths, proj, home, h.secretsNotGranted(entry))
 	return runErr, nil
+}
+
+// framedRun runs the traced run with everything it prints (the plugin's output, its
+// stderr and log lines, fledge's warnings about it) framed by ui.FramedWriter, between
+// two lines of fledge's own, and a rule above the report: no line the plugin writes can
+// pass for a line of the report, such as a "fledge plugins grant" to copy that fledge
+// never proposed. The run is non-interactive: a question's form would be drawn through
+// the frame, which keeps no cursor movement.
+func (h *Host) framedRun(out io.Writer, name string, run func() error) error {
+	fmt.Fprintf(out, "fledge plugins learn: the traced run of %s prints what follows; each line of it is marked %q\n", name, ui.FramePrefix)
+	prevStreams, prevNI := h.opts.Streams, h.opts.NonInteractive
+	fo, fe := ui.NewFramedWriter(out, 0), ui.NewFramedWriter(h.stderr(), 0)
+	h.opts.Streams.Out, h.opts.Streams.Err, h.opts.NonInteractive = fo, fe, true
+	err := run()
+	h.opts.Streams, h.opts.NonInteractive = prevStreams, prevNI
+	_, _ = fo.Flush(), fe.Flush()
+	fmt.Fprintf(out, "fledge plugins learn: the traced run of %s ended; what follows is fledge's report\n%s\n", name, strings.Repeat("─", ui.DefaultFrameWidth))
+	return err
 }
 
 // secretNote is one secret the approved manifest declares and the plugin does not hold,
@@ -225,7 +244,7 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
 				propose("filesystem=project", ev)
 			default:
-				if err := policy.CheckReadGrant(l.target, paths); err != nil {
+				if err := vetReadGrant(l.target, paths); err != nil {
 					apart = append(apart, ev+": "+err.Error())
 				} else {
 					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
@@ -240,7 +259,7 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
 				propose("filesystem=project", ev)
 			default:
-				if err := policy.CheckReadGrant(l.target, paths); err != nil {
+				if err := vetReadGrant(l.target, paths); err != nil {
 					apart = append(apart, ev+": "+err.Error())
 				} else {
 					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)

@@ -33,17 +33,10 @@ func (h *Host) changeReadGrant(name, path string, revoke bool) (*GrantChange, er
 	dir := plugin.Dir(e.ConfigDir, name)
 	paths := e.Paths(dir, filepath.Join(dir, "data"), nil)
 	entry, changed, err := plugin.ChangeReadGrant(e.ConfigDir, name, path, revoke, func(p string) error {
-		if err := policy.CheckReadGrant(p, paths); err != nil || revoke {
-			return err
+		if revoke {
+			return policy.CheckReadGrant(p, paths)
 		}
-		// The sandbox opens the path and so follows its symlinks: a link into a key store
-		// is refused like the store.
-		if r := core.Resolved(p); r != p {
-			if err := policy.CheckReadGrant(r, paths); err != nil {
-				return fmt.Errorf("%w (through the symlink %q)", err, p)
-			}
-		}
-		return nil
+		return vetReadGrant(p, paths)
 	})
 	item := policy.ReadGrantPrefix + path
 	if err != nil {
@@ -72,4 +65,32 @@ func (h *Host) changeReadGrant(name, path string, revoke bool) (*GrantChange, er
 		after += "; read-only: " + strings.Join(entry.Read, ", ")
 	}
 	return &GrantChange{Plugin: entry.Name, Item: item, Changed: changed, After: after, Unrequested: []string{}}, nil
+}
+
+// vetReadGrant is the check of a read grant on disk, for a grant and for learn's
+// proposals alike: policy.CheckReadGrant on the path and on where its symlinks lead (the
+// sandbox opens the path and so follows them: a link into a key store is refused like
+// the store), and no device node (policy.CheckDevicePath with what the path is now).
+func vetReadGrant(p string, paths policy.Paths) error {
+	if err := policy.CheckReadGrant(p, paths); err != nil {
+		return err
+	}
+	r := core.Resolved(p)
+	through := func(err error) error {
+		if r != p {
+			return fmt.Errorf("%w (through the symlink %q)", err, p)
+		}
+		return err
+	}
+	if r != p {
+		if err := policy.CheckReadGrant(r, paths); err != nil {
+			return through(err)
+		}
+	}
+	if fi, err := os.Stat(p); err == nil {
+		if err := policy.CheckDevicePath(r, fi.Mode()); err != nil {
+			return through(err)
+		}
+	}
+	return nil
 }

@@ -57,9 +57,10 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Condition:           scriptCondition,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"status": cmdStatus,
-			"tmpfs":  cmdTmpfs,
-			"fillfs": cmdFillfs,
+			"status":  cmdStatus,
+			"tmpfs":   cmdTmpfs,
+			"fillfs":  cmdFillfs,
+			"loopdev": cmdLoopdev,
 		},
 	})
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"golang.org/x/sys/unix"
@@ -39,4 +42,27 @@ func cmdFillfs(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Fatalf("fillfs: %s never filled up", args[0])
+}
+
+// cmdLoopdev attaches a disk image to a free loop device with losetup (the real tool) and
+// detaches it when the script ends: loopdev IMAGE VAR sets $VAR to the device's path and
+// $VAR_MAJ, $VAR_MIN to its numbers. Needs root ([root]) and losetup ([exec:losetup]).
+func cmdLoopdev(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: loopdev IMAGE VAR")
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("losetup", "--find", "--show", ts.MkAbs(args[0]))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		ts.Fatalf("losetup: %v: %s", err, stderr.String())
+	}
+	dev := strings.TrimSpace(string(out))
+	ts.Defer(func() { _ = exec.Command("losetup", "--detach", dev).Run() })
+	var st unix.Stat_t
+	ts.Check(unix.Stat(dev, &st))
+	ts.Setenv(args[1], dev)
+	ts.Setenv(args[1]+"_MAJ", strconv.FormatUint(uint64(unix.Major(st.Rdev)), 10))
+	ts.Setenv(args[1]+"_MIN", strconv.FormatUint(uint64(unix.Minor(st.Rdev)), 10))
 }

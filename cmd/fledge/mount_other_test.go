@@ -13,3 +13,7 @@ func cmdTmpfs(ts *testscript.TestScript, neg bool, args []string) {
 func cmdFillfs(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("fillfs: Linux only")
 }
+
+func cmdLoopdev(ts *testscript.TestScript, neg bool, args []string) {
+	ts.Fatalf("loopdev: Linux only")
+}

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/ui"
 )
 
 // LearnOptions is `fledge plugins learn NAME -- ARGS` (protocolhost.Host.Learn).
@@ -27,7 +30,11 @@ path itself, not its directory), the project (filesystem=project), the network. 
 proposal comes with its evidence (the syscall, the path or destination, how often) and as a
 'fledge plugins grant' line to copy. Nothing is granted. Refusals no grant can lift (a
 syscall on the kernel deny-list, a write outside the project, a key store such as ~/.ssh)
-are listed apart.`,
+are listed apart.
+
+The traced run is non-interactive, and everything it prints comes first, every line of
+it marked "│ ": a plugin's words are never a line of the report. fledge's report follows
+under a rule.`,
 		Example: "  fledge plugins learn lint -- --fix src/",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -47,8 +54,10 @@ func (o *LearnOptions) Run(ctx context.Context) error {
 	defer h.Close()
 	note, err := h.Learn(ctx, o.Name, o.Command, o.Args, o.g.Streams.Out)
 	if note != nil {
-		// The run's own failure (often the very refusals above) is not learn's.
-		fmt.Fprintf(o.g.Streams.Err, "fledge: note: the traced run ended with: %v\n", note)
+		// The run's own failure (often the very refusals above) is not learn's. One line,
+		// after the report: a message quoting the plugin cannot start a line of its own.
+		fmt.Fprintf(o.g.Streams.Err, "fledge: note: the traced run ended with: %s\n",
+			strings.ReplaceAll(ui.PlainText(note.Error()), "\n", " "))
 	}
 	return err
 }

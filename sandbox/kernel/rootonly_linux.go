@@ -19,10 +19,11 @@ import (
 // by its bits at the time of access. The mounts are read-only anyway, so no write ever
 // lands on disk with a mapped owner.
 
-// idmapTree turns the detached mount tree fd into an idmapped, read-only, nosuid one.
+// idmapTree turns the detached mount tree fd into an idmapped, read-only, nosuid, nodev
+// one (nodev_linux.go).
 func idmapTree(tree, userns int) error {
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID,
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
 		Userns_fd: uint64(userns),
 	}); err != nil {
 		return fmt.Errorf("idmap: %w", err)

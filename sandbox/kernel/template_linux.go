@@ -139,6 +139,9 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		}
 		tree = fd
 		defer unix.Close(tree)
+		if err := noDevices(tree, ""); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
 		dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
 	}
 	tmpTree := -1
@@ -149,6 +152,9 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		}
 		tmpTree = fd
 		defer unix.Close(tmpTree)
+		if err := noDevices(tmpTree, ""); err != nil {
+			return fmt.Errorf("TMPDIR: %w", err)
+		}
 		// Its mount point in the template's tmpfs (shared by every copy; the host removes
 		// it after the run).
 		if err := unix.Mkdirat(t.tmp, filepath.Base(v.RunTmp), 0o700); err != nil && !errors.Is(err, unix.EEXIST) {

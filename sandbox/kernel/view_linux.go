@@ -56,6 +56,9 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 		}
 		tree = fd
 		defer unix.Close(tree)
+		if err := noDevices(tree, ""); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
 		dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
 	}
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
@@ -505,6 +508,11 @@ func bindInto(p string, writable bool, userns int) (bool, error) {
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return false, fmt.Errorf("bind %s: %w", p, err)
+	}
+	if !harmlessDevice(p, st) {
+		if err := noDevices(-1, dst); err != nil {
+			return false, fmt.Errorf("%s: %w", p, err)
+		}
 	}
 	if !writable {
 		if err := readOnly(dst); err != nil {
