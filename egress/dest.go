@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -301,6 +302,27 @@ func Strings(ds []Dest) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
 		out[i] = d.entry
+	}
+	return out
+}
+
+// CanonEntries is the canonical spelling of each network entry (a destination, or a
+// destination with its HTTP rule), each once, in order; entries that do not parse are left
+// out (ParseEntries says why).
+func CanonEntries(entries []string) []string {
+	out := []string{}
+	for _, e := range entries {
+		d, r, err := ParseEntry(e)
+		if err != nil {
+			continue
+		}
+		s := d.String()
+		if r != nil {
+			s = r.String()
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
 	}
 	return out
 }

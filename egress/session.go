@@ -21,10 +21,11 @@ type Session struct {
 	ca     *CA
 	caErr  error
 
-	mu     sync.Mutex
-	record func(Event)
-	state  any
-	closer func() error
+	mu      sync.Mutex
+	record  func(Event)
+	state   any
+	closer  func() error
+	cleanup []func()
 	err    error
 	closed bool
 }
@@ -78,17 +79,29 @@ func (e *Session) State(start func() (any, func() error, error)) (any, error) {
 	return e.state, e.err
 }
 
+// OnClose runs f when the session's network ends (what was made for it alone, such as
+// the file of its CA's certificate).
+func (e *Session) OnClose(f func()) {
+	e.mu.Lock()
+	e.cleanup = append(e.cleanup, f)
+	e.mu.Unlock()
+}
+
 // Close ends the session's network (idempotent).
 func (e *Session) Close() error {
 	if e == nil {
 		return nil
 	}
 	e.mu.Lock()
-	c := e.closer
-	e.closer, e.closed, e.state = nil, true, nil
+	c, fs := e.closer, e.cleanup
+	e.closer, e.closed, e.state, e.cleanup = nil, true, nil, nil
 	e.mu.Unlock()
+	var err error
 	if c != nil {
-		return c()
+		err = c()
 	}
-	return nil
+	for _, f := range fs {
+		f()
+	}
+	return err
 }

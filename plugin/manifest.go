@@ -219,11 +219,14 @@ func (m *Manifest) Declared() policy.Grants {
 	c := m.Capabilities
 	g := policy.Grants{Exec: c.Exec, Store: c.Store, Metadata: c.Metadata, Network: c.Network.All, Filesystem: c.Filesystem}
 	if !c.Network.All {
-		if ds, err := egress.ParseList(c.Network.To); err == nil && len(ds) > 0 {
-			g.NetworkTo = egress.Strings(ds)
+		if _, _, err := egress.ParseEntries(c.Network.To); err == nil {
+			g.NetworkTo = egress.CanonEntries(c.Network.To)
 		}
 	}
 	for _, n := range c.Secrets {
+		if name, dests, err := policy.ParseSecretEntry(n); err == nil {
+			n = policy.SecretEntry(name, dests)
+		}
 		if !slices.Contains(g.Secrets, n) {
 			g.Secrets = append(g.Secrets, n)
 		}
@@ -412,17 +415,23 @@ func (m *Manifest) validate() error {
 	}
 	if nc := m.Capabilities.Network; nc.bad != "" {
 		return bad("plugin.toml: [capabilities] network %s", nc.bad)
-	} else if _, err := egress.ParseList(nc.To); err != nil {
+	} else if _, _, err := egress.ParseEntries(nc.To); err != nil {
 		// Every bad entry, each with why (errors.Join: one per line).
 		return bad("plugin.toml: [capabilities] network: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	if len(m.Capabilities.Secrets) > MaxSecrets {
 		return bad("plugin.toml: [capabilities] secrets: more than %d", MaxSecrets)
 	}
+	seenSecret := map[string]bool{}
 	for _, n := range m.Capabilities.Secrets {
-		if !policy.ValidSecretName(n) {
-			return bad("plugin.toml: [capabilities] secrets entry %q: not an environment variable name fledge passes (letters, digits and _, not PATH, HOME, TMPDIR, LD_* or FLEDGE_*)", clip(n))
+		name, _, err := policy.ParseSecretEntry(n)
+		if err != nil {
+			return bad("plugin.toml: [capabilities] secrets entry %q: %s", clip(n), strings.TrimPrefix(err.Error(), policy.ErrUnknownCapability.Error()+": "))
 		}
+		if seenSecret[name] {
+			return bad("plugin.toml: [capabilities] secrets: %s is listed twice", name)
+		}
+		seenSecret[name] = true
 	}
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
 		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip(m.Capabilities.Filesystem))

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -123,9 +124,15 @@ type ProfileInput struct {
 	// Read are the plugin's read grants (readgrant.go): read-only for the plugin process
 	// and its commands.
 	Read []string
-	// Secrets are the granted secrets' values: the plugin process's environment only
-	// (never a command's), past the credential filter because the user granted them.
+	// Secrets are the plugin process's secret variables: an unbound secret's value, a
+	// bound secret's placeholder (never a command's), past the credential filter because
+	// the user granted them.
 	Secrets map[string]string
+	// Bound are the bound secrets (their values stay in fledge: the session's network puts
+	// each into requests to its destinations), and Placeholders what the plugin's commands
+	// hold of them under their names (worthless anywhere else).
+	Bound        []egress.Secret
+	Placeholders map[string]string
 }
 
 // Build is the one call that turns policy, grants and paths into a Profile.
@@ -145,6 +152,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 	net := c.PluginNetwork(in.Grants)
 	var eg sandbox.Egress // a nil *egress.Session must stay a nil interface
 	if s := c.Egress(in.Grants); s != nil {
+		s.Policy.Secrets = in.Bound
 		eg = s
 	}
 	pluginAccess, execAccess := PluginAccess(p, in.Grants, c), ExecAccess(p, c)
@@ -165,7 +173,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 			Strict:      c.Sandbox.Strict,
 		},
 		Exec: sandbox.Spec{
-			Env:         ChildEnv(in.Environ, allow, nil),
+			Env:         ChildEnv(in.Environ, allow, in.Placeholders),
 			Access:      execAccess,
 			Network:     net,
 			Egress:      eg,

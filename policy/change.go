@@ -64,12 +64,16 @@ func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
 		}
 	case len(g.Secrets) > 0: // one secret, only as declared
 		n := g.Secrets[0]
+		if d, ok := secretFind(declared.Secrets, SecretName(n)); ok && len(SecretDests(n)) == 0 && len(SecretDests(d)) > 0 {
+			n = d // a secret declared bound is granted bound: its value stays out of the sandbox
+		}
 		c.Item = "secret=" + n
-		if !slices.Contains(declared.Secrets, n) {
+		if !secretWithin(n, declared.Secrets) {
 			return Change{}, fmt.Errorf("%w: secret %s (declared secrets: %s)", ErrNotDeclared, n, strings.Join(declared.Secrets, ", "))
 		}
 		if !slices.Contains(cur.Secrets, n) {
-			c.After.Secrets = append(slices.Clone(cur.Secrets), n)
+			after := slices.DeleteFunc(slices.Clone(cur.Secrets), func(e string) bool { return SecretName(e) == SecretName(n) })
+			c.After.Secrets = append(after, n)
 		}
 	case len(g.NetworkTo) > 0: // one destination
 		d := g.NetworkTo[0]
@@ -123,7 +127,7 @@ func RevokeOne(cur Grants, item string) (Change, error) {
 		c.After.Network, c.After.NetworkTo = false, nil
 	case len(g.Secrets) > 0:
 		c.Item = "secret=" + g.Secrets[0]
-		c.After.Secrets = slices.DeleteFunc(slices.Clone(cur.Secrets), func(n string) bool { return n == g.Secrets[0] })
+		c.After.Secrets = slices.DeleteFunc(slices.Clone(cur.Secrets), func(n string) bool { return SecretName(n) == SecretName(g.Secrets[0]) })
 		if len(c.After.Secrets) == 0 {
 			c.After.Secrets = nil
 		}

@@ -132,7 +132,7 @@ func (g Grants) Subset(of Grants) bool {
 		}
 	}
 	for _, n := range g.Secrets {
-		if !slices.Contains(of.Secrets, n) {
+		if !secretWithin(n, of.Secrets) {
 			return false
 		}
 	}
@@ -156,7 +156,7 @@ func (g Grants) Missing(of Grants) []string {
 		add(true, of.Network || slices.Contains(of.NetworkTo, d), "network="+d)
 	}
 	for _, n := range g.Secrets {
-		add(true, slices.Contains(of.Secrets, n), "secret="+n)
+		add(true, secretWithin(n, of.Secrets), "secret="+n)
 	}
 	r, ro := fsRank(g.Filesystem), fsRank(of.Filesystem)
 	if r < 0 || ro < 0 || r > ro {
@@ -197,7 +197,18 @@ func ParseGrantList(s string) (Grants, error) {
 		return g, nil
 	}
 	seen := map[string]bool{}
+	lastSecret := -1
 	for i, raw := range strings.Split(s, ",") {
+		if lastSecret >= 0 && raw != "" && !strings.Contains(raw, "=") && strings.Contains(raw, ":") {
+			// "secret=NAME@host:port,host:port": a bound secret's further destinations.
+			n, dests, err := ParseSecretEntry(g.Secrets[lastSecret] + "," + raw)
+			if err != nil {
+				return Grants{}, err
+			}
+			g.Secrets[lastSecret] = SecretEntry(n, dests)
+			continue
+		}
+		lastSecret = -1
 		switch {
 		case raw == "":
 			return Grants{}, fmt.Errorf("%w: item %d is empty in %q", ErrBadGrantList, i+1, s)
@@ -231,11 +242,15 @@ func ParseGrantList(s string) (Grants, error) {
 				g.NetworkTo = append(g.NetworkTo, d.String())
 			}
 		case strings.HasPrefix(item, "secret="):
-			n := raw[len("secret="):] // names keep their case
-			if !ValidSecretName(n) {
-				return Grants{}, fmt.Errorf("%w: %q (a secret is an environment variable name: letters, digits, _)", ErrUnknownCapability, raw)
+			n, dests, err := ParseSecretEntry(raw[len("secret="):]) // names keep their case
+			if err != nil {
+				return Grants{}, err
 			}
-			g.Secrets = append(g.Secrets, n)
+			if _, dup := secretFind(g.Secrets, n); dup {
+				return Grants{}, fmt.Errorf("%w: secret %s is given twice", ErrBadGrantList, n)
+			}
+			g.Secrets = append(g.Secrets, SecretEntry(n, dests))
+			lastSecret = len(g.Secrets) - 1
 		case item == "filesystem":
 			g.Filesystem = FilesystemDeclared
 		case strings.HasPrefix(item, "filesystem="):
@@ -263,7 +278,11 @@ func Describe(item string) string {
 	case item == "network":
 		return "the WHOLE network, every host and port, from the plugin and its commands (dangerous)"
 	case strings.HasPrefix(item, "secret="):
-		return "receive the secret " + strings.TrimPrefix(item, "secret=") + " in its own process (never its commands)"
+		e := strings.TrimPrefix(item, "secret=")
+		if d := SecretDests(e); len(d) > 0 {
+			return "use the secret " + SecretName(e) + " with " + strings.Join(d, ", ") + " (granted with it): fledge puts the value into requests to them; the plugin and its commands hold only a placeholder"
+		}
+		return "receive the secret " + e + " in its own process (never its commands): its value will be readable by the plugin, which can keep or send it anywhere it may connect"
 	case strings.HasPrefix(item, "network="):
 		return "connect to " + strings.TrimPrefix(item, "network=") + " (and look the name up), from the plugin and its commands"
 	case item == "filesystem=project":

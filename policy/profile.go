@@ -308,10 +308,11 @@ func (c *Config) PluginNetwork(g Grants) bool {
 // Egress is the network by destination of one plugin session (shared by the plugin process
 // and its commands), or nil: no list granted, the whole network, or networking denied.
 func (c *Config) Egress(g Grants) *egress.Session {
-	if c.PluginNetwork(g) || c.Sandbox.Network == NetworkDeny || len(g.NetworkTo) == 0 {
+	entries := g.EgressEntries()
+	if c.PluginNetwork(g) || c.Sandbox.Network == NetworkDeny || len(entries) == 0 {
 		return nil
 	}
-	p, err := egress.NewPolicy(false, g.NetworkTo)
+	p, err := egress.NewPolicy(false, entries)
 	if err != nil {
 		return nil // validated at install and grant; a bad entry here opens nothing
 	}

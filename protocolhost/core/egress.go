@@ -41,6 +41,21 @@ func netRecorder(rec *Recorder) func(egress.Event) {
 			det["bytes_out"], det["bytes_in"] = ev.BytesOut, ev.BytesIn
 			det["duration_ms"] = ev.Duration.Milliseconds()
 		}
+		if ev.Kind == egress.EventHTTP {
+			if ev.Method != "" {
+				det["method"], det["path"] = ev.Method, ev.Path
+			}
+			if ev.Status != 0 {
+				det["status"] = ev.Status
+			}
+			det["bytes_out"], det["bytes_in"] = ev.BytesOut, ev.BytesIn
+			if len(ev.Secrets) > 0 {
+				det["secret"] = ev.Secrets
+			}
+			if ev.Reason == egress.ReasonUpstreamTLS || ev.Reason == egress.ReasonDialFailed {
+				d, rc = audit.Error, reason.LaunchFailed
+			}
+		}
 		if ev.Suppressed > 0 {
 			det["suppressed"] = ev.Suppressed
 		}

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
@@ -238,9 +239,13 @@ type Binding struct {
 	Project  *project.Info
 	Paths    policy.Paths
 	Ref      *audit.PluginRef
-	// secrets are the values of the granted secrets (secrets.go), for the plugin process
-	// only; never printed, recorded or passed to a command.
+	// secrets are the plugin process's secret variables (secrets.go): an unbound secret's
+	// value, a bound secret's placeholder; never printed, recorded or passed to a command.
 	secrets map[string]string
+	// bound are the bound secrets (values with their placeholders and destinations), for
+	// the session's network only; placeholders are what the plugin's commands hold.
+	bound        []egress.Secret
+	placeholders map[string]string
 }
 
 // Bind verifies the installed plugin entry (its manifest must be the approved one) and
@@ -273,9 +278,10 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 		e.Refuse(ref, audit.RefusalOther, "", err.Error())
 		return nil, err
 	}
+	env, bound, placeholders := bindSecrets(entry.Granted.Secrets, secrets)
 	return &Binding{
 		Entry: entry, Manifest: man, Dir: dir, DataDir: dataDir, Project: proj,
-		Paths: e.Paths(dir, dataDir, proj), Ref: ref, secrets: secrets,
+		Paths: e.Paths(dir, dataDir, proj), Ref: ref, secrets: env, bound: bound, placeholders: placeholders,
 	}, nil
 }
 
@@ -306,11 +312,13 @@ func (e *Env) Refuse(ref *audit.PluginRef, kind, command, message string) {
 
 // Profile builds the plugin's whole profile from policy (policy.Config.Build).
 func (e *Env) Profile(b *Binding, environ []string, pluginEnv, legacyEnv map[string]string) policy.Profile {
-	return e.Config.Build(policy.ProfileInput{
+	prof := e.Config.Build(policy.ProfileInput{
 		Paths: b.Paths, Grants: b.Entry.Granted, Environ: environ, PluginEnv: pluginEnv, LegacyEnv: legacyEnv,
 		Read:    resolvedReads(b.Entry.Read),
-		Secrets: b.secrets,
+		Secrets: b.secrets, Bound: b.bound, Placeholders: b.placeholders,
 	})
+	trustSessionCA(&prof, environ, b.placeholders) // ca.go
+	return prof
 }
 
 // VerifyInstalled loads the installed manifest and checks it is the one the user approved:

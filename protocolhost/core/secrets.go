@@ -1,13 +1,17 @@
 package core
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/ui"
 )
 
@@ -27,7 +31,7 @@ func (e *Env) grantedSecrets(entry *plugin.Entry) (map[string]string, error) {
 	}
 	out := make(map[string]string, len(entry.Granted.Secrets))
 	var missing []string
-	for _, n := range entry.Granted.Secrets {
+	for _, n := range policy.SecretNames(entry.Granted.Secrets) {
 		if v, ok := os.LookupEnv(n); ok {
 			out[n] = v
 			continue
@@ -49,7 +53,7 @@ func (e *Env) grantedSecrets(entry *plugin.Entry) (map[string]string, error) {
 	}
 	// Every value is known to the redactor before the plugin can hand it back as text of its
 	// own (a command line, a store key, a name it looks up): no record shows it.
-	for _, n := range entry.Granted.Secrets {
+	for _, n := range policy.SecretNames(entry.Granted.Secrets) {
 		if err := e.Redactor().Add(n, out[n]); err != nil {
 			if errors.Is(err, audit.ErrSecretTooShort) {
 				return nil, fmt.Errorf("%w: %s has %d bytes, at least %d are needed for fledge to keep it out of the audit log: set a longer value, or revoke it with 'fledge plugins revoke %s secret=%s'",
@@ -75,3 +79,48 @@ type redactingUI struct {
 }
 
 func (u redactingUI) Warn(message string) { u.UI.Warn(u.r.Redact(message)) }
+
+// PlaceholderPrefix starts every placeholder fledge hands out for a bound secret.
+const PlaceholderPrefix = "fledge-placeholder-"
+
+// newPlaceholder is a placeholder unique to one secret of one session: the prefix and 32
+// random hex digits (letters, digits and "-" only, so it survives URL and base64 encoding
+// and header syntax unchanged).
+func newPlaceholder() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand: " + err.Error()) // never fails on Linux >= 3.17
+	}
+	return PlaceholderPrefix + hex.EncodeToString(b)
+}
+
+// bindSecrets splits the granted secrets' values: the environment of the plugin (and, for
+// bound ones, of its commands) holds an unbound secret's value and a bound secret's
+// placeholder; the bound secrets' values go to the session's network, which puts each into
+// requests to its own destinations only.
+func bindSecrets(granted []string, values map[string]string) (env map[string]string, bound []egress.Secret, placeholders map[string]string) {
+	env = map[string]string{}
+	for _, entry := range granted {
+		name, dests := policy.SecretName(entry), policy.SecretDests(entry)
+		v, ok := values[name]
+		if !ok {
+			continue
+		}
+		if len(dests) == 0 {
+			env[name] = v
+			continue
+		}
+		ds, err := egress.ParseList(dests)
+		if err != nil {
+			continue // validated at grant; a bad entry passes nothing
+		}
+		ph := newPlaceholder()
+		env[name] = ph
+		if placeholders == nil {
+			placeholders = map[string]string{}
+		}
+		placeholders[name] = ph
+		bound = append(bound, egress.Secret{Name: name, Placeholder: ph, Value: v, Dests: ds})
+	}
+	return env, bound, placeholders
+}
