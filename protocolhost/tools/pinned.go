@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -193,4 +196,19 @@ func (c *Catalogue) PluginTools(ctx context.Context, name string) ([]Tool, error
 		return nil, err
 	}
 	return c.vet(ctx, b, p, ts), nil
+}
+
+// PinsStamp changes whenever a plugin's pins are saved or removed (every save is a rename
+// into the pins directory): a server of the catalogue that sees it change lists its tools
+// again, so a tool approved by `fledge plugins approve` in another process comes back.
+func (c *Catalogue) PinsStamp() string {
+	fi, err := os.Stat(filepath.Join(c.host.Env.ConfigDir, pins.Dir))
+	if err != nil {
+		return ""
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fi.ModTime().String()
+	}
+	return fmt.Sprintf("%d:%d:%d", st.Ino, fi.ModTime().UnixNano(), st.Nlink)
 }
