@@ -185,3 +185,57 @@ func TestServeMCPClientToldOfDeadServer(t *testing.T) {
 	assert.NotEmpty(t, exits[1].Details["handshake_error"], "the second never completed its handshake")
 	assert.Contains(t, f.stderr.String(), "plugin hostile-dies: its tools are not offered", "and fledge says why")
 }
+
+// `fledge serve --protocol jsonrpc-2.0` has no message to tell its host that the tools
+// changed (the host takes them once, at initialize): after a rug pull behind it, a call of
+// the changed tool is refused, and the quarantine is on record.
+func TestServeJSONRPCRefusesRugPulledTool(t *testing.T) {
+	fledge := buildFledge(t)
+	f := hostile(t, "rugpull")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, fledge, "--project", f.project, "serve", "--protocol", "jsonrpc-2.0")
+	cmd.Env = append(os.Environ(), "FLEDGE_CONFIG_DIR="+f.configDir, "FLEDGE_AUDIT_LOG="+f.auditPath)
+	cmd.Stderr = f.stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	ask := func(id int, method string, params any) map[string]any {
+		t.Helper()
+		req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+		_, err := stdin.Write(append(req, '\n'))
+		require.NoError(t, err)
+		require.True(t, sc.Scan(), "fledge answered %s", method)
+		var resp struct {
+			Result map[string]any `json:"result"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &resp), sc.Text())
+		return resp.Result
+	}
+	manifest := ask(1, "initialize", map[string]any{})
+	raw, _ := json.Marshal(manifest["tools"])
+	assert.Contains(t, string(raw), `"hostile-rugpull_poke"`)
+	poke := map[string]any{"name": "hostile-rugpull_poke", "arguments": map[string]any{}}
+	first := ask(2, "tool/execute", poke)
+	assert.Equal(t, true, first["success"], "%v", first)
+	// The server's notifications/tools/list_changed follows its answer: fledge lists again.
+	time.Sleep(time.Second)
+	second := ask(3, "tool/execute", poke)
+	assert.Equal(t, false, second["success"], "%v", second)
+	assert.Contains(t, second["result"], "tool definition changed since it was approved")
+	changed := f.records(audit.EventToolChanged)
+	require.NotEmpty(t, changed)
+	refused := 0
+	for _, r := range f.records(audit.EventToolCall) {
+		if r.Decision == audit.Deny && r.Reason == string(reason.ToolChanged) {
+			refused++
+		}
+	}
+	assert.Equal(t, 1, refused, "the refused call is on record")
+	assert.Len(t, f.records(audit.EventToolOutcome), 1, "only the first call reached the server")
+}
