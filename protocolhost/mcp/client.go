@@ -76,11 +76,15 @@ type Provider struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// quiet are the plugins whose server ended on its own and was announced (Host.Changed)
+	// with no tool call answered since: another end is not announced, so a server that
+	// dies at every start is started again only when a call asks for it, never in a loop.
+	quiet map[string]bool
 }
 
 // NewProvider is the MCP provider for one fledge invocation.
 func NewProvider(h *tools.Host) *Provider {
-	return &Provider{host: h, sessions: map[string]*session{}}
+	return &Provider{host: h, sessions: map[string]*session{}, quiet: map[string]bool{}}
 }
 
 // session is one running MCP server.
@@ -96,7 +100,9 @@ type session struct {
 	list        []tools.Tool
 	schemas     map[string]*jsonschema.Resolved
 	relisting   atomic.Bool
+	relistAgain atomic.Bool // a tools/list_changed came since the listing under way began
 	ready       atomic.Bool // cs is set
+	closing     atomic.Bool // fledge is ending it (its exit is no news)
 	callTimeout time.Duration
 	argValues   bool
 
@@ -184,10 +190,14 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		schemas:   map[string]*jsonschema.Resolved{},
 	}
 	s.conn = newLineConn(proc.Stdout, proc.Stdin, connLimits{LineMax: lim.LineMax, Pending: lim.PendingRequests})
-	// A server that exits ends the connection, so nothing waits on it.
+	// A server that exits ends the connection, so nothing waits on it; one that exits on
+	// its own (not ended by fledge) may take its tools with it: a watcher is told.
 	go func() {
 		<-proc.Done()
 		_ = s.conn.Close()
+		if s.ready.Load() && !s.closing.Load() {
+			p.exited(s)
+		}
 	}()
 
 	caps := &mcpsdk.ClientCapabilities{}
@@ -202,17 +212,15 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		// A server that says its tools changed is listed again (one listing at a time,
 		// bounded); the catalogue checks the new definitions against their pins.
 		ToolListChangedHandler: func(context.Context, *mcpsdk.ToolListChangedRequest) {
-			if !s.ready.Load() || !s.relisting.CompareAndSwap(false, true) {
+			if !s.ready.Load() {
 				return
 			}
-			go func() {
-				defer s.relisting.Store(false)
-				lctx, cancel := context.WithTimeout(context.Background(), lim.ExecTimeoutDefault)
-				defer cancel()
-				if err := s.listTools(lctx, b, p.warn); err != nil {
-					p.warn(fmt.Sprintf("plugin %s: listing its changed tools failed: %v", b.Entry.Name, err))
-				}
-			}()
+			// A notification during a listing is not dropped: that listing may have been
+			// answered before the change it announces, so it goes round once more.
+			s.relistAgain.Store(true)
+			if s.relisting.CompareAndSwap(false, true) {
+				go p.relist(s, b, lim.ExecTimeoutDefault)
+			}
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -265,6 +273,53 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	return s, nil
 }
 
+// relist lists a server's tools again after its tools/list_changed, as long as more of
+// them come, then tells a watcher (serve --mcp lists the catalogue again: the new
+// definitions meet their pins at once, and its client hears of what changed).
+func (p *Provider) relist(s *session, b *core.Binding, timeout time.Duration) {
+	listed := false
+	for {
+		for s.relistAgain.Swap(false) {
+			lctx, cancel := context.WithTimeout(context.Background(), timeout)
+			err := s.listTools(lctx, b, p.warn)
+			cancel()
+			if err != nil {
+				p.warn(fmt.Sprintf("plugin %s: listing its changed tools failed: %v", b.Entry.Name, err))
+				continue
+			}
+			listed = true
+		}
+		s.relisting.Store(false)
+		// A notification that came after the last look saw a listing under way: unless
+		// another goroutine took it up, this one goes round again.
+		if !s.relistAgain.Load() || !s.relisting.CompareAndSwap(false, true) {
+			break
+		}
+	}
+	if listed {
+		p.host.Changed(b.Entry.Name)
+	}
+}
+
+// exited announces a server that ended on its own (once until a call is answered again:
+// see quiet).
+func (p *Provider) exited(s *session) {
+	p.mu.Lock()
+	announced := p.quiet[s.name]
+	p.quiet[s.name] = true
+	p.mu.Unlock()
+	if !announced {
+		p.host.Changed(s.name)
+	}
+}
+
+// answered notes that a plugin's server answered a call (its next end is news again).
+func (p *Provider) answered(s *session) {
+	p.mu.Lock()
+	delete(p.quiet, s.name)
+	p.mu.Unlock()
+}
+
 // explain turns an SDK error into what happened: a bound fledge enforced, a timeout, or
 // the server exiting.
 func (s *session) explain(ctx context.Context, err error, timeoutMsg string) error {
@@ -302,6 +357,7 @@ func (s *session) endStart(rc reason.Code, err error) {
 // does not leave by itself, and its plugin_exit record.
 func (s *session) close(by string) {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		if s.cs != nil {
 			_ = s.cs.Close()
 		}
@@ -574,6 +630,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		}
 		return &tools.Result{Success: false, Reason: rc, Message: msg.Error(), Output: json.RawMessage("null")}, nil
 	}
+	p.answered(s)
 	result, rbytes := resultOutput(res)
 	out["is_error"] = res.IsError
 	out["result_bytes"] = rbytes

@@ -66,11 +66,85 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 	}
 
 	var srv *mcpsdk.Server
-	// The catalogue and some adapters are not safe for concurrent use: calls take turns.
+	// The catalogue and some adapters are not safe for concurrent use: calls take turns,
+	// and so do the listings that keep the offered tools up to date.
 	var mu sync.Mutex
 	cur := cat
 	ready := make(chan struct{})
 	var once sync.Once
+	// kick: a provider said a plugin's tools changed (one listing due is enough).
+	kick := make(chan struct{}, 1)
+	// offered is what the client was given, by public name (description and schema): a
+	// listing that differs is applied with AddTool/RemoveTools, and the SDK tells the
+	// client (notifications/tools/list_changed).
+	offered := map[string]string{}
+	warned := map[string]bool{}
+	warnOnce := func(msg string) {
+		if !warned[msg] {
+			warned[msg] = true
+			warn(msg)
+		}
+	}
+	handler := func(name string) mcpsdk.ToolHandler {
+		return func(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+			args := map[string]any{}
+			if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
+				if err := json.Unmarshal(raw, &args); err != nil {
+					return errorResult(fmt.Sprintf("arguments must be a JSON object: %v", err)), nil
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			_, res, err := cur.Call(ctx, name, args)
+			if err != nil {
+				return errorResult(err.Error()), nil
+			}
+			return toCallResult(res), nil
+		}
+	}
+	// offer makes the server's tools the catalogue's listing (the ones Only names, when
+	// it names some); a tool quarantined, gone with its plugin or no longer listed by its
+	// server leaves, one approved or newly listed joins, one described anew is replaced.
+	offer := func(list []tools.Tool) {
+		exposed := list
+		if len(o.Only) > 0 {
+			only := map[string]bool{}
+			for _, n := range o.Only {
+				only[strings.TrimSpace(n)] = true
+			}
+			exposed = nil
+			for _, t := range list {
+				if only[t.Name] {
+					exposed = append(exposed, t)
+				}
+			}
+		}
+		now := map[string]string{}
+		for _, t := range exposed {
+			schema := tools.Schema(&t)
+			if !objectSchema(schema) {
+				warnOnce(fmt.Sprintf("tool %s is not offered: its input schema is not an object schema", t.Name))
+				continue
+			}
+			key := t.Description + "\x00" + string(schema)
+			now[t.Name] = key
+			if offered[t.Name] == key {
+				continue
+			}
+			srv.AddTool(&mcpsdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema}, handler(t.Name))
+		}
+		var gone []string
+		for n := range offered {
+			if _, ok := now[n]; !ok {
+				gone = append(gone, n)
+			}
+		}
+		if len(gone) > 0 {
+			sort.Strings(gone)
+			srv.RemoveTools(gone...)
+		}
+		offered = now
+	}
 	setup := func(ss *mcpsdk.ServerSession) {
 		once.Do(func() {
 			defer close(ready)
@@ -95,6 +169,13 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 			case o.NoRoots != "":
 				warn(o.NoRoots)
 			}
+			// Watched before the first listing: a change during it is not missed.
+			cur.Watch(func(string) {
+				select {
+				case kick <- struct{}{}:
+				default: // a listing is already due
+				}
+			})
 			list := cur.List(ctx)
 			names := make([]string, 0, len(cur.Errors))
 			for n := range cur.Errors {
@@ -102,43 +183,59 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 			}
 			sort.Strings(names)
 			for _, n := range names {
-				warn(fmt.Sprintf("plugin %s: its tools are not offered: %s", n, cur.Errors[n]))
+				warnOnce(fmt.Sprintf("plugin %s: its tools are not offered: %s", n, cur.Errors[n]))
 			}
-			exposed, err := selectTools(list, o.Only)
-			if err != nil {
+			if _, err := selectTools(list, o.Only); err != nil {
 				warn(err.Error())
 			}
-			for _, t := range exposed {
-				schema := tools.Schema(&t)
-				if !objectSchema(schema) {
-					warn(fmt.Sprintf("tool %s is not offered: its input schema is not an object schema", t.Name))
-					continue
-				}
-				srv.AddTool(&mcpsdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema},
-					func(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
-						args := map[string]any{}
-						if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
-							if err := json.Unmarshal(raw, &args); err != nil {
-								return errorResult(fmt.Sprintf("arguments must be a JSON object: %v", err)), nil
-							}
-						}
-						mu.Lock()
-						defer mu.Unlock()
-						_, res, err := cur.Call(ctx, t.Name, args)
-						if err != nil {
-							return errorResult(err.Error()), nil
-						}
-						return toCallResult(res), nil
-					})
-			}
+			offer(list)
 		})
 	}
+	// Once set up, the offered tools follow the catalogue: a plugin's tools that changed
+	// on their own (a server's tools/list_changed, a server that ended) and approvals
+	// (the pins on disk) make it list again.
+	stop := make(chan struct{})
+	var watching sync.WaitGroup
+	defer func() {
+		close(stop)
+		watching.Wait()
+		select {
+		case <-ready:
+			cur.Watch(nil)
+		default:
+		}
+	}()
+	watching.Add(1)
+	go func() {
+		defer watching.Done()
+		select {
+		case <-ready:
+		case <-stop:
+			return
+		}
+		follow(ctx, cur, kick, stop, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			list := cur.List(ctx)
+			names := make([]string, 0, len(cur.Errors))
+			for n := range cur.Errors {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				warnOnce(fmt.Sprintf("plugin %s: its tools are not offered: %s", n, cur.Errors[n]))
+			}
+			offer(list)
+		})
+	}()
 
 	srv = mcpsdk.NewServer(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ServerOptions{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Instructions: "Every tool runs in a plugin confined by fledge (sandbox, limits, audit log).",
-		// Tools are added once the client is initialized; they exist from the start.
-		Capabilities: &mcpsdk.ServerCapabilities{Tools: &mcpsdk.ToolCapabilities{}},
+		// Tools are added once the client is initialized; they exist from the start, and
+		// the client is told whenever the offered set changes (a quarantine, an approval,
+		// a server's own change, a server that ended and could not be started again).
+		Capabilities: &mcpsdk.ServerCapabilities{Tools: &mcpsdk.ToolCapabilities{ListChanged: true}},
 		InitializedHandler: func(_ context.Context, req *mcpsdk.InitializedRequest) {
 			// Asking the client for its roots waits on the client: not on the loop that
 			// reads its answer.
@@ -165,6 +262,56 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 		return nil
 	}
 	return err
+}
+
+// Bounds of following the catalogue while serving.
+const (
+	// listGap is the least time between two listings a change asked for: a server that
+	// says its tools changed over and over costs one listing a second at most.
+	listGap = time.Second
+	// pinsPoll is how often the pins directory is looked at for an approval.
+	pinsPoll = 2 * time.Second
+)
+
+// follow runs list (the catalogue listed again, applied to the offered tools) whenever a
+// provider says a plugin's tools changed (kick) or the pins on disk changed, at most once
+// per listGap, until stop or ctx ends.
+func follow(ctx context.Context, cat *tools.Catalogue, kick <-chan struct{}, stop <-chan struct{}, list func()) {
+	tick := time.NewTicker(pinsPoll)
+	defer tick.Stop()
+	stamp := cat.PinsStamp()
+	var last time.Time
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-tick.C:
+			st := cat.PinsStamp()
+			if st == stamp {
+				continue
+			}
+			// A listing's own pin writes (a pending definition kept for review) change
+			// the stamp too: they cost one listing more, which changes nothing.
+			stamp = st
+		}
+		if wait := time.Until(last.Add(listGap)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-stop:
+				t.Stop()
+				return
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		last = time.Now()
+		list()
+	}
 }
 
 func selectTools(list []tools.Tool, only []string) ([]tools.Tool, error) {

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -194,3 +197,35 @@ func (c *Catalogue) PluginTools(ctx context.Context, name string) ([]Tool, error
 	}
 	return c.vet(ctx, b, p, ts), nil
 }
+
+// PinsStamp changes whenever a plugin's pins are saved or removed: a server of the
+// catalogue that sees it change lists its tools again, so a tool approved by `fledge
+// plugins approve` in another process comes back. Every save renames a new file into
+// place, so each pin file's inode says what its times might not (two saves within one
+// tick of the kernel's clock).
+func (c *Catalogue) PinsStamp() string {
+	d, err := os.Open(filepath.Join(c.host.Env.ConfigDir, pins.Dir))
+	if err != nil {
+		return ""
+	}
+	defer d.Close()
+	// One entry per installed plugin that describes its tools (and a save's temporary
+	// file); bounded all the same.
+	entries, _ := d.ReadDir(maxPinFiles)
+	var b strings.Builder
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "%s:%d:%d", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			fmt.Fprintf(&b, ":%d", st.Ino)
+		}
+		b.WriteByte('/')
+	}
+	return b.String()
+}
+
+// maxPinFiles bounds what PinsStamp looks at.
+const maxPinFiles = 4096

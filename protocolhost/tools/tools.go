@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
@@ -76,6 +77,22 @@ type Host struct {
 	Project *project.Info
 	// Stderr receives plugins' stderr and the adapters' warnings (never their stdout).
 	Stderr io.Writer
+
+	// changed is told when a plugin's tools may have changed on their own (see Changed).
+	changed atomic.Pointer[func(plugin string)]
+}
+
+// Changed is how a provider says that a plugin's tools may have changed between two
+// listings without anyone asking (an MCP server's tools/list_changed, listed again; a
+// server that ended): whoever serves the catalogue (serve --mcp) lists it again, so the
+// pins are checked at once and its client is told. Nothing happens when nobody watches.
+func (h *Host) Changed(plugin string) {
+	if h == nil {
+		return
+	}
+	if f := h.changed.Load(); f != nil {
+		(*f)(plugin)
+	}
 }
 
 // Provider is one protocol adapter's side of the catalogue. A Provider may keep plugin
@@ -150,6 +167,16 @@ func (c *Catalogue) provider(protocol string) Provider {
 	p := f(c.host)
 	c.providers[protocol] = p
 	return p
+}
+
+// Watch makes f hear of every Changed of this catalogue's providers (nil: nobody). f must
+// not block: it is called from the provider's own goroutines.
+func (c *Catalogue) Watch(f func(plugin string)) {
+	if f == nil {
+		c.host.changed.Store(nil)
+		return
+	}
+	c.host.changed.Store(&f)
 }
 
 // Provider is this invocation's provider of a protocol (nil if none is registered), for
