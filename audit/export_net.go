@@ -1,10 +1,13 @@
 package audit
 
+import "strings"
+
 // Network records of a plugin session (network by destination, package egress).
 const (
 	EventNetConnect = "net_connect"
 	EventNetClose   = "net_close"
 	EventNetDNS     = "net_dns"
+	EventNetHTTP    = "net_http"
 )
 
 // ocsfNetwork turns out (built as Process Activity) into OCSF Network Activity (class 4001:
@@ -22,6 +25,9 @@ func ocsfNetwork(r *Record, out map[string]any) {
 		class, className, act, actName = 4001, "Network Activity", 2, "Close"
 	case r.Event == EventNetDNS:
 		class, className, act, actName = 4003, "DNS Activity", 1, "Query"
+	case r.Event == EventNetHTTP:
+		class, className = 4002, "HTTP Activity"
+		act, actName = httpActivity(r.Details["method"])
 	default:
 		return
 	}
@@ -55,7 +61,25 @@ func ocsfNetwork(r *Record, out map[string]any) {
 	if proto, ok := r.Details["proto"].(string); ok {
 		out["connection_info"] = map[string]any{"protocol_name": proto}
 	}
-	if r.Event == EventNetClose {
+	if class == 4002 {
+		req := map[string]any{}
+		if m, ok := r.Details["method"].(string); ok {
+			req["http_method"] = m
+		}
+		u := map[string]any{"hostname": host}
+		if p, ok := r.Details["path"].(string); ok {
+			u["path"] = p
+		}
+		if p, ok := detailInt(r.Details["port"]); ok {
+			u["port"] = p
+		}
+		req["url"] = u
+		out["http_request"] = req
+		if st, ok := detailInt(r.Details["status"]); ok {
+			out["http_response"] = map[string]any{"code": st}
+		}
+	}
+	if r.Event == EventNetClose || r.Event == EventNetHTTP {
 		t := map[string]any{}
 		if n, ok := detailInt(r.Details["bytes_out"]); ok {
 			t["bytes_out"] = n
@@ -65,4 +89,15 @@ func ocsfNetwork(r *Record, out map[string]any) {
 		}
 		out["traffic"] = t
 	}
+}
+
+// httpActivity is OCSF HTTP Activity's activity for a method (99 Other for the rest).
+func httpActivity(m any) (int, string) {
+	name, _ := m.(string)
+	for i, n := range []string{"Connect", "Delete", "Get", "Head", "Options", "Post", "Put", "Trace", "Patch"} {
+		if strings.EqualFold(n, name) {
+			return i + 1, n
+		}
+	}
+	return 99, "Other"
 }
