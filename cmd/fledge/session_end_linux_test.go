@@ -447,6 +447,27 @@ func TestSessionEndsLegacyPlugin(t *testing.T) {
 	}
 }
 
+// TestSessionEndsUnconfinedLegacy: an unconfined legacy plugin (legacy = "unconfined") runs
+// as the user would run it, in fledge's process group: SIGTERM or SIGHUP sent to fledge
+// alone reach it too, so fledge does not wait on a plugin nobody told to stop.
+func TestSessionEndsUnconfinedLegacy(t *testing.T) {
+	e := newEndEnv(t)
+	require.NoError(t, os.WriteFile(filepath.Join(e.home, ".config", "fledge", "config.toml"), []byte("[sandbox]\nlegacy = \"unconfined\"\n"), 0o600))
+	e.install("freespill", "", "#!/bin/bash\ni=0\nwhile :; do i=$((i+1)); echo \"line $i\"; sleep 0.01; done\n")
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM} {
+		t.Run(sigName(sig), func(t *testing.T) {
+			e.t = t
+			r := e.start(false, "freespill")
+			r.line()
+			r.drain()
+			require.NoError(t, r.cmd.Process.Signal(sig))
+			code := r.exit()
+			assert.Equal(t, 128+int(sig), code, "the plugin's own status: it died of the signal; stderr: %s", r.stderr.String())
+			e.checkEnded(r.stderr.String(), false)
+		})
+	}
+}
+
 // TestSessionEndsPluginsLearn: `fledge plugins learn` runs the plugin as `fledge PLUGIN`
 // does: a closed stdout and SIGHUP end its session too.
 func TestSessionEndsPluginsLearn(t *testing.T) {
