@@ -8,7 +8,7 @@ import (
 )
 
 // Exit statuses (docs/cli.md, "Exit codes"): the plugin's own, 2 usage, 126 could not run,
-// 127 unknown command, 130 interrupted; a tool or hook that failed for a reason of fledge's
+// 127 unknown command, 130 interrupted, 141 output closed; a tool or hook that failed for a reason of fledge's
 // exits with that reason's status (reason.ExitStatus).
 const (
 	ExitOK          = 0
@@ -19,6 +19,9 @@ const (
 	ExitInterrupted = 130
 	ExitToolFalse   = 1   // the tool answered success: false
 	ExitTimeout     = 124 // the tool (or the plugin's start) ran out of time
+	// ExitBrokenPipe: the reader of fledge's stdout or stderr went away (`fledge x | head
+	// -1`): the status of a shell's program killed by SIGPIPE, 128+13.
+	ExitBrokenPipe = 141
 )
 
 // ExitError carries an exit status out of a command. Msg, when set, is printed as

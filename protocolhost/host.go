@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -53,8 +54,9 @@ type Options struct {
 // Host is the machine's side of every command that runs a plugin: the config, the policy,
 // the sandbox and the audit log, opened once.
 type Host struct {
-	Env  *core.Env
-	opts Options
+	Env    *core.Env
+	opts   Options
+	closed atomic.Bool
 }
 
 // Open loads policy, picks the sandbox and finds the audit log (opened on first use).
@@ -71,11 +73,16 @@ func Open(o Options) (*Host, error) {
 	if err != nil {
 		return nil, exitErr(ExitCannotRun, "sandbox: %v", err)
 	}
+	ends.hosts.Add(1)
 	return &Host{Env: &core.Env{ConfigDir: o.ConfigDir, StateDir: o.StateDir, AuditPath: ap, Config: cfg, Sandbox: sb, Trace: o.Trace}, opts: o}, nil
 }
 
-// Close closes the audit log; a failure is a warning on stderr.
+// Close removes what the host's runs left (their cgroups and temp dirs) and closes the
+// audit log; a failure is a warning on stderr.
 func (h *Host) Close() {
+	if h.closed.CompareAndSwap(false, true) {
+		defer ends.hosts.Add(-1) // sessionend.go: a closed output no longer waits for this host
+	}
 	if err := h.Env.Close(); err != nil {
 		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: %v", err))
 	}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -86,9 +84,11 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	prof := e.Profile(b, os.Environ(), b.PluginEnv(command, ni), b.PluginEnv("", ni))
 	h.warnDegraded(u)
 
+	// Every ending of the run (Ctrl+C, SIGTERM, SIGHUP, a closed stdout) ends the session
+	// through the plugin's ladder (sessionend.go).
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	notifyEnd(sigs)
+	defer stopEnd(sigs)
 
 	wd, _ := os.Getwd()
 	if b.Manifest.Plugin.Protocol == "" {

@@ -203,6 +203,8 @@ func (t *ToolSet) ServeMCP(ctx context.Context, in io.ReadCloser, out io.WriteCl
 		return &ExitError{Code: ExitInterrupted}
 	case err != nil:
 		return exitErr(ExitCannotRun, "serve --mcp: %v", err)
+	case ctx.Err() != nil:
+		return &ExitError{Code: ExitInterrupted} // ended by a signal, as serve --protocol jsonrpc-2.0
 	}
 	return nil
 }

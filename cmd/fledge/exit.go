@@ -18,6 +18,7 @@ const (
 	ExitInterrupted = protocolhost.ExitInterrupted
 	ExitToolFalse   = protocolhost.ExitToolFalse
 	ExitTimeout     = protocolhost.ExitTimeout
+	ExitBrokenPipe  = protocolhost.ExitBrokenPipe
 )
 
 // ExitError carries an exit status out of a command (protocolhost.ExitError).

@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fledgehq/fledge/protocolhost"
 )
 
 func newHooksCmd(g *Globals) *cobra.Command {
@@ -70,7 +69,7 @@ func (o *HooksRunOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer done()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := protocolhost.NotifyContext(ctx)
 	defer stop()
 	res, err := t.RunHook(ctx, o.Hook, data)
 	if err != nil {

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -70,7 +67,7 @@ func runInvoke(ctx context.Context, o *InvokeOptions) error {
 		return err
 	}
 	defer h.Close()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := protocolhost.NotifyContext(ctx)
 	defer stop()
 	// On a terminal, plugin text is stripped of escape sequences (as everywhere).
 	stderr, flush := ui.PluginStream(o.g.Streams.Err)

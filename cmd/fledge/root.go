@@ -108,8 +108,19 @@ func runPlugin(ctx context.Context, g *Globals, command string, args []string) e
 	return h.RunCommand(ctx, command, args)
 }
 
-// Main runs the CLI and returns the process exit status.
+// Main runs the CLI and returns the process exit status: ExitBrokenPipe (141, as a shell's
+// program killed by SIGPIPE) whenever the reader of its stdout or stderr went away, once
+// the plugin session that was running has ended (protocolhost.WatchOutput).
 func Main(args []string, streams Streams) int {
+	protocolhost.WatchOutput()
+	code := runMain(args, streams)
+	if protocolhost.OutputClosed() {
+		return ExitBrokenPipe
+	}
+	return code
+}
+
+func runMain(args []string, streams Streams) int {
 	g := &Globals{Streams: streams}
 	root := newRootCmd(g)
 	root.SetArgs(args)

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -77,7 +74,7 @@ func (o *ServeOptions) Run(ctx context.Context) error {
 	if !o.PrioritySet {
 		o.Priority = t.ServePriority()
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := protocolhost.NotifyContext(ctx)
 	defer stop()
 	return run(ctx, o, t)
 }

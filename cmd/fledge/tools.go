@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -218,7 +215,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		}
 		timeout = d
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := protocolhost.NotifyContext(ctx)
 	defer stop()
 	_, res, err := t.Call(ctx, o.Tool, args, timeout)
 	if err != nil {

@@ -242,7 +242,11 @@ func spawn(o SpawnOptions) (*Proc, error) {
 			dst = io.Discard
 		}
 		buf := make([]byte, 32<<10)
-		_, _ = io.CopyBuffer(dst, errR, buf)
+		if _, err := io.CopyBuffer(dst, errR, buf); err != nil {
+			// The user's stderr is gone (its reader closed): the plugin's stderr is still
+			// read, so a plugin writing to it never blocks on the way to its end.
+			_, _ = io.CopyBuffer(io.Discard, errR, buf)
+		}
 		flush()
 	}()
 	go func() {
@@ -336,8 +340,10 @@ func (p *Proc) Stopping() bool {
 	return p.stopped
 }
 
-// WatchSignals turns SIGINT from sigs into Interrupt and SIGTERM into Stop (both a user
-// interrupt, with notify) until the plugin is gone or done is closed; a second signal kills
+// WatchSignals turns the endings of a run from sigs into the session's end until the
+// plugin is gone or done is closed: SIGINT (Ctrl+C), SIGHUP (the terminal went away) and
+// SIGPIPE (the reader of fledge's output went away) into Interrupt, as the terminal's
+// Ctrl+C; SIGTERM into Stop. Each is a user interrupt, with notify; a second signal kills
 // at once.
 func (p *Proc) WatchSignals(sigs <-chan os.Signal, done <-chan struct{}, notify func()) {
 	if sigs == nil {
@@ -350,11 +356,12 @@ func (p *Proc) WatchSignals(sigs <-chan os.Signal, done <-chan struct{}, notify 
 		case <-done:
 			return
 		case sig := <-sigs:
-			if sig == os.Interrupt {
+			switch sig {
+			case os.Interrupt, syscall.SIGHUP, syscall.SIGPIPE:
 				p.Interrupt(sig.String(), notify)
-				continue
+			default:
+				p.Stop(sig.String(), true, notify)
 			}
-			p.Stop(sig.String(), true, notify)
 		}
 	}
 }

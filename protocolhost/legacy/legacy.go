@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"syscall"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/protocolhost/core"
@@ -82,7 +83,13 @@ func runUnconfined(o Options) (*core.Exit, error) {
 	cmd.Dir = o.Cwd
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
 	cmd.Env = os.Environ()
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		done := make(chan struct{})
+		go forwardEnds(cmd.Process, o.Signals, done)
+		err = cmd.Wait()
+		close(done)
+	}
 	var ee *exec.ExitError
 	code := 0
 	switch {
@@ -90,7 +97,11 @@ func runUnconfined(o Options) (*core.Exit, error) {
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 		if code < 0 {
+			// Killed by a signal: the status a shell gives it.
 			code = 128 + 9
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
 		}
 	default:
 		rec.Record(audit.EventPluginExit, audit.Error, reason.LaunchFailed, map[string]any{"error": err.Error()}, true)
@@ -98,4 +109,25 @@ func runUnconfined(o Options) (*core.Exit, error) {
 	}
 	rec.Record(audit.EventPluginExit, audit.Allow, reason.OK, map[string]any{audit.DetailExitCode: code, "unconfined": true}, true)
 	return &core.Exit{Code: code}, nil
+}
+
+// forwardEnds passes SIGTERM and SIGHUP sent to fledge on to an unconfined plugin, which
+// runs as the user would run it: a terminal's Ctrl+C and hangup reach its process group (the
+// plugin's too) by themselves, a signal sent to fledge alone would not. SIGINT is not passed
+// on: the terminal's reaches the plugin already, and twice is not once. A closed output is
+// the plugin's own SIGPIPE.
+func forwardEnds(p *os.Process, sigs <-chan os.Signal, done <-chan struct{}) {
+	if sigs == nil {
+		return
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case sig := <-sigs:
+			if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
+				_ = p.Signal(sig)
+			}
+		}
+	}
 }

@@ -65,6 +65,7 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 		return fmt.Errorf("%w: %s (see 'fledge tools list')", ErrNoSuchTool, strings.Join(unknown, ", "))
 	}
 
+	serveCtx := ctx
 	var srv *mcpsdk.Server
 	// The catalogue and some adapters are not safe for concurrent use: calls take turns,
 	// and so do the listings that keep the offered tools up to date.
@@ -86,7 +87,13 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 		}
 	}
 	handler := func(name string) mcpsdk.ToolHandler {
-		return func(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+		return func(rctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+			// The SDK does not cancel a request in flight when the server is stopped (it
+			// waits for it): the end of the serve (SIGINT, SIGTERM, SIGHUP, the client
+			// gone) ends the call and its plugin's session too.
+			ctx, cancel := context.WithCancel(rctx)
+			defer cancel()
+			defer context.AfterFunc(serveCtx, cancel)()
 			args := map[string]any{}
 			if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
 				if err := json.Unmarshal(raw, &args); err != nil {
