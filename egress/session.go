@@ -26,8 +26,8 @@ type Session struct {
 	state   any
 	closer  func() error
 	cleanup []func()
-	err    error
-	closed bool
+	err     error
+	closed  bool
 }
 
 // NewSession makes the shared network of one plugin session.
