@@ -5,10 +5,13 @@ package netstack
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"testing"
@@ -98,3 +101,77 @@ func BenchmarkEgressHTTPDownload(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEgressHTTPSInject: a small HTTPS request through fledge to a granted name,
+// spliced end to end ("spliced") against the same through a bound secret (TLS terminated
+// with the session CA, the token put in, TLS of fledge's own to the server: "inject"), on
+// a kept-alive connection ("keepalive") and on a new connection each time ("newconn").
+func BenchmarkEgressHTTPSInject(b *testing.B) {
+	ca := newBenchCA(b)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get("Authorization")[:6])
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(b, "api.test")}}
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	port := strconv.Itoa(srv.Listener.Addr().(*net.TCPAddr).Port)
+	for _, mode := range []string{"spliced", "inject"} {
+		pol, err := egress.NewPolicy(false, []string{"api.test:" + port, "127.0.0.1:" + port})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := Config{Policy: pol, Record: func(egress.Event) {}, RootCAs: ca.pool,
+			Resolve: func(context.Context, string) ([]netip.Addr, time.Duration, error) {
+				return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, time.Minute, nil
+			}}
+		trust := ca.pool
+		token := "Bearer real-token-value"
+		if mode == "inject" {
+			d, _ := egress.ParseDest("api.test:" + port)
+			pol.Secrets = []egress.Secret{{Name: "T", Placeholder: "fledge-placeholder-00", Value: "real-token-value", Dests: []egress.Dest{d}}}
+			sca, err := egress.NewCA(pol.InterceptNames())
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.CA = sca
+			trust = x509.NewCertPool()
+			trust.AppendCertsFromPEM(sca.PEM())
+			token = "Bearer fledge-placeholder-00"
+		}
+		e, err := Start(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := newNSDialer(b, e.NetNS())
+		fake, _ := e.fake.assign("api.test")
+		for _, conn := range []string{"keepalive", "newconn"} {
+			b.Run(mode+"-"+conn, func(b *testing.B) {
+				tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: trust}, DisableKeepAlives: conn == "newconn",
+					DialContext: func(context.Context, string, string) (net.Conn, error) { return d.dial(fake.String() + ":" + port) }}
+				defer tr.CloseIdleConnections()
+				c := &http.Client{Transport: tr}
+				get := func() {
+					req, _ := http.NewRequest("GET", "https://api.test:"+port+"/", nil)
+					req.Header.Set("Authorization", token)
+					resp, err := c.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if string(body) != "Bearer" {
+						b.Fatalf("body %q", body)
+					}
+				}
+				get()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					get()
+				}
+			})
+		}
+		e.Close()
+	}
+}
+
+func newBenchCA(b *testing.B) *testCA { return newTestCAtb(b) }

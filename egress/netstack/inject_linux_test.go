@@ -41,7 +41,9 @@ type testCA struct {
 	pool *x509.CertPool
 }
 
-func newTestCA(t *testing.T) *testCA {
+func newTestCA(t *testing.T) *testCA { return newTestCAtb(t) }
+
+func newTestCAtb(t testing.TB) *testCA {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upstream test CA"},
@@ -57,7 +59,7 @@ func newTestCA(t *testing.T) *testCA {
 	return &testCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-func (c *testCA) leaf(t *testing.T, names ...string) tls.Certificate {
+func (c *testCA) leaf(t testing.TB, names ...string) tls.Certificate {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,

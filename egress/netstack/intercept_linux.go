@@ -194,8 +194,10 @@ func (ic *interceptor) setup() {
 			pr.Out.URL.Host = authority
 			pr.Out.Host = authority
 		},
-		Transport:     ic.tr,
-		FlushInterval: -1, // streamed answers (server-sent events) pass at once
+		Transport: ic.tr,
+		// Streamed answers (server-sent events, no length) are flushed as they come; the
+		// rest in one write.
+		FlushInterval: 0,
 		ErrorLog:      log.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			st := requestState(r)
