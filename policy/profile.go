@@ -342,9 +342,12 @@ func (c *Config) NetworkText(g Grants) string {
 	case c.Sandbox.Network == NetworkDeny:
 		return `none ([sandbox] network = "deny")`
 	case g.Network:
+		if len(g.Secrets) > 0 && len(g.EgressEntries()) > len(g.NetworkTo) {
+			return "everything (network = true granted: a bound secret's placeholder is never replaced there)"
+		}
 		return "everything (network = true granted)"
-	case len(g.NetworkTo) > 0:
-		return "only " + strings.Join(g.NetworkTo, ", ")
+	case len(g.EgressEntries()) > 0:
+		return "only " + strings.Join(g.EgressEntries(), ", ")
 	}
 	return "none (its own loopback only)"
 }

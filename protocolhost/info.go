@@ -135,6 +135,9 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(p.pa.ReadOnly, ", "))
 		fmt.Fprintf(w, "  network (plugin and its commands): %s\n", cfg.NetworkText(en.Granted))
 	}
+	for _, s := range secretsText(en.Granted) {
+		fmt.Fprintf(w, "  secret %s\n", s)
+	}
 	if en.Granted.Exec {
 		fmt.Fprintf(w, "  exec'd commands may write: %s\n", strings.Join(p.xa.ReadWrite, ", "))
 		if len(p.xa.Unprotect) > 0 {
