@@ -1,6 +1,7 @@
 package protocolhost
 
 import (
+	"encoding/json"
 	"context"
 	"fmt"
 	"io"
@@ -56,10 +57,10 @@ func (h *Host) Learn(ctx context.Context, name, command string, args []string, o
 
 	// The run: trace on, the grants as they are, its output framed.
 	session := ""
-	prevTrace, prevHook := e.Trace, h.opts.SessionStarted
-	e.Trace, h.opts.SessionStarted = true, func(id string) { session = id }
+	prevTrace, prevHook, prevObserve := e.Trace, h.opts.SessionStarted, e.ObserveSecrets
+	e.Trace, h.opts.SessionStarted, e.ObserveSecrets = true, func(id string) { session = id }, true
 	runErr := h.framedRun(out, entry.Name, func() error { return h.RunCommand(ctx, command, args) })
-	e.Trace, h.opts.SessionStarted = prevTrace, prevHook
+	e.Trace, h.opts.SessionStarted, e.ObserveSecrets = prevTrace, prevHook, prevObserve
 	if session == "" {
 		return nil, runErr // refused before it ran: nothing to learn from
 	}
@@ -67,7 +68,11 @@ func (h *Host) Learn(ctx context.Context, name, command string, args []string, o
 	if err != nil {
 		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
 	}
-	learnReport(out, entry, session, found, paths, proj, home, h.secretsNotGranted(entry))
+	bindings, err := secretBindings(e.AuditPath, session, entry)
+	if err != nil {
+		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
+	}
+	learnReport(out, entry, session, found, paths, proj, home, append(h.secretsNotGranted(entry), bindings...))
 	return runErr, nil
 }
 
@@ -91,7 +96,7 @@ func (h *Host) framedRun(out io.Writer, name string, run func() error) error {
 
 // secretNote is one secret the approved manifest declares and the plugin does not hold,
 // with where the user has it (never its value).
-type secretNote struct{ name, where string }
+type secretNote struct{ name, where, bound string }
 
 // secretsNotGranted lists the declared secrets the plugin was not granted: the run did not
 // get them, so a failure for want of one shows as nothing at all in the kernel's records.
@@ -137,7 +142,12 @@ func kernelDenials(auditPath, session string) (map[string]*learned, error) {
 		}
 		str := func(k string) string { s, _ := r.Details[k].(string); return s }
 		n := int64(1)
-		if c, ok := r.Details[audit.DetailCount].(float64); ok {
+		switch c := r.Details[audit.DetailCount].(type) {
+		case json.Number: // audit.Read decodes numbers as json.Number
+			if v, err := c.Int64(); err == nil {
+				n = v
+			}
+		case float64:
 			n = int64(c)
 		}
 		l := &learned{kind: str(audit.DetailKind), syscall: str(audit.DetailSyscall), access: str(audit.DetailAccess),
@@ -274,6 +284,10 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 		}
 	}
 	for _, sn := range secrets {
+		if sn.bound != "" {
+			propose("secret="+sn.bound, sn.where)
+			continue
+		}
 		propose("secret="+sn.name, fmt.Sprintf("%s is declared in plugin.toml and not granted, so the run did not get it (%s)", sn.name, sn.where))
 	}
 	fmt.Fprintf(w, "traced %s under its current grants (%s); session %s\n", entry.Name, entry.Granted.String(), session)

@@ -38,6 +38,11 @@ type Env struct {
 	// Trace: every session opened through this Env traces its runs (fledge run --trace):
 	// each path and destination outside the grants is a kernel_denied record.
 	Trace bool
+	// ObserveSecrets (plugins learn) binds each granted unbound secret, for this Env's runs,
+	// to every named destination the plugin was granted: the plugin holds a placeholder and
+	// fledge puts the value in wherever it goes among them, recording where (net_http), so
+	// learn can propose the binding it needs.
+	ObserveSecrets bool
 	log   *audit.Log
 
 	redactOnce sync.Once
@@ -278,7 +283,11 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 		e.Refuse(ref, audit.RefusalOther, "", err.Error())
 		return nil, err
 	}
-	env, bound, placeholders := bindSecrets(entry.Granted.Secrets, secrets)
+	granted := entry.Granted.Secrets
+	if e.ObserveSecrets {
+		granted = observeBindings(entry.Granted)
+	}
+	env, bound, placeholders := bindSecrets(granted, secrets)
 	return &Binding{
 		Entry: entry, Manifest: man, Dir: dir, DataDir: dataDir, Project: proj,
 		Paths: e.Paths(dir, dataDir, proj), Ref: ref, secrets: env, bound: bound, placeholders: placeholders,

@@ -124,3 +124,22 @@ func bindSecrets(granted []string, values map[string]string) (env map[string]str
 	}
 	return env, bound, placeholders
 }
+
+// observeBindings is the granted secrets with each unbound one bound to every named
+// destination of the grant (learn's observation run).
+func observeBindings(g policy.Grants) []string {
+	var names []string
+	for _, d := range g.NetworkTo {
+		if pd, err := egress.ParseDest(d); err == nil && !pd.IsAddress() {
+			names = append(names, pd.String())
+		}
+	}
+	out := make([]string, 0, len(g.Secrets))
+	for _, e := range g.Secrets {
+		if len(policy.SecretDests(e)) == 0 && len(names) > 0 {
+			e = policy.SecretEntry(e, names)
+		}
+		out = append(out, e)
+	}
+	return out
+}
