@@ -29,4 +29,3 @@ func secretsText(g policy.Grants) []string {
 	}
 	return out
 }
-

@@ -1,8 +1,8 @@
 package protocolhost
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"

@@ -43,7 +43,7 @@ type Env struct {
 	// fledge puts the value in wherever it goes among them, recording where (net_http), so
 	// learn can propose the binding it needs.
 	ObserveSecrets bool
-	log   *audit.Log
+	log            *audit.Log
 
 	redactOnce sync.Once
 	redactor   *audit.Redactor
