@@ -219,7 +219,7 @@ func (m *Manifest) Declared() policy.Grants {
 	c := m.Capabilities
 	g := policy.Grants{Exec: c.Exec, Store: c.Store, Metadata: c.Metadata, Network: c.Network.All, Filesystem: c.Filesystem}
 	if !c.Network.All {
-		if _, _, err := egress.ParseEntries(c.Network.To); err == nil {
+		if _, _, err := egress.ParseEntries(c.Network.To); err == nil && len(c.Network.To) > 0 {
 			g.NetworkTo = egress.CanonEntries(c.Network.To)
 		}
 	}
