@@ -478,7 +478,10 @@ func TestSessionEndsPluginsLearn(t *testing.T) {
 			e.t = t
 			r := e.start(false, "plugins", "learn", "spill")
 			if end.name != closedPipe.name {
-				r.line()
+				// learn opens the plugin's framed output with a line of its own before
+				// the plugin runs: the signal goes once the plugin itself has spoken.
+				for !strings.HasPrefix(r.line(), "│ ") {
+				}
 			}
 			end.do(r)
 			code := r.exit()
