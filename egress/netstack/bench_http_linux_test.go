@@ -103,9 +103,11 @@ func BenchmarkEgressHTTPDownload(b *testing.B) {
 }
 
 // BenchmarkEgressHTTPSInject: a small HTTPS request through fledge to a granted name,
-// spliced end to end ("spliced") against the same through a bound secret (TLS terminated
-// with the session CA, the token put in, TLS of fledge's own to the server: "inject"), on
-// a kept-alive connection ("keepalive") and on a new connection each time ("newconn").
+// spliced end to end against the same through a bound secret (TLS terminated with the
+// session CA, the token put in, TLS of fledge's own to the server), on a kept-alive
+// connection ("keepalive") and on a new connection each time ("newconn"). Each iteration
+// times one of each, alternating, so a load that comes and goes weighs on both alike;
+// reported as spliced-ns/op, inject-ns/op and their ratio.
 func BenchmarkEgressHTTPSInject(b *testing.B) {
 	ca := newBenchCA(b)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -115,7 +117,13 @@ func BenchmarkEgressHTTPSInject(b *testing.B) {
 	srv.StartTLS()
 	b.Cleanup(srv.Close)
 	port := strconv.Itoa(srv.Listener.Addr().(*net.TCPAddr).Port)
-	for _, mode := range []string{"spliced", "inject"} {
+	type path struct {
+		d     *nsDialer
+		fake  string
+		trust *x509.CertPool
+		token string
+	}
+	mk := func(inject bool) path {
 		pol, err := egress.NewPolicy(false, []string{"api.test:" + port, "127.0.0.1:" + port})
 		if err != nil {
 			b.Fatal(err)
@@ -124,9 +132,8 @@ func BenchmarkEgressHTTPSInject(b *testing.B) {
 			Resolve: func(context.Context, string) ([]netip.Addr, time.Duration, error) {
 				return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, time.Minute, nil
 			}}
-		trust := ca.pool
-		token := "Bearer real-token-value"
-		if mode == "inject" {
+		p := path{trust: ca.pool, token: "Bearer real-token-value"}
+		if inject {
 			d, _ := egress.ParseDest("api.test:" + port)
 			pol.Secrets = []egress.Secret{{Name: "T", Placeholder: "fledge-placeholder-00", Value: "real-token-value", Dests: []egress.Dest{d}}}
 			sca, err := egress.NewCA(pol.InterceptNames())
@@ -134,43 +141,64 @@ func BenchmarkEgressHTTPSInject(b *testing.B) {
 				b.Fatal(err)
 			}
 			cfg.CA = sca
-			trust = x509.NewCertPool()
-			trust.AppendCertsFromPEM(sca.PEM())
-			token = "Bearer fledge-placeholder-00"
+			p.trust = x509.NewCertPool()
+			p.trust.AppendCertsFromPEM(sca.PEM())
+			p.token = "Bearer fledge-placeholder-00"
 		}
 		e, err := Start(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := newNSDialer(b, e.NetNS())
+		b.Cleanup(func() { e.Close() })
+		p.d = newNSDialer(b, e.NetNS())
 		fake, _ := e.fake.assign("api.test")
-		for _, conn := range []string{"keepalive", "newconn"} {
-			b.Run(mode+"-"+conn, func(b *testing.B) {
-				tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: trust}, DisableKeepAlives: conn == "newconn",
-					DialContext: func(context.Context, string, string) (net.Conn, error) { return d.dial(fake.String() + ":" + port) }}
-				defer tr.CloseIdleConnections()
-				c := &http.Client{Transport: tr}
-				get := func() {
-					req, _ := http.NewRequest("GET", "https://api.test:"+port+"/", nil)
-					req.Header.Set("Authorization", token)
-					resp, err := c.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					body, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if string(body) != "Bearer" {
-						b.Fatalf("body %q", body)
-					}
+		p.fake = fake.String() + ":" + port
+		return p
+	}
+	spliced, inject := mk(false), mk(true)
+	for _, conn := range []string{"keepalive", "newconn"} {
+		b.Run(conn, func(b *testing.B) {
+			client := func(p path) (*http.Client, func()) {
+				tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: p.trust}, DisableKeepAlives: conn == "newconn",
+					DialContext: func(context.Context, string, string) (net.Conn, error) { return p.d.dial(p.fake) }}
+				return &http.Client{Transport: tr}, tr.CloseIdleConnections
+			}
+			get := func(c *http.Client, p path) time.Duration {
+				start := time.Now()
+				req, _ := http.NewRequest("GET", "https://api.test:"+port+"/", nil)
+				req.Header.Set("Authorization", p.token)
+				resp, err := c.Do(req)
+				if err != nil {
+					b.Fatal(err)
 				}
-				get()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					get()
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(body) != "Bearer" {
+					b.Fatalf("body %q", body)
 				}
-			})
-		}
-		e.Close()
+				return time.Since(start)
+			}
+			cs, closeS := client(spliced)
+			ci, closeI := client(inject)
+			defer closeS()
+			defer closeI()
+			get(cs, spliced)
+			get(ci, inject)
+			var ts, ti time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%2 == 0 {
+					ts += get(cs, spliced)
+					ti += get(ci, inject)
+				} else {
+					ti += get(ci, inject)
+					ts += get(cs, spliced)
+				}
+			}
+			b.ReportMetric(float64(ts.Nanoseconds())/float64(b.N), "spliced-ns/op")
+			b.ReportMetric(float64(ti.Nanoseconds())/float64(b.N), "inject-ns/op")
+			b.ReportMetric(float64(ti)/float64(ts), "ratio")
+		})
 	}
 }
 

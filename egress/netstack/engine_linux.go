@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
@@ -53,6 +54,9 @@ type Engine struct {
 	cache   map[string]cached
 
 	stats Stats
+
+	trMu sync.Mutex
+	trs  map[transportKey]*http.Transport // intercept_linux.go
 }
 
 // Stats counts what the engine did (for tests and benchmarks).
@@ -229,6 +233,7 @@ func (e *Engine) Close() error {
 		l.stop()
 	}
 	e.wg.Wait()
+	e.closeTransports()
 	// Straight to the record: the limiter already counted these (through emit, Admit would
 	// count them once more and drop them, losing the count).
 	for _, ev := range e.rec.Flush() {

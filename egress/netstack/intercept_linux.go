@@ -80,9 +80,6 @@ func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start
 	reason := "closed"
 	defer func() {
 		c.Close()
-		if ic.tr != nil {
-			ic.tr.CloseIdleConnections()
-		}
 		e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: ev.Host, Port: ev.Port, Address: ev.Address,
 			Allow: true, Reason: reason, BytesOut: out.Load(), BytesIn: in.Load(), Duration: time.Since(start)})
 	}()
@@ -167,23 +164,11 @@ func (ic *interceptor) serveHTTP1(c net.Conn) {
 	<-done
 }
 
-// setup makes the transport to the real host and the proxy.
+// setup takes the transport to the real host (shared by every connection of the session
+// to the same destination, so a new connection of the program reuses fledge's kept-alive
+// one to the host) and makes the proxy.
 func (ic *interceptor) setup() {
-	e := ic.e
-	roots := e.cfg.RootCAs
-	ic.tr = &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(ctx, e.lim.DialTimeout)
-			defer cancel()
-			return e.dial(ctx, ic.upstream)
-		},
-		TLSClientConfig:        &tls.Config{ServerName: ic.name, RootCAs: roots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:      true,
-		TLSHandshakeTimeout:    e.lim.DialTimeout,
-		MaxIdleConnsPerHost:    4,
-		IdleConnTimeout:        90 * time.Second,
-		MaxResponseHeaderBytes: interceptHeaderBytes,
-	}
+	ic.tr = ic.e.transport(ic.name, ic.upstream)
 	authority := ic.name
 	if !(ic.scheme == "https" && ic.port == 443 || ic.scheme == "http" && ic.port == 80) {
 		authority = net.JoinHostPort(ic.name, strconv.Itoa(int(ic.port)))
@@ -514,3 +499,54 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 
 func (l *oneConnListener) Close() error   { return nil }
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+// maxTransports bounds the upstream transports one engine keeps (one per destination).
+const maxTransports = 256
+
+type transportKey struct {
+	name string
+	up   netip.AddrPort
+}
+
+// transport is the engine's transport to name at up, verified against the host's trust
+// store (or Config.RootCAs).
+func (e *Engine) transport(name string, up netip.AddrPort) *http.Transport {
+	e.trMu.Lock()
+	defer e.trMu.Unlock()
+	k := transportKey{name, up}
+	if tr, ok := e.trs[k]; ok {
+		return tr
+	}
+	if e.trs == nil || len(e.trs) >= maxTransports {
+		for _, tr := range e.trs {
+			tr.CloseIdleConnections()
+		}
+		e.trs = map[transportKey]*http.Transport{}
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, e.lim.DialTimeout)
+			defer cancel()
+			return e.dial(ctx, up)
+		},
+		TLSClientConfig:        &tls.Config{ServerName: name, RootCAs: e.cfg.RootCAs, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(16)},
+		ForceAttemptHTTP2:      true,
+		DisableCompression:     true, // the program's Accept-Encoding and the answer's encoding pass as they are
+		TLSHandshakeTimeout:    e.lim.DialTimeout,
+		MaxIdleConnsPerHost:    16,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: interceptHeaderBytes,
+	}
+	e.trs[k] = tr
+	return tr
+}
+
+// closeTransports ends the engine's kept-alive connections to the hosts it reads.
+func (e *Engine) closeTransports() {
+	e.trMu.Lock()
+	defer e.trMu.Unlock()
+	for _, tr := range e.trs {
+		tr.CloseIdleConnections()
+	}
+	e.trs = nil
+}
