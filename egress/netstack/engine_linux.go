@@ -2,6 +2,7 @@ package netstack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -55,8 +56,10 @@ type Engine struct {
 
 	stats Stats
 
-	trMu sync.Mutex
-	trs  map[transportKey]*http.Transport // intercept_linux.go
+	trMu     sync.Mutex
+	trs      map[transportKey]*http.Transport // intercept_linux.go
+	tlsCache tls.ClientSessionCache
+	upstream upPool // roundtrip_linux.go
 }
 
 // Stats counts what the engine did (for tests and benchmarks).

@@ -56,7 +56,7 @@ type interceptor struct {
 	bound    []egress.Secret // secrets bound to this destination
 	foreign  []egress.Secret // every other secret of the session
 	proxy    *httputil.ReverseProxy
-	tr       *http.Transport
+	rt       http.RoundTripper
 	in, out  *atomic.Int64
 	last     *atomic.Int64
 	idle     time.Duration
@@ -94,12 +94,11 @@ func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start
 	pc := &peekedConn{countConn: cc, br: br}
 	if first[0] != 0x16 {
 		ic.scheme = "http"
-		ic.setup()
+		ic.setup(false)
 		ic.serveHTTP1(pc)
 		return
 	}
 	ic.scheme = "https"
-	ic.setup()
 	ca := e.cfg.CA
 	if ca == nil {
 		reason = egress.ReasonTLSRefused
@@ -133,7 +132,9 @@ func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
-	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+	h2 := tc.ConnectionState().NegotiatedProtocol == "h2"
+	ic.setup(h2)
+	if h2 {
 		srv := &http2.Server{MaxConcurrentStreams: interceptStreams, MaxReadFrameSize: 1 << 20, IdleTimeout: ic.idle}
 		srv.ServeConn(tc, &http2.ServeConnOpts{Handler: ic, BaseConfig: ic.server()})
 		return
@@ -167,8 +168,12 @@ func (ic *interceptor) serveHTTP1(c net.Conn) {
 // setup takes the transport to the real host (shared by every connection of the session
 // to the same destination, so a new connection of the program reuses fledge's kept-alive
 // one to the host) and makes the proxy.
-func (ic *interceptor) setup() {
-	ic.tr = ic.e.transport(ic.name, ic.upstream)
+func (ic *interceptor) setup(h2 bool) {
+	if h2 {
+		ic.rt = ic.e.transport(ic.name, ic.upstream)
+	} else {
+		ic.rt = &inlineRT{e: ic.e, key: transportKey{ic.name, ic.upstream}, scheme: ic.scheme}
+	}
 	authority := ic.name
 	if !(ic.scheme == "https" && ic.port == 443 || ic.scheme == "http" && ic.port == 80) {
 		authority = net.JoinHostPort(ic.name, strconv.Itoa(int(ic.port)))
@@ -179,7 +184,7 @@ func (ic *interceptor) setup() {
 			pr.Out.URL.Host = authority
 			pr.Out.Host = authority
 		},
-		Transport: ic.tr,
+		Transport: ic.rt,
 		// Streamed answers (server-sent events, no length) are flushed as they come; the
 		// rest in one write.
 		FlushInterval: 0,
@@ -549,4 +554,15 @@ func (e *Engine) closeTransports() {
 		tr.CloseIdleConnections()
 	}
 	e.trs = nil
+	e.upstream.closeAll()
+}
+
+// sessionCache resumes fledge's TLS sessions with the hosts it reads.
+func (e *Engine) sessionCache() tls.ClientSessionCache {
+	e.trMu.Lock()
+	defer e.trMu.Unlock()
+	if e.tlsCache == nil {
+		e.tlsCache = tls.NewLRUClientSessionCache(64)
+	}
+	return e.tlsCache
 }
