@@ -35,7 +35,8 @@ func TestWrapperScriptQuotesEverything(t *testing.T) {
 }
 
 func TestNPMRequestCheck(t *testing.T) {
-	ok := NPMRequest{Package: "@modelcontextprotocol/server-filesystem", Version: "^2026.8.0", Args: []string{"/x"}, Env: []string{"A_B=c"}}
+	ok := NPMRequest{Package: "@modelcontextprotocol/server-filesystem", Version: "^2026.8.0", Args: []string{"/x"}, Env: []string{"A_B=c"},
+		Secrets: []string{"GITHUB_TOKEN@api.github.com:443", "OTHER"}}
 	require.NoError(t, ok.Check())
 	for _, r := range []NPMRequest{
 		{Package: "--registry=http://evil"},
@@ -53,6 +54,11 @@ func TestNPMRequestCheck(t *testing.T) {
 		{Package: "ok", Args: []string{"a\x1b[2J"}},
 		{Package: "ok", Name: "Bad Name"},
 		{Package: "ok", Filesystem: "root"},
+		{Package: "ok", Secrets: []string{"PATH"}},
+		{Package: "ok", Secrets: []string{"T@"}},
+		{Package: "ok", Secrets: []string{"T@10.0.0.1:443"}},
+		{Package: "ok", Secrets: []string{"T@api.github.com:443", "T"}},
+		{Package: "ok", Secrets: []string{"T@api.github.com:443"}, Env: []string{"T=x"}},
 	} {
 		assert.ErrorIs(t, r.Check(), ErrBadSource, "%+v", r)
 	}
