@@ -76,6 +76,10 @@ type NPMRequest struct {
 	// grants them, or not, as for any plugin). Filesystem "" = project.
 	Filesystem string `json:"filesystem,omitempty" toml:"filesystem,omitempty"`
 	Network    bool   `json:"network,omitempty" toml:"network,omitempty"`
+	// Secrets are the written manifest's [capabilities] secrets: NAME, or NAME@host:port
+	// (bound: the server holds a placeholder, fledge puts the value into its requests to
+	// those destinations only).
+	Secrets []string `json:"secrets,omitempty" toml:"secrets,omitempty"`
 }
 
 // NPMOptions run one fetch.
@@ -157,6 +161,19 @@ func (r *NPMRequest) Check() error {
 		return bad("filesystem %q: expected none, plugin or project", clip(r.Filesystem))
 	case r.Bin != "" && badText(r.Bin):
 		return bad("bin %q", clip(r.Bin))
+	case len(r.Secrets) > MaxSecrets:
+		return bad("%d secrets, more than %d", len(r.Secrets), MaxSecrets)
+	}
+	secret := map[string]bool{}
+	for _, e := range r.Secrets {
+		name, _, err := policy.ParseSecretEntry(e)
+		if err != nil {
+			return bad("secret %q: %s", clip(e), strings.TrimPrefix(err.Error(), policy.ErrUnknownCapability.Error()+": "))
+		}
+		if secret[name] {
+			return bad("secret %s is given twice", name)
+		}
+		secret[name] = true
 	}
 	for _, a := range r.Args {
 		if len(a) > maxNPMArgBytes || strings.ContainsRune(a, 0) || badText(a) {
@@ -170,6 +187,10 @@ func (r *NPMRequest) Check() error {
 		}
 		if strings.HasPrefix(k, "FLEDGE_") || k == "PATH" || k == "HOME" || strings.HasPrefix(k, "LD_") || k == "NODE_OPTIONS" {
 			return bad("environment %q: %s is fledge's to set", clip(kv), k)
+		}
+		if secret[k] {
+			// The wrapper's export would replace the secret (or its placeholder) fledge sets.
+			return bad("environment %q: %s is a secret (--secret), fledge sets it", clip(kv), k)
 		}
 	}
 	return nil
@@ -315,6 +336,9 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 			r.Args = sj.args
 		}
 		have := map[string]bool{}
+		for _, n := range policy.SecretNames(r.Secrets) {
+			have[n] = true // a default never replaces a secret fledge sets
+		}
 		for _, kv := range r.Env {
 			k, _, _ := strings.Cut(kv, "=")
 			have[k] = true
@@ -357,6 +381,10 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 		Commands: []Command{{Name: name, Binary: "bin/server",
 			Description: "the MCP server of npm package " + r.Package}},
 		Capabilities: Capabilities{Filesystem: r.Filesystem, Network: NetworkCap{All: r.Network}},
+	}
+	for _, e := range r.Secrets {
+		name, dests, _ := policy.ParseSecretEntry(e) // checked above
+		m.Capabilities.Secrets = append(m.Capabilities.Secrets, policy.SecretEntry(name, dests))
 	}
 	if len(scripts) > 0 {
 		// Run confined in the staged copy: its only writable place is that dir; npm's
@@ -713,5 +741,8 @@ func (r *NPMRequest) Changes(prev *NPMRequest) []string {
 	diff("environment", list(p.Env), list(r.Env))
 	diff("filesystem", or(p.Filesystem, policy.FilesystemProject), or(r.Filesystem, policy.FilesystemProject))
 	diff("network", fmt.Sprint(p.Network), fmt.Sprint(r.Network))
+	if len(p.Secrets) > 0 || len(r.Secrets) > 0 {
+		diff("secrets", list(p.Secrets), list(r.Secrets))
+	}
 	return out
 }

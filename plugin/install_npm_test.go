@@ -35,7 +35,8 @@ func TestWrapperScriptQuotesEverything(t *testing.T) {
 }
 
 func TestNPMRequestCheck(t *testing.T) {
-	ok := NPMRequest{Package: "@modelcontextprotocol/server-filesystem", Version: "^2026.8.0", Args: []string{"/x"}, Env: []string{"A_B=c"}}
+	ok := NPMRequest{Package: "@modelcontextprotocol/server-filesystem", Version: "^2026.8.0", Args: []string{"/x"}, Env: []string{"A_B=c"},
+		Secrets: []string{"GITHUB_TOKEN@api.github.com:443", "OTHER"}}
 	require.NoError(t, ok.Check())
 	for _, r := range []NPMRequest{
 		{Package: "--registry=http://evil"},
@@ -53,6 +54,11 @@ func TestNPMRequestCheck(t *testing.T) {
 		{Package: "ok", Args: []string{"a\x1b[2J"}},
 		{Package: "ok", Name: "Bad Name"},
 		{Package: "ok", Filesystem: "root"},
+		{Package: "ok", Secrets: []string{"PATH"}},
+		{Package: "ok", Secrets: []string{"T@"}},
+		{Package: "ok", Secrets: []string{"T@10.0.0.1:443"}},
+		{Package: "ok", Secrets: []string{"T@api.github.com:443", "T"}},
+		{Package: "ok", Secrets: []string{"T@api.github.com:443"}, Env: []string{"T=x"}},
 	} {
 		assert.ErrorIs(t, r.Check(), ErrBadSource, "%+v", r)
 	}
@@ -136,4 +142,32 @@ func TestWrapperScriptQuotesEntry(t *testing.T) {
 	require.NoError(t, err, string(out))
 	assert.Equal(t, "ran a\n", string(out))
 	assert.NoFileExists(t, marker)
+}
+
+// A secret the user declared (--secret) is fledge's to set: a package's server.json default
+// for that name is not written into the wrapper, whose export would replace the placeholder
+// (or value) fledge gives the server; the manifest declares the secret, bound as asked.
+func TestFetchNPMSecretNotSetByServerJSON(t *testing.T) {
+	dir := t.TempDir()
+	bin := t.TempDir()
+	npm := filepath.Join(bin, "npm")
+	require.NoError(t, os.WriteFile(npm, []byte(`#!/bin/sh
+[ "$1" = install ] || exit 0
+p=node_modules/@x/srv
+mkdir -p $p
+echo '{"name":"@x/srv","version":"1.0.0","bin":{"srv":"index.js"}}' > $p/package.json
+echo '{"packages":[{"registryType":"npm","identifier":"@x/srv","environmentVariables":[
+  {"name":"GITHUB_TOKEN","default":"from-server-json"},{"name":"OTHER","default":"kept"}]}]}' > $p/server.json
+: > $p/index.js
+echo '{"lockfileVersion":3,"packages":{}}' > package-lock.json
+`), 0o755))
+	pk, err := FetchNPM(context.Background(), NPMOptions{Dir: dir, NPM: npm, Node: "/bin/sh",
+		Request: NPMRequest{Package: "@x/srv", Secrets: []string{"GITHUB_TOKEN@API.github.com:443"}}})
+	require.NoError(t, err)
+	wrapper, err := os.ReadFile(filepath.Join(dir, "bin", "server"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(wrapper), "GITHUB_TOKEN")
+	assert.Contains(t, string(wrapper), "export OTHER=")
+	assert.Equal(t, []string{"GITHUB_TOKEN@api.github.com:443"}, pk.Manifest.Capabilities.Secrets)
+	assert.Equal(t, []string{"OTHER=kept"}, pk.Request.Env)
 }

@@ -22,6 +22,7 @@ import (
 type PackageRequest struct {
 	Version, Name, Bin, Filesystem string
 	Env                            []string
+	Secrets                        []string // NAME or NAME@host:port (bound)
 	Network                        bool
 	ServerArgs                     []string
 }
@@ -56,7 +57,7 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 		}
 	}
 	req := plugin.NPMRequest{Package: pkg, Version: version, Args: p.ServerArgs, Env: p.Env, Name: p.Name,
-		Bin: p.Bin, Filesystem: p.Filesystem, Network: p.Network}
+		Bin: p.Bin, Filesystem: p.Filesystem, Network: p.Network, Secrets: p.Secrets}
 	pluginsDir := filepath.Join(e.ConfigDir, "plugins")
 	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
 		return err
@@ -262,7 +263,7 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 		return exitErr(ExitCannotRun, "update %s: %v; install it again", o.Name, err)
 	}
 	ir := &InstallRequest{Source: old.Source, Yes: o.Yes, Package: PackageRequest{Version: req.Version, Name: o.Name,
-		Bin: req.Bin, Env: req.Env, Network: req.Network, Filesystem: req.Filesystem, ServerArgs: req.Args}}
+		Bin: req.Bin, Env: req.Env, Network: req.Network, Filesystem: req.Filesystem, ServerArgs: req.Args, Secrets: req.Secrets}}
 	return in.runPackage(ctx, ir, base, &old, approved)
 }
 
@@ -296,6 +297,6 @@ func npmRecord(configDir string, en *plugin.Entry) (req *plugin.NPMRequest, appr
 		return nil, nil, err
 	}
 	r.Package, r.Name = pkg, en.Name
-	r.Filesystem, r.Network = m.Capabilities.Filesystem, m.Capabilities.Network.All
+	r.Filesystem, r.Network, r.Secrets = m.Capabilities.Filesystem, m.Capabilities.Network.All, m.Capabilities.Secrets
 	return r, nil, nil
 }

@@ -14,6 +14,7 @@ func addPackageFlags(c *cobra.Command, p *protocolhost.PackageRequest) {
 	c.Flags().StringVar(&p.Name, "name", "", "npm:PKG: the plugin name (default: the package name without its scope)")
 	c.Flags().StringVar(&p.Bin, "bin", "", "npm:PKG: which entry point, when the package has several")
 	c.Flags().StringArrayVar(&p.Env, "env", nil, "npm:PKG: NAME=VALUE for the server (${FLEDGE_DATA_DIR}, ${FLEDGE_PROJECT_ROOT} expand when it starts)")
+	c.Flags().StringArrayVar(&p.Secrets, "secret", nil, "npm:PKG: a secret the server needs: NAME@host:port binds it (the server holds a placeholder; fledge puts the value into its requests to host:port only), a bare NAME hands it the value")
 	c.Flags().BoolVar(&p.Network, "network", false, "npm:PKG: the server asks for the network (granted only as you decide)")
 	c.Flags().StringVar(&p.Filesystem, "filesystem", "", "npm:PKG: the filesystem level the server asks for: none, plugin or project (default project)")
 }
