@@ -113,6 +113,10 @@ func isToken(s string) bool {
 	return true
 }
 
+// maxLeadingEmpty bounds the empty lines skipped before a request line (a client sends one
+// at most, after a body it miscounted; more is a stream that never starts).
+const maxLeadingEmpty = 8
+
 // skipEmptyLines returns the offset past leading empty lines (RFC 9112 section 2.2: a
 // server ignores at least one empty line before the request line; real ones skip any).
 func skipEmptyLines(b []byte) int {
@@ -205,6 +209,9 @@ func ParseRequestHead(b []byte, max int) (*Request, error) {
 		return nil, err
 	}
 	start := skipEmptyLines(b)
+	if bytes.Count(b[:start], []byte("\n")) > maxLeadingEmpty {
+		return nil, badRequest("more than " + strconv.Itoa(maxLeadingEmpty) + " empty lines before the request line")
+	}
 	r := &Request{ContentLength: -1}
 	if nl := bytes.IndexByte(b[start:], '\n'); nl >= 0 {
 		// The request line is judged as soon as it is whole: an HTTP/0.9 line has no
@@ -560,3 +567,36 @@ func (r *Request) Head(defaultHost string) []byte {
 	b.WriteString("\r\n")
 	return b.Bytes()
 }
+
+// HeadProgress says when a growing buffer is worth parsing again, so that a head sent a
+// byte at a time costs linear work, not a parse of everything so far at every byte: when
+// the first line has just ended, when the empty line that ends a head may have arrived,
+// when the buffer has doubled since the last parse, or at the bound.
+type HeadProgress struct {
+	seen       int // bytes looked at
+	lastParsed int
+	firstLine  bool
+}
+
+// Due reports whether b (the buffer so far, grown from what was seen) must be parsed now.
+func (h *HeadProgress) Due(b []byte, bound int) bool {
+	from := h.seen
+	h.seen = len(b)
+	// Until its first line ends, a short buffer is always looked at: another protocol's
+	// first bytes are told from a request line at once.
+	due := len(b) >= bound || len(b) >= 2*h.lastParsed+64 || !h.firstLine && len(b) <= 256
+	if !h.firstLine && bytes.IndexByte(b[from:], '\n') >= 0 {
+		h.firstLine, due = true, true
+	}
+	if !due {
+		scan := b[max(0, from-3):]
+		due = bytes.Contains(scan, []byte("\n\n")) || bytes.Contains(scan, []byte("\n\r\n"))
+	}
+	if due {
+		h.lastParsed = len(b)
+	}
+	return due
+}
+
+// Reset starts over for the next head.
+func (h *HeadProgress) Reset() { *h = HeadProgress{} }

@@ -193,11 +193,14 @@ func (f *flow) raw(br *bufio.Reader) {
 func (f *flow) readHead(br *bufio.Reader) (*egress.Request, error) {
 	_ = f.c.SetReadDeadline(time.Now().Add(headTimeout))
 	defer f.c.SetReadDeadline(time.Time{})
+	var progress egress.HeadProgress
 	for {
 		buf, _ := br.Peek(br.Buffered())
-		req, err := egress.ParseRequestHead(buf, egress.MaxRequestHead)
-		if err != egress.ErrIncomplete {
-			return req, err
+		if progress.Due(buf, egress.MaxRequestHead) {
+			req, err := egress.ParseRequestHead(buf, egress.MaxRequestHead)
+			if err != egress.ErrIncomplete {
+				return req, err
+			}
 		}
 		if _, err := br.Peek(len(buf) + 1); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -156,10 +156,16 @@ func (ic *interceptor) server() *http.Server {
 		IdleTimeout: ic.idle, ErrorLog: log.New(io.Discard, "", 0)}
 }
 
-// serveHTTP1 serves HTTP/1.1 on one connection until it closes.
+// serveHTTP1 serves HTTP/1.1 on one connection until it closes. The requests are held to
+// fledge's strict reading before Go's server reads them (egress.StreamChecker): what Go
+// would take leniently (a folded line, chunked over a Content-Length) is refused.
 func (ic *interceptor) serveHTTP1(c net.Conn) {
 	done := make(chan struct{})
-	wc := &closeNotifyConn{Conn: c, done: done}
+	sc := &strictConn{Conn: c, refused: func(err error) {
+		ic.e.emit(egress.Event{Kind: egress.EventHTTP, Proto: "tcp", Host: ic.name, Port: ic.port, Address: ic.address,
+			Reason: egress.ReasonBadRequest})
+	}}
+	wc := &closeNotifyConn{Conn: sc, done: done}
 	srv := ic.server()
 	_ = srv.Serve(&oneConnListener{c: wc})
 	<-done
@@ -565,4 +571,27 @@ func (e *Engine) sessionCache() tls.ClientSessionCache {
 		e.tlsCache = tls.NewLRUClientSessionCache(64)
 	}
 	return e.tlsCache
+}
+
+// strictConn checks what the program sends against egress.StreamChecker as it is read.
+type strictConn struct {
+	net.Conn
+	check   egress.StreamChecker
+	refused func(error)
+	failed  bool
+}
+
+func (c *strictConn) Read(p []byte) (int, error) {
+	if c.failed {
+		return 0, egress.ErrBadRequest
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		if ferr := c.check.Feed(p[:n]); ferr != nil {
+			c.failed = true
+			c.refused(ferr)
+			return 0, ferr
+		}
+	}
+	return n, err
 }
