@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,7 +242,10 @@ func (f *flow) httpRequests(br *bufio.Reader, name string, port uint16, depth in
 		if head, _ := br.Peek(req.Consumed); len(f.e.cfg.Policy.Secrets) > 0 && f.e.foreignPlaceholder(head) != "" {
 			// A secret's placeholder is worth something only where the secret is bound,
 			// and fledge reads those connections itself: here it goes nowhere.
-			f.refuse(host, p, egress.ReasonPlaceholder)
+			f.setReason(egress.ReasonPlaceholder)
+			f.e.emit(egress.Event{Kind: egress.EventHTTP, Proto: "tcp", Host: host, Port: p, Address: f.ev.Address,
+				Reason: egress.ReasonPlaceholder, Method: req.Method, Path: requestPath(req.Target)})
+			f.closeAll()
 			return
 		}
 		f.note(host, p)
@@ -507,4 +512,28 @@ func (f *flow) endIn(err error) {
 		return
 	}
 	halfClose(f.c)
+}
+
+// requestPath is a request target's path with the names of its query parameters, never
+// their values (records).
+func requestPath(target string) string {
+	if i := strings.Index(target, "://"); i >= 0 {
+		rest := target[i+3:]
+		if j := strings.IndexAny(rest, "/?"); j >= 0 {
+			target = rest[j:]
+		} else {
+			target = "/"
+		}
+	}
+	path, query, ok := strings.Cut(target, "?")
+	if !ok {
+		return ui(path)
+	}
+	var keys []string
+	for _, kv := range strings.Split(query, "&") {
+		k, _, _ := strings.Cut(kv, "=")
+		keys = append(keys, k+"=")
+	}
+	sort.Strings(keys)
+	return ui(path + "?" + strings.Join(keys, "&"))
 }

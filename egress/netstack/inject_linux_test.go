@@ -283,7 +283,7 @@ sys.stdout.write(urllib.request.urlopen(r,timeout=20).read().decode())`, url)}},
 		if strings.Contains(out, "other-body") || otherHits.Load() != before {
 			t.Fatalf("the placeholder went to other.test: %q", out)
 		}
-		if rec.await(egress.EventConnect, "other.test", false, egress.ReasonPlaceholder) == nil {
+		if rec.await(egress.EventHTTP, "other.test", false, egress.ReasonPlaceholder) == nil {
 			t.Fatalf("no unbound_secret record: %+v", rec.evs)
 		}
 	})
