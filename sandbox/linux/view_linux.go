@@ -3,6 +3,7 @@ package linux
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -37,6 +38,9 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 		}
 		protected, writable, checkouts = p.Protected, p.Writable, p.Checkouts
 	}
+	if spec.TrustBundle != "" {
+		v.Files = trustFiles(spec.TrustBundle)
+	}
 	v.Protected = append(v.Protected, protected...)
 	v.Writable = writable
 	v.Pin = pinsFor(append(append([]string{}, protected...), writable...), spec.Access.ReadWrite)
@@ -59,4 +63,29 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 		v.Dir, v.DirDev, v.DirIno = dir, st.Dev, st.Ino
 	}
 	return v, checkouts, nil
+}
+
+// trustFiles shows bundle at each of the system CA bundle paths that is a regular file on
+// the host, and at the file each one leads to through symlinks (Debian's OpenSSL reads
+// /usr/lib/ssl/cert.pem, a link to /etc/ssl/certs/ca-certificates.crt): a program that
+// reads any of them, by either path, reads the bundle.
+func trustFiles(bundle string) []kernel.ViewFile {
+	var out []kernel.ViewFile
+	seen := map[string]bool{}
+	for _, p := range sandbox.SystemCABundles {
+		r := p
+		if !symlinkFree(p) {
+			var err error
+			if r, err = filepath.EvalSymlinks(p); err != nil {
+				continue // absent (most of the list on any one system)
+			}
+		}
+		var st unix.Stat_t
+		if seen[r] || unix.Stat(r, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		seen[r] = true
+		out = append(out, kernel.ViewFile{Path: r, Source: bundle})
+	}
+	return out
 }
