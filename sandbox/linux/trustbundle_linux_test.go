@@ -107,6 +107,31 @@ func digest(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// TestViewTrustBundleTemplateReused: the runs of a session with one trust bundle share
+// one template (the bundle costs its runs no rebuild).
+func TestViewTrustBundleTemplateReused(t *testing.T) {
+	_, err := os.Stat(debianBundle)
+	testutil.SkipUnlessSupported(t, err == nil, "needs "+debianBundle+" on the host")
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	requireView(t, sb)
+	require.NotNil(t, sb.templates)
+	e := newEnv(t)
+	bundle := writeBundle(t, "REUSED\n")
+	for i := 0; i < 4; i++ {
+		spec := e.spec(`cat ` + debianBundle)
+		spec.TrustBundle = bundle
+		res, out, errOut := run(t, sb, spec)
+		require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+		require.Equal(t, "REUSED\n", out)
+	}
+	sb.templates.mu.Lock()
+	defer sb.templates.mu.Unlock()
+	require.Len(t, sb.templates.m, 1)
+	for _, vt := range sb.templates.m {
+		assert.EqualValues(t, 4, vt.t.Entered(), "every run entered the one template")
+	}
+}
+
 // TestViewTrustBundleUnderWorkingDirectory: a run whose working directory is the
 // directory holding the system bundle (its tree mounted on top of the view's) still reads
 // the trust bundle there, not the host's file the working directory's mount brought back.

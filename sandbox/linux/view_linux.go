@@ -68,20 +68,24 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 // trustFiles shows bundle at each of the system CA bundle paths that is a regular file on
 // the host, and at the file each one leads to through symlinks (Debian's OpenSSL reads
 // /usr/lib/ssl/cert.pem, a link to /etc/ssl/certs/ca-certificates.crt): a program that
-// reads any of them, by either path, reads the bundle.
+// reads any of them, by either path, reads the bundle. Each path is opened once, following
+// symlinks, and named by where the kernel says it led (most of the list is absent on any
+// one system: one failed lookup each).
 func trustFiles(bundle string) []kernel.ViewFile {
 	var out []kernel.ViewFile
 	seen := map[string]bool{}
 	for _, p := range sandbox.SystemCABundles {
-		r := p
-		if !symlinkFree(p) {
-			var err error
-			if r, err = filepath.EvalSymlinks(p); err != nil {
-				continue // absent (most of the list on any one system)
-			}
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
 		}
 		var st unix.Stat_t
-		if seen[r] || unix.Stat(r, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		r := ""
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			r, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		}
+		unix.Close(fd)
+		if r == "" || !filepath.IsAbs(r) || seen[r] {
 			continue
 		}
 		seen[r] = true
