@@ -107,6 +107,14 @@ type Spec struct {
 	Limits      Limits
 	// PrivateTmp makes a fresh private temp dir, read-write, exported as TMPDIR, removed after.
 	PrivateTmp bool
+	// TrustBundle, when set, is the absolute path of a CA bundle file (PEM) the host wrote
+	// for the run: where the run has a private filesystem view (Linux), each of
+	// SystemCABundles that exists on the host, and the file each resolves to through
+	// symlinks, shows this file's content in the view, read-only. Programs that read the
+	// system bundle directly (OpenSSL's default paths) then trust what it holds. Elsewhere
+	// (no view: Landlock alone, macOS, the fallback) it is ignored; the run's environment
+	// (SSL_CERT_FILE and the like) is what remains.
+	TrustBundle string
 	// Strict refuses to run (ErrUnavailable) instead of degrading when a promised restriction
 	// cannot be enforced.
 	Strict bool
@@ -138,6 +146,20 @@ type Spec struct {
 	// grants do not cover (KernelDenials): observation only, every call continues and the
 	// kernel decides it as without trace. Costs a round trip to the host per such call.
 	Trace bool
+}
+
+// SystemCABundles are where the systems fledge runs on keep the CA bundle their TLS
+// libraries read by default (the places Spec.TrustBundle is shown at). Paths that are
+// symlinks there (OpenSSL's /usr/lib/ssl/cert.pem on Debian) are covered through what they
+// resolve to.
+var SystemCABundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",                // Debian, Ubuntu, Alpine, Arch
+	"/etc/pki/tls/certs/ca-bundle.crt",                  // Fedora, RHEL
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", // Fedora, RHEL: what the above resolves to
+	"/etc/ssl/ca-bundle.pem",                            // openSUSE
+	"/etc/ssl/cert.pem",                                 // Alpine, macOS, BSDs
+	"/usr/lib/ssl/cert.pem",                             // OpenSSL's default on Debian, Ubuntu
+	"/etc/pki/tls/cert.pem",                             // OpenSSL's default on Fedora, RHEL
 }
 
 // Egress is a plugin session's network by destination. The interface keeps this package

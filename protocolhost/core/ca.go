@@ -30,7 +30,8 @@ var caEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE
 // trustSessionCA lets the plugin and its commands trust the certificates fledge presents
 // for the destinations it reads (bound secrets, HTTP rules), with no change to the plugin:
 // a bundle of the host's trusted CAs plus the session's CA (never its key) in a file they
-// may read, named by the variables TLS stacks read. It also gives git a credential helper
+// may read, named by the variables TLS stacks read and shown at the system bundle paths
+// of their private filesystem view. It also gives git a credential helper
 // that answers with a bound secret's placeholder for its destinations, so a clone or push
 // over https carries it to fledge, which puts the value in. Nothing when the session has
 // no such destination.
@@ -65,6 +66,9 @@ func trustSessionCA(p *policy.Profile, environ []string, placeholders map[string
 	for _, spec := range []*sandbox.Spec{&p.Plugin, &p.Exec, &p.Legacy} {
 		spec.Access.ReadOnly = append(spec.Access.ReadOnly, dir)
 		spec.Env = setEnv(spec.Env, set)
+		// Also at the system bundle paths, for programs that read no variable (OpenSSL's
+		// defaults); only where the run has a private filesystem view.
+		spec.TrustBundle = bundle
 	}
 }
 

@@ -86,6 +86,12 @@ type ViewMount struct {
 	System bool `json:"sys,omitempty"`
 }
 
+// ViewFile is a file of the host shown at a path of the view.
+type ViewFile struct {
+	Path   string `json:"path"`   // where, in the view
+	Source string `json:"source"` // the host's file (its last element no symlink)
+}
+
 // View is what the child sees.
 type View struct {
 	Mounts []ViewMount `json:"mounts"`
@@ -123,6 +129,12 @@ type View struct {
 	// ProcMask names files at the top of the view's /proc that an empty, unreadable file
 	// covers (RootOnlyProc: what a root fledge's commands, uid 0, must not read there).
 	ProcMask []string `json:"proc_mask,omitempty"`
+	// Files are shown in place of what the grants show at their paths (a CA bundle at the
+	// system bundle paths): each bound over the file at its Path, read-only, nosuid, nodev,
+	// noexec, on top of every other mount, the working directory's included. A Path that
+	// is not a regular file in the view (not granted, gone, reached through a symlink) is
+	// skipped: nothing is shown there that the grants did not show.
+	Files []ViewFile `json:"files,omitempty"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

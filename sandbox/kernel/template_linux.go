@@ -144,6 +144,17 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		}
 		dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
 	}
+	// The working directory's tree, mounted on the template's, covers the files the
+	// template shows beneath it: they are shown again on top of it (rarely: a run whose
+	// working directory holds the system CA bundle).
+	var files []int
+	if tree >= 0 && filesBeneath(v, dir, dirNow) {
+		var err error
+		if files, err = openFiles(v.Files); err != nil {
+			return err
+		}
+		defer closeFDs(files)
+	}
 	tmpTree := -1
 	if v.RunTmp != "" {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, v.RunTmp, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
@@ -211,6 +222,9 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		// The working directory's tree came from the host: the protected paths beneath it
 		// are protected again on top of it.
 		if err := protect("", v, where); err != nil {
+			return err
+		}
+		if err := attachFiles("", v.Files, files, where); err != nil {
 			return err
 		}
 		// As in EnterView (coveringCwd): a working directory that is or lies in a protected

@@ -61,6 +61,12 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 		}
 		dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
 	}
+	// The files shown in the view, taken like the working directory, in this namespace.
+	files, err := openFiles(v.Files)
+	if err != nil {
+		return err
+	}
+	defer closeFDs(files)
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare: %w", err)
 	}
@@ -203,6 +209,10 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 		return err
 	}
 	if err := protect("/newroot", v, "/"); err != nil {
+		return err
+	}
+	// Last, so no grant, working directory or protected path mounted there covers them.
+	if err := attachFiles("/newroot", v.Files, files, "/"); err != nil {
 		return err
 	}
 	// A pin or protected mount at or above the working directory's mount covers it: the
@@ -545,6 +555,99 @@ func reopenCwd(cwdfd int, at string) (int, error) {
 		return -1, fmt.Errorf("working directory %s changed identity in the view", at)
 	}
 	return fd, nil
+}
+
+// openFiles takes a detached copy of the mount of each file's source (open_tree, in the
+// calling thread's mount namespace: it refuses a foreign one), read-only, nosuid, nodev,
+// noexec, to be attached once by attachFiles. The caller closes them (closeFDs).
+func openFiles(files []ViewFile) ([]int, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	fds := make([]int, 0, len(files))
+	for _, f := range files {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, f.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("file %s: %w", f.Source, err)
+		}
+		fds = append(fds, fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			closeFDs(fds)
+			return nil, fmt.Errorf("file %s is not a regular file", f.Source)
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{
+			Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("read-only %s: %w", f.Source, err)
+		}
+	}
+	return fds, nil
+}
+
+// attachFiles attaches each of fds (openFiles of files) over the regular file at its path
+// in the view rooted at prefix, for the paths at or beneath under. The path is looked up
+// beneath the view's root refusing every symlink, so it cannot lead anywhere the host did
+// not resolve it to; one that is not a regular file there is skipped.
+func attachFiles(prefix string, files []ViewFile, fds []int, under string) error {
+	if len(fds) == 0 {
+		return nil
+	}
+	root, err := unix.Open(prefix+"/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("view root: %w", err)
+	}
+	defer unix.Close(root)
+	for i, f := range files {
+		p := filepath.Clean(f.Path)
+		if !filepath.IsAbs(p) || p == "/" || (p != under && !isBeneath(p, under)) {
+			continue
+		}
+		dst, err := unix.Openat2(root, p[1:], &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) ||
+				errors.Is(err, unix.EACCES) || errors.Is(err, unix.EXDEV) {
+				continue
+			}
+			return fmt.Errorf("file %s: %w", p, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(dst, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(dst)
+			continue
+		}
+		err = unix.MoveMount(fds[i], "", dst, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		unix.Close(dst)
+		if err != nil {
+			return fmt.Errorf("show %s at %s: %w", f.Source, p, err)
+		}
+	}
+	return nil
+}
+
+// filesBeneath: a file of v lies at or beneath one of dirs.
+func filesBeneath(v *View, dirs ...string) bool {
+	for _, f := range v.Files {
+		p := filepath.Clean(f.Path)
+		for _, d := range dirs {
+			if d != "" && (p == filepath.Clean(d) || isBeneath(p, filepath.Clean(d))) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // readOnly makes the mount at dst and every mount beneath it read-only (nosuid too).

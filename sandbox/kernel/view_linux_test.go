@@ -119,3 +119,56 @@ func TestProtectOrder(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEnterViewTrustBundle is BenchmarkEnterView's view without ("off") and with
+// ("on") a file shown at the system CA bundle path, as a run given a trust bundle has it:
+// cpu-ns/op is the launch thread's own CPU time per view.
+func BenchmarkEnterViewTrustBundle(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	const target = "/etc/ssl/certs/ca-certificates.crt"
+	if _, err := os.Stat(target); err != nil {
+		b.Skip("no " + target)
+	}
+	bundle := b.TempDir() + "/ca.pem"
+	if err := os.WriteFile(bundle, []byte("bundle\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	project, tmp := b.TempDir(), b.TempDir()
+	mounts := []ViewMount{{Path: project, Writable: true}, {Path: tmp, Writable: true}, {Path: "/dev/null", Writable: true}}
+	for _, p := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/opt", "/etc", "/proc", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"} {
+		mounts = append(mounts, ViewMount{Path: p})
+	}
+	mask, err := RootOnlyProc()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		name := "off"
+		v := &View{Mounts: mounts, ProcMask: mask}
+		if on {
+			name = "on"
+			v.Files = []ViewFile{{Path: target, Source: bundle}}
+		}
+		b.Run(name, func(b *testing.B) {
+			var cpu int64
+			for b.Loop() {
+				var err error
+				var used int64
+				onThrowawayThread(b, func() {
+					var r0, r1 unix.Rusage
+					_ = unix.Getrusage(unix.RUSAGE_THREAD, &r0)
+					err = EnterView(v, -1)
+					_ = unix.Getrusage(unix.RUSAGE_THREAD, &r1)
+					used = (r1.Utime.Nano() + r1.Stime.Nano()) - (r0.Utime.Nano() + r0.Stime.Nano())
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu += used
+			}
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -240,5 +241,71 @@ func BenchmarkExecParallel(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkExecTrustBundle is what showing a trust bundle at the system CA bundle paths
+// costs an exec, per way of building the view: runs with and without one alternate on one
+// sandbox (each has its own template, and goes first in every other pair), ns/op is a
+// pair, on-ns/op and off-ns/op its halves.
+func BenchmarkExecTrustBundle(b *testing.B) {
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	bundle := filepath.Join(b.TempDir(), "ca.pem")
+	if err := os.WriteFile(bundle, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range viewLaunchers {
+		b.Run(l.name, func(b *testing.B) {
+			sb, err := New(l.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = sb.Close() })
+			if !sb.view {
+				b.Skip("no private filesystem view")
+			}
+			var spent [2]time.Duration
+			n := 0
+			for b.Loop() {
+				// Each goes first in every other pair: the first of a pair meets the
+				// previous pair's cleanup.
+				for k := range 2 {
+					i := (k + n) % 2
+					tb := []string{bundle, ""}[i]
+					spec := &sandbox.Spec{
+						Name: "bench", Path: "/bin/sh", Args: []string{"sh", "-c", "true"},
+						Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Network: true,
+						Access:      sandbox.Access{ReadWrite: []string{dir.Name()}, ReadExec: SystemReadExec},
+						Limits:      sandbox.Limits{MemoryBytes: 1 << 30, Pids: 256},
+						PrivateTmp:  true,
+						TrustBundle: tb,
+					}
+					t0 := time.Now()
+					p, err := sb.Start(context.Background(), spec)
+					if err != nil {
+						b.Fatal(err)
+					}
+					res, err := p.Wait()
+					if err != nil || res.ExitCode != 0 {
+						b.Fatal(err, res)
+					}
+					spent[i] += time.Since(t0)
+				}
+				n++
+			}
+			b.ReportMetric(float64(spent[0].Nanoseconds())/float64(n), "on-ns/op")
+			b.ReportMetric(float64(spent[1].Nanoseconds())/float64(n), "off-ns/op")
+		})
+	}
+}
+
+// BenchmarkTrustFiles is the host's share of it: finding the system bundle paths on disk.
+func BenchmarkTrustFiles(b *testing.B) {
+	for b.Loop() {
+		trustFiles("/tmp/ca.pem")
 	}
 }

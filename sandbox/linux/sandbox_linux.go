@@ -486,6 +486,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if err := checkAccess(&spec.Access, append(implicitReadOnly, implicitReadWrite...)...); err != nil {
 		return nil, err
 	}
+	if err := checkTrustBundle(spec); err != nil {
+		return nil, err
+	}
 	mode, err := s.plan(spec)
 	if err != nil {
 		return nil, err

@@ -47,7 +47,9 @@ func templateKey(v *kernel.View) (string, error) {
 		// The covers in it: a run sharing fledge's network namespace has its secrets
 		// covered besides (NetRootOnlyProc), one denied the network does not.
 		ProcMask []string
-	}{Protected: v.Protected, Pin: v.Pin, Writable: v.Writable, ProcMask: v.ProcMask}
+		// The files shown: a template of one session's CA bundle is never another's.
+		Files []kernel.ViewFile
+	}{Protected: v.Protected, Pin: v.Pin, Writable: v.Writable, ProcMask: v.ProcMask, Files: v.Files}
 	for _, m := range v.Mounts {
 		if m.Path != v.RunTmp || v.RunTmp == "" {
 			base.Mounts = append(base.Mounts, m)
@@ -108,6 +110,19 @@ func identities(v *kernel.View) (map[string]fileID, error) {
 			// Any other failure would read as "absent" on every run and keep an old
 			// template whose cover may be gone: no template (a fresh view) instead.
 			return nil, fmt.Errorf("cover %s: %w", name, err)
+		}
+	}
+	// A file shown, or the file it is shown over, replaced on disk since (the host's
+	// bundle renamed over by update-ca-certificates drops the template's mount on the old
+	// one): a new template shows it again.
+	for _, f := range v.Files {
+		for _, p := range []string{f.Source, f.Path} {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil {
+				ids["file:"+p] = fileID{st.Dev, st.Ino}
+			} else {
+				ids["file:"+p] = fileID{}
+			}
 		}
 	}
 	for _, m := range v.Mounts {

@@ -138,6 +138,15 @@ func runUserNSHelper(root, m string) int {
 		chmod 0666 "$HOME/.ssh/id_rsa" 2>/dev/null && echo chmod-ok
 		touch -d 2001-01-01 "$HOME/.ssh/id_rsa" 2>/dev/null && echo touch-ok
 		echo done`), nil)
+	// The session's CA bundle at the system bundle path (a file this user wrote).
+	if f, err := os.CreateTemp("", "fledge-ca-userns-*.pem"); err == nil {
+		_, _ = f.WriteString("USERNS-BUNDLE\n")
+		f.Close()
+		defer os.Remove(f.Name())
+		tb := spec(`head -1 /etc/ssl/certs/ca-certificates.crt`)
+		tb.TrustBundle = f.Name()
+		report("trust-bundle", tb, nil)
+	}
 	report("proc", spec(`for p in /proc/[0-9]*; do printf '%s:' "${p#/proc/}"; tr '\0' ' ' < "$p/cmdline"; echo; done`), nil)
 	report("write", spec(`echo written > out.txt && mkdir sub && echo ok`), nil)
 	report("exit", spec(`exit 7`), nil)
@@ -318,6 +327,15 @@ func TestUserNamespaceView(t *testing.T) {
 		assert.Contains(t, r.Stdout, "msg denied")
 		assert.Contains(t, r.Stdout, "created shm", "IPC works inside the run")
 		assert.Equal(t, "secret="+secret+"\n", after.Stdout, "the run's objects outlived it, or it took the host's message")
+	})
+	t.Run("trust bundle at the system bundle path", func(t *testing.T) {
+		if _, err := os.Stat("/etc/ssl/certs/ca-certificates.crt"); err != nil {
+			t.Skip("no /etc/ssl/certs/ca-certificates.crt on the host")
+		}
+		r := runs["trust-bundle"]
+		require.Empty(t, r.Err)
+		require.Equal(t, 0, r.Exit, r.Stderr)
+		assert.Equal(t, "USERNS-BUNDLE\n", r.Stdout)
 	})
 	t.Run("report", func(t *testing.T) {
 		r := runs["secret"]

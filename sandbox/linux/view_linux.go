@@ -3,6 +3,7 @@ package linux
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -37,6 +38,9 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 		}
 		protected, writable, checkouts = p.Protected, p.Writable, p.Checkouts
 	}
+	if spec.TrustBundle != "" {
+		v.Files = trustFiles(spec.TrustBundle)
+	}
 	v.Protected = append(v.Protected, protected...)
 	v.Writable = writable
 	v.Pin = pinsFor(append(append([]string{}, protected...), writable...), spec.Access.ReadWrite)
@@ -59,4 +63,33 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 		v.Dir, v.DirDev, v.DirIno = dir, st.Dev, st.Ino
 	}
 	return v, checkouts, nil
+}
+
+// trustFiles shows bundle at each of the system CA bundle paths that is a regular file on
+// the host, and at the file each one leads to through symlinks (Debian's OpenSSL reads
+// /usr/lib/ssl/cert.pem, a link to /etc/ssl/certs/ca-certificates.crt): a program that
+// reads any of them, by either path, reads the bundle. Each path is opened once, following
+// symlinks, and named by where the kernel says it led (most of the list is absent on any
+// one system: one failed lookup each).
+func trustFiles(bundle string) []kernel.ViewFile {
+	var out []kernel.ViewFile
+	seen := map[string]bool{}
+	for _, p := range sandbox.SystemCABundles {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		r := ""
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			r, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		}
+		unix.Close(fd)
+		if r == "" || !filepath.IsAbs(r) || seen[r] {
+			continue
+		}
+		seen[r] = true
+		out = append(out, kernel.ViewFile{Path: r, Source: bundle})
+	}
+	return out
 }
