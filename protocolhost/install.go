@@ -380,9 +380,11 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 		switch {
 		case errors.Is(err, plugin.ErrNotInstalled):
 			return nil, exitErr(ExitFailure, "no plugin named %q is installed", name)
-		case errors.Is(err, policy.ErrGrantsNothing) && !revoke:
+		case errors.Is(err, policy.ErrGrantsNothing):
 			code, rc = ExitUsage, reason.CapabilityNotDeclared
-			err = fmt.Errorf("%s %w: `fledge plugins revoke %s network` takes the network away", strings.TrimSpace(item), policy.ErrGrantsNothing, name)
+			if !revoke {
+				err = fmt.Errorf("%s %w: `fledge plugins revoke %s network` takes the network away", strings.TrimSpace(item), policy.ErrGrantsNothing, name)
+			}
 		case errors.Is(err, policy.ErrUnknownCapability):
 			code, rc = ExitUsage, reason.CapabilityNotDeclared
 		case errors.Is(err, policy.ErrNotDeclared), errors.Is(err, plugin.ErrLegacyNoGrants):
