@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -105,7 +106,8 @@ func (o *GrantOptions) Run() error {
 		fmt.Fprintf(o.g.Streams.Out, "%s did not hold %s; granted: %s\n", c.Plugin, c.Item, c.After)
 	case !c.Changed:
 		fmt.Fprintf(o.g.Streams.Out, "%s already held %s; granted: %s\n", c.Plugin, c.Item, c.After)
-	case o.Revoke && !(len(c.Dropped) == 1 && c.Dropped[0] == c.Item):
+	case o.Revoke && c.Item == "network" && !slices.Equal(c.Dropped, []string{"network"}):
+		// Revoking network drops every destination too: each is named.
 		dropped := make([]string, len(c.Dropped))
 		for i, d := range c.Dropped {
 			if d == "network" {
