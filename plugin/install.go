@@ -26,7 +26,7 @@ var (
 	ErrAlreadyInstalled = errors.New("plugin already installed")
 	// ErrCommandTaken: another installed plugin owns one of the commands.
 	ErrCommandTaken = errors.New("command already provided by another plugin")
-	// ErrBadSource: the source is neither a directory nor a git URL.
+	// ErrBadSource: the source is not a plugin directory, a git URL or a package.
 	ErrBadSource = errors.New("invalid plugin source")
 	// ErrClone: git could not fetch the source.
 	ErrClone = errors.New("git clone failed")
@@ -94,6 +94,11 @@ type InstallOptions struct {
 	PreviousAsked policy.Grants
 	// NPM is how an npm plugin was asked for, recorded in its entry (Entry.NPM).
 	NPM *NPMRequest
+	// Verify, when set, checks the installed plugin once it is in place and in plugins.toml
+	// (an npm package's server must complete the MCP handshake), while the copy it replaces
+	// is still kept aside. An error rolls the install back: the previous copy and entry (or
+	// none) are restored, and Install returns the error.
+	Verify func(ctx context.Context, e *Entry) error
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -250,6 +255,11 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	var previous *Entry // reg.Put overwrites the entry existing points at
+	if existing != nil {
+		p := *existing
+		previous = &p
+	}
 	final := Dir(o.ConfigDir, name)
 	commit, undo, err := swapIn(stage, final, existing != nil)
 	if err != nil {
@@ -261,9 +271,31 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		undo()
 		return nil, fmt.Errorf("save registry: %w", err)
 	}
+	if o.Verify != nil {
+		if err := o.Verify(ctx, &entry); err != nil {
+			return nil, rollBack(reg, name, previous, undo, err)
+		}
+	}
 	commit()
 	// The one "installed" line is the caller's: it knows where results go (stdout).
 	return &entry, nil
+}
+
+// rollBack undoes an install whose Verify failed: the entry it replaced (or none) goes back
+// into plugins.toml, and the copy it replaced (or nothing) back into place. why is returned,
+// with what could not be restored, if anything.
+func rollBack(reg *Registry, name string, previous *Entry, undo func(), why error) error {
+	if previous != nil {
+		reg.Put(*previous)
+	} else {
+		reg.Delete(name)
+	}
+	err := reg.Save()
+	undo()
+	if err != nil {
+		return fmt.Errorf("%w; and plugins.toml could not be restored: %v", why, err)
+	}
+	return why
 }
 
 // checkConflicts loads the registry and refuses a name installed from another source or a
@@ -419,8 +451,7 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 		granting("Granting all declared", asked)
 		return asked, nil
 	case o.NonInteractive || o.Asker == nil:
-		return none, fmt.Errorf("%w: plugin %q declares %s; in non-interactive mode pass --yes to grant them all or --grant %s (or a subset)",
-			ErrNeedsGrant, m.Plugin.Name, strings.Join(declared.Names(), ", "), strings.Join(declared.Names(), ","))
+		return none, needsGrant(m.Plugin.Name, declared)
 	}
 	g := none
 	for _, n := range declared.Names() {
@@ -453,6 +484,30 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 	}
 	granting("Granting", g)
 	return g, nil
+}
+
+// needsGrant is the refusal of an install that would have to ask for the capabilities a
+// plugin declares, with nobody to ask and neither --yes nor --grant.
+func needsGrant(name string, declared policy.Grants) error {
+	return fmt.Errorf("%w: plugin %q declares %s; in non-interactive mode pass --yes to grant them all or --grant %s (or a subset)",
+		ErrNeedsGrant, name, strings.Join(declared.Names(), ", "), strings.Join(declared.Names(), ","))
+}
+
+// grantsDecidable refuses at once, for a plugin whose declarations are known before it is
+// fetched, what decideGrants would refuse once it is: a --grant beyond them, or nobody to
+// ask (no terminal, neither --yes nor --grant) when there is something to ask. Only for
+// manifests without the default filesystem rule (declared is then all they ask for).
+func grantsDecidable(o InstallOptions, name string, declared policy.Grants) error {
+	switch {
+	case o.Grant != nil:
+		_, err := o.Grant.Resolve(declared)
+		return err
+	case declared.Empty() || o.Yes:
+		return nil
+	case o.NonInteractive || o.Asker == nil:
+		return needsGrant(name, declared)
+	}
+	return nil
 }
 
 // askDefault asks, on a terminal, for the default filesystem level on top of g (default
@@ -531,8 +586,13 @@ func fetchSource(ctx context.Context, o InstallOptions) (dir, source string, cle
 		return "", "", nop, err
 	}
 	st, err := os.Stat(abs)
-	if err != nil || !st.IsDir() {
-		return "", "", nop, fmt.Errorf("%w: %s is neither a directory nor a git URL (https://, ssh://, git@host:path, file://)", ErrBadSource, clip(s))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", "", nop, fmt.Errorf("%w: no such directory: %s (a source is a plugin directory, a git URL such as https://, ssh://, git@host:path or file://, or npm:PKG)", ErrBadSource, clip(s))
+	case err != nil:
+		return "", "", nop, fmt.Errorf("%w: %s: %v", ErrBadSource, clip(s), fsProblem(err))
+	case !st.IsDir():
+		return "", "", nop, fmt.Errorf("%w: %s is a file, not a plugin directory (a bare executable installs with --protocol; a plugin directory holds plugin.toml)", ErrBadSource, clip(s))
 	}
 	return abs, abs, nop, nil
 }

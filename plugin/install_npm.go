@@ -196,6 +196,31 @@ func (r *NPMRequest) Check() error {
 	return nil
 }
 
+// capabilities are what the manifest written for r declares: the filesystem level asked for
+// (default project) and the whole network when asked for; nothing else.
+func (r *NPMRequest) capabilities() Capabilities {
+	fs := r.Filesystem
+	if fs == "" {
+		fs = policy.FilesystemProject
+	}
+	c := Capabilities{Filesystem: fs, Network: NetworkCap{All: r.Network}}
+	for _, e := range r.Secrets {
+		if name, dests, err := policy.ParseSecretEntry(e); err == nil { // checked by Check
+			c.Secrets = append(c.Secrets, policy.SecretEntry(name, dests))
+		}
+	}
+	return c
+}
+
+// DecideBeforeFetch refuses, before anything is fetched, an install of r whose grants could
+// not be decided once it was (o as Install gets it): what the written manifest declares is
+// known from the request alone, so an install off a terminal without --yes or --grant, or
+// with a --grant beyond it, fails at once instead of after the download.
+func DecideBeforeFetch(o InstallOptions, r NPMRequest) error {
+	m := Manifest{Plugin: Meta{Protocol: ProtocolMCP}, Capabilities: r.capabilities()}
+	return grantsDecidable(o, r.pluginName(), m.Declared())
+}
+
 // pluginName is the plugin name for a package: --name, else the unscoped name with what a
 // plugin name cannot hold replaced.
 func (r *NPMRequest) pluginName() string {
@@ -380,11 +405,7 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 		Plugin: Meta{Name: name, Version: meta.Version, Description: clipN(desc, 200), Protocol: ProtocolMCP},
 		Commands: []Command{{Name: name, Binary: "bin/server",
 			Description: "the MCP server of npm package " + r.Package}},
-		Capabilities: Capabilities{Filesystem: r.Filesystem, Network: NetworkCap{All: r.Network}},
-	}
-	for _, e := range r.Secrets {
-		name, dests, _ := policy.ParseSecretEntry(e) // checked above
-		m.Capabilities.Secrets = append(m.Capabilities.Secrets, policy.SecretEntry(name, dests))
+		Capabilities: r.capabilities(),
 	}
 	if len(scripts) > 0 {
 		// Run confined in the staged copy: its only writable place is that dir; npm's

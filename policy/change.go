@@ -124,6 +124,7 @@ func RevokeOne(cur Grants, item string) (Change, error) {
 	case g.Metadata:
 		c.After.Metadata = false
 	case g.Network: // the whole grant: everything and every destination
+		c.Item = "network"
 		c.After.Network, c.After.NetworkTo = false, nil
 	case len(g.Secrets) > 0:
 		c.Item = "secret=" + g.Secrets[0]

@@ -67,6 +67,11 @@ func TestRevokeOne(t *testing.T) {
 		require.NoError(t, err, item)
 		assert.Equal(t, want, c.After, item)
 	}
+	// network=true is the whole network: revoked with every destination, applied as "network".
+	c, err := RevokeOne(Grants{Network: true, NetworkTo: []string{"a.example:443"}}, "network=true")
+	require.NoError(t, err)
+	assert.Equal(t, "network", c.Item)
+	assert.Equal(t, Grants{Filesystem: "none"}, c.After)
 	// "filesystem:project" (runtime-v1's spelling) is refused as unknown, like any level.
 	for _, bad := range []string{"filesystem=plugin", "filesystem:project", "filesystem:", "", "none", "exec,store", "sudo"} {
 		_, err := RevokeOne(all, bad)

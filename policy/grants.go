@@ -183,6 +183,10 @@ func (g Grants) Resolve(declared Grants) (Grants, error) {
 	return g, nil
 }
 
+// ErrGrantsNothing: an item that names a capability only to grant none of it
+// (network=false, plugin.toml's `network = false`).
+var ErrGrantsNothing = errors.New("grants nothing")
+
 // ErrBadGrantList: a --grant list with an empty, padded or repeated item.
 var ErrBadGrantList = errors.New("invalid capability list")
 
@@ -231,8 +235,11 @@ func ParseGrantList(s string) (Grants, error) {
 			g.Store = true
 		case item == "metadata":
 			g.Metadata = true
-		case item == "network":
+		case item == "network", item == "network=true":
+			// network=true is plugin.toml's `network = true`: the whole network.
 			g.Network = true
+		case item == "network=false":
+			return Grants{}, fmt.Errorf("%s %w: leave network out (revoking network takes the network away)", raw, ErrGrantsNothing)
 		case strings.HasPrefix(item, "network="):
 			d, err := egress.ParseDest(strings.TrimPrefix(item, "network="))
 			if err != nil {

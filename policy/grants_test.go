@@ -33,9 +33,18 @@ func TestParseGrantList(t *testing.T) {
 		{"exec,,store", Grants{}, `bad:item 2 is empty`},
 		{"exec,", Grants{}, `bad:item 2 is empty`},
 		{" none", Grants{}, `bad:" none" has spaces around it`},
+		// plugin.toml's `network = true`, spelled as a grant: the whole network.
+		{"network=true", Grants{Network: true, Filesystem: "none"}, ""},
+		{"exec,NETWORK=TRUE", Grants{Exec: true, Network: true, Filesystem: "none"}, ""},
+		{"network=false", Grants{}, `nothing:network=false grants nothing`},
 	}
 	for _, tc := range cases {
 		got, err := ParseGrantList(tc.in)
+		if strings.HasPrefix(tc.wantErr, "nothing:") {
+			require.ErrorIs(t, err, ErrGrantsNothing, tc.in)
+			assert.Contains(t, err.Error(), strings.TrimPrefix(tc.wantErr, "nothing:"))
+			continue
+		}
 		if strings.HasPrefix(tc.wantErr, "bad:") {
 			require.ErrorIs(t, err, ErrBadGrantList, tc.in)
 			assert.Contains(t, err.Error(), strings.TrimPrefix(tc.wantErr, "bad:"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/fledgehq/fledge/audit"
@@ -45,6 +46,9 @@ type installer struct {
 	log    *audit.Log
 	out    io.Writer // results
 	errOut io.Writer // questions' context, warnings, plugin bytes
+	// update names the plugin being updated ("": an install): a refusal then says
+	// "update NAME", not "install SOURCE".
+	update string
 }
 
 // Install installs a plugin, granting only what the user approves, and records it.
@@ -87,34 +91,44 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 	return in.installOne(ctx, base)
 }
 
+// what is what a refusal is about: "install SOURCE", or "update NAME".
+func (in *installer) what(source string) string {
+	if in.update != "" {
+		return "update " + in.update
+	}
+	return "install " + source
+}
+
 // installOne runs one install and records it.
 func (in *installer) installOne(ctx context.Context, io plugin.InstallOptions) error {
 	e := in.h.Env
 	entry, err := plugin.Install(ctx, io)
 	// One install is one session: its records share an id and say what the sandbox enforces.
 	if err != nil {
-		_ = e.NewRecorder(in.log, refusedRef(io.Source), nil).RecordNow(audit.EventInstall, audit.Deny, reason.Code(installReason(err)),
-			map[string]any{"source": io.Source, "error": err.Error()})
-		code := ExitFailure
-		// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer
-		// protocol) is "could not run", like the same refusal at run time.
-		if errors.Is(err, plugin.ErrNeedsGrant) || errors.Is(err, plugin.ErrUnsupportedProtocol) || errors.Is(err, plugin.ErrUnapprovedChange) {
-			code = ExitCannotRun
-		}
-		if errors.Is(err, ui.ErrInterrupted) { // Ctrl+C at a grant question
-			code = ExitInterrupted
-		}
 		src := io.Source
 		if io.RecordSource != "" {
 			src = io.RecordSource
 		}
-		return exitErr(code, "install %s: %v", src, err)
+		details := map[string]any{"source": src, "error": err.Error()}
+		if errors.Is(err, ErrNotMCPServer) {
+			details["rolled_back"] = true
+		}
+		ref := refusedRef(io.Source)
+		if ref != nil {
+			ref.Source = src // an npm package's, not the dir it was fetched into
+		}
+		_ = e.NewRecorder(in.log, ref, nil).RecordNow(audit.EventInstall, audit.Deny, reason.Code(installReason(err)), details)
+		return exitErr(installExit(err), "%s: %v", in.what(src), err)
 	}
 	rec := e.NewRecorder(in.log, entryRef(entry), nil)
 	_ = rec.RecordNow(audit.EventInstall, audit.Allow, reason.OK, map[string]any{"source": entry.Source, "commands": entry.Commands})
 	_ = rec.RecordNow(audit.EventGrant, audit.Allow, reason.OK, map[string]any{audit.DetailCapabilities: entry.Granted.Names()})
 	fledgev1.PrecompileWasm(ctx, e, entry.Name, in.errOut)
-	fmt.Fprintf(in.out, "installed %s %s (commands: %s; granted: %s)\n",
+	done := "installed"
+	if in.update != "" {
+		done = "updated"
+	}
+	fmt.Fprintf(in.out, "%s %s %s (commands: %s; granted: %s)\n", done,
 		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.ConfigDir, entry))
 	return nil
 }
@@ -138,6 +152,20 @@ func refusedRef(source string) *audit.PluginRef {
 	return &audit.PluginRef{Name: man.Plugin.Name, Version: man.Plugin.Version, Source: source, ManifestDigest: man.SHA256()}
 }
 
+// installExit is the exit status of a refused install.
+func installExit(err error) int {
+	switch {
+	// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer protocol,
+	// a server that does not start) is "could not run", like the same refusal at run time.
+	case errors.Is(err, plugin.ErrNeedsGrant), errors.Is(err, plugin.ErrUnsupportedProtocol),
+		errors.Is(err, plugin.ErrUnapprovedChange), errors.Is(err, ErrNotMCPServer):
+		return ExitCannotRun
+	case errors.Is(err, ui.ErrInterrupted): // Ctrl+C at a grant question
+		return ExitInterrupted
+	}
+	return ExitFailure
+}
+
 func installReason(err error) string {
 	switch {
 	case errors.Is(err, plugin.ErrNeedsGrant), errors.Is(err, plugin.ErrUnapprovedChange):
@@ -146,7 +174,7 @@ func installReason(err error) string {
 		return string(reason.ProtocolVersionMismatch)
 	case errors.Is(err, plugin.ErrNotDeclared):
 		return string(reason.CapabilityNotDeclared)
-	case errors.Is(err, jsonrpc.ErrHandshake), errors.Is(err, jsonrpc.ErrManifest):
+	case errors.Is(err, jsonrpc.ErrHandshake), errors.Is(err, jsonrpc.ErrManifest), errors.Is(err, ErrNotMCPServer):
 		return string(reason.HandshakeFailed)
 	}
 	return string(reason.LaunchFailed)
@@ -238,8 +266,17 @@ func (in *installer) hookRunner() plugin.HookRunner {
 	}
 }
 
+// Removed is what one `plugins remove` did.
+type Removed struct {
+	*plugin.Entry
+	// UnusedSecrets are stored secrets the plugin was granted that no installed plugin is
+	// granted or declares now. fledge never deletes a stored secret unasked: they stay, and
+	// the user is told (`fledge secrets remove NAME`).
+	UnusedSecrets []string
+}
+
 // Remove removes an installed plugin and its data, and records it.
-func (h *Host) Remove(name string) (*plugin.Entry, error) {
+func (h *Host) Remove(name string) (*Removed, error) {
 	log, err := h.auditLog()
 	if err != nil {
 		return nil, err
@@ -255,7 +292,42 @@ func (h *Host) Remove(name string) (*plugin.Entry, error) {
 	if err := pins.Remove(h.Env.ConfigDir, en.Name); err != nil {
 		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the pinned tool definitions of %s stay: %v", en.Name, err))
 	}
-	return en, nil
+	return &Removed{Entry: en, UnusedSecrets: h.unusedSecrets(en.Granted.Secrets)}, nil
+}
+
+// unusedSecrets are the names among granted that are stored in fledge's secret store and
+// that no installed plugin is granted or declares (in its approved plugin.toml).
+func (h *Host) unusedSecrets(granted []string) []string {
+	if len(granted) == 0 {
+		return nil
+	}
+	stored, err := plugin.SecretNames(h.Env.StateDir)
+	if err != nil || len(stored) == 0 {
+		return nil
+	}
+	reg, err := plugin.LoadRegistry(h.Env.ConfigDir)
+	if err != nil {
+		return nil // nothing said rather than a wrong "unused"
+	}
+	used := map[string]bool{}
+	for i := range reg.Plugins {
+		en := &reg.Plugins[i]
+		for _, n := range policy.SecretNames(en.Granted.Secrets) {
+			used[n] = true
+		}
+		if m, err := plugin.ApprovedManifest(h.Env.ConfigDir, en); err == nil {
+			for _, n := range policy.SecretNames(m.Declared().Secrets) {
+				used[n] = true
+			}
+		}
+	}
+	var out []string
+	for _, n := range policy.SecretNames(granted) {
+		if slices.Contains(stored, n) && !used[n] && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // GrantChange is what one `plugins grant` or `revoke` did.
@@ -268,6 +340,16 @@ type GrantChange struct {
 	After string
 	// Unrequested are items granted that the manifest does not declare.
 	Unrequested []string
+	// Dropped are the items a revoke took away, in Names spelling ("network" and each
+	// "network=HOST:PORT" for a revoke of network).
+	Dropped []string
+}
+
+// WholeNetwork reports whether a grant item is the whole network ("network",
+// "network=true"): the strongest sandbox grant, which the CLI confirms on a terminal.
+func WholeNetwork(item string) bool {
+	g, err := policy.ParseGrantName(strings.ToLower(strings.TrimSpace(item)))
+	return err == nil && g.Network
 }
 
 // ChangeGrant grants (or, with revoke, takes back) one capability of an installed plugin,
@@ -298,6 +380,11 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 		switch {
 		case errors.Is(err, plugin.ErrNotInstalled):
 			return nil, exitErr(ExitFailure, "no plugin named %q is installed", name)
+		case errors.Is(err, policy.ErrGrantsNothing):
+			code, rc = ExitUsage, reason.CapabilityNotDeclared
+			if !revoke {
+				err = fmt.Errorf("%s %w: `fledge plugins revoke %s network` takes the network away", strings.TrimSpace(item), policy.ErrGrantsNothing, name)
+			}
 		case errors.Is(err, policy.ErrUnknownCapability):
 			code, rc = ExitUsage, reason.CapabilityNotDeclared
 		case errors.Is(err, policy.ErrNotDeclared), errors.Is(err, plugin.ErrLegacyNoGrants):
@@ -324,7 +411,14 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 		// The registry already changed: say so rather than pretend it did not.
 		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the audit log could not record this %s: %v", verb, err))
 	}
-	return &GrantChange{Plugin: entry.Name, Item: c.Item, Changed: !c.Before.Equal(c.After), After: c.After.String(), Unrequested: unrequested}, nil
+	var dropped []string
+	for _, n := range c.Before.Names() {
+		if !slices.Contains(c.After.Names(), n) {
+			dropped = append(dropped, n)
+		}
+	}
+	return &GrantChange{Plugin: entry.Name, Item: c.Item, Changed: !c.Before.Equal(c.After), After: c.After.String(),
+		Unrequested: unrequested, Dropped: dropped}, nil
 }
 
 // refusedRefByName names the installed plugin a refused grant was about, when there is one.

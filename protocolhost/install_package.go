@@ -12,6 +12,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui"
 )
@@ -25,7 +26,14 @@ type PackageRequest struct {
 	Secrets                        []string // NAME or NAME@host:port (bound)
 	Network                        bool
 	ServerArgs                     []string
+	// Force keeps the plugin when its server does not complete the MCP handshake at
+	// install (default: the install is rolled back).
+	Force bool
 }
+
+// ErrNotMCPServer: an npm package's server did not complete the MCP handshake (and list
+// its tools) once installed; the install was rolled back.
+var ErrNotMCPServer = errors.New("its server did not complete the MCP handshake")
 
 // runPackage installs a plugin from a package source: npm:PKG is fetched with npm (no
 // package code runs), its install scripts run as a confined install hook, and the written
@@ -42,7 +50,7 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 		err := fmt.Errorf("%w: %s: sources need %s, which fledge does not drive yet (docs/protocols.md says what is missing); install the server into a dir with a plugin.toml instead",
 			plugin.ErrSourceUnsupported, kind, map[string]string{"pypi": "uvx", "oci": "an OCI runtime"}[kind])
 		_ = e.NewRecorder(in.log, nil, nil).RecordNow(audit.EventInstall, audit.Deny, reason.LaunchFailed, map[string]any{"source": o.Source, "error": err.Error()})
-		return exitErr(ExitCannotRun, "install %s: %v", o.Source, err)
+		return exitErr(ExitCannotRun, "%s: %v", in.what(o.Source), err)
 	}
 	p := o.Package
 	if version != "" && p.Version != "" {
@@ -58,6 +66,16 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	}
 	req := plugin.NPMRequest{Package: pkg, Version: version, Args: p.ServerArgs, Env: p.Env, Name: p.Name,
 		Bin: p.Bin, Filesystem: p.Filesystem, Network: p.Network, Secrets: p.Secrets}
+	if keep == nil {
+		// What the written manifest will declare is known now: nobody to ask (and no --yes
+		// or --grant) refuses before the download, not after it.
+		if err := plugin.DecideBeforeFetch(base, req); err != nil {
+			src := plugin.SourceNPM + pkg
+			_ = e.NewRecorder(in.log, nil, nil).RecordNow(audit.EventInstall, audit.Deny, reason.Code(installReason(err)),
+				map[string]any{"source": src, "error": err.Error()})
+			return exitErr(installExit(err), "install %s: %v", src, err)
+		}
+	}
 	pluginsDir := filepath.Join(e.ConfigDir, "plugins")
 	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
 		return err
@@ -85,7 +103,7 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 		case errors.Is(err, plugin.ErrBadSource):
 			code = ExitUsage
 		}
-		return exitErr(code, "install %s: %v", o.Source, err)
+		return exitErr(code, "%s: %v", in.what(o.Source), err)
 	}
 	fmt.Fprintf(in.errOut, "Fetched %s@%s (entry point %s); package-lock.json pins every dependency.\n", pkg, pk.Version, pk.Entry)
 	if len(pk.Scripts) > 0 {
@@ -124,10 +142,46 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	// install scripts about to run in the staged dir.
 	rec := pk.Request
 	base.NPM = &rec
+	var listed []tools.Tool
+	base.Verify = in.verifyServer(keep != nil, p.Force, &listed)
 	if err := in.installOne(ctx, base); err != nil {
 		return err
 	}
-	return in.listTools(ctx, pk.Name)
+	if listed != nil {
+		in.showTools(pk.Name, listed)
+	}
+	return nil
+}
+
+// verifyServer is the check an npm plugin passes before its install is kept: its server,
+// started confined from the plugin dir now in place, completes the MCP handshake and lists
+// its tools (into *listed). Otherwise the install is rolled back (the pins the listing took
+// with it), unless force keeps it with a warning.
+func (in *installer) verifyServer(update, force bool, listed *[]tools.Tool) func(context.Context, *plugin.Entry) error {
+	e := in.h.Env
+	return func(ctx context.Context, en *plugin.Entry) error {
+		before, perr := pins.Load(e.ConfigDir, en.Name)
+		list, err := in.pluginTools(ctx, en.Name)
+		if err == nil {
+			*listed = list
+			return nil
+		}
+		if force {
+			_ = ui.HostLine(in.errOut, fmt.Sprintf("fledge: warning: %v (%v); %s kept because of --force ('fledge plugins remove %s' undoes the install)",
+				ErrNotMCPServer, err, en.Name, en.Name))
+			return nil
+		}
+		if before != nil && perr == nil {
+			_ = pins.Save(e.ConfigDir, before)
+		} else {
+			_ = pins.Remove(e.ConfigDir, en.Name)
+		}
+		undone := "nothing was installed (--force keeps it)"
+		if update {
+			undone = en.Name + " stays as it was (--force keeps the new version)"
+		}
+		return fmt.Errorf("%w (%v); %s; see 'fledge audit show --plugin %s'", ErrNotMCPServer, err, undone, en.Name)
+	}
 }
 
 // errDeclined: the user said no to an update's changes.
@@ -165,24 +219,23 @@ func (in *installer) approveRequest(name string, approved, next *plugin.NPMReque
 	return nil
 }
 
-// listTools starts a freshly installed server (confined, from its own dir) and lists its
+// pluginTools starts a freshly installed server (confined, from its own dir) and lists its
 // tools: proof that it runs with nothing outside its dir, and the user's first look at
 // what it offers.
-func (in *installer) listTools(ctx context.Context, name string) error {
+func (in *installer) pluginTools(ctx context.Context, name string) ([]tools.Tool, error) {
 	ts, err := in.h.OpenTools()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer ts.Close()
-	list, err := ts.Catalogue.PluginTools(ctx, name)
-	if err != nil {
-		return exitErr(ExitCannotRun, "installed %s, but its server did not list its tools: %v (see 'fledge audit show --plugin %s'; 'fledge plugins remove %s' undoes the install)", name, err, name, name)
-	}
+	return ts.Catalogue.PluginTools(ctx, name)
+}
+
+func (in *installer) showTools(name string, list []tools.Tool) {
 	fmt.Fprintf(in.out, "%s offers %d tools:\n", name, len(list))
 	for _, t := range list {
 		_ = ui.HostLine(in.out, fmt.Sprintf("  %s  %s", t.Name, firstLine(t.Description, 100)))
 	}
-	return nil
 }
 
 func firstLine(s string, max int) string {
@@ -211,6 +264,9 @@ type UpdateRequest struct {
 	GrantSet       bool
 	Asker          plugin.Asker
 	NonInteractive bool
+	// Force keeps a new version of an npm plugin whose server does not complete the MCP
+	// handshake (default: the update is undone).
+	Force bool
 }
 
 // Update fetches an installed plugin again from where it came from (npm:PKG the way it was
@@ -235,7 +291,7 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 	if err != nil {
 		return err
 	}
-	in := &installer{h: h, log: log, out: h.opts.Streams.Out, errOut: h.stderr()}
+	in := &installer{h: h, log: log, out: h.opts.Streams.Out, errOut: h.stderr(), update: old.Name}
 	base := plugin.InstallOptions{ConfigDir: e.ConfigDir, Source: old.Source, Yes: o.Yes, NonInteractive: o.NonInteractive,
 		Asker: o.Asker, Out: h.stderr()}
 	if o.GrantSet {
@@ -251,20 +307,37 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 	// What the user decided on: the approved manifest, never one changed since.
 	base.PreviousAsked = plugin.ApprovedAsked(e.ConfigDir, &old)
 	// The user asked for the new version: its tool definitions are pinned afresh at its
-	// first listing (an npm package's install lists them at once).
+	// first listing (an npm package's install lists them at once). An update refused or
+	// undone leaves the old version, and its pins go back with it.
+	oldPins, err := pins.Load(e.ConfigDir, o.Name)
+	if err != nil {
+		return exitErr(ExitCannotRun, "update %s: %v", o.Name, err)
+	}
 	if err := pins.Remove(e.ConfigDir, o.Name); err != nil {
 		return exitErr(ExitCannotRun, "update %s: %v", o.Name, err)
 	}
+	if err := h.update(ctx, in, base, &old, o); err != nil {
+		if oldPins != nil {
+			if perr := pins.Save(e.ConfigDir, oldPins); perr != nil {
+				_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the pinned tool definitions of %s could not be restored (they are taken afresh at its next listing): %v", o.Name, perr))
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *Host) update(ctx context.Context, in *installer, base plugin.InstallOptions, old *plugin.Entry, o UpdateRequest) error {
 	if !plugin.IsPackageSource(old.Source) {
 		return in.installOne(ctx, base)
 	}
-	req, approved, err := npmRecord(e.ConfigDir, &old)
+	req, approved, err := npmRecord(h.Env.ConfigDir, old)
 	if err != nil {
 		return exitErr(ExitCannotRun, "update %s: %v; install it again", o.Name, err)
 	}
 	ir := &InstallRequest{Source: old.Source, Yes: o.Yes, Package: PackageRequest{Version: req.Version, Name: o.Name,
-		Bin: req.Bin, Env: req.Env, Network: req.Network, Filesystem: req.Filesystem, ServerArgs: req.Args, Secrets: req.Secrets}}
-	return in.runPackage(ctx, ir, base, &old, approved)
+		Bin: req.Bin, Env: req.Env, Network: req.Network, Filesystem: req.Filesystem, ServerArgs: req.Args, Secrets: req.Secrets, Force: o.Force}}
+	return in.runPackage(ctx, ir, base, old, approved)
 }
 
 // npmRecord is how the npm plugin of en was asked for: the record in its entry (approved,

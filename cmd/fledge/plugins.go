@@ -218,10 +218,13 @@ func (o *RemoveOptions) Run() error {
 		return err
 	}
 	defer h.Close()
-	en, err := h.Remove(o.Name)
+	r, err := h.Remove(o.Name)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.g.Streams.Out, "removed %s\n", en.Name)
+	fmt.Fprintf(o.g.Streams.Out, "removed %s\n", r.Name)
+	for _, n := range r.UnusedSecrets {
+		fmt.Fprintf(o.g.Streams.Err, "fledge: the stored secret %s is used by no installed plugin now; it stays stored until you delete it: fledge secrets remove %s\n", n, n)
+	}
 	return nil
 }

@@ -325,7 +325,9 @@ fetch('http://127.0.0.1:%d/probe').then(r => r.text()).then(t => {
 	require.NoError(t, os.WriteFile(filepath.Join(src, "post.js"), []byte(post), 0o644))
 	tgz := npmPack(t, c, src, "fetcher-mcp-1.0.0.tgz")
 
-	cmd := exec.Command(fledge, "--ni", "plugins", "install", "npm:fetcher-mcp", "--version", "file:"+tgz, "--yes")
+	// Its "server" is no MCP server: --force keeps the plugin dir, where the script wrote
+	// what it could reach.
+	cmd := exec.Command(fledge, "--ni", "plugins", "install", "npm:fetcher-mcp", "--version", "file:"+tgz, "--yes", "--force")
 	cmd.Dir = f.project
 	cmd.Env = c.env(fmt.Sprintf("npm_config_registry=http://127.0.0.1:%d/", regPort))
 	var stdout, stderr bytes.Buffer
