@@ -191,12 +191,17 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}()
 
 	caps := &mcpsdk.ClientCapabilities{}
-	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
-	if offerRoot {
-		// The project is the server's one root when the plugin may read it (a filesystem
-		// server needs no arguments then); the sandbox still decides what it reaches.
+	// A plugin that may read the project is offered roots, whether or not this run has a
+	// project: a server may list tools only to a client that can list roots, and its tools
+	// are pinned at their first listing (an install, often from no project), so every
+	// listing is made under the same capabilities; a first use from an editor's project is
+	// then no changed listing held back.
+	if b.Entry.Granted.FS() == policy.FilesystemProject {
 		declareRoots(caps)
 	}
+	// The project is the server's one root when there is one (a filesystem server needs no
+	// arguments then); without one it has none. The sandbox still decides what it reaches.
+	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
 		Capabilities: caps,
 		// A server that says its tools changed is listed again (one listing at a time,
