@@ -37,7 +37,10 @@ type Env struct {
 	// Trace: every session opened through this Env traces its runs (fledge run --trace):
 	// each path and destination outside the grants is a kernel_denied record.
 	Trace bool
-	log   *audit.Log
+	// ServerStderr (-v): a server's stderr reaches the user's terminal as well as its log
+	// (OpenServerLog).
+	ServerStderr bool
+	log          *audit.Log
 
 	redactOnce sync.Once
 	redactor   *audit.Redactor

@@ -103,6 +103,9 @@ type session struct {
 	closeOnce sync.Once
 	exitMu    sync.Mutex
 	exitNote  map[string]any
+	// log is the server's stderr; userErr where its end is shown when the server failed.
+	log     *core.PluginLog
+	userErr io.Writer
 }
 
 func (p *Provider) stderr() io.Writer {
@@ -169,17 +172,20 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	spec.Name = b.Entry.Name
 	spec.Path = program
 	spec.Args = []string{program}
+	// The server's stderr is no word to the user: its log, shown when it fails (and -v).
+	errLog := env.OpenServerLog(b.Entry.Name, p.stderr())
 	proc, err := core.Spawn(core.SpawnOptions{
-		Sandbox: env.Sandbox, Spec: spec, Cwd: cwd, Pipes: true, Stderr: p.stderr(), Recorder: rec,
+		Sandbox: env.Sandbox, Spec: spec, Cwd: cwd, Pipes: true, Stderr: errLog, Recorder: rec,
 		StartDetails: map[string]any{audit.DetailCommand: cmd.Name, "grants": b.Entry.Granted, "protocol": plugin.ProtocolMCP},
 		Ladder:       core.Ladder{CancelGrace: lim.CancelGrace, KillAfter: lim.KillAfter},
 		DrainTimeout: lim.DrainTimeout,
 	})
 	if err != nil {
+		_ = errLog.Close()
 		return nil, err
 	}
 	s := &session{
-		name: b.Entry.Name, proc: proc, rec: rec, callTimeout: callTimeout,
+		name: b.Entry.Name, proc: proc, rec: rec, callTimeout: callTimeout, log: errLog, userErr: p.stderr(),
 		argValues: env.Config.Audit.ToolArgumentValues,
 		schemas:   map[string]*jsonschema.Resolved{},
 	}
@@ -307,6 +313,14 @@ func (s *session) endStart(rc reason.Code, err error) {
 // does not leave by itself, and its plugin_exit record.
 func (s *session) close(by string) {
 	s.closeOnce.Do(func() {
+		// It failed when fledge ended it for a reason of its own, or when it ended before
+		// fledge shut it down.
+		failed := by != "shutdown" || s.conn.serverEnded.Load()
+		select {
+		case <-s.proc.Done():
+			failed = true
+		default:
+		}
 		if s.cs != nil {
 			_ = s.cs.Close()
 		}
@@ -324,6 +338,12 @@ func (s *session) close(by string) {
 			extra["ended_by_fledge"] = cause.Error()
 		}
 		s.proc.Finish(extra)
+		// Finish drained its stderr. A server fledge shut down did not fail: what it said
+		// on its way out (an EPIPE trace) stays in its log.
+		if failed {
+			s.log.ShowTail(s.userErr)
+		}
+		_ = s.log.Close()
 	})
 }
 
