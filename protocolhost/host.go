@@ -49,6 +49,9 @@ type Options struct {
 	Trace bool
 	// SessionStarted, when set, is told the session id of a plugin command's run.
 	SessionStarted func(id string)
+	// Verbose (-v): servers' stderr (MCP, JSON-RPC 2.0) reaches the user's stderr live, as
+	// well as their logs.
+	Verbose bool
 }
 
 // Host is the machine's side of every command that runs a plugin: the config, the policy,
@@ -74,7 +77,8 @@ func Open(o Options) (*Host, error) {
 		return nil, exitErr(ExitCannotRun, "sandbox: %v", err)
 	}
 	ends.hosts.Add(1)
-	return &Host{Env: &core.Env{ConfigDir: o.ConfigDir, StateDir: o.StateDir, AuditPath: ap, Config: cfg, Sandbox: sb, Trace: o.Trace}, opts: o}, nil
+	return &Host{Env: &core.Env{ConfigDir: o.ConfigDir, StateDir: o.StateDir, AuditPath: ap, Config: cfg, Sandbox: sb, Trace: o.Trace,
+		ServerStderr: o.Verbose}, opts: o}, nil
 }
 
 // Close removes what the host's runs left (their cgroups and temp dirs) and closes the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -291,6 +292,14 @@ func (h *Host) Remove(name string) (*Removed, error) {
 	_ = h.Env.NewRecorder(log, entryRef(en), nil).RecordNow(audit.EventRemove, audit.Allow, reason.OK, nil)
 	if err := pins.Remove(h.Env.ConfigDir, en.Name); err != nil {
 		_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the pinned tool definitions of %s stay: %v", en.Name, err))
+	}
+	if cur, prev, err := h.Env.PluginLogPaths(en.Name); err == nil {
+		// Its stderr log goes with it: a plugin installed later under the name is another.
+		for _, p := range []string{cur, prev} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: warning: the stderr log of %s stays: %v", en.Name, err))
+			}
+		}
 	}
 	return &Removed{Entry: en, UnusedSecrets: h.unusedSecrets(en.Granted.Secrets)}, nil
 }

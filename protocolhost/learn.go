@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
@@ -68,11 +71,15 @@ func (h *Host) Learn(ctx context.Context, name, command string, args []string, o
 	if err != nil {
 		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
 	}
+	net, err := sessionNetwork(e.AuditPath, session)
+	if err != nil {
+		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
+	}
 	bindings, err := secretBindings(e.AuditPath, session, entry)
 	if err != nil {
 		return runErr, exitErr(ExitCannotRun, "audit log: %v", err)
 	}
-	learnReport(out, entry, session, found, paths, proj, home, append(h.secretsNotGranted(entry), bindings...))
+	learnReport(out, entry, session, found, net, paths, proj, home, append(h.secretsNotGranted(entry), bindings...))
 	return runErr, nil
 }
 
@@ -142,13 +149,8 @@ func kernelDenials(auditPath, session string) (map[string]*learned, error) {
 		}
 		str := func(k string) string { s, _ := r.Details[k].(string); return s }
 		n := int64(1)
-		switch c := r.Details[audit.DetailCount].(type) {
-		case json.Number: // audit.Read decodes numbers as json.Number
-			if v, err := c.Int64(); err == nil {
-				n = v
-			}
-		case float64:
-			n = int64(c)
+		if c, ok := detailNumber(r.Details[audit.DetailCount]); ok {
+			n = c
 		}
 		l := &learned{kind: str(audit.DetailKind), syscall: str(audit.DetailSyscall), access: str(audit.DetailAccess),
 			target: str(audit.DetailPath) + str(audit.DetailAddress)}
@@ -173,6 +175,85 @@ func kernelDenials(auditPath, session string) (map[string]*learned, error) {
 	return found, err
 }
 
+// netSeen is what fledge's network engine decided in a session: every connection of a
+// run that holds destinations goes through it (and every lookup), so its records, not the
+// trace's sight of a connect, say what was refused and by which name.
+type netSeen struct {
+	// allowed are the destinations it let through, as the trace writes an address.
+	allowed map[string]bool
+	refused []*netRefusal
+	// names were looked up and refused: no grant names them.
+	names []*netRefusal
+}
+
+// netRefusal is one refused connection (host or address, port) or lookup (host).
+type netRefusal struct {
+	host, address, why string
+	port               uint16
+	count              int64
+}
+
+// sessionNetwork reads a session's net_connect and net_dns records.
+func sessionNetwork(auditPath, session string) (*netSeen, error) {
+	n := &netSeen{allowed: map[string]bool{}}
+	seen := map[string]*netRefusal{}
+	err := audit.Read(auditPath, func(r *audit.Record) error {
+		if r.Session != session || (r.Event != egress.EventConnect && r.Event != egress.EventDNS) {
+			return nil
+		}
+		str := func(k string) string { s, _ := r.Details[k].(string); return s }
+		port, _ := detailNumber(r.Details["port"])
+		nr := &netRefusal{host: str("host"), address: str("address"), why: str("why"), port: uint16(port), count: 1}
+		if c, ok := detailNumber(r.Details["suppressed"]); ok {
+			nr.count += c
+		}
+		if r.Decision == audit.Allow {
+			if a, err := netip.ParseAddr(nr.address); err == nil && r.Event == egress.EventConnect {
+				n.allowed[netip.AddrPortFrom(a, nr.port).String()] = true
+			}
+			return nil
+		}
+		if r.Decision != audit.Deny {
+			return nil
+		}
+		key := r.Event + "\x00" + nr.host + "\x00" + nr.why + "\x00" + strconv.Itoa(int(nr.port))
+		if nr.host == "" {
+			key += "\x00" + nr.address
+		}
+		if prev, ok := seen[key]; ok {
+			prev.count += nr.count
+			return nil
+		}
+		seen[key] = nr
+		if r.Event == egress.EventDNS {
+			n.names = append(n.names, nr)
+		} else {
+			n.refused = append(n.refused, nr)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// detailNumber is a record's number as audit.Read hands it over (json.Number), or as a
+// record built in memory holds it.
+func detailNumber(v any) (int64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, err := x.Int64()
+		return n, err == nil
+	case float64:
+		return int64(x), true
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint16:
+		return int64(x), true
+	}
+	return 0, false
+}
+
 // TraceSummary is how many kernel_denied records a session left (run --trace says so).
 func (h *Host) TraceSummary(session string) int {
 	found, err := kernelDenials(h.Env.AuditPath, session)
@@ -184,7 +265,7 @@ func (h *Host) TraceSummary(session string) int {
 
 // report prints the proposals: the smallest grant for each refused access a grant can
 // lift, with its evidence; then what no grant lifts.
-func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[string]*learned,
+func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[string]*learned, net *netSeen,
 	paths policy.Paths, proj *project.Info, home string, secrets []secretNote) {
 	type proposal struct {
 		item     string
@@ -201,6 +282,15 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			order = append(order, item)
 		}
 		p.evidence = append(p.evidence, ev)
+	}
+	if net == nil {
+		net = &netSeen{}
+	}
+	// The destinations the plugin holds (nil: none, or an entry fledge no longer parses,
+	// which its runs refuse anyway).
+	var dests *egress.Policy
+	if len(entry.Granted.NetworkTo) > 0 {
+		dests, _ = egress.NewPolicy(false, entry.Granted.NetworkTo)
 	}
 	var keys []string
 	for k := range found {
@@ -219,6 +309,8 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 		l := found[k]
 		ev := fmt.Sprintf("%s %s %s", shown(l.syscall), shown(l.access), shown(l.target))
 		switch l.kind {
+		case "network":
+			ev = fmt.Sprintf("%s %s", shown(l.syscall), shown(l.target))
 		case "syscall":
 			ev = shown(l.syscall)
 		case "landlock":
@@ -239,11 +331,13 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 		}
 		switch l.kind {
 		case "network":
-			if entry.Granted.Network {
-				apart = append(apart, ev+": the plugin holds network; the destination is refused by the egress policy")
-			} else {
-				// The destination itself, not the whole network.
-				propose("network="+l.target, ev)
+			switch item, why := connectGrant(l.target, entry.Granted, dests); {
+			case net.allowed[l.target]:
+				// Let through by the engine (a name granted as localhost, say).
+			case why != "":
+				apart = append(apart, ev+": "+why)
+			case item != "":
+				propose(item, ev)
 			}
 		case "path":
 			switch {
@@ -283,6 +377,30 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			}
 		}
 	}
+	for _, r := range net.refused {
+		dest := r.host
+		if dest == "" {
+			dest = r.address
+			if a, err := netip.ParseAddr(r.address); err == nil && a.Is6() {
+				dest = "[" + r.address + "]"
+			}
+		}
+		dest += ":" + strconv.Itoa(int(r.port))
+		ev := fmt.Sprintf("net_connect %s refused: %s (%s)", shown(dest), shown(r.why), times(r.count))
+		if r.host != "" && r.address != "" {
+			ev = fmt.Sprintf("net_connect %s (address %s) refused: %s (%s)", shown(dest), shown(r.address), shown(r.why), times(r.count))
+		}
+		switch {
+		case shown(dest) != dest:
+			apart = append(apart, ev+": the destination holds control or invisible characters")
+		case r.why == egress.ReasonNotGranted && !entry.Granted.Network:
+			propose("network="+dest, ev)
+		case r.why == egress.ReasonPrivate:
+			apart = append(apart, ev+": the name reached a private, loopback or link-local address; only a grant of that address itself opens it, never proposed")
+		default:
+			apart = append(apart, ev+": refused by fledge's network engine, no grant would change it")
+		}
+	}
 	for _, sn := range secrets {
 		if sn.bound != "" {
 			propose("secret="+sn.bound, sn.where)
@@ -303,12 +421,81 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			}
 		}
 	}
+	if len(net.names) > 0 {
+		// A lookup carries no port, and a grant needs one: the user says which.
+		fmt.Fprintln(w, "names looked up and refused (a grant names the port the plugin connects to: network=NAME:PORT):")
+		for _, r := range net.names {
+			fmt.Fprintf(w, "  %s (%s)\n", shown(r.host), times(r.count))
+		}
+	}
 	if len(apart) > 0 {
 		fmt.Fprintln(w, "refused, and no grant would change it:")
 		for _, a := range apart {
 			fmt.Fprintf(w, "  %s\n", a)
 		}
 	}
+}
+
+// connectGrant is the grant a traced connect to addr ("127.0.0.1:8080", "[::1]:80")
+// lacked, or why none would help (both empty: not a refusal at all). A run that holds
+// destinations connects through fledge's network engine, whose own records (net_connect,
+// net_dns) say what it refused and under which name: the trace sees every connect there,
+// the allowed ones too. Only a loopback port the engine never saw (no listener for an
+// ungranted one in the plugin's namespace) is the trace's to report. Loopback is proposed
+// as localhost, the name every loopback grant is written with, unless the user grants
+// loopback by address.
+func connectGrant(addr string, g policy.Grants, dests *egress.Policy) (item, why string) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return "", "not an address fledge can propose"
+	}
+	a, port := ap.Addr().Unmap(), ap.Port()
+	switch {
+	case g.Network:
+		return "", "the plugin holds network; the destination is refused by the egress policy"
+	case port == 53 && len(g.NetworkTo) > 0:
+		return "", "" // fledge answered it: its net_dns records name what was refused
+	case port == 53:
+		// A name lookup through the resolver of /etc/resolv.conf (fledge's own answers it
+		// in a run that holds destinations): names are granted, never a resolver.
+		return "", "a name lookup through the resolver; fledge answers lookups of the names a grant holds itself (network=NAME:PORT), never grants the resolver"
+	case len(g.NetworkTo) > 0 && !a.IsLoopback():
+		// Decided by the engine: its net_connect record is the evidence (an IPv6 destination
+		// has no route there at all).
+		if a.Is6() {
+			return "", "a plugin's network has no IPv6 route, no grant gives it"
+		}
+		return "", ""
+	}
+	if dests != nil && (dests.AddrAndPort(a, port) || (a.IsLoopback() && dests.NameAndPort("localhost", port))) {
+		if a.Is6() && !dests.AddrAndPort(a, port) {
+			return "", "granted as localhost, but a plugin reaches the host's loopback over IPv4 (127.0.0.1) only"
+		}
+		return "", "" // granted: what became of it is the engine's net_connect record
+	}
+	spelled := ap.String()
+	if a.IsLoopback() && !loopbackByAddress(g.NetworkTo) {
+		spelled = "localhost:" + strconv.Itoa(int(port))
+	}
+	return "network=" + spelled, ""
+}
+
+// loopbackByAddress reports whether the user grants a loopback destination by its address
+// (127.0.0.1:8080) rather than as localhost: a proposal is spelled the same way.
+func loopbackByAddress(dests []string) bool {
+	for _, d := range dests {
+		h, _, err := net.SplitHostPort(d)
+		if err != nil {
+			continue
+		}
+		if p, err := netip.ParsePrefix(h); err == nil && p.Addr().IsLoopback() {
+			return true
+		}
+		if a, err := netip.ParseAddr(h); err == nil && a.IsLoopback() {
+			return true
+		}
+	}
+	return false
 }
 
 // landlockReadOnly reports whether a Landlock record's blockers ask only to read.

@@ -22,7 +22,7 @@ func TestLearnReportLandlockAndSecrets(t *testing.T) {
 		"c": {kind: "landlock", access: "fs.read_dir", target: home, count: 1},
 	}
 	var out bytes.Buffer
-	learnReport(&out, entry, "s1", found, policy.Paths{Home: home, ConfigDir: home + "/.config/fledge"}, nil, home,
+	learnReport(&out, entry, "s1", found, nil, policy.Paths{Home: home, ConfigDir: home + "/.config/fledge"}, nil, home,
 		[]secretNote{{name: "TOKEN", where: "set in your environment"}})
 	s := out.String()
 	assert.Contains(t, s, "  fledge plugins grant p read=~/.gitconfig\n      evidence: landlock fs.read_file /home/me/.gitconfig (2 times) by command: git log\n")
@@ -46,7 +46,7 @@ func TestLearnReportForgedLines(t *testing.T) {
 		"c": {kind: "path", syscall: "openat", access: "read", target: "/opt/ok\u202egpj.exe", count: 1},
 	}
 	var out bytes.Buffer
-	learnReport(&out, entry, "s1", found, policy.Paths{Home: home, ConfigDir: home + "/.config/fledge"}, nil, home, nil)
+	learnReport(&out, entry, "s1", found, nil, policy.Paths{Home: home, ConfigDir: home + "/.config/fledge"}, nil, home, nil)
 	s := out.String()
 	assert.NotContains(t, s, "\n  fledge plugins grant p network=true", s)
 	assert.NotContains(t, s, "\x1b", s)

@@ -21,7 +21,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Short: "Install, list, inspect and remove plugins",
 	}
 	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newUpdateCmd(g), newReviewCmd(g), newApproveCmd(g), newNewCmd(g))
-	c.AddCommand(newLearnCmd(g))
+	c.AddCommand(newLearnCmd(g), newLogsCmd(g))
 	return c
 }
 

@@ -31,6 +31,8 @@ type Globals struct {
 	Streams        Streams
 	// Trace: the plugin's runs are traced (run --trace, tools call --trace, plugins learn).
 	Trace bool
+	// Verbose (-v): servers' stderr reaches the terminal live, not only their logs.
+	Verbose bool
 	// sessionStarted, when set, is told the session id of the run (plugins learn).
 	sessionStarted func(id string)
 	// redact takes the secret values the opened host handed plugins out of fledge's final
@@ -90,7 +92,7 @@ func (g *Globals) openHost() (*protocolhost.Host, error) {
 	h, err := protocolhost.Open(protocolhost.Options{
 		ConfigDir: cd, StateDir: stateDir(), ProjectFlag: g.Project,
 		NonInteractive: g.nonInteractive(), Streams: g.Streams,
-		Trace: g.Trace, SessionStarted: g.sessionStarted,
+		Trace: g.Trace, SessionStarted: g.sessionStarted, Verbose: g.Verbose,
 	})
 	if err == nil {
 		g.redact = h.Redact
@@ -191,6 +193,7 @@ lands in a tamper-evident audit log.`,
 	pf := root.PersistentFlags()
 	pf.BoolVar(&g.NonInteractive, "ni", false, "non-interactive: never prompt (also FLEDGE_NON_INTERACTIVE=1)")
 	pf.BoolVar(&g.NonInteractive, "non-interactive", false, "same as --ni")
+	pf.BoolVarP(&g.Verbose, "verbose", "v", false, "show servers' stderr (MCP, JSON-RPC 2.0) as it comes; otherwise kept in 'fledge plugins logs NAME' and shown when a server fails")
 	pf.StringVar(&g.Project, "project", "", "project root (default: nearest ancestor with fledge.toml or .git)")
 	pf.StringVar(&g.ConfigDir, "config-dir", "", "config dir (default: $FLEDGE_CONFIG_DIR, $XDG_CONFIG_HOME/fledge, ~/.config/fledge)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

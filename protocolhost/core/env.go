@@ -43,7 +43,10 @@ type Env struct {
 	// fledge puts the value in wherever it goes among them, recording where (net_http), so
 	// learn can propose the binding it needs.
 	ObserveSecrets bool
-	log            *audit.Log
+	// ServerStderr (-v): a server's stderr reaches the user's terminal as well as its log
+	// (OpenServerLog).
+	ServerStderr bool
+	log          *audit.Log
 
 	redactOnce sync.Once
 	redactor   *audit.Redactor

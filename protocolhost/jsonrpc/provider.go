@@ -68,6 +68,9 @@ type session struct {
 	proc        *core.Proc
 	rec         *core.Recorder
 	toolTimeout time.Duration
+	// log is the plugin's stderr; userErr where its end is shown when the plugin failed.
+	log     *core.PluginLog
+	userErr io.Writer
 }
 
 // New makes the provider of one invocation.
@@ -273,9 +276,11 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	if terr != nil {
 		p.warn(fmt.Sprintf("plugin %s: %v", b.Entry.Name, terr))
 	}
-	s := &session{b: b, rec: rec, toolTimeout: timeout}
-	s.proc, s.conn, err = spawn(env, rec, prof, b.Entry.Name, program, cwd, p.stderr(), p.warn)
+	// The plugin's stderr is no word to the user: its log, shown when it fails (and -v).
+	s := &session{b: b, rec: rec, toolTimeout: timeout, log: env.OpenServerLog(b.Entry.Name, p.stderr()), userErr: p.stderr()}
+	s.proc, s.conn, err = spawn(env, rec, prof, b.Entry.Name, program, cwd, s.log, p.warn)
 	if err != nil {
+		_ = s.log.Close()
 		return nil, err
 	}
 	live, err := handshake(ctx, s.conn, HandshakeTimeout)
@@ -289,6 +294,8 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		s.proc.Stop(string(reason.HandshakeFailed), false, nil) // a second Stop kills at once
 		s.conn.recordMalformed()
 		s.proc.Finish(map[string]any{"protocol": plugin.ProtocolJSONRPC})
+		s.log.ShowTail(s.userErr)
+		_ = s.log.Close()
 		if hint := env.InterpreterHint(b.Paths, program, prof.Plugin.Access); hint != "" && errors.Is(err, ErrGone) {
 			err = fmt.Errorf("%w: %s", err, hint)
 		}
@@ -364,6 +371,12 @@ func handshake(ctx context.Context, c *conn, timeout time.Duration) (*Manifest, 
 // by itself at EOF instead of waiting out the ladder and dying of its SIGTERM (a crash on
 // record for what was an orderly stop).
 func (s *session) stop() {
+	failed := false
+	select {
+	case <-s.proc.Done():
+		failed = true // it ended before it was asked to
+	default:
+	}
 	s.proc.Stop("shutdown", false, func() {
 		_, _ = s.conn.Call(context.Background(), "shutdown", map[string]any{}, ShutdownWait, nil)
 		s.conn.closeInput()
@@ -373,6 +386,10 @@ func (s *session) stop() {
 	}
 	s.conn.recordMalformed()
 	s.proc.Finish(map[string]any{"protocol": plugin.ProtocolJSONRPC})
+	if failed || s.conn.hasExpired() {
+		s.log.ShowTail(s.userErr)
+	}
+	_ = s.log.Close()
 }
 
 // Close shuts every plugin of this invocation down (in parallel) and waits for them.

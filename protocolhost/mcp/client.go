@@ -109,6 +109,9 @@ type session struct {
 	closeOnce sync.Once
 	exitMu    sync.Mutex
 	exitNote  map[string]any
+	// log is the server's stderr; userErr where its end is shown when the server failed.
+	log     *core.PluginLog
+	userErr io.Writer
 }
 
 func (p *Provider) stderr() io.Writer {
@@ -175,17 +178,20 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	spec.Name = b.Entry.Name
 	spec.Path = program
 	spec.Args = []string{program}
+	// The server's stderr is no word to the user: its log, shown when it fails (and -v).
+	errLog := env.OpenServerLog(b.Entry.Name, p.stderr())
 	proc, err := core.Spawn(core.SpawnOptions{
-		Sandbox: env.Sandbox, Spec: spec, Cwd: cwd, Pipes: true, Stderr: p.stderr(), Recorder: rec,
+		Sandbox: env.Sandbox, Spec: spec, Cwd: cwd, Pipes: true, Stderr: errLog, Recorder: rec,
 		StartDetails: map[string]any{audit.DetailCommand: cmd.Name, "grants": b.Entry.Granted, "protocol": plugin.ProtocolMCP},
 		Ladder:       core.Ladder{CancelGrace: lim.CancelGrace, KillAfter: lim.KillAfter},
 		DrainTimeout: lim.DrainTimeout,
 	})
 	if err != nil {
+		_ = errLog.Close()
 		return nil, err
 	}
 	s := &session{
-		name: b.Entry.Name, proc: proc, rec: rec, callTimeout: callTimeout,
+		name: b.Entry.Name, proc: proc, rec: rec, callTimeout: callTimeout, log: errLog, userErr: p.stderr(),
 		argValues: env.Config.Audit.ToolArgumentValues,
 		schemas:   map[string]*jsonschema.Resolved{},
 	}
@@ -201,12 +207,17 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}()
 
 	caps := &mcpsdk.ClientCapabilities{}
-	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
-	if offerRoot {
-		// The project is the server's one root when the plugin may read it (a filesystem
-		// server needs no arguments then); the sandbox still decides what it reaches.
+	// A plugin that may read the project is offered roots, whether or not this run has a
+	// project: a server may list tools only to a client that can list roots, and its tools
+	// are pinned at their first listing (an install, often from no project), so every
+	// listing is made under the same capabilities; a first use from an editor's project is
+	// then no changed listing held back.
+	if b.Entry.Granted.FS() == policy.FilesystemProject {
 		declareRoots(caps)
 	}
+	// The project is the server's one root when there is one (a filesystem server needs no
+	// arguments then); without one it has none. The sandbox still decides what it reaches.
+	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
 		Capabilities: caps,
 		// A server that says its tools changed is listed again (one listing at a time,
@@ -358,6 +369,14 @@ func (s *session) endStart(rc reason.Code, err error) {
 func (s *session) close(by string) {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
+		// It failed when fledge ended it for a reason of its own, or when it ended before
+		// fledge shut it down.
+		failed := by != "shutdown" || s.conn.serverEnded.Load()
+		select {
+		case <-s.proc.Done():
+			failed = true
+		default:
+		}
 		if s.cs != nil {
 			_ = s.cs.Close()
 		}
@@ -375,6 +394,12 @@ func (s *session) close(by string) {
 			extra["ended_by_fledge"] = cause.Error()
 		}
 		s.proc.Finish(extra)
+		// Finish drained its stderr. A server fledge shut down did not fail: what it said
+		// on its way out (an EPIPE trace) stays in its log.
+		if failed {
+			s.log.ShowTail(s.userErr)
+		}
+		_ = s.log.Close()
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -81,6 +82,8 @@ type lineConn struct {
 	incoming chan msgOrErr
 	closed   chan struct{}
 	once     sync.Once
+	// serverEnded: the server closed its stdout before fledge closed the connection.
+	serverEnded atomic.Bool
 
 	writeMu sync.Mutex
 
@@ -140,6 +143,11 @@ func (c *lineConn) readLoop() {
 				m.err = c.setFatal(fmt.Errorf("%w: line %d is longer than line_max (%d bytes)", ErrLineTooLong, n, c.lim.LineMax))
 			} else {
 				m.err = err // EOF or a read error: the server is gone
+				select {
+				case <-c.closed: // fledge closed it
+				default:
+					c.serverEnded.Store(true)
+				}
 			}
 		default:
 			msg, derr := jsonrpc.DecodeMessage(line)

@@ -83,6 +83,15 @@ func (f *fixture) install(dir string) {
 	require.NoError(f.t, err)
 }
 
+// pluginLog is what plugin name's servers wrote on stderr (its log in the state dir).
+func (f *fixture) pluginLog(name string) string {
+	f.t.Helper()
+	cur, _, err := f.env.PluginLogPaths(name)
+	require.NoError(f.t, err)
+	b, _ := os.ReadFile(cur)
+	return string(b)
+}
+
 func (f *fixture) catalogue() *tools.Catalogue {
 	f.t.Helper()
 	reg, err := plugin.LoadRegistry(f.configDir)

@@ -131,7 +131,7 @@ func TestHostileNeverAnswersCall(t *testing.T) {
 	assert.Equal(t, reason.Timeout, res.Reason)
 	assert.Contains(t, res.Message, "timed out: plugin_hostile-slow_poke after 3s")
 	require.Eventually(t, func() bool {
-		return strings.Contains(f.stderr.String(), "hostile: cancelled request")
+		return strings.Contains(f.pluginLog("hostile-slow"), "hostile: cancelled request")
 	}, 10*time.Second, 50*time.Millisecond, "the server is sent notifications/cancelled")
 	outs := f.records(audit.EventToolOutcome)
 	require.Len(t, outs, 1)
