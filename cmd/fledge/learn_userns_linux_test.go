@@ -132,7 +132,7 @@ out "name=$(getent hosts blocked.example.invalid >/dev/null 2>&1; echo $?)"
 	}
 	out, errs, code := e.run(t, "--ni", "plugins", "learn", "netl")
 	require.Equal(t, 0, code, "%s%s", out, errs)
-	require.Contains(t, out, fmt.Sprintf("│ ok=200\n"), "the granted destination was reached: %s%s", out, errs)
+	require.Contains(t, out, "│ ok=200\n", "the granted destination was reached: %s%s", out, errs)
 	proposals := regexp.MustCompile(`(?m)^  fledge plugins grant \S+ (\S+)$`)
 	grants := func(out string) (g []string) {
 		for _, m := range proposals.FindAllStringSubmatch(out, -1) {

@@ -215,7 +215,6 @@ type reqStateKey struct{}
 
 type reqState struct {
 	reason string
-	status int
 }
 
 func requestState(r *http.Request) *reqState {
@@ -452,7 +451,6 @@ type countConn struct {
 	net.Conn
 	in, out, last *atomic.Int64
 	max           int64
-	once          sync.Once
 	closed        chan struct{}
 }
 
