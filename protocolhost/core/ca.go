@@ -12,13 +12,6 @@ import (
 	"github.com/fledgehq/fledge/sandbox"
 )
 
-// hostBundles are where the host's CA bundle lives on the systems fledge runs on.
-var hostBundles = []string{
-	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Alpine, Arch
-	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
-	"/etc/ssl/ca-bundle.pem",             // openSUSE
-	"/etc/ssl/cert.pem",                  // macOS, BSDs
-}
 
 // maxHostBundle bounds the host bundle fledge copies.
 const maxHostBundle = 16 << 20
@@ -75,7 +68,7 @@ func trustSessionCA(p *policy.Profile, environ []string, placeholders map[string
 // hostBundle is the host's CA bundle (the user's SSL_CERT_FILE first, as Go and OpenSSL
 // read it), or nothing when none is found.
 func hostBundle(environ []string) []byte {
-	paths := hostBundles
+	paths := sandbox.SystemCABundles
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, "SSL_CERT_FILE="); ok && v != "" {
 			paths = append([]string{v}, paths...)
