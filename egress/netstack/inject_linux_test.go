@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/egress"
+	"github.com/fledgehq/fledge/internal/testing/testutil"
 )
 
 const realToken = "real-token-8f2kQz71LmXw"
@@ -200,9 +201,22 @@ func TestEgressBoundSecretInjected(t *testing.T) {
 r=urllib.request.Request(%q,headers={"Authorization":"token "+os.environ["API_TOKEN"]})
 sys.stdout.write(urllib.request.urlopen(r,timeout=20).read().decode())`, url)}},
 	}
+	clients = append(clients, struct {
+		name string
+		prog string
+		args []string
+	}{"python-requests", "/usr/bin/python3", []string{"-c", fmt.Sprintf(`import os,sys,requests
+r=requests.get(%q,headers={"Authorization":"Bearer "+os.environ["API_TOKEN"]},timeout=20)
+sys.stdout.write(r.text)`, url)}})
+	env = append(env, "REQUESTS_CA_BUNDLE="+bundle)
 	for _, c := range clients {
 		t.Run(c.name, func(t *testing.T) {
 			need(t, c.prog)
+			if c.name == "python-requests" {
+				if err := exec.Command(c.prog, "-c", "import requests").Run(); err != nil {
+					testutilSkip(t, "python3's requests is not installed (apt-get install python3-requests)")
+				}
+			}
 			out, err := inNSEnv(t, e, env, c.prog, c.args...)
 			if err != nil {
 				t.Fatalf("%v: %s", err, out)
@@ -405,4 +419,9 @@ func pyBytes(s string) string {
 	}
 	b.WriteString(`"`)
 	return b.String()
+}
+
+func testutilSkip(t *testing.T, why string) {
+	t.Helper()
+	testutil.SkipUnlessSupported(t, false, why)
 }
