@@ -27,8 +27,10 @@ import (
 var (
 	// ErrLaunch: the plugin could not be started.
 	ErrLaunch = errors.New("plugin could not be started")
-	// ErrSandbox: a strict policy refused to run without full confinement.
-	ErrSandbox = errors.New("sandbox unavailable")
+	// ErrSandbox: a strict policy refused to run without full confinement. It is the
+	// sandbox's own sentinel, so the refusal the sandbox wrote ("sandbox unavailable: why")
+	// is passed on as it is and says it once.
+	ErrSandbox = sandbox.ErrUnavailable
 	// ErrAudit: the audit log could not record the start, so nothing was started.
 	ErrAudit = errors.New("the audit log cannot record the start")
 )
@@ -216,9 +218,9 @@ func spawn(o SpawnOptions) (*Proc, error) {
 		closeAll(keep)
 		code := reason.LaunchFailed
 		wrapped := fmt.Errorf("%w: %w", ErrLaunch, err)
-		if errors.Is(err, sandbox.ErrUnavailable) {
+		if errors.Is(err, ErrSandbox) {
 			code = reason.SandboxUnavailable
-			wrapped = fmt.Errorf("%w: %w", ErrSandbox, err)
+			wrapped = err // already "sandbox unavailable: why"
 		}
 		// The start decision is on record; this says it did not happen.
 		rec.Record(audit.EventPluginExit, audit.Error, code, map[string]any{
@@ -255,6 +257,15 @@ func spawn(o SpawnOptions) (*Proc, error) {
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// LaunchReason is the reason code of an error of Spawn: sandbox_unavailable when a strict
+// policy refused the run, else launch_failed.
+func LaunchReason(err error) reason.Code {
+	if errors.Is(err, ErrSandbox) {
+		return reason.SandboxUnavailable
+	}
+	return reason.LaunchFailed
 }
 
 // ProfileDetails is the part of a plugin_start record that says what the plugin may reach.
