@@ -268,10 +268,35 @@ func LaunchReason(err error) reason.Code {
 	return reason.LaunchFailed
 }
 
+// The network a run gets, as its record says it (profile.network).
+const (
+	NetworkAll          = "all"          // every destination (a network = true grant, or policy)
+	NetworkDestinations = "destinations" // only those of network_to, through fledge
+	NetworkNone         = "none"         // no network
+)
+
+// NetworkMode is what network spec gives the run: all, the destinations of its egress
+// session (network_to), or none. One word, so the record cannot say "no network" beside
+// the destinations it reaches.
+func NetworkMode(spec *sandbox.Spec) string {
+	switch {
+	case spec.Network:
+		return NetworkAll
+	case len(networkTo(spec)) > 0:
+		return NetworkDestinations
+	}
+	return NetworkNone
+}
+
+// secretNames are the granted secrets the run receives, by name (never a value; [] for none).
+func secretNames(spec *sandbox.Spec) []string {
+	return append([]string{}, spec.SecretNames...)
+}
+
 // ProfileDetails is the part of a plugin_start record that says what the plugin may reach.
 func ProfileDetails(spec *sandbox.Spec) map[string]any {
 	return map[string]any{
-		"network": spec.Network, "network_to": networkTo(spec), "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
+		"network": NetworkMode(spec), "network_to": networkTo(spec), "secrets": secretNames(spec), "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
 		"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
 		"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
 	}
