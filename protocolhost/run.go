@@ -45,6 +45,7 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	if err != nil {
 		return err
 	}
+	h.noteProject(proj)
 	log, err := h.auditLog()
 	if err != nil {
 		return err
