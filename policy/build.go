@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -162,10 +163,11 @@ func (c *Config) Build(in ProfileInput) Profile {
 	}
 	return Profile{
 		Plugin: sandbox.Spec{
-			Env:     ChildEnv(in.Environ, allow, withSecrets(in.PluginEnv, in.Secrets)),
-			Access:  pluginAccess,
-			Network: net,
-			Egress:  eg,
+			Env:         ChildEnv(in.Environ, allow, withSecrets(in.PluginEnv, in.Secrets)),
+			SecretNames: secretNames(in.PluginEnv, in.Secrets),
+			Access:      pluginAccess,
+			Network:     net,
+			Egress:      eg,
 			// Unix sockets follow policy; a plugin's network grant does not open them.
 			UnixSockets: c.UnixSocketsAllowed(),
 			Limits:      c.PluginLimits(),
@@ -182,7 +184,7 @@ func (c *Config) Build(in ProfileInput) Profile {
 			Strict:      c.Sandbox.Strict,
 		},
 		Legacy: sandbox.Spec{
-			Env:    ChildEnv(in.Environ, allow, withSecrets(in.LegacyEnv, in.Secrets)),
+			Env: ChildEnv(in.Environ, allow, withSecrets(in.LegacyEnv, in.Secrets)), SecretNames: secretNames(in.LegacyEnv, in.Secrets),
 			Access: LegacyAccess(p, c), Network: net, Egress: eg, UnixSockets: c.UnixSocketsAllowed(),
 			Limits: c.PluginLimits(), PrivateTmp: true, Strict: c.Sandbox.Strict,
 		},
@@ -205,6 +207,19 @@ func (c *Config) HookSpec(p Paths, environ []string) sandbox.Spec {
 		Access: ExecAccess(p, c), Network: c.Sandbox.Network != NetworkDeny, UnixSockets: c.UnixSocketsAllowed(),
 		Limits: limits, PrivateTmp: true, Strict: c.Sandbox.Strict,
 	}
+}
+
+// secretNames are the granted secrets withSecrets passes on past set, sorted: what the
+// process receives, named in its record.
+func secretNames(set, secrets map[string]string) []string {
+	out := []string{}
+	for n := range secrets {
+		if _, own := set[n]; !own {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // withSecrets is set plus the granted secrets (fledge's own variables win).

@@ -24,6 +24,9 @@ type Info struct {
 	Name     string
 	Root     string
 	Language string
+	// Marker is what made Root the project when it was detected ("fledge.toml" or ".git");
+	// "" when --project named it.
+	Marker string
 }
 
 // Detect returns the project for start, or nil when there is none. override (from --project)
@@ -65,7 +68,9 @@ func Detect(start, override string) (*Info, error) {
 		}
 		for _, m := range markers {
 			if _, err := os.Lstat(filepath.Join(dir, m)); err == nil {
-				return describe(dir), nil
+				info := describe(dir)
+				info.Marker = m
+				return info, nil
 			}
 		}
 		parent := filepath.Dir(dir)

@@ -131,7 +131,7 @@ func (d *Doctor) WriteText(w io.Writer) {
 // protectedText says what stays read-only inside writable roots, and what policy opted out.
 func protectedText(c *policy.Config, view string) string {
 	t := "hooks, config and .git files of repositories, worktrees and submodules in writable roots are read-only"
-	if view != "mount-namespace" {
+	if !privateView(view) {
 		t += " only with the private filesystem view (not here)"
 	}
 	if len(c.Sandbox.Unprotect) > 0 {
@@ -143,6 +143,13 @@ func protectedText(c *policy.Config, view string) string {
 // unprotectJSON is [sandbox] unprotect as doctor and plugins info report it (never null).
 func unprotectJSON(c *policy.Config) []string {
 	return append([]string{}, c.Sandbox.Unprotect...)
+}
+
+// privateView reports whether view is a private filesystem view, built as root or in a user
+// namespace: both protect the git metadata of writable roots (sandbox/linux buildView), so
+// every line of doctor judges the view by this one test.
+func privateView(view string) bool {
+	return view == "mount-namespace" || view == "mount-namespace+userns" // linux.ViewUserNS
 }
 
 // viewText says what a command's filesystem looks like.

@@ -43,6 +43,7 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	if err != nil {
 		return err
 	}
+	h.noteProject(proj)
 	log, err := h.auditLog()
 	if err != nil {
 		return err
@@ -127,7 +128,7 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	out, err := fledgev1.Run(ctx, opts)
 	if err != nil && out == nil {
 		if errors.Is(err, fledgev1.ErrSandbox) {
-			return exitErr(ExitCannotRun, "%v (reason: %s; strict policy in %s)", err, reason.SandboxUnavailable, e.Config.File)
+			return h.strictRefusal(err)
 		}
 		return exitErr(ExitCannotRun, "%v", err)
 	}
@@ -184,6 +185,9 @@ func (h *Host) runLegacy(ctx context.Context, u ui.UI, rec *core.Recorder, b *co
 		if errors.Is(err, core.ErrAudit) {
 			return exitErr(ExitCannotRun, "legacy plugin %s not started: %v", b.Entry.Name, err)
 		}
+		if errors.Is(err, core.ErrSandbox) {
+			return h.strictRefusal(err)
+		}
 		return exitErr(ExitCannotRun, "legacy plugin %s: %v", b.Entry.Name, err)
 	}
 	if ex.Interrupted {
@@ -195,6 +199,12 @@ func (h *Host) runLegacy(ctx context.Context, u ui.UI, rec *core.Recorder, b *co
 		}
 	}
 	return pluginExit(b.Entry.Name, ex.Code, ex.Result)
+}
+
+// strictRefusal is the error of a run the strict policy refused: the sandbox's reason,
+// said once, and where the policy is.
+func (h *Host) strictRefusal(err error) error {
+	return exitErr(ExitCannotRun, "%v (reason: %s; strict policy in %s)", err, reason.SandboxUnavailable, h.Env.Config.File)
 }
 
 // warnDegraded says once per session what the sandbox cannot enforce here.

@@ -75,6 +75,10 @@ type Spec struct {
 	// Env is the complete environment (already filtered by policy). The sandbox adds TMPDIR
 	// when PrivateTmp is set.
 	Env []string
+	// SecretNames name the variables of Env that are secrets the user granted: for the
+	// run's record, which names them and never shows their values. The sandbox does nothing
+	// with them.
+	SecretNames []string
 	// Stdin nil means /dev/null. Stdout/Stderr nil means discard. When they are *os.File they
 	// are passed straight to the child; otherwise the sandbox copies through pipes and stops
 	// copying as soon as the process tree is gone.

@@ -27,8 +27,10 @@ import (
 var (
 	// ErrLaunch: the plugin could not be started.
 	ErrLaunch = errors.New("plugin could not be started")
-	// ErrSandbox: a strict policy refused to run without full confinement.
-	ErrSandbox = errors.New("sandbox unavailable")
+	// ErrSandbox: a strict policy refused to run without full confinement. It is the
+	// sandbox's own sentinel, so the refusal the sandbox wrote ("sandbox unavailable: why")
+	// is passed on as it is and says it once.
+	ErrSandbox = sandbox.ErrUnavailable
 	// ErrAudit: the audit log could not record the start, so nothing was started.
 	ErrAudit = errors.New("the audit log cannot record the start")
 )
@@ -216,9 +218,9 @@ func spawn(o SpawnOptions) (*Proc, error) {
 		closeAll(keep)
 		code := reason.LaunchFailed
 		wrapped := fmt.Errorf("%w: %w", ErrLaunch, err)
-		if errors.Is(err, sandbox.ErrUnavailable) {
+		if errors.Is(err, ErrSandbox) {
 			code = reason.SandboxUnavailable
-			wrapped = fmt.Errorf("%w: %w", ErrSandbox, err)
+			wrapped = err // already "sandbox unavailable: why"
 		}
 		// The start decision is on record; this says it did not happen.
 		rec.Record(audit.EventPluginExit, audit.Error, code, map[string]any{
@@ -261,10 +263,44 @@ func spawn(o SpawnOptions) (*Proc, error) {
 	return p, nil
 }
 
+// LaunchReason is the reason code of an error of Spawn: sandbox_unavailable when a strict
+// policy refused the run, else launch_failed.
+func LaunchReason(err error) reason.Code {
+	if errors.Is(err, ErrSandbox) {
+		return reason.SandboxUnavailable
+	}
+	return reason.LaunchFailed
+}
+
+// The network a run gets, as its record says it (profile.network).
+const (
+	NetworkAll          = "all"          // every destination (a network = true grant, or policy)
+	NetworkDestinations = "destinations" // only those of network_to, through fledge
+	NetworkNone         = "none"         // no network
+)
+
+// NetworkMode is what network spec gives the run: all, the destinations of its egress
+// session (network_to), or none. One word, so the record cannot say "no network" beside
+// the destinations it reaches.
+func NetworkMode(spec *sandbox.Spec) string {
+	switch {
+	case spec.Network:
+		return NetworkAll
+	case len(networkTo(spec)) > 0:
+		return NetworkDestinations
+	}
+	return NetworkNone
+}
+
+// secretNames are the granted secrets the run receives, by name (never a value; [] for none).
+func secretNames(spec *sandbox.Spec) []string {
+	return append([]string{}, spec.SecretNames...)
+}
+
 // ProfileDetails is the part of a plugin_start record that says what the plugin may reach.
 func ProfileDetails(spec *sandbox.Spec) map[string]any {
 	return map[string]any{
-		"network": spec.Network, "network_to": networkTo(spec), "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
+		"network": NetworkMode(spec), "network_to": networkTo(spec), "secrets": secretNames(spec), "listen_tcp": spec.ListenTCP, "listen_any_tcp": spec.ListenAnyTCP, "unix_sockets": spec.UnixSockets,
 		"read_write": spec.Access.ReadWrite, "read_only": spec.Access.ReadOnly,
 		"read_exec": spec.Access.ReadExec, "memory_bytes": spec.Limits.MemoryBytes, "pids": spec.Limits.Pids,
 	}

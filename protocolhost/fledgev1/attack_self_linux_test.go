@@ -194,7 +194,7 @@ func attackPluginSelf(t *testing.T, plugin string, grants protocol.Capabilities)
 	assert.Equal(t, grants, recorded)
 	profile, ok := starts[0].Details["profile"].(map[string]any)
 	require.True(t, ok, "plugin_start records the confinement profile: %v", starts[0].Details)
-	assert.Equal(t, grants.Network, profile["network"])
+	assert.Equal(t, map[bool]string{true: "all", false: "none"}[grants.Network], profile["network"])
 	assert.Contains(t, profile["read_write"], f.dataDir)
 	assert.NotContains(t, profile["read_write"], f.project, "the project is never writable by the plugin process")
 	if project {

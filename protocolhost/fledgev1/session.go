@@ -127,10 +127,8 @@ func (s *session) run(parent context.Context) (*Outcome, error) {
 		},
 	})
 	if err != nil {
-		if errors.Is(err, core.ErrSandbox) {
-			return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
-		}
-		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+		// core.Spawn's errors carry their sentinel already (ErrLaunch, ErrSandbox are core's).
+		return nil, err
 	}
 	s.proc = proc
 

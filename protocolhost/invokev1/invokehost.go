@@ -274,7 +274,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 		DrainTimeout: prof.Session.DrainTimeout,
 	})
 	if err != nil {
-		return nil, fail(reason.LaunchFailed, "plugin %s could not be started: %v", name, err)
+		return nil, fail(core.LaunchReason(err), "plugin %s: %v", name, err) // err says why, once
 	}
 	s.proc, s.w = proc, proc.Stdin
 	go s.read(proc.Stdout, "stdout")

@@ -408,7 +408,7 @@ func TestTCPPlugin(t *testing.T) {
 	starts := f.Find(audit.EventPluginStart)
 	require.Len(t, starts, 1)
 	prof := starts[0].Details["profile"].(map[string]any)
-	assert.Equal(t, false, prof["network"])
+	assert.Equal(t, "none", prof["network"])
 	require.Len(t, prof["listen_tcp"], 1)
 	assert.Contains(t, f.Stderr.String(), "plugin is running on 127.0.0.1:")
 

@@ -420,7 +420,7 @@ func (p *Provider) run(ctx context.Context, b *core.Binding, rs runSpec) *Outcom
 		DrainTimeout: prof.Session.DrainTimeout,
 	})
 	if err != nil {
-		return &Outcome{Failure: fail(reason.LaunchFailed, "plugin %s could not be started: %v", name, err)}
+		return &Outcome{Failure: fail(core.LaunchReason(err), "plugin %s: %v", name, err)} // err says why, once
 	}
 	s := &session{b: b, rec: rec, proc: proc, lines: make(chan lineMsg), quit: make(chan struct{}), lineMax: prof.Session.LineMax, timeout: timeout}
 	go s.read(lines.NewReader(proc.Stdout, prof.Session.LineMax))

@@ -223,7 +223,7 @@ func TestProfileFromDeclaredCapabilities(t *testing.T) {
 	starts := f.Find(audit.EventPluginStart)
 	require.Len(t, starts, 2)
 	prof := starts[1].Details["profile"].(map[string]any)
-	assert.Equal(t, true, prof["network"])
+	assert.Equal(t, "all", prof["network"])
 	assert.NotContains(t, prof["read_only"], f.Project.Root)
 
 	// Declaring both, it can.

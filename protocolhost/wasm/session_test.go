@@ -177,7 +177,7 @@ func TestHelloThroughSession(t *testing.T) {
 	assert.Equal(t, []any{"exit", "recv", "send"}, d["host_functions"])
 	prof := d["profile"].(map[string]any)
 	assert.Equal(t, "wasm", prof["confinement"])
-	assert.Equal(t, false, prof["network"])
+	assert.Equal(t, "none", prof["network"])
 	assert.Nil(t, prof["read_write"], "the native plugin profile is replaced")
 	exits := f.records(audit.EventPluginExit)
 	require.Len(t, exits, 1)

@@ -286,7 +286,7 @@ func (s *Sandbox) Describe(path string) (map[string]any, error) {
 		"host_functions": s.hostFunctions(),
 		// Replaces the native plugin's profile in the record: this is what the module gets.
 		"profile": map[string]any{
-			"confinement": Confinement, "network": false, "unix_sockets": false, "environment": []string{},
+			"confinement": Confinement, "network": "none", "secrets": []string{}, "unix_sockets": false, "environment": []string{},
 			"processes": false, "preopens": pre, "memory_bytes": s.opts.MemoryBytes, "timeout_ms": s.opts.Timeout.Milliseconds(),
 		},
 	}, nil
