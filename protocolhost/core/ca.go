@@ -12,7 +12,6 @@ import (
 	"github.com/fledgehq/fledge/sandbox"
 )
 
-
 // maxHostBundle bounds the host bundle fledge copies.
 const maxHostBundle = 16 << 20
 
