@@ -190,7 +190,8 @@ func (ic *interceptor) setup(h2 bool) {
 			pr.Out.URL.Host = authority
 			pr.Out.Host = authority
 		},
-		Transport: ic.rt,
+		Transport:  ic.rt,
+		BufferPool: proxyBufs,
 		// Streamed answers (server-sent events, no length) are flushed as they come; the
 		// rest in one write.
 		FlushInterval: 0,
@@ -593,3 +594,12 @@ func (c *strictConn) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// proxyBufs are the proxy's body copy buffers, reused (the proxy would make 32 KiB per
+// request otherwise).
+var proxyBufs = bufPool{}
+
+type bufPool struct{}
+
+func (bufPool) Get() []byte  { return *(copyBufs.Get().(*[]byte)) }
+func (bufPool) Put(b []byte) { copyBufs.Put(&b) }
