@@ -33,10 +33,10 @@
   function num(n) { return Number(n).toLocaleString('en-US'); }
 
   // A row is [seq, time ms, session, plugin, event, decision, reason, summary, duration ms,
-  // aggregate kind, aggregate key, details] (report/rows.go).
+  // aggregate kind, aggregate key, details, plugin version] (report/rows.go).
   function R(a) {
     return { seq: a[0], t: a[1], session: a[2], plugin: a[3], event: a[4], decision: a[5], reason: a[6],
-      summary: a[7], dur: a[8], aggKind: a[9], aggKey: a[10], details: a[11] };
+      summary: a[7], dur: a[8], aggKind: a[9], aggKey: a[10], details: a[11], version: a[12] };
   }
 
   function addAgg(plugin, kind, key, n) {
@@ -65,10 +65,10 @@
     if (r.session) {
       var s = S.byId.get(r.session);
       if (!s) {
-        s = { session: r.session, plugin: r.plugin, start: r.t, end: r.t, ended: false, records: 0, allow: 0, deny: 0, error: 0 };
+        s = { session: r.session, plugin: r.plugin, version: r.version, start: r.t, end: r.t, ended: false, records: 0, allow: 0, deny: 0, error: 0 };
         S.byId.set(r.session, s); S.sessions.push(s);
       }
-      if (!s.plugin && r.plugin) s.plugin = r.plugin;
+      if (!s.plugin && r.plugin) { s.plugin = r.plugin; s.version = r.version; }
       s.end = r.t; s.records++;
       if (r.decision === 'allow' || r.decision === 'deny' || r.decision === 'error') s[r.decision]++;
       if (r.event === 'plugin_exit') s.ended = true;
@@ -162,6 +162,7 @@
     mark.style.left = Math.max(0, Math.min(99.5, 100 * (from - start) / span)) + '%';
     if (r.dur > 0) mark.style.width = Math.max(0.3, Math.min(100, 100 * r.dur / span)) + '%';
     mark.title = r.dur > 0 ? fmtDur(r.dur) : fmtTime(r.t);
+    track.appendChild(mark);
     add(d, el('span', 'off', '+' + fmtDur(r.t - start)), el('span', 'ev ' + r.decision, r.event), sum, track);
     if (S.open.has(r.seq)) d.appendChild(details(r));
     d.addEventListener('click', function (ev) {

@@ -14,7 +14,7 @@ import (
 // report carries 100,000 of them):
 //
 //	[seq, time (Unix ms), session, plugin, event, decision, reason, summary, duration ms,
-//	 aggregate kind, aggregate key, details]
+//	 aggregate kind, aggregate key, details, plugin version]
 //
 // Every string a plugin could have chosen is Clip'd (visible controls, bounded length).
 type Row struct {
@@ -32,6 +32,7 @@ type Row struct {
 	AggKind string // "reached", "refused", "path" or ""
 	AggKey  string
 	Details any
+	Version string
 }
 
 // Aggregate kinds: what a plugin reached, what it was refused, which paths it was refused.
@@ -43,7 +44,7 @@ const (
 
 func (r *Row) MarshalJSON() ([]byte, error) {
 	return json.Marshal([]any{r.Seq, r.TimeMS, r.Session, r.Plugin, r.Event, r.Decision, r.Reason,
-		r.Summary, r.DurMS, r.AggKind, r.AggKey, r.Details})
+		r.Summary, r.DurMS, r.AggKind, r.AggKey, r.Details, r.Version})
 }
 
 // NewRow builds the page's row of a record.
@@ -55,7 +56,7 @@ func NewRow(r *audit.Record) *Row {
 		Details: clipValue(detailsView(r), 0),
 	}
 	if r.Plugin != nil {
-		row.Plugin = Clip(r.Plugin.Name, 128)
+		row.Plugin, row.Version = Clip(r.Plugin.Name, 128), Clip(r.Plugin.Version, 64)
 	}
 	switch r.Event {
 	case audit.EventExecOutcome, audit.EventToolOutcome, audit.EventHookOutcome, audit.EventNetClose,

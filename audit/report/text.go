@@ -20,6 +20,9 @@ const (
 	maxDepth = 6
 )
 
+// writerMark starts the ending the log's writer gives a string it cut (audit's field bounds).
+const writerMark = "…[truncated: "
+
 // Visible returns s with every character that could change how the text around it is read
 // replaced by a visible stand-in, so a reviewer sees it instead of having it applied: C0
 // controls (newline and tab included) and DEL become their Unicode control pictures (␊, ␉,
@@ -84,9 +87,16 @@ func isPlain(s string) bool {
 // Clip returns s cut to at most max bytes (at a character boundary) and made Visible; a cut
 // string ends in "…[clipped: N bytes]" naming its full length, so a reviewer knows there
 // is more in the log (audit show --json has it whole).
+//
+// A string the log's writer already cut ends in "…[truncated: N bytes, sha256 H]"; that
+// ending is kept, so the length stated is the original one.
 func Clip(s string, max int) string {
 	if len(s) <= max {
 		return Visible(s)
+	}
+	if i := strings.LastIndex(s, writerMark); i >= 0 && len(s)-i < 160 && strings.HasSuffix(s, "]") {
+		head, mark := s[:i], s[i:]
+		return Clip(head, max) + Visible(mark)
 	}
 	cut := max
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
