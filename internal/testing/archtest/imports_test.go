@@ -55,6 +55,8 @@ var rules = []rule{
 		never: []string{"sandbox/linux", "sandbox/darwin", "sandbox/fallback"}},
 	{why: "the audit log depends on nothing of fledge but reason codes",
 		from: "audit", never: []string{"..."}, except: []string{"reason"}},
+	{why: "the auditor's page reads the log and nothing else of fledge",
+		from: "audit/report", never: []string{"..."}, except: []string{"audit", "reason"}},
 	{why: "the sandbox interface depends on nothing of fledge",
 		from: "sandbox", never: []string{"..."}},
 	{why: "test helpers are for tests: product code never imports them",
@@ -157,6 +159,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 		{ImportPath: mod + "policy", Imports: []string{mod + "sandbox"}},
 		{ImportPath: mod + "sandbox/platform", Imports: []string{mod + "sandbox/linux"}},
 		{ImportPath: mod + "audit", Imports: []string{mod + "reason"}},
+		{ImportPath: mod + "audit/report", Imports: []string{mod + "audit"}},
 		{ImportPath: mod + "sandbox"},
 		{ImportPath: mod + "plugin", Imports: []string{mod + "policy", mod + "protocolhost/fledgev1/protocol"}},
 	}
@@ -164,6 +167,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 	for _, tc := range []struct{ from, to, rule string }{
 		{"cmd/fledge", "policy", "the CLI"},
 		{"cmd/fledge", "protocolhost/core", "the CLI"},
+		{"audit/report", "plugin", "the auditor's page"},
 		{"protocolhost/mcp", "protocolhost/fledgev1", "never reaches into another adapter"},
 		{"protocolhost/fledgev1/protocol", "protocolhost/fledgev1", "never reaches into another adapter"},
 		{"protocolhost/core", "protocolhost/lines", "session core"},
