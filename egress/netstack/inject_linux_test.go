@@ -361,6 +361,24 @@ sys.stdout.write(d.decode("latin-1"))`, api.port, pyBytes(raw)))
 			t.Fatal("a smuggling-shaped request reached the server")
 		}
 	})
+	t.Run("reflected-header", func(t *testing.T) {
+		// A header an API echoes back (here any non-credential header), and TRACE, which
+		// echoes the whole request: the value is put in neither.
+		before := len(api.saw())
+		for _, args := range [][]string{
+			{"-H", "X-Debug-Echo: " + ph, url},
+			{"-H", "Referer: https://x/" + ph, url},
+			{"-X", "TRACE", "-H", "Authorization: Bearer " + ph, url},
+		} {
+			out, _ := inNSEnv(t, e, env, "curl", append([]string{"-sS", "--http1.1", "--max-time", "10", "-w", "%{http_code}"}, args...)...)
+			if !strings.HasSuffix(strings.TrimSpace(out), "403") || strings.Contains(out, realToken) {
+				t.Fatalf("%v: %q", args, out)
+			}
+		}
+		if len(api.saw()) != before {
+			t.Fatal("a request with the placeholder in an echoed place reached the server")
+		}
+	})
 	t.Run("rules", func(t *testing.T) {
 		rurl := fmt.Sprintf("https://rules.test:%d", api.port)
 		out, err := inNSEnv(t, e, env, "curl", "-sS", "--max-time", "10", rurl+"/allowed/x")

@@ -301,6 +301,15 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" is not bound to "+ic.name+"; refused")
 		return
 	}
+	if r.Method == http.MethodTrace {
+		// TRACE echoes the request back, credentials and all.
+		ic.refuse(w, r, egress.ReasonBadRequest, "TRACE is not forwarded to a destination fledge puts secrets into")
+		return
+	}
+	if s, h := ic.misplaced(r.Header); s != "" {
+		ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" goes in a credential header (Authorization, or one naming a key, token or secret), not in "+h+"; refused")
+		return
+	}
 	used := ic.inject(r.Header)
 	st := &reqState{reason: egress.ReasonGranted}
 	r = r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
@@ -349,6 +358,46 @@ func basicDecoded(v string) (string, bool) {
 		return "", false
 	}
 	return string(b), true
+}
+
+// credentialHeader reports whether a header is one a credential is sent in: fledge puts a
+// value only there, so a program cannot have it written into a header the server echoes
+// back (a debugging header, a Referer, a User-Agent an API reflects in an error).
+func credentialHeader(name string) bool {
+	n := strings.ToLower(name)
+	if n == "authorization" {
+		return true
+	}
+	for _, w := range []string{"key", "token", "auth", "secret", "password", "credential"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// misplaced returns the name of a bound secret whose placeholder stands in a header that
+// carries no credentials, and that header ("" when none).
+func (ic *interceptor) misplaced(h http.Header) (string, string) {
+	for k, vs := range h {
+		if credentialHeader(k) {
+			continue
+		}
+		for _, v := range vs {
+			texts := []string{v}
+			if d, ok := basicDecoded(v); ok {
+				texts = append(texts, d)
+			}
+			for _, s := range ic.bound {
+				for _, t := range texts {
+					if strings.Contains(t, s.Placeholder) {
+						return s.Name, k
+					}
+				}
+			}
+		}
+	}
+	return "", ""
 }
 
 // inject puts each bound secret's value where its placeholder stands in a header value
