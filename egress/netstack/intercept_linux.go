@@ -178,7 +178,7 @@ func (ic *interceptor) setup(h2 bool) {
 	if h2 {
 		ic.rt = ic.e.transport(ic.name, ic.upstream)
 	} else {
-		ic.rt = &inlineRT{e: ic.e, key: transportKey{ic.name, ic.upstream}, scheme: ic.scheme}
+		ic.rt = &inlineRT{e: ic.e, key: transportKey{ic.name, ic.upstream, ic.scheme}, scheme: ic.scheme}
 	}
 	authority := ic.name
 	if !(ic.scheme == "https" && ic.port == 443 || ic.scheme == "http" && ic.port == 80) {
@@ -297,9 +297,18 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if s := ic.foreignIn(r); s != "" {
+	if s := placeholderIn(r, ic.foreign); s != "" {
 		ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" is not bound to "+ic.name+"; refused")
 		return
+	}
+	// A value goes out only over TLS fledge opened and verified: the program chooses to speak
+	// plain HTTP to the destination, and fledge would otherwise send the value over the
+	// network in the clear (to a TLS port at that).
+	if ic.scheme != "https" {
+		if s := placeholderIn(r, ic.bound); s != "" {
+			ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" is put in over https only; refused")
+			return
+		}
 	}
 	used := ic.inject(r.Header)
 	st := &reqState{reason: egress.ReasonGranted}
@@ -314,11 +323,11 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ic.record(r, ok, st.reason, sw.status, used, bodyIn.Load(), sw.n)
 }
 
-// foreignIn returns the name of a secret whose placeholder the request carries although
-// the secret is not bound here ("" when none): in any header (decoded Basic credentials
-// included), the target or the host.
-func (ic *interceptor) foreignIn(r *http.Request) string {
-	if len(ic.foreign) == 0 {
+// placeholderIn returns the name of the first of secrets whose placeholder the request
+// carries ("" when none): in any header (decoded Basic credentials included), the target
+// or the host.
+func placeholderIn(r *http.Request, secrets []egress.Secret) string {
+	if len(secrets) == 0 {
 		return ""
 	}
 	texts := []string{r.URL.RequestURI(), r.Host}
@@ -330,7 +339,7 @@ func (ic *interceptor) foreignIn(r *http.Request) string {
 			}
 		}
 	}
-	for _, s := range ic.foreign {
+	for _, s := range secrets {
 		for _, t := range texts {
 			if strings.Contains(t, s.Placeholder) {
 				return s.Name
@@ -513,9 +522,12 @@ func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 // maxTransports bounds the upstream transports one engine keeps (one per destination).
 const maxTransports = 256
 
+// transportKey tells fledge's connections to hosts apart: by name, address and scheme (a
+// plain connection never carries a request the program sent over TLS).
 type transportKey struct {
-	name string
-	up   netip.AddrPort
+	name   string
+	up     netip.AddrPort
+	scheme string
 }
 
 // transport is the engine's transport to name at up, verified against the host's trust
@@ -523,7 +535,7 @@ type transportKey struct {
 func (e *Engine) transport(name string, up netip.AddrPort) *http.Transport {
 	e.trMu.Lock()
 	defer e.trMu.Unlock()
-	k := transportKey{name, up}
+	k := transportKey{name, up, "https"}
 	if tr, ok := e.trs[k]; ok {
 		return tr
 	}
