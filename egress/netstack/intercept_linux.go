@@ -283,6 +283,12 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ic.refuse(w, r, egress.ReasonBadRequest, "CONNECT is not forwarded to "+ic.name)
 		return
 	}
+	// TRACE (and IIS's TRACK) makes a server answer with the request it got, headers
+	// included: the value fledge put in would come back to the program.
+	if len(ic.bound) > 0 && (strings.EqualFold(r.Method, "TRACE") || strings.EqualFold(r.Method, "TRACK")) {
+		ic.refuse(w, r, egress.ReasonBadRequest, r.Method+" is not forwarded to "+ic.name+", where fledge puts a secret in")
+		return
+	}
 	if n := len(r.Header) + len(r.Trailer); n > interceptHeaders {
 		ic.refuse(w, r, egress.ReasonLimit, fmt.Sprintf("more than %d header fields", interceptHeaders))
 		return
