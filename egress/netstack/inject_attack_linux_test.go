@@ -219,3 +219,50 @@ func TestInjectAttackRulePathTricks(t *testing.T) {
 		t.Fatalf("no rule record: %+v", rec.evs)
 	}
 }
+
+// A destination that never answers does not hold the session open: the engine closes in
+// bounded time with a program's request to it in flight (HTTP/1.1, fledge's own round
+// tripper).
+func TestInjectAttackSilentUpstreamClose(t *testing.T) {
+	needEngine(t)
+	ca := newTestCA(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "api.test")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Read(make([]byte, 4096)) // the request; never an answer
+				got <- struct{}{}
+				time.Sleep(time.Minute)
+			}()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	_, otherPort, _ := server(t, "other-body")
+	e, _, ph, bundle := injectEngine(t, port, otherPort, ca.pool)
+	d := newNSDialer(t, e.NetNS())
+	c := attackConn(t, e, d, "api.test", port, true, bundle)
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer "+ph+"\r\n\r\n")
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the destination")
+	}
+	c.Close()
+	done := make(chan struct{})
+	go func() { e.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the engine did not close: a request to a silent destination holds it")
+	}
+}
