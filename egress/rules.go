@@ -121,8 +121,10 @@ func (r Rule) Matches(method, path string) bool {
 }
 
 // pathSegments decodes a request path into its segments, refusing what a server could read
-// as another path than the rule sees: dot segments, an encoded slash or backslash, an empty
-// segment inside the path, bad escapes.
+// as another path than the rule sees: dot segments (with path parameters too, "..;" as
+// Tomcat and Spring read it, and encoded more than once, as a server decoding twice reads
+// it), an encoded slash or backslash (at any depth of encoding), an empty segment inside
+// the path, bad escapes.
 func pathSegments(escaped string) ([]string, bool) {
 	if !strings.HasPrefix(escaped, "/") {
 		return nil, false
@@ -131,8 +133,16 @@ func pathSegments(escaped string) ([]string, bool) {
 	out := make([]string, 0, len(raw))
 	for i, s := range raw {
 		d, err := url.PathUnescape(s)
-		if err != nil || strings.ContainsAny(d, "/\\\x00") || d == "." || d == ".." {
+		if err != nil || ambiguousSegment(d) {
 			return nil, false
+		}
+		for again, n := d, 0; strings.Contains(again, "%") && n < maxDecodes; n++ {
+			if again, err = url.PathUnescape(again); err != nil {
+				break // not an escape a server would decode: literal "%"
+			}
+			if ambiguousSegment(again) {
+				return nil, false
+			}
 		}
 		if d == "" && i != len(raw)-1 {
 			return nil, false
@@ -140,6 +150,20 @@ func pathSegments(escaped string) ([]string, bool) {
 		out = append(out, d)
 	}
 	return out, true
+}
+
+// maxDecodes bounds the decodings of a segment pathSegments tries beyond the first.
+const maxDecodes = 3
+
+// ambiguousSegment reports whether a decoded path segment may be read by a server as
+// something other than one plain segment: a slash, backslash or NUL in it, or a dot segment
+// (before any ";" path parameters).
+func ambiguousSegment(d string) bool {
+	if strings.ContainsAny(d, "/\\\x00") {
+		return true
+	}
+	d, _, _ = strings.Cut(d, ";")
+	return d == "." || d == ".."
 }
 
 func matchSegs(pat, segs []string) bool {

@@ -178,7 +178,7 @@ func (ic *interceptor) setup(h2 bool) {
 	if h2 {
 		ic.rt = ic.e.transport(ic.name, ic.upstream)
 	} else {
-		ic.rt = &inlineRT{e: ic.e, key: transportKey{ic.name, ic.upstream}, scheme: ic.scheme}
+		ic.rt = &inlineRT{e: ic.e, key: transportKey{ic.name, ic.upstream, ic.scheme}, scheme: ic.scheme}
 	}
 	authority := ic.name
 	if !(ic.scheme == "https" && ic.port == 443 || ic.scheme == "http" && ic.port == 80) {
@@ -283,6 +283,12 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ic.refuse(w, r, egress.ReasonBadRequest, "CONNECT is not forwarded to "+ic.name)
 		return
 	}
+	// TRACE (and IIS's TRACK) makes a server answer with the request it got, headers
+	// included: the value fledge put in would come back to the program.
+	if len(ic.bound) > 0 && (strings.EqualFold(r.Method, "TRACE") || strings.EqualFold(r.Method, "TRACK")) {
+		ic.refuse(w, r, egress.ReasonBadRequest, r.Method+" is not forwarded to "+ic.name+", where fledge puts a secret in")
+		return
+	}
 	if n := len(r.Header) + len(r.Trailer); n > interceptHeaders {
 		ic.refuse(w, r, egress.ReasonLimit, fmt.Sprintf("more than %d header fields", interceptHeaders))
 		return
@@ -297,14 +303,18 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if s := ic.foreignIn(r); s != "" {
+	if s := placeholderIn(r, ic.foreign); s != "" {
 		ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" is not bound to "+ic.name+"; refused")
 		return
 	}
-	if r.Method == http.MethodTrace {
-		// TRACE echoes the request back, credentials and all.
-		ic.refuse(w, r, egress.ReasonBadRequest, "TRACE is not forwarded to a destination fledge puts secrets into")
-		return
+	// A value goes out only over TLS fledge opened and verified: the program chooses to speak
+	// plain HTTP to the destination, and fledge would otherwise send the value over the
+	// network in the clear (to a TLS port at that).
+	if ic.scheme != "https" {
+		if s := placeholderIn(r, ic.bound); s != "" {
+			ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" is put in over https only; refused")
+			return
+		}
 	}
 	if s, h := ic.misplaced(r.Header); s != "" {
 		ic.refuse(w, r, egress.ReasonPlaceholder, "the placeholder of secret "+s+" goes in a credential header (Authorization, or one naming a key, token or secret), not in "+h+"; refused")
@@ -323,11 +333,11 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ic.record(r, ok, st.reason, sw.status, used, bodyIn.Load(), sw.n)
 }
 
-// foreignIn returns the name of a secret whose placeholder the request carries although
-// the secret is not bound here ("" when none): in any header (decoded Basic credentials
-// included), the target or the host.
-func (ic *interceptor) foreignIn(r *http.Request) string {
-	if len(ic.foreign) == 0 {
+// placeholderIn returns the name of the first of secrets whose placeholder the request
+// carries ("" when none): in any header (decoded Basic credentials included), the target
+// or the host.
+func placeholderIn(r *http.Request, secrets []egress.Secret) string {
+	if len(secrets) == 0 {
 		return ""
 	}
 	texts := []string{r.URL.RequestURI(), r.Host}
@@ -339,7 +349,7 @@ func (ic *interceptor) foreignIn(r *http.Request) string {
 			}
 		}
 	}
-	for _, s := range ic.foreign {
+	for _, s := range secrets {
 		for _, t := range texts {
 			if strings.Contains(t, s.Placeholder) {
 				return s.Name
@@ -562,9 +572,12 @@ func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 // maxTransports bounds the upstream transports one engine keeps (one per destination).
 const maxTransports = 256
 
+// transportKey tells fledge's connections to hosts apart: by name, address and scheme (a
+// plain connection never carries a request the program sent over TLS).
 type transportKey struct {
-	name string
-	up   netip.AddrPort
+	name   string
+	up     netip.AddrPort
+	scheme string
 }
 
 // transport is the engine's transport to name at up, verified against the host's trust
@@ -572,7 +585,7 @@ type transportKey struct {
 func (e *Engine) transport(name string, up netip.AddrPort) *http.Transport {
 	e.trMu.Lock()
 	defer e.trMu.Unlock()
-	k := transportKey{name, up}
+	k := transportKey{name, up, "https"}
 	if tr, ok := e.trs[k]; ok {
 		return tr
 	}

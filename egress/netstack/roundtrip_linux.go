@@ -140,13 +140,26 @@ func (rt *inlineRT) RoundTrip(req *http.Request) (*http.Response, error) {
 var errStale = errors.New("the kept-alive connection was closed by the host")
 
 func (rt *inlineRT) once(uc *upConn, req *http.Request) (*http.Response, error) {
+	// The connection is used in this goroutine with no deadline of its own: a host that
+	// never answers (or stops in the middle of an answer) would hold it, the program's
+	// connection and the engine's Close. The program going away (the request's context) or
+	// the engine closing ends the wait.
+	kill := func() { _ = uc.c.SetDeadline(time.Unix(1, 0)) }
+	stopReq := context.AfterFunc(req.Context(), kill)
+	stopEngine := context.AfterFunc(rt.e.ctx, kill)
+	// release reports whether the connection is still fit for another request.
+	release := func() bool {
+		a, b := stopReq(), stopEngine()
+		return a && b
+	}
 	wasUsed := uc.used
 	uc.used = true
 	if err := req.Write(uc.bw); err != nil {
+		release()
 		return nil, err
 	}
 	if err := uc.bw.Flush(); err != nil {
-		if wasUsed {
+		if release() && wasUsed {
 			return nil, errStale
 		}
 		return nil, err
@@ -154,14 +167,15 @@ func (rt *inlineRT) once(uc *upConn, req *http.Request) (*http.Response, error) 
 	for {
 		resp, err := http.ReadResponse(uc.br, req)
 		if err != nil {
-			if wasUsed && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && uc.br.Buffered() == 0 {
+			if release() && wasUsed && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && uc.br.Buffered() == 0 {
 				return nil, errStale
 			}
 			return nil, err
 		}
 		switch {
 		case resp.StatusCode == http.StatusSwitchingProtocols:
-			// The proxy splices an upgraded connection itself: the body is the connection.
+			// The proxy splices an upgraded connection itself: the body is the connection
+			// (never kept for another request, so the watch stays on it).
 			resp.Body = &upgradedConn{uc: uc}
 			return resp, nil
 		case resp.StatusCode/100 == 1:
@@ -169,7 +183,7 @@ func (rt *inlineRT) once(uc *upConn, req *http.Request) (*http.Response, error) 
 		}
 		keep := !resp.Close && !req.Close
 		resp.Body = &returnBody{ReadCloser: resp.Body, done: func(clean bool) {
-			if clean && keep {
+			if release() && clean && keep {
 				rt.e.upstream.put(rt.key, uc)
 			} else {
 				uc.c.Close()
