@@ -92,8 +92,17 @@ func TestSniffHTTPLeavesOtherProtocolsAlone(t *testing.T) {
 		_, err := ParseRequestHead([]byte(in), 0)
 		assert.Equal(t, ErrNotHTTP, err, "%q", in)
 	}
-	for _, in := range []string{"GE", "GET / HT", "\r\n", "FOO /x"} {
+	for _, in := range []string{"GE", "GET / HT", "\r\n", "FOO /x", "\r", "\r\r\n\rGET"} {
 		assert.Equal(t, ErrIncomplete, SniffHTTP([]byte(in)), "%q", in)
+	}
+	// Lines Node's parser reads as requests are HTTP, refused when not HTTP/1.0 or 1.1.
+	for _, in := range []string{
+		"GET / RTSP/1.0\r\n", "SOURCE / ICE/1.0\r\n", "POST /\r\n", "GET http://other.test/\r\n",
+		"OPTIONS *\r\n", "CONNECT other.test:80\r\n", "\r\r\nGET / HTTP/1.1\r\n",
+	} {
+		assert.NoError(t, SniffHTTP([]byte(in)), "%q", in)
+		_, err := ParseRequestHead([]byte(in+"Host: svc.test\r\n\r\n"), 0)
+		assert.True(t, errors.Is(err, ErrBadRequest), "%q: %v", in, err)
 	}
 }
 
