@@ -10,18 +10,35 @@ import (
 // maxChunkLine bounds a chunk-size line (extensions included) and each trailer line.
 const maxChunkLine = 4096
 
+// chunkWriteBuf gathers re-framed chunks into fewer writes.
+const chunkWriteBuf = 8 << 10
+
 // CopyChunked forwards one chunked request body from src to dst, re-framed: each chunk's
 // size line without its extensions, its data, the trailer lines as sent, CRLF line ends.
 // What the destination receives is exactly the body fledge framed, so the next request
 // on the connection starts where fledge says it does. A malformed body is a *RequestError.
 func CopyChunked(dst io.Writer, src *bufio.Reader) (int64, error) {
+	// What is re-framed is gathered and written in one go while more of the body is
+	// already read, and sent before fledge waits for the program: a write per chunk line
+	// would cost a system call and a packet for every few bytes the program sends.
+	bw := bufio.NewWriterSize(dst, chunkWriteBuf)
 	var n int64
 	write := func(b []byte) error {
-		k, err := dst.Write(b)
+		k, err := bw.Write(b)
 		n += int64(k)
 		return err
 	}
+	// lineReady sends what is gathered unless the next line has arrived already.
+	lineReady := func() error {
+		if b, _ := src.Peek(src.Buffered()); bytes.IndexByte(b, '\n') >= 0 {
+			return nil
+		}
+		return bw.Flush()
+	}
 	for {
+		if err := lineReady(); err != nil {
+			return n, err
+		}
 		line, err := readLine(src)
 		if err != nil {
 			return n, err
@@ -48,12 +65,26 @@ func CopyChunked(dst io.Writer, src *bufio.Reader) (int64, error) {
 		if size == 0 {
 			break
 		}
-		k, err := io.CopyN(dst, src, int64(size))
-		n += k
-		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
+		if size <= uint64(src.Buffered()) {
+			data, _ := src.Peek(int(size))
+			if err := write(data); err != nil {
+				return n, err
 			}
+			_, _ = src.Discard(int(size))
+		} else {
+			if err := bw.Flush(); err != nil {
+				return n, err
+			}
+			k, err := io.CopyN(dst, src, int64(size))
+			n += k
+			if err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return n, err
+			}
+		}
+		if err := lineReady(); err != nil {
 			return n, err
 		}
 		end, err := readLine(src)
@@ -68,12 +99,18 @@ func CopyChunked(dst io.Writer, src *bufio.Reader) (int64, error) {
 		}
 	}
 	for i := 0; ; i++ {
+		if err := lineReady(); err != nil {
+			return n, err
+		}
 		line, err := readLine(src)
 		if err != nil {
 			return n, err
 		}
 		if len(line) == 0 {
-			return n, write([]byte("\r\n"))
+			if err := write([]byte("\r\n")); err != nil {
+				return n, err
+			}
+			return n, bw.Flush()
 		}
 		if i >= maxRequestHeaders {
 			return n, badRequest("too many trailer lines")

@@ -160,8 +160,10 @@ func couldBeRequestLine(p []byte) bool {
 // HTTP/1 request: ErrNotHTTP when it cannot be, ErrIncomplete when its first line has not
 // all arrived, nil when it is a request line of HTTP (whatever its validity).
 func SniffHTTP(b []byte) error {
-	s := skipEmptyLines(b)
-	rest := b[s:]
+	// Node's parser skips any run of CR and LF before a request line, a lone CR included,
+	// so the sniff does too: what follows is held to HTTP's rules (ParseRequestHead then
+	// refuses the bare CR), never spliced as another protocol.
+	rest := bytes.TrimLeft(b, "\r\n")
 	nl := bytes.IndexByte(rest, '\n')
 	if nl < 0 {
 		if len(rest) > 0 && !couldBeRequestLine(rest) {
@@ -176,10 +178,12 @@ func SniffHTTP(b []byte) error {
 	return ErrNotHTTP
 }
 
-// lineIsHTTP reports whether line is meant as an HTTP request line: a word that starts
-// "HTTP/" anywhere after the first, or "GET /path" alone (HTTP/0.9, which some servers
-// still take and route to their default site). Such a line is then held to HTTP/1's rules;
-// any other line (an SMTP or Redis command) is another protocol.
+// lineIsHTTP reports whether line is meant as an HTTP request line, as any real server
+// may read it: a word after the first that starts "HTTP/" (or "RTSP/" or "ICE/", versions
+// Node's parser takes as HTTP/1), or METHOD TARGET alone (HTTP/0.9, which Node takes with
+// headers after it, for any method) when TARGET is a path, "*", an absolute URL or a
+// CONNECT's authority. Such a line is then held to HTTP/1's rules; any other line (an
+// SMTP or Redis command) is another protocol.
 func lineIsHTTP(line string) bool {
 	words := strings.FieldsFunc(line, func(r rune) bool {
 		return r == ' ' || r == '\t' || r == '\v' || r == '\f' || r == '\r'
@@ -188,11 +192,18 @@ func lineIsHTTP(line string) bool {
 		return false
 	}
 	for _, w := range words[1:] {
-		if len(w) >= 5 && strings.EqualFold(w[:5], "HTTP/") {
-			return true
+		for _, v := range []string{"HTTP/", "RTSP/", "ICE/"} {
+			if len(w) >= len(v) && strings.EqualFold(w[:len(v)], v) {
+				return true
+			}
 		}
 	}
-	return len(words) == 2 && words[0] == "GET" && strings.HasPrefix(words[1], "/")
+	if len(words) != 2 {
+		return false
+	}
+	target := words[1]
+	return target[0] == '/' || target[0] == '*' || strings.Contains(target, "://") ||
+		strings.EqualFold(words[0], "CONNECT")
 }
 
 // ParseRequestHead parses the request head at the start of b (at most max bytes of it,

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -92,8 +94,17 @@ func TestSniffHTTPLeavesOtherProtocolsAlone(t *testing.T) {
 		_, err := ParseRequestHead([]byte(in), 0)
 		assert.Equal(t, ErrNotHTTP, err, "%q", in)
 	}
-	for _, in := range []string{"GE", "GET / HT", "\r\n", "FOO /x"} {
+	for _, in := range []string{"GE", "GET / HT", "\r\n", "FOO /x", "\r", "\r\r\n\rGET"} {
 		assert.Equal(t, ErrIncomplete, SniffHTTP([]byte(in)), "%q", in)
+	}
+	// Lines Node's parser reads as requests are HTTP, refused when not HTTP/1.0 or 1.1.
+	for _, in := range []string{
+		"GET / RTSP/1.0\r\n", "SOURCE / ICE/1.0\r\n", "POST /\r\n", "GET http://other.test/\r\n",
+		"OPTIONS *\r\n", "CONNECT other.test:80\r\n", "\r\r\nGET / HTTP/1.1\r\n",
+	} {
+		assert.NoError(t, SniffHTTP([]byte(in)), "%q", in)
+		_, err := ParseRequestHead([]byte(in+"Host: svc.test\r\n\r\n"), 0)
+		assert.True(t, errors.Is(err, ErrBadRequest), "%q: %v", in, err)
 	}
 }
 
@@ -124,6 +135,36 @@ func TestCopyChunkedReframes(t *testing.T) {
 		assert.True(t, errors.Is(err, ErrBadRequest), "%q: %v", in, err)
 	}
 }
+
+// Re-framed chunks are gathered into few writes, yet what has arrived is sent before
+// fledge waits for more: a streamed body is not held back.
+func TestCopyChunkedSendsBeforeWaiting(t *testing.T) {
+	pr, pw := io.Pipe()
+	got := make(chan string, 16)
+	done := make(chan error, 1)
+	go func() {
+		_, err := CopyChunked(chanWriter(got), bufio.NewReader(pr))
+		done <- err
+	}()
+	go pw.Write([]byte("1\r\na\r\n1\r\nb\r\n"))
+	var first string
+	for !strings.Contains(first, "b\r\n") {
+		select {
+		case s := <-got:
+			first += s
+		case <-time.After(5 * time.Second):
+			t.Fatalf("nothing sent while waiting for the rest of the body: %q", first)
+		}
+	}
+	assert.Equal(t, "1\r\na\r\n1\r\nb\r\n", first)
+	go pw.Write([]byte("0\r\n\r\n"))
+	require.NoError(t, <-done)
+	assert.Equal(t, "0\r\n\r\n", <-got)
+}
+
+type chanWriter chan string
+
+func (c chanWriter) Write(p []byte) (int, error) { c <- string(p); return len(p), nil }
 
 // goRoutes is where Go's net/http server routes the request at the start of b (leading
 // empty lines skipped, as RFC 9112 has servers do): the host of r.Host, ok false when Go

@@ -4,6 +4,7 @@ package netstack
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -459,6 +460,9 @@ const (
 // answer reads the answer to pr (interim 1xx answers included).
 func (f *flow) answer(rb *bufio.Reader, pr *pendingReq, buf []byte) answerAction {
 	for {
+		if !headBuffered(rb) {
+			return answerLost
+		}
 		resp, err := http.ReadResponse(rb, &http.Request{Method: pr.method})
 		if err != nil {
 			return answerLost
@@ -486,6 +490,28 @@ func (f *flow) answer(rb *bufio.Reader, pr *pendingReq, buf []byte) answerAction
 			pr.verdict <- verdictHTTP
 		}
 		return answerNext
+	}
+}
+
+// headBuffered waits until a whole answer head is in rb's buffer; false when it does not
+// fit there (or the destination's side ended first). http.ReadResponse reads a head of
+// any size into memory: read only once it is whole, the head costs no more than rb's
+// bounded buffer.
+func headBuffered(rb *bufio.Reader) bool {
+	scanned := 0
+	for {
+		b, err := rb.Peek(rb.Buffered())
+		scan := b[max(0, scanned-2):]
+		if bytes.Contains(scan, []byte("\n\n")) || bytes.Contains(scan, []byte("\n\r\n")) {
+			return true
+		}
+		scanned = len(b)
+		if err != nil || len(b) == rb.Size() {
+			return false
+		}
+		if _, err := rb.Peek(len(b) + 1); err != nil && err != bufio.ErrBufferFull {
+			return false
+		}
 	}
 }
 
