@@ -266,3 +266,40 @@ func TestInjectAttackSilentUpstreamClose(t *testing.T) {
 		t.Fatal("the engine did not close: a request to a silent destination holds it")
 	}
 }
+
+// A bound destination answering with a head that never ends (here 200 KiB of one header
+// line) is not read into fledge's memory: the program gets 502, not the head.
+func TestInjectAttackEndlessAnswerHead(t *testing.T) {
+	needEngine(t)
+	ca := newTestCA(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "api.test")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Read(make([]byte, 4096))
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Long: "+strings.Repeat("a", 200<<10)+"\r\nContent-Length: 2\r\n\r\nok")
+				time.Sleep(2 * time.Second)
+			}()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	_, otherPort, _ := server(t, "other-body")
+	e, _, ph, bundle := injectEngine(t, port, otherPort, ca.pool)
+	d := newNSDialer(t, e.NetNS())
+	c := attackConn(t, e, d, "api.test", port, true, bundle)
+	io.WriteString(c, "GET /long HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer "+ph+"\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	if !strings.Contains(line, " 502 ") {
+		t.Fatalf("an endless answer head: the program got %q", line)
+	}
+}

@@ -139,6 +139,9 @@ func (rt *inlineRT) RoundTrip(req *http.Request) (*http.Response, error) {
 
 var errStale = errors.New("the kept-alive connection was closed by the host")
 
+// errAnswerHead: the host's answer head did not fit fledge's read buffer (or never ended).
+var errAnswerHead = errors.New("the destination's answer head is over 32 KiB or did not end")
+
 func (rt *inlineRT) once(uc *upConn, req *http.Request) (*http.Response, error) {
 	// The connection is used in this goroutine with no deadline of its own: a host that
 	// never answers (or stops in the middle of an answer) would hold it, the program's
@@ -165,6 +168,14 @@ func (rt *inlineRT) once(uc *upConn, req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	for {
+		// An answer head is read only once it is whole in the connection's buffer: a host
+		// sending an endless head does not grow fledge's memory.
+		if !headBuffered(uc.br) {
+			if release() && wasUsed && uc.br.Buffered() == 0 {
+				return nil, errStale
+			}
+			return nil, errAnswerHead
+		}
 		resp, err := http.ReadResponse(uc.br, req)
 		if err != nil {
 			if release() && wasUsed && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && uc.br.Buffered() == 0 {
