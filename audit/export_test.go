@@ -109,7 +109,7 @@ func exportFixtureRecords() []*Record {
 		Message: "plugin.toml changed since it was approved: reinstall it to review the change",
 	}))
 	recs = append(recs, refusal)
-	// A plugin-chosen command past the field bound, cut by the writer (issue 24), and the
+	// A plugin-chosen command past the field bound, cut by the writer, and the
 	// record the log writes before it deletes its oldest files.
 	long := "echo " + strings.Repeat("A", 10000)
 	recs = append(recs,

@@ -50,7 +50,8 @@ type StoreLimits struct {
 	MaxFileBytes  int
 }
 
-// DefaultStoreLimits are the limits of issue 2.
+// DefaultStoreLimits bound one plugin's store: a key, a value, the number of keys and the
+// file, so a plugin cannot fill the disk through it.
 var DefaultStoreLimits = StoreLimits{MaxKeyBytes: 256, MaxValueBytes: 64 << 10, MaxKeys: 256, MaxFileBytes: 1 << 20}
 
 func (l StoreLimits) withDefaults() StoreLimits {

@@ -24,7 +24,7 @@ func TestParseGrantList(t *testing.T) {
 		{"exec,sudo", Grants{}, `unknown capability: "sudo" (known: exec, store, metadata, network, filesystem)`},
 		{"filesystem=everything", Grants{}, `unknown capability: "filesystem=everything" (filesystem is one of none, plugin, project)`},
 		{"filesystem=", Grants{}, `unknown capability: "filesystem="`},
-		// Issue 19.4: no guessing from a typo in a security decision.
+		// No guessing from a typo in a security decision.
 		{"exec,exec", Grants{}, `bad:"exec" is given twice`},
 		{"exec,EXEC", Grants{}, `bad:"EXEC" is given twice`},
 		{"filesystem=project,filesystem=plugin", Grants{}, `bad:"filesystem=plugin" is given twice`},
