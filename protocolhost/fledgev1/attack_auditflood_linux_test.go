@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 24, item 4: the audit log as a weapon. A plugin with no capability at all floods
+// The audit log as a weapon. A plugin with no capability at all floods
 // requests whose denial records carry strings it chose; before the fix each record of a
 // metadata flood (64 keys of 4 KiB) was 256 KiB and ten seconds wrote 257 MiB. The session
 // must add at most its byte budget to the log, say so once, count the rest, and the chain

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 4's attacks, sent the way a hostile plugin would: as exec requests from a real
+// The exec attacks, sent the way a hostile plugin would: as exec requests from a real
 // plugin process (attack_exec.py) that was granted exec. fledge cannot know in advance what
 // a shell command will touch, so each exec is allowed (exec_decision allow) and the sandbox
 // must stop the effect. Each test checks the effect on disk, in the process table, in the

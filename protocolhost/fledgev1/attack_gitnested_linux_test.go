@@ -15,7 +15,7 @@ import (
 	"github.com/fledgehq/fledge/reason"
 )
 
-// TestAttackExecNestedGitRepo is issue 24's nested-repository attack from a real plugin's
+// TestAttackExecNestedGitRepo is the nested-repository attack from a real plugin's
 // exec: a new repository in the project with a planted core.fsmonitor, recorded as a
 // submodule in the project's index. When the command ends fledge moves its .git aside,
 // writes a git_repo_quarantined deny record, says so on stderr, and the user's git status

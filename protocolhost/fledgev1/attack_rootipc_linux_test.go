@@ -18,7 +18,7 @@ import (
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 )
 
-// Issue 24's root-only files and SysV IPC, attacked by a real plugin of a root fledge: the
+// Root-only files and SysV IPC, attacked by a real plugin of a root fledge: the
 // plugin process itself (attack_rootipc.py, granted nothing) and the commands a plugin asks
 // for (scripted.py exec requests). The planted files have random names, so no list of
 // secret names covers them; the IPC objects are the host's, 0600, of the same uid.

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Issue 5's attacks: the plugin process itself (attack_self.py, attack_self.sh) goes for
+// The plugin process's own attacks: the plugin process itself (attack_self.py, attack_self.sh) goes for
 // what it must not reach, with direct syscalls, no fledge request involved. Landlock, the
 // scoped signals and the filtered environment must stop every attempt; the plugin reports
 // what happened, and the test checks the disk, the listener, the canary and the audit log.

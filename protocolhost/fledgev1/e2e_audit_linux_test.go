@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// requiredDetails are the detail keys issue 6 asks of each event a session writes.
+// requiredDetails are the detail keys an auditor needs of each event a session writes.
 var requiredDetails = map[string][]string{
 	audit.EventPluginStart: {audit.DetailCommand, audit.DetailArgv, audit.DetailCwdResolved},
 	audit.EventPluginExit:  {audit.DetailExitCode, audit.DetailSignal, audit.DetailDurationMS},
@@ -44,7 +44,7 @@ var timeRe = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$`)
 // TestE2EAuditEveryEventKind runs two real sessions against one log: one with every grant on
 // the full sandbox, one with no grants on a sandbox that pretends cgroups are missing. Between
 // them, every event a plugin session can cause must be in the log, each record carrying every
-// field issue 6 lists, and the chain must verify.
+// field docs/audit.md lists, and the chain must verify.
 func TestE2EAuditEveryEventKind(t *testing.T) {
 	f := newFixture(t, "scripted.py", allGrants)
 	f.opts.Plugin.ManifestDigest = strings.Repeat("ab", 32)
@@ -68,7 +68,7 @@ func TestE2EAuditEveryEventKind(t *testing.T) {
 	require.Equal(t, 0, out.ExitCode)
 	assert.EqualValues(t, 3, f.reply(rep, "x1")["value"].(map[string]any)["code"])
 	assert.EqualValues(t, 124, f.reply(rep, "x2")["value"].(map[string]any)["code"])
-	// A timeout over timeout_max is clamped and the command runs (issue 19), saying so.
+	// A timeout over timeout_max is clamped and the command runs, saying so.
 	x3 := f.reply(rep, "x3")["value"].(map[string]any)
 	assert.EqualValues(t, 0, x3["code"])
 	assert.Contains(t, x3["stderr"], "clamped to the maximum of 5s")

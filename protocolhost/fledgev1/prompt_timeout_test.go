@@ -23,7 +23,7 @@ func (silentUI) Prompt(ctx context.Context, _ ui.PromptRequest) (string, error) 
 	return "", ctx.Err()
 }
 
-// Issue 19.2: after a prompt times out, the cancel (reason timeout) ends the session as the
+// After a prompt times out, the cancel (reason timeout) ends the session as the
 // spec's invariant 10 says: a plugin that ignores it and SIGTERM is SIGKILLed by the ladder.
 func TestPromptTimeoutEscalates(t *testing.T) {
 	f := newFixture(t, "stubborn_prompt.sh", protocol.Capabilities{})

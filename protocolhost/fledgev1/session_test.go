@@ -186,7 +186,7 @@ func TestErrorTable(t *testing.T) {
 	assert.Equal(t, "path_escape", esc["reason"])
 	assert.Contains(t, esc["stderr"], "cwd")
 	assert.EqualValues(t, 126, f.reply(rep, "3")["value"].(map[string]any)["code"])
-	// Over timeout_max: clamped to it and run, as the Rust fledge host does (issue 19).
+	// Over timeout_max: clamped to it and run, as the Rust fledge host does.
 	clamped := f.reply(rep, "4")["value"].(map[string]any)
 	assert.EqualValues(t, 0, clamped["code"])
 	assert.Contains(t, clamped["stderr"], "clamped to the maximum")
@@ -195,7 +195,7 @@ func TestErrorTable(t *testing.T) {
 	assert.GreaterOrEqual(t, out.Malformed, 5)
 	warn := f.stderr.String()
 	assert.Contains(t, warn, "malformed")
-	assert.Contains(t, warn, `orphaned response (id "nobody-asked")`, "the warning names the id (issue 19.3)")
+	assert.Contains(t, warn, `orphaned response (id "nobody-asked")`, "the warning names the id")
 
 	require.Len(t, f.findRecords(audit.EventCwdRefused), 1)
 	assert.Equal(t, "path_escape", f.findRecords(audit.EventCwdRefused)[0].Reason)

@@ -41,7 +41,7 @@ for line in sys.stdin:
         out({"jsonrpc": "2.0", "id": rid, "result": {"success": True, "result": "planted"}})
 `
 
-// TestDataDirSymlinkNotFollowed is the attack of issue 24 item 8: a plugin replaced a
+// TestDataDirSymlinkNotFollowed is the data-dir symlink attack: a plugin replaced a
 // directory of its data dir with a symlink, and at its next start fledge's own MkdirAll
 // (the ~/.local/scaffold JSON-RPC 2.0 tool/hook plugins expect) created a root-owned directory where
 // the link pointed. Now the start is refused, with an error naming the symlink and an

@@ -4,7 +4,7 @@ package wasm
 // same WASM plugin more than once (`fledge serve`, a tools session, a test binary) compiles
 // it once: wazero re-decodes and re-validates a module on every CompileModule, even when
 // its compilation cache holds the machine code, and for a Go-built module that costs far
-// more than running it (docs/performance.md, "issue 29: WASM starts").
+// more than running it (docs/performance.md, "WASM starts").
 //
 // A compiled module belongs to the wazero runtime that compiled it (its function type ids
 // are the runtime's), so each start is an instance in a runtime shared by every plugin with

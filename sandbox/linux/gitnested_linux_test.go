@@ -28,7 +28,7 @@ const armNested = `arm() {
 const gitlinkIt = `gitlink() { git update-index --add --cacheinfo 160000,1111111111111111111111111111111111111111,"$1"; }
 `
 
-// nestedAttack is the attack of issue 24 on the repository in the working directory: a
+// nestedAttack is the attack on the repository in the working directory: a
 // new nested repository with a planted fsmonitor, recorded as a submodule in the index,
 // next to the top and deep down.
 const nestedAttack = armNested + gitlinkIt + `arm sub && gitlink sub && arm a/b/deep && gitlink a/b/deep && echo armed

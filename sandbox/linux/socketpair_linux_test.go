@@ -60,7 +60,7 @@ for path in sys.argv[1:]:
 print("DONE")
 `
 
-// TestSocketpairDatagramRefused is the attack of issue 24 item 7: socket(AF_UNIX) is
+// TestSocketpairDatagramRefused is the socketpair attack: socket(AF_UNIX) is
 // refused, but a socketpair(AF_UNIX, SOCK_DGRAM) end can sendto or connect any pathname
 // datagram socket the command can see. The host binds datagram sockets in the project
 // (writable to the command) and in a plugin data dir; a confined command and a confined

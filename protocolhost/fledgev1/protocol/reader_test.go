@@ -128,7 +128,7 @@ func TestReaderSkips(t *testing.T) {
 		{"unknown type", false, `{"type":"frobnicate"}`, UnknownType, "frobnicate", nil, `unknown message type "frobnicate"`},
 		{"unknown type wrong-typed field", false, `{"type":"frob","message":5}`, UnknownType, "frob", nil, `unknown message type "frob"`},
 		{"hostile type quoted", false, `{"type":"\u001b]0;pwned\u0007"}`, UnknownType, "\x1b]0;pwned\x07", nil, `"\x1b]0;pwned\a"`},
-		// A wrong-direction message keeps its usable id, so the host can name it (issue 19.3).
+		// A wrong-direction message keeps its usable id, so the host can name it.
 		{"response sent to host", false, `{"type":"response","id":"1","value":1}`, UnknownType, TypeResponse, ID(`"1"`), "unknown"},
 		{"init sent to host", false, `{"type":"init","protocol":"fledge-v1"}`, UnknownType, TypeInit, nil, "unknown"},
 		{"prompt sent to plugin", true, `{"type":"prompt","id":"1","message":"m"}`, UnknownType, TypePrompt, ID(`"1"`), "unknown"},
