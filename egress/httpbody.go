@@ -43,21 +43,9 @@ func CopyChunked(dst io.Writer, src *bufio.Reader) (int64, error) {
 		if err != nil {
 			return n, err
 		}
-		sizeText := line
-		if i := bytes.IndexByte(line, ';'); i >= 0 {
-			sizeText = bytes.TrimRight(line[:i], " \t")
-			for _, c := range line[i:] {
-				if c < 0x20 && c != '\t' || c == 0x7f {
-					return n, badRequest("a control byte in a chunk extension")
-				}
-			}
-		}
-		if len(sizeText) == 0 || len(sizeText) > 15 {
-			return n, badRequest("a chunk size that is not 1 to 15 hex digits")
-		}
-		size, perr := strconv.ParseUint(string(sizeText), 16, 64)
+		size, perr := chunkSize(line)
 		if perr != nil {
-			return n, badRequest("a chunk size that is not hex")
+			return n, perr
 		}
 		if err := write(append(strconv.AppendUint(nil, size, 16), '\r', '\n')); err != nil {
 			return n, err
@@ -115,14 +103,8 @@ func CopyChunked(dst io.Writer, src *bufio.Reader) (int64, error) {
 		if i >= maxRequestHeaders {
 			return n, badRequest("too many trailer lines")
 		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || !isToken(string(name)) {
-			return n, badRequest("a trailer line that is not NAME: VALUE")
-		}
-		for _, c := range value {
-			if c < 0x20 && c != '\t' || c == 0x7f {
-				return n, badRequest("a control byte in a trailer value")
-			}
+		if err := checkTrailer(line); err != nil {
+			return n, err
 		}
 		if err := write(append(append([]byte(nil), line...), '\r', '\n')); err != nil {
 			return n, err
@@ -156,4 +138,40 @@ func readLine(src *bufio.Reader) ([]byte, error) {
 		return nil, badRequest("a bare CR in a chunk or trailer line")
 	}
 	return line, nil
+}
+
+// chunkSize reads a chunk-size line (its extensions checked and dropped): 1 to 15 hex
+// digits. One reading for the body fledge forwards and the stream it checks.
+func chunkSize(line []byte) (uint64, error) {
+	size := line
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		size = bytes.TrimRight(line[:i], " \t")
+		for _, c := range line[i:] {
+			if c < 0x20 && c != '\t' || c == 0x7f {
+				return 0, badRequest("a control byte in a chunk extension")
+			}
+		}
+	}
+	if len(size) == 0 || len(size) > 15 {
+		return 0, badRequest("a chunk size that is not 1 to 15 hex digits")
+	}
+	n, err := strconv.ParseUint(string(size), 16, 64)
+	if err != nil {
+		return 0, badRequest("a chunk size that is not hex")
+	}
+	return n, nil
+}
+
+// checkTrailer checks one trailer line: NAME: VALUE, no control byte in the value.
+func checkTrailer(line []byte) error {
+	name, value, ok := bytes.Cut(line, []byte(":"))
+	if !ok || !isToken(string(name)) {
+		return badRequest("a trailer line that is not NAME: VALUE")
+	}
+	for _, c := range value {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return badRequest("a control byte in a trailer value")
+		}
+	}
+	return nil
 }

@@ -119,21 +119,9 @@ func (s *StreamChecker) chunkLine(line []byte) error {
 		}
 		s.state = stChunkSize
 	case stChunkSize:
-		size := line
-		if i := bytes.IndexByte(line, ';'); i >= 0 {
-			size = bytes.TrimRight(line[:i], " \t")
-			for _, c := range line[i:] {
-				if c < 0x20 && c != '\t' || c == 0x7f {
-					return badRequest("a control byte in a chunk extension")
-				}
-			}
-		}
-		if len(size) == 0 || len(size) > 15 {
-			return badRequest("a chunk size that is not 1 to 15 hex digits")
-		}
-		n, err := strconv.ParseUint(string(size), 16, 64)
+		n, err := chunkSize(line)
 		if err != nil {
-			return badRequest("a chunk size that is not hex")
+			return err
 		}
 		if n == 0 {
 			s.state = stTrailer
@@ -145,15 +133,7 @@ func (s *StreamChecker) chunkLine(line []byte) error {
 			s.state = stHead
 			return nil
 		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || !isToken(string(name)) {
-			return badRequest("a trailer line that is not NAME: VALUE")
-		}
-		for _, c := range value {
-			if c < 0x20 && c != '\t' || c == 0x7f {
-				return badRequest("a control byte in a trailer value")
-			}
-		}
+		return checkTrailer(line)
 	}
 	return nil
 }
