@@ -246,6 +246,11 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 			return nil, fail(reason.LaunchFailed, "plugin %s: choosing its port: %v", name, err)
 		}
 		pluginEnv["FLEDGE_LISTEN_PORT"] = strconv.Itoa(int(port))
+		if prof.Plugin.Egress != nil {
+			// The first profile's network is never used: what was made for it (its CA's
+			// bundle file) goes now.
+			_ = prof.Plugin.Egress.Close()
+		}
 		prof = env.Profile(b, os.Environ(), pluginEnv, nil)
 	}
 	spec := prof.Plugin
