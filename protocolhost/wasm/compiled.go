@@ -27,10 +27,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/fledgehq/fledge/third_party/wazero"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental"
+	"github.com/fledgehq/fledge/third_party/wazero/imports/wasi_snapshot_preview1"
 )
 
 // Bounds of the in-memory cache of compiled modules.

@@ -6,7 +6,7 @@ import (
 	"bytes"
 	"context"
 
-	"github.com/tetratelabs/wazero"
+	"github.com/fledgehq/fledge/third_party/wazero"
 )
 
 // StartSectionBound bounds a module's start section (wasmhost.go).

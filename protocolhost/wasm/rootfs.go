@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
-	"github.com/tetratelabs/wazero/sys"
+	experimentalsys "github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 // rootFS is a WASI filesystem backed by an os.Root. wazero's own DirFS joins guest paths to

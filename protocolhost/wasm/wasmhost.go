@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tetratelabs/wazero"
+	"github.com/fledgehq/fledge/third_party/wazero"
 
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"

@@ -3,7 +3,7 @@ package experimental
 import (
 	"context"
 
-	"github.com/tetratelabs/wazero/internal/expctxkeys"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/expctxkeys"
 )
 
 // WithCompilationKey returns a context with which Runtime.CompileModule identifies the

@@ -3,7 +3,7 @@ package experimental
 import (
 	"context"
 
-	"github.com/tetratelabs/wazero/internal/expctxkeys"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/expctxkeys"
 )
 
 // WithCompilationWorkers sets the desired number of compilation workers.

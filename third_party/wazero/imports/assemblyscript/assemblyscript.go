@@ -33,13 +33,13 @@ import (
 	"strings"
 	"unicode/utf16"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
-	. "github.com/tetratelabs/wazero/internal/assemblyscript"
-	internalsys "github.com/tetratelabs/wazero/internal/sys"
-	"github.com/tetratelabs/wazero/internal/wasm"
-	"github.com/tetratelabs/wazero/sys"
+	"github.com/fledgehq/fledge/third_party/wazero"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	experimentalsys "github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	. "github.com/fledgehq/fledge/third_party/wazero/internal/assemblyscript"
+	internalsys "github.com/fledgehq/fledge/third_party/wazero/internal/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 const (

@@ -16,10 +16,10 @@ import (
 	"context"
 	"strings"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	internal "github.com/tetratelabs/wazero/internal/emscripten"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/fledgehq/fledge/third_party/wazero"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	internal "github.com/fledgehq/fledge/third_party/wazero/internal/emscripten"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
 )
 
 const i32 = wasm.ValueTypeI32

@@ -9,13 +9,13 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/tetratelabs/wazero/api"
-	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
-	socketapi "github.com/tetratelabs/wazero/internal/sock"
-	"github.com/tetratelabs/wazero/internal/sys"
-	"github.com/tetratelabs/wazero/internal/wasip1"
-	"github.com/tetratelabs/wazero/internal/wasm"
-	sysapi "github.com/tetratelabs/wazero/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	experimentalsys "github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	socketapi "github.com/fledgehq/fledge/third_party/wazero/internal/sock"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasip1"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
+	sysapi "github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 // fdAdvise is the WASI function named FdAdviseName which provides file

@@ -3,12 +3,12 @@ package wasi_snapshot_preview1
 import (
 	"context"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental/sys"
-	socketapi "github.com/tetratelabs/wazero/internal/sock"
-	"github.com/tetratelabs/wazero/internal/sysfs"
-	"github.com/tetratelabs/wazero/internal/wasip1"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	socketapi "github.com/fledgehq/fledge/third_party/wazero/internal/sock"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/sysfs"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasip1"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
 )
 
 // sockAccept is the WASI function named SockAcceptName which accepts a new

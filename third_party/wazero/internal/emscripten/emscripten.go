@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/internal/wasm"
-	"github.com/tetratelabs/wazero/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 const FunctionNotifyMemoryGrowth = "emscripten_notify_memory_growth"

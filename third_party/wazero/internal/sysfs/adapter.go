@@ -5,8 +5,8 @@ import (
 	"io/fs"
 	"path"
 
-	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
-	"github.com/tetratelabs/wazero/sys"
+	experimentalsys "github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 type AdaptFS struct {

@@ -5,9 +5,9 @@ import (
 	"os"
 	"path"
 
-	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
-	"github.com/tetratelabs/wazero/internal/platform"
-	"github.com/tetratelabs/wazero/sys"
+	experimentalsys "github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/platform"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 func DirFS(dir string) experimentalsys.FS {

@@ -2,7 +2,7 @@
 
 package sysfs
 
-import "github.com/tetratelabs/wazero/experimental/sys"
+import "github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
 
 func setNonblock(fd uintptr, enable bool) sys.Errno {
 	return sys.ENOSYS

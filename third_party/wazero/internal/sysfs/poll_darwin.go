@@ -3,7 +3,7 @@ package sysfs
 import (
 	"unsafe"
 
-	"github.com/tetratelabs/wazero/experimental/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
 )
 
 // pollFd is the struct to query for file descriptor events using poll.

@@ -5,7 +5,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tetratelabs/wazero/experimental/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
 )
 
 // pollFd is the struct to query for file descriptor events using poll.

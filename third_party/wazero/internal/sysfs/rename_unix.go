@@ -5,7 +5,7 @@ package sysfs
 import (
 	"syscall"
 
-	"github.com/tetratelabs/wazero/experimental/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
 )
 
 func rename(from, to string) sys.Errno {

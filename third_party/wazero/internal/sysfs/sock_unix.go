@@ -6,8 +6,8 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/tetratelabs/wazero/experimental/sys"
-	socketapi "github.com/tetratelabs/wazero/internal/sock"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	socketapi "github.com/fledgehq/fledge/third_party/wazero/internal/sock"
 )
 
 // MSG_PEEK is the constant syscall.MSG_PEEK

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/windows"
 
-	"github.com/tetratelabs/wazero/experimental/sys"
-	socketapi "github.com/tetratelabs/wazero/internal/sock"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	socketapi "github.com/fledgehq/fledge/third_party/wazero/internal/sock"
 )
 
 const (

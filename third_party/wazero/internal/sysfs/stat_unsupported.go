@@ -6,8 +6,8 @@ import (
 	"io/fs"
 	"os"
 
-	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
-	"github.com/tetratelabs/wazero/sys"
+	experimentalsys "github.com/fledgehq/fledge/third_party/wazero/experimental/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 // Note: go:build constraints must be the same as /sys.stat_unsupported.go for

@@ -13,7 +13,7 @@ var version string
 
 // GetWazeroVersion returns the current version of wazero either in the go.mod or set by ldflag for wazero CLI.
 //
-// If this is not CLI, this assumes that downstream users of wazero imports wazero as "github.com/tetratelabs/wazero".
+// If this is not CLI, this assumes that downstream users of wazero imports wazero as "github.com/fledgehq/fledge/third_party/wazero".
 // To be precise, the returned string matches the require statement there.
 // For example, if the go.mod has "require github.com/tetratelabs/wazero 0.1.2-12314124-abcd",
 // then this returns "0.1.2-12314124-abcd".
@@ -28,7 +28,7 @@ func GetWazeroVersion() (ret string) {
 	if ok {
 		for _, dep := range info.Deps {
 			// Note: here's the assumption that wazero is imported as github.com/tetratelabs/wazero.
-			if strings.Contains(dep.Path, "github.com/tetratelabs/wazero") {
+			if strings.Contains(dep.Path, "github.com/fledgehq/fledge/third_party/wazero") {
 				ret = dep.Version
 			}
 		}

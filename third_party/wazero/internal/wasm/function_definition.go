@@ -1,9 +1,9 @@
 package wasm
 
 import (
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/internal/internalapi"
-	"github.com/tetratelabs/wazero/internal/wasmdebug"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/internalapi"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasmdebug"
 )
 
 // ImportedFunctions returns the definitions of each imported function.

@@ -7,12 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/internal/expctxkeys"
-	"github.com/tetratelabs/wazero/internal/internalapi"
-	internalsys "github.com/tetratelabs/wazero/internal/sys"
-	"github.com/tetratelabs/wazero/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	"github.com/fledgehq/fledge/third_party/wazero/experimental"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/expctxkeys"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/internalapi"
+	internalsys "github.com/fledgehq/fledge/third_party/wazero/internal/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 // nameToModuleShrinkThreshold is the size the nameToModule map can grow to

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/internal/wasmruntime"
-	"github.com/tetratelabs/wazero/sys"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasmruntime"
+	"github.com/fledgehq/fledge/third_party/wazero/sys"
 )
 
 // FuncName returns the naming convention of "moduleName.funcName".

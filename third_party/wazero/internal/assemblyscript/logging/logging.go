@@ -1,9 +1,9 @@
 package logging
 
 import (
-	"github.com/tetratelabs/wazero/api"
-	. "github.com/tetratelabs/wazero/internal/assemblyscript"
-	"github.com/tetratelabs/wazero/internal/logging"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	. "github.com/fledgehq/fledge/third_party/wazero/internal/assemblyscript"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/logging"
 )
 
 func isProcFunction(fnd api.FunctionDefinition) bool {

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/internal/logging"
-	"github.com/tetratelabs/wazero/internal/sys"
-	. "github.com/tetratelabs/wazero/internal/wasip1"
+	"github.com/fledgehq/fledge/third_party/wazero/api"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/logging"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/sys"
+	. "github.com/fledgehq/fledge/third_party/wazero/internal/wasip1"
 )
 
 var le = binary.LittleEndian

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/tetratelabs/wazero/internal/leb128"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/leb128"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
 )
 
 const (

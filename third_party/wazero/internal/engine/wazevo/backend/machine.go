@@ -3,9 +3,9 @@ package backend
 import (
 	"context"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/ssa"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/wazevoapi"
 )
 
 type (

@@ -6,9 +6,9 @@ import (
 	"math"
 	"sync"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/ssa"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
 )
 
 // Compiler is in charge of lowering Wasm to SSA IR, and does the optimization

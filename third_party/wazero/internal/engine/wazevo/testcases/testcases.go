@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"math"
 
-	"github.com/tetratelabs/wazero/internal/leb128"
-	"github.com/tetratelabs/wazero/internal/wasm"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/leb128"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
 )
 
 const ExportedFunctionName = "f"

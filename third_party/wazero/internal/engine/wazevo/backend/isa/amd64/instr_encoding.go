@@ -3,10 +3,10 @@ package amd64
 import (
 	"fmt"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/wazevoapi"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/backend"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/ssa"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/wazevoapi"
 )
 
 func (i *instruction) encode(c backend.Compiler) (needsLabelResolution bool) {

@@ -1,8 +1,8 @@
 package amd64
 
 import (
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/backend"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/backend/regalloc"
 )
 
 // PostRegAlloc implements backend.Machine.

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"unsafe"
 
-	"github.com/tetratelabs/wazero/internal/wasmdebug"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/wasmdebug"
 )
 
 func stackView(rbp, top uintptr) []byte {

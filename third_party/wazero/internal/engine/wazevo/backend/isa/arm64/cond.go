@@ -3,8 +3,8 @@ package arm64
 import (
 	"strconv"
 
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/backend/regalloc"
-	"github.com/tetratelabs/wazero/internal/engine/wazevo/ssa"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/backend/regalloc"
+	"github.com/fledgehq/fledge/third_party/wazero/internal/engine/wazevo/ssa"
 )
 
 type (
