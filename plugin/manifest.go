@@ -47,7 +47,7 @@ var (
 )
 
 // RuntimeWasm is [plugin] runtime for a plugin compiled to WebAssembly (wasm32-wasip1): its
-// command binaries are .wasm modules run by fledge's WASM runtime (wasmhost), not executed.
+// command binaries are .wasm modules run by fledge's WASM runtime (package wasm), not executed.
 // No runtime means a native executable.
 const RuntimeWasm = "wasm"
 

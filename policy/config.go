@@ -105,7 +105,7 @@ type ServeConfig struct {
 	Priority int
 }
 
-// WasmConfig is the [wasm] table: bounds of a WASM plugin's module (wasmhost).
+// WasmConfig is the [wasm] table: bounds of a WASM plugin's module (package wasm).
 type WasmConfig struct {
 	Memory  int64         // linear memory, bytes
 	Timeout time.Duration // wall clock of one run

@@ -23,7 +23,7 @@ import (
 // only SIGKILL ended it); nothing here measures speed.
 const wasmHangLimit = 30 * time.Second
 
-// wasmEnv is a throwaway home with the wasmhost test guest "probe" installed as a WASM
+// wasmEnv is a throwaway home with the wasm package's test guest "probe" installed as a WASM
 // plugin with the project filesystem grant, and a project holding a FIFO (as a checkout
 // can) beside a regular file; the plugin's data dir holds one too (as its exec can mkfifo).
 type wasmEnv struct {

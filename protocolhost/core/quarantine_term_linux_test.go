@@ -20,8 +20,8 @@ import (
 
 // TestQuarantineWarningToTerminalIsSanitised: the gitlink path of a quarantined nested
 // repository is chosen by the plugin (any byte but NUL and '/'), and the warning that names
-// it goes to the user's terminal. Spawn with no Warn (what jsonrpchost, invokehost,
-// runtimehost and mcphost pass) writes it with fmt.Fprintln(os.Stderr): a directory named
+// it goes to the user's terminal. Spawn with no Warn (what the jsonrpc, invokev1,
+// runtimev1 and mcp adapters pass) writes it with fmt.Fprintln(os.Stderr): a directory named
 // "x ESC ]52;c;... BEL" puts an OSC 52 clipboard write on the terminal, past the sanitiser
 // the plugin's own stderr goes through. Control: the same bytes written by the plugin to its
 // stderr (the tty too) arrive sanitised.

@@ -456,7 +456,7 @@ func (p *Proc) Finish(extra map[string]any) *Exit {
 		if res.Signal != "" {
 			rc = reason.Crashed
 		}
-		if res.Trap != "" { // a WASM module's trap (wasmhost)
+		if res.Trap != "" { // a WASM module's trap (package wasm)
 			details["trap"] = res.Trap
 			rc = reason.Crashed
 		}

@@ -1,4 +1,4 @@
-// Package protocolhost runs one fledge-v1 plugin session: it spawns the plugin under the
+// Package fledgev1 runs one fledge-v1 plugin session: it spawns the plugin under the
 // sandbox, sends init, answers every request within its limits, and records every decision.
 package fledgev1
 
@@ -96,7 +96,7 @@ type Options struct {
 	Stderr  io.Writer  // where the plugin's stderr is forwarded (live, unchanged)
 
 	// PluginSandbox starts the plugin itself when it is not a native process (a WASM module:
-	// wasmhost); nil means Sandbox. Execs and git always go through Sandbox.
+	// package wasm); nil means Sandbox. Execs and git always go through Sandbox.
 	PluginSandbox sandbox.Sandbox
 	// PluginStartDetails are added to the plugin_start record (a WASM module's runtime,
 	// sha256, preopens and limits).

@@ -1,4 +1,4 @@
-// Package jsonrpchost is the jsonrpc-2.0 adapter (JSON-RPC 2.0 tool/hook plugins): plugins are executables that
+// Package jsonrpc is the jsonrpc-2.0 adapter (JSON-RPC 2.0 tool/hook plugins): plugins are executables that
 // speak JSON-RPC 2.0 over stdio, describe themselves in an `initialize` handshake (name,
 // version, description, hooks, tools, priority), run tools with `tool/execute`, hooks with
 // `hook/<name>` in priority order, and end with `shutdown`. Every plugin runs long-lived

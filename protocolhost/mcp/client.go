@@ -1,4 +1,4 @@
-// Package mcphost is fledge's Model Context Protocol side, on the official Go SDK
+// Package mcp is fledge's Model Context Protocol side, on the official Go SDK
 // (github.com/modelcontextprotocol/go-sdk):
 //
 //   - protocol = "mcp" plugins: an MCP server over stdio started confined by the session

@@ -9,7 +9,7 @@ import (
 	"github.com/fledgehq/fledge/third_party/wazero"
 )
 
-// StartSectionBound bounds a module's start section (wasmhost.go).
+// StartSectionBound bounds a module's start section (wasm.go).
 const StartSectionBound = startSectionBound
 
 // MergeData is what is compiled for a module's bytes (datamerge.go).

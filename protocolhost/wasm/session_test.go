@@ -28,7 +28,7 @@ import (
 )
 
 // fixture runs a WASM guest through the real fledge-v1 session (fledgev1.Run) the way
-// cmd/fledge wires a wasm plugin: the plugin starts in wasmhost, its execs and git calls go
+// cmd/fledge wires a wasm plugin: the plugin starts in package wasm, its execs and git calls go
 // through the platform sandbox, every decision is in a real audit log.
 type fixture struct {
 	t         testing.TB

@@ -1,4 +1,4 @@
-// Package wasmhost runs fledge-v1 plugins compiled to WebAssembly (wasm32-wasip1) inside the
+// Package wasm runs fledge-v1 plugins compiled to WebAssembly (wasm32-wasip1) inside the
 // fledge process with wazero, as a sandbox.Sandbox. To the session it is one more way to
 // start a plugin: Start takes the same Spec, the plugin talks fledge-v1 on the Spec's stdin
 // and stdout, and Wait reports a sandbox.Result. The module's host functions (fledge.exec,

@@ -1,4 +1,4 @@
-// Package runtimehost is the runtime-v1 adapter (the runtime contract): one handshake, one execute, and
+// Package runtimev1 is the runtime-v1 adapter (the runtime contract): one handshake, one execute, and
 // an explicit failure code for every way the exchange can go wrong. It runs on the session
 // core (spawn, audit, ladder) and offers the plugin's tools to the tools catalogue.
 //
