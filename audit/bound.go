@@ -3,6 +3,8 @@ package audit
 import (
 	"fmt"
 	"sort"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Field bounds: every value a caller puts in a record (most of them chosen by a plugin: a
@@ -54,7 +56,7 @@ func (b *bounder) str(s string) string {
 		return s
 	}
 	b.cuts++
-	keep := truncateUTF8(s, limit)
+	keep := clip.Prefix(s, limit)
 	b.strBudget -= len(keep)
 	return keep + fmt.Sprintf("%s%d bytes, sha256 %s]", TruncatedMarker, len(s), hashOf([]byte(s)))
 }

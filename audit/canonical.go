@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 )
 
 // ZeroHash is the prev_hash of the first record of a chain.
@@ -176,15 +175,4 @@ func parseLine(line []byte) (*Record, *lineError) {
 	}
 	r.Hash = h
 	return r, nil
-}
-
-// truncateUTF8 cuts s to at most n bytes on a rune boundary.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // FsyncPolicy says when Append waits for the record to reach the disk.
@@ -908,7 +909,7 @@ func (l *Log) shrink(c, n *Record, size int) ([]byte, error) {
 		}
 	}
 	// Each round removes at least `over` encoded bytes, so this ends.
-	preview := truncateUTF8(string(orig), -over)
+	preview := clip.Prefix(string(orig), -over)
 	for {
 		pb, pover, err := try(preview)
 		if err != nil {
@@ -917,14 +918,14 @@ func (l *Log) shrink(c, n *Record, size int) ([]byte, error) {
 		if pover <= 0 {
 			return pb, nil
 		}
-		preview = truncateUTF8(preview, len(preview)-pover)
+		preview = clip.Prefix(preview, len(preview)-pover)
 	}
 }
 
 func capStrings(c *Record) {
 	cut := func(s *string) {
 		if len(*s) > capString {
-			*s = truncateUTF8(*s, capString) + "…"
+			*s = clip.Prefix(*s, capString) + "…"
 		}
 	}
 	cut(&c.Session)

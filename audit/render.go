@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Column widths of the table. Fixed widths let the table stream with bounded memory.
@@ -102,24 +104,15 @@ func ShortDetails(d map[string]any, max int) string {
 			break
 		}
 	}
-	return clip(Sanitize(b.String()), max)
+	return clip.Runes(Sanitize(b.String()), max)
 }
 
 func cell(s string, width int) string {
-	s = clip(Sanitize(s), width)
+	s = clip.Runes(Sanitize(s), width)
 	if n := utf8.RuneCountInString(s); n < width {
 		s += strings.Repeat(" ", width-n)
 	}
 	return s
-}
-
-// clip cuts s to at most max runes, marking the cut with "…".
-func clip(s string, max int) string {
-	if utf8.RuneCountInString(s) <= max {
-		return s
-	}
-	rs := []rune(s)
-	return string(rs[:max-1]) + "…"
 }
 
 // Sanitize escapes everything that is not a printable character (controls, escape

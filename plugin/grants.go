@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 var (
@@ -26,7 +27,7 @@ type GrantChange func(m *Manifest, cur policy.Grants) (policy.Change, error)
 // run time.
 func ChangeGrants(configDir, name string, change GrantChange, edit ...func(*Entry)) (*Entry, policy.Change, error) {
 	if !ValidName(name) {
-		return nil, policy.Change{}, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
+		return nil, policy.Change{}, fmt.Errorf("%w: %q", ErrNotInstalled, clip.Bytes(name, 80))
 	}
 	unlock, err := lockRegistry(configDir)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 var (
@@ -567,7 +568,7 @@ func fetchSource(ctx context.Context, o InstallOptions) (dir, source string, cle
 	s := o.Source
 	switch {
 	case s == "" || strings.HasPrefix(s, "-") || strings.ContainsRune(s, 0):
-		return "", "", nop, fmt.Errorf("%w: %q", ErrBadSource, clip(s))
+		return "", "", nop, fmt.Errorf("%w: %q", ErrBadSource, clip.Bytes(s, 80))
 	case IsGitURL(s):
 		tmp, err := os.MkdirTemp("", "fledge-clone-")
 		if err != nil {
@@ -588,11 +589,11 @@ func fetchSource(ctx context.Context, o InstallOptions) (dir, source string, cle
 	st, err := os.Stat(abs)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return "", "", nop, fmt.Errorf("%w: no such directory: %s (a source is a plugin directory, a git URL such as https://, ssh://, git@host:path or file://, or npm:PKG)", ErrBadSource, clip(s))
+		return "", "", nop, fmt.Errorf("%w: no such directory: %s (a source is a plugin directory, a git URL such as https://, ssh://, git@host:path or file://, or npm:PKG)", ErrBadSource, clip.Bytes(s, 80))
 	case err != nil:
-		return "", "", nop, fmt.Errorf("%w: %s: %v", ErrBadSource, clip(s), fsProblem(err))
+		return "", "", nop, fmt.Errorf("%w: %s: %v", ErrBadSource, clip.Bytes(s, 80), fsProblem(err))
 	case !st.IsDir():
-		return "", "", nop, fmt.Errorf("%w: %s is a file, not a plugin directory (a bare executable installs with --protocol; a plugin directory holds plugin.toml)", ErrBadSource, clip(s))
+		return "", "", nop, fmt.Errorf("%w: %s is a file, not a plugin directory (a bare executable installs with --protocol; a plugin directory holds plugin.toml)", ErrBadSource, clip.Bytes(s, 80))
 	}
 	return abs, abs, nop, nil
 }
@@ -663,7 +664,7 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // at nothing), then the plugin dir, state.json and data included.
 func Remove(configDir, name string) (*Entry, error) {
 	if !ValidName(name) {
-		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
+		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip.Bytes(name, 80))
 	}
 	unlock, err := lockRegistry(configDir)
 	if err != nil {
@@ -731,7 +732,7 @@ type Info struct {
 // GetInfo loads the registry entry and the live manifest of name.
 func GetInfo(configDir, name string) (*Info, error) {
 	if !ValidName(name) {
-		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip(name))
+		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip.Bytes(name, 80))
 	}
 	reg, err := LoadRegistry(configDir)
 	if err != nil {

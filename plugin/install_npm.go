@@ -19,6 +19,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Package sources: `fledge plugins install npm:<package>` (and, designed the same way,
@@ -142,25 +143,25 @@ func (r *NPMRequest) Check() error {
 	}
 	switch {
 	case !ValidNPMPackage(r.Package):
-		return bad("%q is not an npm package name", clip(r.Package))
+		return bad("%q is not an npm package name", clip.Bytes(r.Package, 80))
 	case strings.HasPrefix(r.Version, "file:"):
 		// A tarball made by `npm pack`: npm's own spelling for a local package.
 		path := strings.TrimPrefix(r.Version, "file:")
 		if !filepath.IsAbs(path) || !strings.HasSuffix(path, ".tgz") || badText(path) {
-			return bad("version %q: a local package is file:/absolute/path/name-version.tgz (made by npm pack)", clip(r.Version))
+			return bad("version %q: a local package is file:/absolute/path/name-version.tgz (made by npm pack)", clip.Bytes(r.Version, 80))
 		}
 	case r.Version != "" && !npmVersionRe.MatchString(r.Version):
-		return bad("version %q is not a version, range, tag or file:/path.tgz", clip(r.Version))
+		return bad("version %q is not a version, range, tag or file:/path.tgz", clip.Bytes(r.Version, 80))
 	case r.Name != "" && !ValidName(r.Name):
-		return bad("plugin name %q must match [a-z0-9][a-z0-9_-]*", clip(r.Name))
+		return bad("plugin name %q must match [a-z0-9][a-z0-9_-]*", clip.Bytes(r.Name, 80))
 	case len(r.Args) > maxNPMArgs:
 		return bad("%d server arguments, more than %d", len(r.Args), maxNPMArgs)
 	case len(r.Env) > maxNPMEnv:
 		return bad("%d environment variables, more than %d", len(r.Env), maxNPMEnv)
 	case !policy.ValidFilesystem(r.Filesystem):
-		return bad("filesystem %q: expected none, plugin or project", clip(r.Filesystem))
+		return bad("filesystem %q: expected none, plugin or project", clip.Bytes(r.Filesystem, 80))
 	case r.Bin != "" && badText(r.Bin):
-		return bad("bin %q", clip(r.Bin))
+		return bad("bin %q", clip.Bytes(r.Bin, 80))
 	case len(r.Secrets) > MaxSecrets:
 		return bad("%d secrets, more than %d", len(r.Secrets), MaxSecrets)
 	}
@@ -168,7 +169,7 @@ func (r *NPMRequest) Check() error {
 	for _, e := range r.Secrets {
 		name, _, err := policy.ParseSecretEntry(e)
 		if err != nil {
-			return bad("secret %q: %s", clip(e), strings.TrimPrefix(err.Error(), policy.ErrUnknownCapability.Error()+": "))
+			return bad("secret %q: %s", clip.Bytes(e, 80), strings.TrimPrefix(err.Error(), policy.ErrUnknownCapability.Error()+": "))
 		}
 		if secret[name] {
 			return bad("secret %s is given twice", name)
@@ -177,20 +178,20 @@ func (r *NPMRequest) Check() error {
 	}
 	for _, a := range r.Args {
 		if len(a) > maxNPMArgBytes || strings.ContainsRune(a, 0) || badText(a) {
-			return bad("server argument %q has control characters or is longer than %d bytes", clip(a), maxNPMArgBytes)
+			return bad("server argument %q has control characters or is longer than %d bytes", clip.Bytes(a, 80), maxNPMArgBytes)
 		}
 	}
 	for _, kv := range r.Env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(k) || len(v) > maxNPMArgBytes || badText(v) {
-			return bad("environment %q: expected NAME=VALUE", clip(kv))
+			return bad("environment %q: expected NAME=VALUE", clip.Bytes(kv, 80))
 		}
 		if strings.HasPrefix(k, "FLEDGE_") || k == "PATH" || k == "HOME" || strings.HasPrefix(k, "LD_") || k == "NODE_OPTIONS" {
-			return bad("environment %q: %s is fledge's to set", clip(kv), k)
+			return bad("environment %q: %s is fledge's to set", clip.Bytes(kv, 80), k)
 		}
 		if secret[k] {
 			// The wrapper's export would replace the secret (or its placeholder) fledge sets.
-			return bad("environment %q: %s is a secret (--secret), fledge sets it", clip(kv), k)
+			return bad("environment %q: %s is a secret (--secret), fledge sets it", clip.Bytes(kv, 80), k)
 		}
 	}
 	return nil
@@ -341,14 +342,14 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 		return nil, err
 	}
 	if meta.Name != r.Package {
-		return nil, fmt.Errorf("%w: node_modules/%s/package.json names %q", ErrNPMPackage, r.Package, clip(meta.Name))
+		return nil, fmt.Errorf("%w: node_modules/%s/package.json names %q", ErrNPMPackage, r.Package, clip.Bytes(meta.Name, 80))
 	}
 	entry, err := meta.entry(r)
 	if err != nil {
 		return nil, err
 	}
 	if !filepath.IsLocal(entry) {
-		return nil, fmt.Errorf("%w: entry point %q leaves the package", ErrNPMPackage, clip(entry))
+		return nil, fmt.Errorf("%w: entry point %q leaves the package", ErrNPMPackage, clip.Bytes(entry, 80))
 	}
 	entryRel := filepath.ToSlash(filepath.Join("node_modules", filepath.FromSlash(r.Package), entry))
 	if st, err := os.Stat(filepath.Join(o.Dir, entryRel)); err != nil || !st.Mode().IsRegular() {
@@ -402,7 +403,7 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 		Capabilities Capabilities   `toml:"capabilities"`
 		Hooks        map[string]any `toml:"hooks,omitempty"`
 	}{
-		Plugin: Meta{Name: name, Version: meta.Version, Description: clipN(desc, 200), Protocol: ProtocolMCP},
+		Plugin: Meta{Name: name, Version: meta.Version, Description: clip.Bytes(desc, 200), Protocol: ProtocolMCP},
 		Commands: []Command{{Name: name, Binary: "bin/server",
 			Description: "the MCP server of npm package " + r.Package}},
 		Capabilities: r.capabilities(),
@@ -496,7 +497,7 @@ func npmProblem(out string) string {
 	if regexp.MustCompile(`ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH`).MatchString(out) {
 		msg = "the npm registry is unreachable (" + msg + ")"
 	}
-	return clipN(scrubOutput(msg), 600)
+	return clip.Bytes(scrubOutput(msg), 600)
 }
 
 type packageJSON struct {
@@ -542,7 +543,7 @@ func (p *packageJSON) entry(r NPMRequest) (string, error) {
 		if e, ok := bins[r.Bin]; ok {
 			return filepath.Clean(e), nil
 		}
-		return "", fmt.Errorf("%w: it has no bin %q (it has: %s)", ErrNPMPackage, clip(r.Bin), strings.Join(names, ", "))
+		return "", fmt.Errorf("%w: it has no bin %q (it has: %s)", ErrNPMPackage, clip.Bytes(r.Bin, 80), strings.Join(names, ", "))
 	case len(bins) == 1:
 		return filepath.Clean(bins[names[0]]), nil
 	case len(bins) > 1:
@@ -668,7 +669,7 @@ func ParsePackageSource(src string) (kind, pkg, version string, err error) {
 		}
 	}
 	if kind == "" {
-		return "", "", "", fmt.Errorf("%w: %q is not a package source (npm:, pypi:, oci:)", ErrBadSource, clip(src))
+		return "", "", "", fmt.Errorf("%w: %q is not a package source (npm:, pypi:, oci:)", ErrBadSource, clip.Bytes(src, 80))
 	}
 	if kind == "npm" {
 		if i := strings.LastIndex(pkg, "@"); i > 0 {
@@ -676,13 +677,6 @@ func ParsePackageSource(src string) (kind, pkg, version string, err error) {
 		}
 	}
 	return kind, pkg, version, nil
-}
-
-func clipN(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 // npmRegistry is the registry npm is configured for in this environment, as a destination

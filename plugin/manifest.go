@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fledgehq/fledge/egress"
+	"github.com/fledgehq/fledge/ui/clip"
 	"io"
 	"os"
 	"path/filepath"
@@ -387,16 +388,16 @@ func (m *Manifest) validate() error {
 	case p.Name == "":
 		return bad("[plugin] name is missing")
 	case !ValidName(p.Name):
-		return bad("[plugin] name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", clip(p.Name), MaxNameLen)
+		return bad("[plugin] name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", clip.Bytes(p.Name, 80), MaxNameLen)
 	}
 	if !KnownProtocol(p.Protocol) {
 		return fmt.Errorf("%w: plugin %q declares protocol %q, but this fledge only speaks %s; upgrade fledge to run it",
-			ErrUnsupportedProtocol, p.Name, clip(p.Protocol), strings.Join(Protocols, ", "))
+			ErrUnsupportedProtocol, p.Name, clip.Bytes(p.Protocol, 80), strings.Join(Protocols, ", "))
 	}
 	switch p.Transport {
 	case "", "stdio", "tcp":
 	default:
-		return bad("[plugin] transport = %q: expected \"stdio\" or \"tcp\"", clip(p.Transport))
+		return bad("[plugin] transport = %q: expected \"stdio\" or \"tcp\"", clip.Bytes(p.Transport, 80))
 	}
 	for field, v := range map[string]string{"version": p.Version, "description": p.Description, "author": p.Author, "runtime": p.Runtime} {
 		if badText(v) {
@@ -411,7 +412,7 @@ func (m *Manifest) validate() error {
 			return bad("[plugin] runtime = %q needs protocol = %q", RuntimeWasm, protocol.Version)
 		}
 	default:
-		return bad("[plugin] runtime = %q: this fledge runs native plugins (no runtime) and runtime = %q", clip(p.Runtime), RuntimeWasm)
+		return bad("[plugin] runtime = %q: this fledge runs native plugins (no runtime) and runtime = %q", clip.Bytes(p.Runtime, 80), RuntimeWasm)
 	}
 	if nc := m.Capabilities.Network; nc.bad != "" {
 		return bad("plugin.toml: [capabilities] network %s", nc.bad)
@@ -426,7 +427,7 @@ func (m *Manifest) validate() error {
 	for _, n := range m.Capabilities.Secrets {
 		name, _, err := policy.ParseSecretEntry(n)
 		if err != nil {
-			return bad("plugin.toml: [capabilities] secrets entry %q: %s", clip(n), strings.TrimPrefix(err.Error(), policy.ErrUnknownCapability.Error()+": "))
+			return bad("plugin.toml: [capabilities] secrets entry %q: %s", clip.Bytes(n, 80), strings.TrimPrefix(err.Error(), policy.ErrUnknownCapability.Error()+": "))
 		}
 		if seenSecret[name] {
 			return bad("plugin.toml: [capabilities] secrets: %s is listed twice", name)
@@ -434,7 +435,7 @@ func (m *Manifest) validate() error {
 		seenSecret[name] = true
 	}
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
-		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip(m.Capabilities.Filesystem))
+		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip.Bytes(m.Capabilities.Filesystem, 80))
 	}
 	if len(m.Commands) == 0 {
 		return bad("no [[commands]] declared")
@@ -446,7 +447,7 @@ func (m *Manifest) validate() error {
 	for i, c := range m.Commands {
 		switch {
 		case !ValidName(c.Name):
-			return bad("command %d: name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", i+1, clip(c.Name), MaxNameLen)
+			return bad("command %d: name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", i+1, clip.Bytes(c.Name, 80), MaxNameLen)
 		case reservedCommands[c.Name]:
 			return bad("command %q is one of fledge's own commands", c.Name)
 		case seen[c.Name]:
@@ -461,7 +462,7 @@ func (m *Manifest) validate() error {
 	}
 	for name, v := range m.Hooks {
 		if badText(name) || badText(hookCommand(v)) {
-			return bad("[hooks] %q contains control characters or is too long", clip(name))
+			return bad("[hooks] %q contains control characters or is too long", clip.Bytes(name, 80))
 		}
 	}
 	return nil
@@ -480,13 +481,6 @@ func checkBinaryPath(b string) error {
 		return fmt.Errorf("binary %q escapes the plugin dir", b)
 	}
 	return nil
-}
-
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
 }
 
 // LoadManifest reads and validates <dir>/plugin.toml, and checks that every command binary

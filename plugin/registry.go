@@ -13,6 +13,7 @@ import (
 
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // RegistryFile is the registry's name inside the config dir.
@@ -93,7 +94,7 @@ func LoadRegistry(configDir string) (*Registry, error) {
 	for i := range r.Plugins {
 		e := &r.Plugins[i]
 		if !ValidName(e.Name) || names[e.Name] {
-			return nil, fmt.Errorf("%w: %s: entry %d has an invalid or duplicate name %q", ErrCorruptRegistry, path, i+1, clip(e.Name))
+			return nil, fmt.Errorf("%w: %s: entry %d has an invalid or duplicate name %q", ErrCorruptRegistry, path, i+1, clip.Bytes(e.Name, 80))
 		}
 		if !policy.ValidFilesystem(e.Granted.Filesystem) {
 			return nil, fmt.Errorf("%w: %s: plugin %q has an invalid filesystem grant", ErrCorruptRegistry, path, e.Name)
@@ -146,7 +147,7 @@ func (r *Registry) FindCommand(cmd string) (*Entry, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("%w: %q (no installed plugin provides it)", ErrUnknownCommand, clip(cmd))
+	return nil, fmt.Errorf("%w: %q (no installed plugin provides it)", ErrUnknownCommand, clip.Bytes(cmd, 80))
 }
 
 // Put adds e or replaces the entry with the same name.

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // maxTypo is how far (in edits) a name may be from a known one to be taken for its typo.
@@ -91,9 +93,9 @@ func unknownKeyError(md toml.MetaData, k toml.Key) error {
 	plain := func(s string) string { return s }
 	switch {
 	case len(k) >= 2 && k[0] == "plugin":
-		return bad("[plugin] %s: unknown key (%s)", clip(k[1]), hint(k[1], pluginKeys, plain))
+		return bad("[plugin] %s: unknown key (%s)", clip.Bytes(k[1], 80), hint(k[1], pluginKeys, plain))
 	case len(k) >= 2 && k[0] == "capabilities":
-		return bad("[capabilities] %s: unknown key (%s)", clip(k[1]), hint(k[1], capabilityKeys, plain))
+		return bad("[capabilities] %s: unknown key (%s)", clip.Bytes(k[1], 80), hint(k[1], capabilityKeys, plain))
 	case len(k) == 1:
 		switch md.Type(k...) {
 		case "Hash", "ArrayHash":
@@ -101,7 +103,7 @@ func unknownKeyError(md toml.MetaData, k toml.Key) error {
 			return nil // a top-level key: a warning
 		}
 		if c, d := closest(k[0], manifestSections); d >= 0 && d <= maxTypo {
-			return bad("unknown section [%s] (did you mean [%s]?)", clip(k[0]), c)
+			return bad("unknown section [%s] (did you mean [%s]?)", clip.Bytes(k[0], 80), c)
 		}
 	}
 	return nil

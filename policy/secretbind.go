@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fledgehq/fledge/egress"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // A secrets entry is a name ("GITHUB_TOKEN"), or a name bound to destinations
@@ -19,7 +20,7 @@ import (
 func ParseSecretEntry(s string) (string, []string, error) {
 	name, list, bound := strings.Cut(s, "@")
 	if !ValidSecretName(name) {
-		return "", nil, fmt.Errorf("%w: secret %q: not an environment variable name fledge passes (letters, digits and _, not PATH, HOME, TMPDIR, LD_* or FLEDGE_*)", ErrUnknownCapability, clipText(name))
+		return "", nil, fmt.Errorf("%w: secret %q: not an environment variable name fledge passes (letters, digits and _, not PATH, HOME, TMPDIR, LD_* or FLEDGE_*)", ErrUnknownCapability, clip.Mark(name, 80, "…"))
 	}
 	if !bound {
 		return name, nil, nil
@@ -41,13 +42,6 @@ func ParseSecretEntry(s string) (string, []string, error) {
 		}
 	}
 	return name, dests, nil
-}
-
-func clipText(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }
 
 // SecretEntry spells a name and its destinations as one entry.

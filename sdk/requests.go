@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Log levels.
@@ -188,14 +189,7 @@ func choiceIndex(raw json.RawMessage, options []string, used []bool) (int, error
 		}
 		return i, nil
 	}
-	return -1, fmt.Errorf("answer %s is neither an option nor an index", truncate(raw))
-}
-
-func truncate(raw json.RawMessage) string {
-	if len(raw) > 64 {
-		return string(raw[:64]) + "..."
-	}
-	return string(raw)
+	return -1, fmt.Errorf("answer %s is neither an option nor an index", clip.Bytes(string(raw), 64))
 }
 
 // Load reads key from the plugin's storage; ok is false when it is not set (or the store

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"golang.org/x/term"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Bounds on what a plugin can make fledge show.
@@ -135,7 +137,7 @@ func normLevel(level string) string {
 // pluginTag is the "[name]" prefix: plain, one line, bounded, so a plugin cannot pose as
 // something else through its name.
 func pluginTag(plugin string) string {
-	name := clip(oneLine(plainText(plugin)), MaxPluginName)
+	name := clip.Mark(oneLine(plainText(plugin)), MaxPluginName, "…")
 	if name == "" {
 		name = "plugin"
 	}

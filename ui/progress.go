@@ -10,6 +10,8 @@ import (
 	"github.com/mattn/go-runewidth"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 const (
@@ -88,7 +90,7 @@ func (c *console) Progress(plugin, message string, current, total *float64, done
 	s := progSnap{done: done}
 	if !done {
 		s.tag = pluginTag(plugin)
-		s.msg = clip(oneLine(plainText(clip(message, rawMsgCap))), MaxLineBytes)
+		s.msg = clip.Mark(oneLine(plainText(clip.Mark(message, rawMsgCap, "…"))), MaxLineBytes, "…")
 		if current != nil && total != nil && *total > 0 && !math.IsInf(*total, 0) &&
 			!math.IsNaN(*current) && !math.IsInf(*current, 0) {
 			s.cur, s.tot, s.nums = min(max(*current, 0), *total), *total, true

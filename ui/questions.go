@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"charm.land/huh/v2"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // DefaultAnswer is a prompt's default taken as the answer where nobody can type one (--ni):
@@ -15,7 +17,7 @@ import (
 func DefaultAnswer(req PromptRequest, check func(string) error) (string, error) {
 	if err := check(*req.Default); err != nil {
 		return "", fmt.Errorf("%w: the default %q fails the prompt's own %s validator: %v",
-			ErrInvalidRequest, clip(oneLine(plainText(*req.Default)), 64), req.Validate, err)
+			ErrInvalidRequest, clip.Mark(oneLine(plainText(*req.Default)), 64, "…"), req.Validate, err)
 	}
 	return *req.Default, nil
 }
@@ -41,7 +43,7 @@ func (c *console) Prompt(ctx context.Context, req PromptRequest) (string, error)
 	title := questionTitle(req.Plugin, req.Message)
 	field := huh.NewInput()
 	if req.Default != nil {
-		shown := clip(oneLine(plainText(*req.Default)), MaxLineBytes)
+		shown := clip.Mark(oneLine(plainText(*req.Default)), MaxLineBytes, "…")
 		field.Placeholder(shown)
 		if c.accessible {
 			// The line-based form draws no placeholder: the default goes in the question.
@@ -180,7 +182,7 @@ func (c *console) MultiSelect(ctx context.Context, plugin, message string, optio
 // echoLine is what stays on screen once a question is answered, so the terminal history
 // shows every decision (as "? [deploy] Deploy target: production").
 func echoLine(plugin, message, answer string) string {
-	line := "? " + pluginTag(plugin) + " " + clip(plainText(message), MaxLineBytes) + " " + clip(plainText(answer), MaxLineBytes)
+	line := "? " + pluginTag(plugin) + " " + clip.Mark(plainText(message), MaxLineBytes, "…") + " " + clip.Mark(plainText(answer), MaxLineBytes, "…")
 	return strings.ReplaceAll(line, "\n", " ") + "\n"
 }
 
@@ -199,7 +201,7 @@ func checkOptions(options []string) error {
 
 // questionTitle is what the form shows: who asks, and the sanitised, bounded message.
 func questionTitle(plugin, message string) string {
-	return pluginTag(plugin) + " " + clipLines(Sanitize(clip(message, MaxShownLines*MaxLineBytes)), MaxLineBytes, MaxShownLines)
+	return pluginTag(plugin) + " " + clipLines(Sanitize(clip.Mark(message, MaxShownLines*MaxLineBytes, "…")), MaxLineBytes, MaxShownLines)
 }
 
 // optionList labels each option with its plain, one-line, bounded text; the value is the
@@ -207,7 +209,7 @@ func questionTitle(plugin, message string) string {
 func optionList(options []string) []huh.Option[int] {
 	opts := make([]huh.Option[int], len(options))
 	for i, o := range options {
-		opts[i] = huh.NewOption(clip(oneLine(plainText(clip(o, 4*MaxLineBytes))), MaxLineBytes), i)
+		opts[i] = huh.NewOption(clip.Mark(oneLine(plainText(clip.Mark(o, 4*MaxLineBytes, "…"))), MaxLineBytes, "…"), i)
 	}
 	return opts
 }

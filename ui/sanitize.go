@@ -241,18 +241,6 @@ func oneLine(s string) string {
 	}, s)
 }
 
-// clip cuts s at max bytes on a rune boundary, marking the cut.
-func clip(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // Clip cuts s to at most n bytes (on a rune boundary) and marks the cut with "...": for
 // plugin text quoted in fledge's own messages, which must stay one readable line.
 func Clip(s string, n int) string {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Validator names accepted in PromptRequest.Validate (the protocol's built-ins).
@@ -34,7 +36,7 @@ func Validator(name string) (func(string) error, error) {
 	case ValidateURL:
 		return validateURL, nil
 	}
-	return nil, fmt.Errorf("%w: unknown validator %q", ErrInvalidRequest, clip(plainText(name), 64))
+	return nil, fmt.Errorf("%w: unknown validator %q", ErrInvalidRequest, clip.Mark(plainText(name), 64, "…"))
 }
 
 func validateNonEmpty(s string) error {

@@ -25,6 +25,7 @@ import (
 	"syscall"
 
 	"github.com/fledgehq/fledge/ui"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Dir is where pins live inside the config dir.
@@ -229,13 +230,6 @@ func keep(d Def) Pin {
 	return p
 }
 
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}
-
 // Check compares a listing (and the server's instructions, "" when it gives none) with a
 // plugin's pins. Without pins, everything is pinned (first use). A changed or new tool is
 // quarantined and kept as pending for review; changed instructions quarantine every tool of
@@ -248,7 +242,7 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 		// Past the bound nothing is pinned or kept, so nothing there may be trusted: those
 		// tools are held back (and never offered), not let through unchecked.
 		for _, d := range defs[MaxTools:] {
-			v.Quarantined[d.Name] = Change{Tool: d.Name, New: Hash(d), NewDesc: clip(d.Description, maxKeptDesc)}
+			v.Quarantined[d.Name] = Change{Tool: d.Name, New: Hash(d), NewDesc: clip.Bytes(d.Description, maxKeptDesc)}
 		}
 		defs = defs[:MaxTools]
 	}
@@ -277,7 +271,7 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 			pf.Tools[d.Name] = keep(d)
 		}
 		if instructions != "" {
-			pf.Tools[InstructionsKey] = Pin{Hash: HashText(instructions), Description: clip(instructions, maxKeptDesc)}
+			pf.Tools[InstructionsKey] = Pin{Hash: HashText(instructions), Description: clip.Bytes(instructions, maxKeptDesc)}
 		}
 		v.FirstUse = true
 		return v, Save(configDir, pf)
@@ -299,7 +293,7 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 	var instrChange *Change
 	old := pf.Tools[InstructionsKey].Hash
 	if now := HashText(instructions); (instructions != "" || old != "") && now != old {
-		c := note(InstructionsKey, Pin{Hash: now, Description: clip(instructions, maxKeptDesc)})
+		c := note(InstructionsKey, Pin{Hash: now, Description: clip.Bytes(instructions, maxKeptDesc)})
 		instrChange = &c
 	}
 	for _, d := range defs {

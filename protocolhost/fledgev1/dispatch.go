@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/internal/capbuf"
@@ -23,6 +22,7 @@ import (
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/ui"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 func (s *session) readLoop(r io.Reader) {
@@ -311,7 +311,7 @@ func (s *session) answerInvalid(le *protocol.LineError) {
 	}
 	// Counted with the other skipped lines in the session's one malformed_lines record.
 	if le.Type == protocol.TypeExec {
-		s.execRefuse(le.ID, 126, reason.MalformedMessage, "exec refused: invalid request: "+clip(le.Detail))
+		s.execRefuse(le.ID, 126, reason.MalformedMessage, "exec refused: invalid request: "+clip.Mark(le.Detail, maxValueText, "…[truncated]"))
 		return
 	}
 	s.cancelReq(le.ID, string(reason.MalformedMessage))
@@ -338,7 +338,7 @@ func (s *session) handleStore(m *protocol.Store) {
 		return
 	}
 	if err := s.opts.Store.Set(m.Key, m.Value); err != nil {
-		s.opts.UI.Warn(fmt.Sprintf("plugin %s: store %q refused: %v", s.opts.Plugin.Name, clip(m.Key), err))
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: store %q refused: %v", s.opts.Plugin.Name, clip.Mark(m.Key, maxValueText, "…[truncated]"), err))
 		d := map[string]any{audit.DetailKey: m.Key, audit.DetailBytes: len(m.Value), "error": err.Error()}
 		rc, decision := reason.LimitExceeded, audit.Deny
 		var le *plugin.LimitError
@@ -681,18 +681,9 @@ func idForLog(id protocol.ID) string {
 	return fmt.Sprintf("%.64s", string(id))
 }
 
-func clip(v string) string {
-	const max = 4096
-	if len(v) <= max {
-		return v
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return v[:cut] + "…[truncated]"
-}
+// maxValueText bounds a plugin-given value quoted in a message or record.
+const maxValueText = 4096
 
 func quoteClip(v string) string {
-	return fmt.Sprintf("%q", strings.ToValidUTF8(clip(v), "\uFFFD"))
+	return fmt.Sprintf("%q", strings.ToValidUTF8(clip.Mark(v, maxValueText, "…[truncated]"), "\uFFFD"))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 var (
@@ -269,7 +270,7 @@ func (s *session) warnSkipped(err error) {
 	s.skippedMu.Lock()
 	s.skipped[kind]++
 	if s.sample == "" {
-		s.sample = clip(err.Error())
+		s.sample = clip.Mark(err.Error(), maxValueText, "…[truncated]")
 	}
 	s.skippedMu.Unlock()
 	if s.warned.Add(1) <= maxWarnings {

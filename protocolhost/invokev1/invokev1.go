@@ -30,6 +30,7 @@ import (
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/ui"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Message types of Dify-style invoke_id plugins.
@@ -314,7 +315,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 				if kind == "" {
 					kind = "startup error"
 				}
-				f = fail(reason.LaunchFailed, "plugin %s failed to start (%s): %s", name, kind, clip(ev.msg))
+				f = fail(reason.LaunchFailed, "plugin %s failed to start (%s): %s", name, kind, clip.Bytes(ev.msg, 300))
 			case "hostport":
 				f = s.connect(ev.host, ev.port, port, spec.ListenTCP != nil && !spec.ListenAnyTCP, inNetns)
 			case "malformed":
@@ -364,7 +365,7 @@ func (s *Session) connect(host string, port int, chosen uint16, restricted, inNe
 		ip = net.IPv4(127, 0, 0, 1)
 	}
 	if ip == nil || !ip.IsLoopback() {
-		return fail(reason.LaunchFailed, "plugin %s announced host %q: refused, a TCP plugin must listen on loopback", s.name, clip(host))
+		return fail(reason.LaunchFailed, "plugin %s announced host %q: refused, a TCP plugin must listen on loopback", s.name, clip.Bytes(host, 300))
 	}
 	if port <= 0 || port > 65535 || (restricted && port != int(chosen)) {
 		return fail(reason.LaunchFailed, "plugin %s announced port %d, but may listen only on port %d (FLEDGE_LISTEN_PORT)", s.name, port, chosen)
@@ -497,7 +498,7 @@ func (s *Session) handle(line []byte, src string) {
 	switch m.Type {
 	case TypeInfo, TypeResponse, TypeEnd, TypeError:
 	default:
-		s.finish(r, fail(reason.MalformedResponse, "plugin %s sent type %q for request %s", s.name, clip(m.Type), r.id))
+		s.finish(r, fail(reason.MalformedResponse, "plugin %s sent type %q for request %s", s.name, clip.Bytes(m.Type, 300), r.id))
 		return
 	}
 	r.bytes += int64(len(line))
@@ -570,7 +571,7 @@ func (s *Session) system(m Message) {
 		if code == reason.OK || code == reason.LaunchFailed {
 			code = reason.Crashed
 		}
-		s.failAll(fail(code, "plugin %s failed: %s", s.name, clip(body.Error)))
+		s.failAll(fail(code, "plugin %s failed: %s", s.name, clip.Bytes(body.Error, 300)))
 	default:
 		s.bad.Add(1)
 	}
@@ -581,9 +582,9 @@ func (s *Session) showInfo(info string) {
 		return
 	}
 	if s.h.Stderr != nil {
-		fmt.Fprintf(s.h.Stderr, "plugin %s: %s\n", s.name, ui.Sanitize(clip(info)))
+		fmt.Fprintf(s.h.Stderr, "plugin %s: %s\n", s.name, ui.Sanitize(clip.Bytes(info, 300)))
 	}
-	s.rec.Record(audit.EventPluginInfo, audit.Allow, reason.OK, map[string]any{"info": clip(info)}, false)
+	s.rec.Record(audit.EventPluginInfo, audit.Allow, reason.OK, map[string]any{"info": clip.Bytes(info, 300)}, false)
 }
 
 func (s *Session) failAll(f *Failure) {
@@ -736,7 +737,7 @@ func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMe
 				}
 				_ = json.Unmarshal(ev.Response, &body)
 				if _, code := Classify(body.Error); code != reason.OK {
-					out.Failure = fail(code, "plugin %s: %s", s.name, clip(body.Error))
+					out.Failure = fail(code, "plugin %s: %s", s.name, clip.Bytes(body.Error, 300))
 				} else {
 					out.PluginError = body.Error
 					if out.PluginError == "" {
@@ -775,7 +776,7 @@ func (s *Session) recordOutcome(out *Outcome, d time.Duration) {
 		}
 		s.rec.Record(audit.EventInvokeOutcome, audit.Error, out.Failure.Code, details, true)
 	case out.PluginError != "":
-		details["message"] = clip(out.PluginError)
+		details["message"] = clip.Bytes(out.PluginError, 300)
 		s.rec.Record(audit.EventInvokeOutcome, audit.Error, reason.ToolError, details, true)
 	default:
 		s.rec.Record(audit.EventInvokeOutcome, audit.Allow, reason.OK, details, true)
@@ -810,13 +811,6 @@ func (s *Session) shutdown(now bool) {
 		}
 		s.exit = s.proc.Finish(map[string]any{"protocol": plugin.ProtocolInvoke, "late_lines": s.late.Load(), "malformed_lines": s.bad.Load()})
 	})
-}
-
-func clip(s string) string {
-	if len(s) > 300 {
-		return s[:300] + "..."
-	}
-	return s
 }
 
 // openCount is how many requests are open (tests).

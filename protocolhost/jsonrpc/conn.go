@@ -18,6 +18,7 @@ import (
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 var (
@@ -43,7 +44,7 @@ type RPCError struct {
 }
 
 func (e *RPCError) Error() string {
-	return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, printable(clip(e.Message)))
+	return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, printable(clip.Bytes(e.Message, 80)))
 }
 
 // ReasonOf maps an error of this package to its taxonomy code.
@@ -188,7 +189,7 @@ func (c *conn) readLoop(lr *lines.Reader) {
 		case late:
 			// The answer to a request that already timed out: dropped, as the spec says.
 		default:
-			if c.malformedLine(n, "an answer to no pending request (id "+clip(string(env.ID))+")") {
+			if c.malformedLine(n, "an answer to no pending request (id "+clip.Bytes(string(env.ID), 80)+")") {
 				return
 			}
 		}

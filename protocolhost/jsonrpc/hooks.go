@@ -11,6 +11,7 @@ import (
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Hook actions of JSON-RPC 2.0 tool/hook plugins.
@@ -233,7 +234,7 @@ func applyAnswer(hook string, res *HookResult, answer map[string]json.RawMessage
 			action = ActionContinue
 		}
 	default:
-		step.Message = fmt.Sprintf("unknown action %q; treated as continue", clip(action))
+		step.Message = fmt.Sprintf("unknown action %q; treated as continue", clip.Bytes(action, 80))
 		action = ActionContinue
 	}
 	if hook == HookContextEnhance && action != ActionContinue {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/protocolhost/tools"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // The protocol spec's limits and defaults, plus fledge's own bounds on what a plugin may describe.
@@ -134,16 +135,16 @@ func ParseManifest(raw []byte) (*Manifest, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(&r); err != nil {
-		return bad("result is not a manifest object: %s", clip(err.Error()))
+		return bad("result is not a manifest object: %s", clip.Bytes(err.Error(), 80))
 	}
 	m := &Manifest{Version: DefaultVersion, Hooks: []string{}, Tools: []Tool{}, Priority: DefaultPriority}
 	switch {
 	case r.Name == nil || *r.Name == "":
 		return bad("name is required")
 	case strings.Contains(*r.Name, "_"):
-		return bad("name %q contains an underscore: plugin names must not contain underscores (the first _ after plugin_ separates the plugin from the tool)", clip(*r.Name))
+		return bad("name %q contains an underscore: plugin names must not contain underscores (the first _ after plugin_ separates the plugin from the tool)", clip.Bytes(*r.Name, 80))
 	case !plugin.ValidName(*r.Name):
-		return bad("name %q must match [a-z0-9][a-z0-9-]* and be at most %d characters", clip(*r.Name), plugin.MaxNameLen)
+		return bad("name %q must match [a-z0-9][a-z0-9-]* and be at most %d characters", clip.Bytes(*r.Name, 80), plugin.MaxNameLen)
 	}
 	m.Name = *r.Name
 	if r.Version != nil && *r.Version != "" {
@@ -158,7 +159,7 @@ func ParseManifest(raw []byte) (*Manifest, error) {
 	if r.Priority != nil {
 		f, err := r.Priority.Float64()
 		if err != nil || f != math.Trunc(f) || math.Abs(f) > maxPriority {
-			return bad("priority %s must be an integer between -%d and %d", clip(r.Priority.String()), maxPriority, maxPriority)
+			return bad("priority %s must be an integer between -%d and %d", clip.Bytes(r.Priority.String(), 80), maxPriority, maxPriority)
 		}
 		m.Priority = int(f)
 	}
@@ -168,7 +169,7 @@ func ParseManifest(raw []byte) (*Manifest, error) {
 	seen := map[string]bool{}
 	for _, h := range r.Hooks {
 		if h == "" || len(h) > maxName || badText(h) || strings.ContainsAny(h, " /") {
-			return bad("hook name %q is empty, too long or contains spaces, slashes or control characters", clip(h))
+			return bad("hook name %q is empty, too long or contains spaces, slashes or control characters", clip.Bytes(h, 80))
 		}
 		if !seen[h] {
 			seen[h] = true
@@ -185,7 +186,7 @@ func ParseManifest(raw []byte) (*Manifest, error) {
 			if rt.Name != nil {
 				name = *rt.Name
 			}
-			return bad("tool %d: name %q must match [A-Za-z0-9][A-Za-z0-9_.-]* and be at most %d characters", i+1, clip(name), maxName)
+			return bad("tool %d: name %q must match [A-Za-z0-9][A-Za-z0-9_.-]* and be at most %d characters", i+1, clip.Bytes(name, 80), maxName)
 		}
 		if toolSeen[*rt.Name] {
 			return bad("tool %q is declared twice", *rt.Name)
@@ -246,19 +247,12 @@ func badText(s string) bool {
 	return false
 }
 
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
-}
-
 // Diff says how o (live) differs from m (recorded), in words, for the refusal message.
 func (m *Manifest) Diff(o *Manifest) string {
 	var out []string
 	field := func(name, a, b string) {
 		if a != b {
-			out = append(out, fmt.Sprintf("%s %q -> %q", name, clip(a), clip(b)))
+			out = append(out, fmt.Sprintf("%s %q -> %q", name, clip.Bytes(a, 80), clip.Bytes(b, 80)))
 		}
 	}
 	field("name", m.Name, o.Name)

@@ -14,6 +14,7 @@ import (
 	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // JSON-RPC 2.0 error codes.
@@ -170,7 +171,7 @@ func (s *server) handle(ctx context.Context, line []byte) bool {
 		res := s.o.Provider.RunHook(ctx, s.o.Bindings, strings.TrimPrefix(method, "hook/"), data)
 		s.reply(id, res.Combined())
 	default:
-		s.replyError(id, CodeMethodNotFound, "Method not found: "+clip(method))
+		s.replyError(id, CodeMethodNotFound, "Method not found: "+clip.Bytes(method, 80))
 	}
 	return false
 }
@@ -220,7 +221,7 @@ func (s *server) toolExecute(ctx context.Context, id json.RawMessage, params jso
 	_, res, err := s.o.Catalogue.Call(ctx, "plugin_"+p.Name, args)
 	switch {
 	case errors.Is(err, tools.ErrUnknownTool):
-		s.replyError(id, CodeInvalidParams, fmt.Sprintf("Invalid params: unknown tool %q", clip(p.Name)))
+		s.replyError(id, CodeInvalidParams, fmt.Sprintf("Invalid params: unknown tool %q", clip.Bytes(p.Name, 80)))
 		return
 	case errors.Is(err, tools.ErrBadArguments):
 		s.replyError(id, CodeInvalidParams, "Invalid params: "+userText(err))

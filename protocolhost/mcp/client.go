@@ -39,6 +39,7 @@ import (
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/ui"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 var (
@@ -420,7 +421,7 @@ pages:
 				break pages
 			}
 			if t == nil || !validToolName(t.Name) || seen[t.Name] {
-				warn(fmt.Sprintf("plugin %s: tool %q ignored (empty, duplicate, too long or with characters fledge does not pass on)", b.Entry.Name, clip(safeText(toolName(t)), 80)))
+				warn(fmt.Sprintf("plugin %s: tool %q ignored (empty, duplicate, too long or with characters fledge does not pass on)", b.Entry.Name, clip.Bytes(safeText(toolName(t)), 80)))
 				continue
 			}
 			schema, resolved, err := inputSchema(t.InputSchema)
@@ -432,7 +433,7 @@ pages:
 			schemas[t.Name] = resolved
 			list = append(list, tools.Tool{
 				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
-				Protocol: plugin.ProtocolMCP, Description: safeText(clip(t.Description, plugin.MaxFieldLen)),
+				Protocol: plugin.ProtocolMCP, Description: safeText(clip.Bytes(t.Description, plugin.MaxFieldLen)),
 				InputSchema: schema, Params: schemaParams(schema),
 			})
 		}
@@ -537,7 +538,7 @@ func schemaParams(raw json.RawMessage) []tools.Param {
 					p.Type = nonNull[0]
 				}
 			}
-			p.Description = clip(safeText(prop.Description), 200)
+			p.Description = clip.Bytes(safeText(prop.Description), 200)
 		}
 		out = append(out, p)
 	}
@@ -639,11 +640,11 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 			var werr *jsonrpc.Error
 			if errors.As(err, &werr) {
 				// The server answered with an error: the call ran and failed on its side.
-				out["error"] = clip(safeText(werr.Message), 1024)
+				out["error"] = clip.Bytes(safeText(werr.Message), 1024)
 				out["error_code"] = werr.Code
 				s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, out, true)
 				return &tools.Result{Success: false, Reason: reason.OK, Output: json.RawMessage("null"),
-					Message: fmt.Sprintf("%s: %s", t.Name, clip(safeText(werr.Message), 1024))}, nil
+					Message: fmt.Sprintf("%s: %s", t.Name, clip.Bytes(safeText(werr.Message), 1024))}, nil
 			}
 		}
 		out["error"] = msg.Error()
@@ -661,7 +662,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	out["result_bytes"] = rbytes
 	if res.IsError {
 		// The server's own words for the failure (e.g. EACCES from the sandbox), clipped.
-		out["error"] = clip(safeText(textOf(res)), maxErrorText)
+		out["error"] = clip.Bytes(safeText(textOf(res)), maxErrorText)
 	}
 	rc := reason.OK
 	if rbytes > maxResultBytes {

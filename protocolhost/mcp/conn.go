@@ -14,6 +14,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fledgehq/fledge/protocolhost/lines"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 var (
@@ -201,7 +202,7 @@ func (c *lineConn) admit(msg jsonrpc.Message) (deliver bool, err error) {
 				return false, nil
 			}
 		}
-		return false, fmt.Errorf("%w (id %v)", ErrUnknownID, clipID(m.ID))
+		return false, fmt.Errorf("%w (id %v)", ErrUnknownID, idText(m.ID))
 	case *jsonrpc.Request:
 		now := c.now()
 		c.tokens += now.Sub(c.last).Seconds() * c.lim.Rate
@@ -210,7 +211,7 @@ func (c *lineConn) admit(msg jsonrpc.Message) (deliver bool, err error) {
 			c.tokens = float64(c.lim.Burst)
 		}
 		if c.tokens < 1 {
-			return false, fmt.Errorf("%w: more than %d notifications/requests at once, or over %.0f a second (last: %q)", ErrFlood, c.lim.Burst, c.lim.Rate, clip(m.Method, 80))
+			return false, fmt.Errorf("%w: more than %d notifications/requests at once, or over %.0f a second (last: %q)", ErrFlood, c.lim.Burst, c.lim.Rate, clip.Bytes(m.Method, 80))
 		}
 		c.tokens--
 	}
@@ -232,14 +233,7 @@ func rawIDKey(raw any) string {
 	return fmt.Sprintf("?:%v", raw)
 }
 
-func clipID(id jsonrpc.ID) string { return clip(fmt.Sprint(id.Raw()), 64) }
-
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}
+func idText(id jsonrpc.ID) string { return clip.Bytes(fmt.Sprint(id.Raw()), 64) }
 
 // Read implements mcpsdk.Connection.
 func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {

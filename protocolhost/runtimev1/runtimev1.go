@@ -30,6 +30,7 @@ import (
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // ProtocolVersion is the protocol_version of runtime-v1 handshakes.
@@ -140,15 +141,15 @@ func CheckManifest(m *Manifest, pluginName, tool string, allow []string) *Failur
 	case m.PluginID == "" || m.PluginVersion == "" || m.ProtocolVersion == "" || m.ExposedTools == nil:
 		return fail(reason.HandshakeFailed, "the handshake manifest lacks a required field (plugin_id, plugin_version, protocol_version, exposed_tools)")
 	case m.PluginID != pluginName:
-		return fail(reason.HandshakeFailed, "the handshake names plugin %q, but this is plugin %q", clip(m.PluginID), pluginName)
+		return fail(reason.HandshakeFailed, "the handshake names plugin %q, but this is plugin %q", clip.Bytes(m.PluginID, 80), pluginName)
 	case m.versionNotString:
-		return fail(reason.ProtocolVersionMismatch, "the plugin speaks runtime protocol version %s (a JSON %s), fledge speaks %q (a string)", clip(m.ProtocolVersion), jsonKind(m.ProtocolVersion), ProtocolVersion)
+		return fail(reason.ProtocolVersionMismatch, "the plugin speaks runtime protocol version %s (a JSON %s), fledge speaks %q (a string)", clip.Bytes(m.ProtocolVersion, 80), jsonKind(m.ProtocolVersion), ProtocolVersion)
 	case m.ProtocolVersion != ProtocolVersion:
-		return fail(reason.ProtocolVersionMismatch, "the plugin speaks runtime protocol version %q, fledge speaks %q", clip(m.ProtocolVersion), ProtocolVersion)
+		return fail(reason.ProtocolVersionMismatch, "the plugin speaks runtime protocol version %q, fledge speaks %q", clip.Bytes(m.ProtocolVersion, 80), ProtocolVersion)
 	}
 	for _, t := range m.ExposedTools {
 		if !plugin.ValidName(t) {
-			return fail(reason.HandshakeFailed, "exposed tool %q is not a valid tool name ([a-z0-9][a-z0-9_-]*)", clip(t))
+			return fail(reason.HandshakeFailed, "exposed tool %q is not a valid tool name ([a-z0-9][a-z0-9_-]*)", clip.Bytes(t, 80))
 		}
 	}
 	allowed := map[string]bool{}
@@ -161,11 +162,11 @@ func CheckManifest(m *Manifest, pluginName, tool string, allow []string) *Failur
 		case strings.TrimSpace(c) == "":
 			return fail(reason.CapabilityNotAllowed, "the handshake declares an empty capability")
 		case strings.TrimSpace(c) != c:
-			return fail(reason.CapabilityNotAllowed, "the handshake declares capability %q with surrounding whitespace", clip(c))
+			return fail(reason.CapabilityNotAllowed, "the handshake declares capability %q with surrounding whitespace", clip.Bytes(c, 80))
 		case seen[c]:
-			return fail(reason.CapabilityNotAllowed, "the handshake declares capability %q twice", clip(c))
+			return fail(reason.CapabilityNotAllowed, "the handshake declares capability %q twice", clip.Bytes(c, 80))
 		case !allowed[c]:
-			return fail(reason.CapabilityNotAllowed, "the handshake declares capability %q, which is not granted (allowed: %s)", clip(c), listOrNone(allow))
+			return fail(reason.CapabilityNotAllowed, "the handshake declares capability %q, which is not granted (allowed: %s)", clip.Bytes(c, 80), listOrNone(allow))
 		}
 		seen[c] = true
 	}
@@ -173,7 +174,7 @@ func CheckManifest(m *Manifest, pluginName, tool string, allow []string) *Failur
 		return fail(reason.CapabilityNotDeclared, "the plugin is granted %s but its handshake declares no capabilities", strings.Join(allow, ", "))
 	}
 	if tool != "" && !contains(m.ExposedTools, tool) {
-		return fail(reason.ToolNotExposed, "the plugin does not expose tool %q (exposed: %s)", clip(tool), listOrNone(m.ExposedTools))
+		return fail(reason.ToolNotExposed, "the plugin does not expose tool %q (exposed: %s)", clip.Bytes(tool, 80), listOrNone(m.ExposedTools))
 	}
 	return nil
 }
@@ -205,13 +206,6 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
 }
 
 // decodeObject decodes one line that must be exactly one JSON object.
@@ -324,7 +318,7 @@ func (p *Provider) Discover(ctx context.Context, b *core.Binding, tool string) (
 		p.mu.Unlock()
 	}
 	if tool != "" && !contains(m.ExposedTools, tool) {
-		return nil, fail(reason.ToolNotExposed, "the plugin does not expose tool %q (exposed: %s)", clip(tool), listOrNone(m.ExposedTools))
+		return nil, fail(reason.ToolNotExposed, "the plugin does not expose tool %q (exposed: %s)", clip.Bytes(tool, 80), listOrNone(m.ExposedTools))
 	}
 	return m, nil
 }
@@ -555,7 +549,7 @@ func (s *session) converse(rs runSpec) *Outcome {
 	case err != nil:
 		f = fail(reason.MalformedResponse, "the plugin's handshake is not valid: %v", err)
 	case hs.Type != "handshake":
-		f = fail(reason.MalformedResponse, "expected a handshake, the plugin sent type %q", clip(hs.Type))
+		f = fail(reason.MalformedResponse, "expected a handshake, the plugin sent type %q", clip.Bytes(hs.Type, 80))
 	case len(hs.Manifest) == 0 || string(hs.Manifest) == "null":
 		f = fail(reason.HandshakeFailed, "the plugin's handshake has no manifest")
 	default:
@@ -628,7 +622,7 @@ func (s *session) converse(rs runSpec) *Outcome {
 		}
 		out.PluginError = &pe
 	default:
-		out.Failure = fail(reason.MalformedResponse, "expected a result or an error, the plugin sent type %q", clip(resp.Type))
+		out.Failure = fail(reason.MalformedResponse, "expected a result or an error, the plugin sent type %q", clip.Bytes(resp.Type, 80))
 	}
 	return out
 }
@@ -672,7 +666,7 @@ func (s *session) recordOutcome(out *Outcome) {
 		details["message"] = out.Failure.Msg
 		s.rec.Record(audit.EventToolOutcome, audit.Error, out.Failure.Code, details, true)
 	case out.PluginError != nil:
-		details["error_code"], details["message"] = out.PluginError.Code, clip(out.PluginError.Message)
+		details["error_code"], details["message"] = out.PluginError.Code, clip.Bytes(out.PluginError.Message, 80)
 		s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, details, true)
 	default:
 		details["output_bytes"] = len(out.Output)

@@ -53,10 +53,12 @@ var rules = []rule{
 	{why: "only sandbox/platform picks a backend",
 		from: "...", allowedFrom: []string{"sandbox/platform", "sandbox/linux", "sandbox/darwin", "sandbox/fallback"},
 		never: []string{"sandbox/linux", "sandbox/darwin", "sandbox/fallback"}},
-	{why: "the audit log depends on nothing of fledge but reason codes",
-		from: "audit", never: []string{"..."}, except: []string{"reason"}},
+	{why: "the audit log depends on nothing of fledge but reason codes and the one clipping rule",
+		from: "audit", never: []string{"..."}, except: []string{"reason", "ui/clip"}},
 	{why: "the auditor's page reads the log and nothing else of fledge",
-		from: "audit/report", never: []string{"..."}, except: []string{"audit", "reason"}},
+		from: "audit/report", never: []string{"..."}, except: []string{"audit", "reason", "ui/clip"}},
+	{why: "the clipping rule is a leaf every package may use",
+		from: "ui/clip", never: []string{"..."}},
 	{why: "the sandbox interface depends on nothing of fledge",
 		from: "sandbox", never: []string{"..."}},
 	{why: "test helpers are for tests: product code never imports them",
@@ -161,6 +163,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 		{ImportPath: mod + "audit", Imports: []string{mod + "reason"}},
 		{ImportPath: mod + "audit/report", Imports: []string{mod + "audit"}},
 		{ImportPath: mod + "sandbox"},
+		{ImportPath: mod + "ui/clip"},
 		{ImportPath: mod + "plugin", Imports: []string{mod + "policy", mod + "protocolhost/fledgev1/protocol"}},
 	}
 	require.Empty(t, check(rules, ok), "a graph that keeps every rule")
@@ -179,6 +182,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 		{"protocolhost/core", "sandbox/linux", "only sandbox/platform"},
 		{"sandbox", "sandbox/kernel", "sandbox interface"}, // a parent importing its child
 		{"audit", "ui", "audit log"},
+		{"ui/clip", "reason", "clipping rule"},
 		{"protocolhost/mcp", "internal/testing/testutil", "test helpers"},
 		{"plugin", "protocolhost/core", "plugin store"},
 	} {

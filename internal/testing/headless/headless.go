@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // Find returns the Chromium binary (Debian's chromium or chromium-headless-shell), or "".
@@ -316,18 +318,11 @@ func (b *Browser) Problems(allowed ...string) []string {
 				}
 			}
 			if !ok {
-				out = append(out, fmt.Sprintf("request: %s %s", p.Request.Method, clip(p.Request.URL)))
+				out = append(out, fmt.Sprintf("request: %s %s", p.Request.Method, clip.Mark(p.Request.URL, 300, "…")))
 			}
 		}
 	}
 	return out
-}
-
-func clip(s string) string {
-	if len(s) > 300 {
-		return s[:300] + "…"
-	}
-	return s
 }
 
 // Close ends the browser.
