@@ -335,8 +335,8 @@ func (r *Recorder) BeforeAct(event string, details map[string]any) (func() error
 	return sync, err
 }
 
-// pendingAct is a decision record being written in the background (beforeActAsync).
-type pendingAct struct {
+// PendingAct is a decision record being written in the background (BeforeActAsync).
+type PendingAct struct {
 	done    chan struct{}
 	sync    func() error
 	err     error // the append's error (nil: written; durable once sync returned nil)
@@ -344,11 +344,12 @@ type pendingAct struct {
 	syncErr error
 }
 
-// beforeActAsync is BeforeAct started in its own goroutine, for an act whose preparation
-// (a sandbox's Start) can overlap the record's writing: durable waits for the record to be
-// written and synced, and is the act's BeforeExec.
-func (r *Recorder) beforeActAsync(event string, details map[string]any) *pendingAct {
-	p := &pendingAct{done: make(chan struct{})}
+// BeforeActAsync is BeforeAct started in its own goroutine, for an act whose preparation
+// (a sandbox's Start) can overlap the record's writing: Durable waits for the record to be
+// written and synced, and is the act's BeforeExec. The one way every adapter overlaps a
+// decision record with the launch it allows.
+func (r *Recorder) BeforeActAsync(event string, details map[string]any) *PendingAct {
+	p := &PendingAct{done: make(chan struct{})}
 	if r.log == nil {
 		close(p.done)
 		return p
@@ -360,10 +361,11 @@ func (r *Recorder) beforeActAsync(event string, details map[string]any) *pending
 	return p
 }
 
-// durable waits for the record (its append, then its fsync) and says whether it is on
+// Durable waits for the record (its append, then its fsync) and says whether it is on
 // disk. It only waits for work of other goroutines (BeforeExec may run on a confined
-// launch thread), and may be called any number of times.
-func (p *pendingAct) durable() error {
+// launch thread), and may be called any number of times: after a Start that never reached
+// BeforeExec it still completes the sync, which releases the record's hold on the log.
+func (p *PendingAct) Durable() error {
 	<-p.done
 	if p.err != nil {
 		return p.err

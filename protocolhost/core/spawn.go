@@ -194,14 +194,14 @@ func spawn(o SpawnOptions) (*Proc, error) {
 	// The record is written while the sandbox prepares the start (its cgroups, view and
 	// filters), and the launch waits for it, written and synced, right before the plugin
 	// runs (BeforeExec): a record that cannot be written fails the launch there.
-	started := rec.beforeActAsync(audit.EventPluginStart, details)
-	spec.BeforeExec = started.durable
+	started := rec.BeforeActAsync(audit.EventPluginStart, details)
+	spec.BeforeExec = started.Durable
 	rec.ObserveKernel(&spec, "")
 	p.start = time.Now()
 	// The plugin is not tied to a context: ending it goes through the ladder, so it gets
 	// its grace period.
 	proc, err := o.Sandbox.Start(context.Background(), &spec)
-	if aerr := started.durable(); aerr != nil {
+	if aerr := started.Durable(); aerr != nil {
 		// No durable record, no plugin: the launch stopped at BeforeExec (a backend that
 		// started it anyway has its plugin killed here, before anything reads from it). A
 		// record written but not synced is rolled back by the log: no plugin_exit either.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
@@ -472,38 +471,63 @@ func (s *session) startExec(m *protocol.Exec) {
 }
 
 func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[string]any) {
-	if s.guard == nil {
-		details[audit.DetailMessage] = "no directory is allowed as a working directory"
-		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
-		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: no directory is allowed as a working directory")
+	dir := s.execDir(m, details)
+	if dir == nil {
 		return
+	}
+	defer dir.Close()
+	details["timeout_s"] = timeout.Seconds()
+	stdout := capbuf.New(s.lim.OutputCap)
+	stderr := capbuf.New(s.lim.OutputCap)
+	spec := s.execSpec(m, dir, timeout, stdout, stderr)
+	details["sandbox_mode"] = s.execMode
+	proc := s.launchExec(m, &spec, details)
+	if proc == nil {
+		return
+	}
+	res, err := proc.Wait()
+	if err != nil || res == nil {
+		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{audit.DetailCommand: m.Command, "error": fmt.Sprint(err)}, false)
+		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec failed: %v", s.opts.Plugin.Name, err))
+		s.execRefuse(m.ID, 126, reason.Crashed, "exec failed: the sandbox lost the command")
+		return
+	}
+	s.finishExec(m, timeout, details, res, stdout, stderr)
+}
+
+// execDir resolves an exec's cwd through the path guard to a verified directory handle, or
+// refuses the exec (cwd_refused record, 126 reply) and returns nil.
+func (s *session) execDir(m *protocol.Exec, details map[string]any) *pathguard.Dir {
+	refuse := func(why, msg string) *pathguard.Dir {
+		details[audit.DetailMessage] = why
+		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
+		s.execRefuse(m.ID, 126, reason.PathEscape, msg)
+		return nil
+	}
+	if s.guard == nil {
+		return refuse("no directory is allowed as a working directory", "exec refused: no directory is allowed as a working directory")
 	}
 	dir, err := s.guard.Resolve(m.Cwd)
 	if err != nil {
 		var pe *pathguard.Error
-		why := err.Error()
 		if errors.As(err, &pe) {
 			details["refusal"] = string(pe.Reason)
 		}
-		details[audit.DetailMessage] = why
-		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
-		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: cwd "+quoteClip(m.Cwd)+": "+why)
-		return
+		return refuse(err.Error(), "exec refused: cwd "+quoteClip(m.Cwd)+": "+err.Error())
 	}
-	defer dir.Close()
 	details[audit.DetailCwdResolved] = dir.Path
 	// The handle must still be the directory that was checked when it is handed over (a
 	// rename race between Resolve and now is refused, not followed).
 	if err := dir.Verify(); err != nil {
-		details[audit.DetailMessage] = err.Error()
-		s.record(audit.EventCwdRefused, audit.Deny, reason.PathEscape, details, true)
-		s.execRefuse(m.ID, 126, reason.PathEscape, "exec refused: cwd "+quoteClip(m.Cwd)+" changed while it was being checked")
-		return
+		dir.Close()
+		return refuse(err.Error(), "exec refused: cwd "+quoteClip(m.Cwd)+" changed while it was being checked")
 	}
-	details["timeout_s"] = timeout.Seconds()
+	return dir
+}
 
-	stdout := capbuf.New(s.lim.OutputCap)
-	stderr := capbuf.New(s.lim.OutputCap)
+// execSpec is the sandbox spec of one exec: the session's exec profile, the command under
+// sh -c, the guarded directory, bounded output buffers and the session's TMPDIR.
+func (s *session) execSpec(m *protocol.Exec, dir *pathguard.Dir, timeout time.Duration, stdout, stderr *capbuf.Buffer) sandbox.Spec {
 	spec := s.opts.ExecSpec
 	spec.Kind = sandbox.KindExec
 	spec.Name = s.opts.Plugin.Name
@@ -521,63 +545,29 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		rep := s.opts.Sandbox.Report()
 		s.execMode = map[string]any{"confinement": rep.Confinement, "landlock_abi": rep.LandlockABI, "cgroup": rep.CgroupMode, "tree_kill": rep.TreeKill}
 	})
-	details["sandbox_mode"] = s.execMode
+	return spec
+}
 
-	// Audit before act: the decision is written and made durable while the sandbox is
-	// prepared (on another core where one is free: encoding and appending it is about a
-	// tenth of a millisecond); the command starts only once it is on disk (BeforeExec waits
-	// for both, right before the fork). No record, no command.
-	type decided struct {
-		sync func() error
-		err  error
-	}
-	recorded := make(chan decided, 1)
-	go func() {
-		sync, err := s.recordBeforeAct(audit.EventExecDecision, details)
-		recorded <- decided{sync, err}
-	}()
-	// await receives the record's outcome once; BeforeExec runs on the launch thread, which
-	// only receives here (the record's own sync does the same).
-	await := sync.OnceValue(func() decided { return <-recorded })
-	spec.BeforeExec = func() error {
-		d := await()
-		if d.err != nil {
-			return d.err
-		}
-		if d.sync != nil {
-			return d.sync()
-		}
-		return nil
-	}
-	s.rec.ObserveKernel(&spec, m.Command)
-	proc, err := s.opts.Sandbox.Start(s.ctx, &spec)
+// launchExec records the decision and starts the command, which runs only once the record
+// is durable: the record is written while the sandbox is prepared (on another core where
+// one is free) and the launch waits for it right before the fork (BeforeExec). No record, no
+// command. It returns nil after refusing the exec.
+func (s *session) launchExec(m *protocol.Exec, spec *sandbox.Spec, details map[string]any) sandbox.Process {
+	decided := s.rec.BeforeActAsync(audit.EventExecDecision, details)
+	spec.BeforeExec = decided.Durable
+	s.rec.ObserveKernel(spec, m.Command)
+	proc, err := s.opts.Sandbox.Start(s.ctx, spec)
 	// Start returns after BeforeExec ran, or failed before it: either way the record is
-	// done or on its way, and its sync releases its descriptor if BeforeExec never ran.
-	d := await()
-	if d.sync != nil {
-		_ = d.sync()
-	}
-	if d.err != nil && proc != nil {
-		// Cannot happen (BeforeExec refused the fork); if it did, the command has no record
-		// and must not run.
-		_ = proc.Kill()
-		_, _ = proc.Wait()
-	}
-	if errors.Is(d.err, core.ErrSessionBudget) {
-		// The session wrote its share of the log: refused, counted, and said once in the
-		// log (session_log_budget) and once to the user, who can raise the budget; not
-		// warned about per exec.
-		s.budgetWarn.Do(func() {
-			s.opts.UI.Warn(fmt.Sprintf("plugin %s: execs are refused from now on: %v", s.opts.Plugin.Name, d.err))
-		})
-		s.execRefuse(m.ID, 126, reason.LimitExceeded, "exec refused: the audit log cannot record it (this session's log budget is spent)")
-		return
-	}
-	if d.err != nil {
-		s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", d.err))
-		// The plugin is told what happened, not the host's internal error text.
-		s.execRefuse(m.ID, 126, reason.LaunchFailed, "exec refused: the audit log cannot record it")
-		return
+	// done or on its way, and Durable completes its sync.
+	if aerr := decided.Durable(); aerr != nil {
+		if err == nil && proc != nil {
+			// Cannot happen (BeforeExec refused the fork); if it did, the command has no
+			// record and must not run.
+			_ = proc.Kill()
+			_, _ = proc.Wait()
+		}
+		s.refuseUnrecorded(m, aerr)
+		return nil
 	}
 	if err != nil {
 		rc := reason.LaunchFailed
@@ -593,15 +583,30 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 			msg = "exec refused: the sandbox cannot be enforced on this machine and the policy is strict"
 		}
 		s.execRefuse(m.ID, 126, rc, msg)
+		return nil
+	}
+	return proc
+}
+
+// refuseUnrecorded refuses an exec whose decision record could not be written.
+func (s *session) refuseUnrecorded(m *protocol.Exec, err error) {
+	if errors.Is(err, core.ErrSessionBudget) {
+		// The session wrote its share of the log: refused, counted, and said once in the
+		// log (session_log_budget) and once to the user, who can raise the budget; not
+		// warned about per exec.
+		s.budgetWarn.Do(func() {
+			s.opts.UI.Warn(fmt.Sprintf("plugin %s: execs are refused from now on: %v", s.opts.Plugin.Name, err))
+		})
+		s.execRefuse(m.ID, 126, reason.LimitExceeded, "exec refused: the audit log cannot record it (this session's log budget is spent)")
 		return
 	}
-	res, err := proc.Wait()
-	if err != nil || res == nil {
-		s.record(audit.EventExecOutcome, audit.Error, reason.Crashed, map[string]any{audit.DetailCommand: m.Command, "error": fmt.Sprint(err)}, false)
-		s.opts.UI.Warn(fmt.Sprintf("plugin %s: exec failed: %v", s.opts.Plugin.Name, err))
-		s.execRefuse(m.ID, 126, reason.Crashed, "exec failed: the sandbox lost the command")
-		return
-	}
+	s.opts.UI.Warn(fmt.Sprintf("audit log write failed, exec refused: %v", err))
+	// The plugin is told what happened, not the host's internal error text.
+	s.execRefuse(m.ID, 126, reason.LaunchFailed, "exec refused: the audit log cannot record it")
+}
+
+// finishExec answers the plugin with the command's result and records the outcome.
+func (s *session) finishExec(m *protocol.Exec, timeout time.Duration, details map[string]any, res *sandbox.Result, stdout, stderr *capbuf.Buffer) {
 	// The cap holds on the wire too: escaping must not grow the reply past it (wireCut).
 	budget := min(s.lim.OutputCap, maxStreamWire)
 	outBytes, errBytes := stdout.Bytes(), stderr.Bytes()
@@ -612,25 +617,8 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 		StdoutTruncated: stdout.Truncated() || outCut,
 		StderrTruncated: stderr.Truncated() || errCut,
 	}
-	rc := reason.OK
+	rc := execReason(res, &out, timeout)
 	decision := audit.Allow
-	switch {
-	case res.TimedOut:
-		out.Code = 124
-		out.TimedOut = true
-		rc = reason.Timeout
-		out.Stderr += fmt.Sprintf("\nfledge: command timed out after %s and was killed\n", timeout)
-	case res.Cancelled:
-		rc = reason.Cancelled
-	case res.OOMKilled:
-		rc = reason.OOMKilled
-		out.Stderr += "\nfledge: command was killed: out of memory (limit reached)\n"
-	case res.Signal != "":
-		// Killed by a signal (the kernel's SIGSYS for a denied syscall, a crash): it did
-		// not end on its own, so it is not "allow ok". A non-zero exit status is the
-		// command's own answer and stays allow, with exit_code.
-		rc = reason.Crashed
-	}
 	if rc != reason.OK {
 		out.Reason = string(rc)
 		decision = audit.Error
@@ -670,7 +658,29 @@ func (s *session) runExec(m *protocol.Exec, timeout time.Duration, details map[s
 	}, false)
 }
 
-// clip bounds plugin-chosen strings placed in messages (the audit writer bounds records).
+// execReason is the reason code of a command's end, with what the plugin is told about it
+// added to out.
+func execReason(res *sandbox.Result, out *protocol.ExecResult, timeout time.Duration) reason.Code {
+	switch {
+	case res.TimedOut:
+		out.Code = 124
+		out.TimedOut = true
+		out.Stderr += fmt.Sprintf("\nfledge: command timed out after %s and was killed\n", timeout)
+		return reason.Timeout
+	case res.Cancelled:
+		return reason.Cancelled
+	case res.OOMKilled:
+		out.Stderr += "\nfledge: command was killed: out of memory (limit reached)\n"
+		return reason.OOMKilled
+	case res.Signal != "":
+		// Killed by a signal (the kernel's SIGSYS for a denied syscall, a crash): it did
+		// not end on its own, so it is not "allow ok". A non-zero exit status is the
+		// command's own answer and stays allow, with exit_code.
+		return reason.Crashed
+	}
+	return reason.OK
+}
+
 // idForLog renders a plugin's request id for a warning: a string id quoted with control
 // characters escaped, a number as it is, both cut to 64 characters.
 func idForLog(id protocol.ID) string {

@@ -254,12 +254,6 @@ func (s *session) record(event string, d audit.Decision, rc reason.Code, details
 	s.rec.Record(event, d, rc, details, durable)
 }
 
-// recordBeforeAct writes a decision record that must be durable before the act it allows
-// (see core.Recorder.BeforeAct).
-func (s *session) recordBeforeAct(event string, details map[string]any) (func() error, error) {
-	return s.rec.BeforeAct(event, details)
-}
-
 func (s *session) warnSkipped(err error) {
 	s.malformed.Add(1)
 	var le *protocol.LineError
