@@ -396,18 +396,9 @@ func (s *session) stop() {
 func (p *Provider) Close() error {
 	p.mu.Lock()
 	p.closed = true
-	ss := make([]*session, 0, len(p.sessions))
-	for _, s := range p.sessions {
-		ss = append(ss, s)
-	}
-	p.sessions = map[string]*session{}
+	ss := tools.TakeAll(p.sessions)
 	p.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, s := range ss {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.stop() }()
-	}
-	wg.Wait()
+	tools.CloseSessions(ss, (*session).stop)
 	return nil
 }
 

@@ -736,21 +736,9 @@ func (p *Provider) retire(s *session) {
 // Close ends every server this provider started.
 func (p *Provider) Close() error {
 	p.mu.Lock()
-	ss := make([]*session, 0, len(p.sessions))
-	for _, s := range p.sessions {
-		ss = append(ss, s)
-	}
-	p.sessions = map[string]*session{}
+	ss := tools.TakeAll(p.sessions)
 	p.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, s := range ss {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.close("shutdown")
-		}()
-	}
-	wg.Wait()
+	tools.CloseSessions(ss, func(s *session) { s.close("shutdown") })
 	return nil
 }
 
