@@ -147,11 +147,11 @@ for ((r = 0; r < count; r++)); do
 	"$GO" test -run '^$' -bench 'ColdStart/confined' -benchtime "${wasmStarts}x" -count 1 \
 		./protocolhost/fledgev1/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 	"$GO" test -run '^$' -bench 'WasmColdStart' -benchtime "${wasmStarts}x" -count 1 \
-		./protocolhost/wasm/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+		./sandbox/wasm/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 	"$GO" test -run '^$' -bench 'ExecRoundTrip/fledge$' -benchtime "${execN}x" -count 1 \
 		./protocolhost/fledgev1/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 	"$GO" test -run '^$' -bench 'WasmExecRoundTrip' -benchtime "${execN}x" -count 1 \
-		./protocolhost/wasm/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
+		./sandbox/wasm/ >>"$work/out/wasm.txt" 2>&1 || { cat "$work/out/wasm.txt" >&2; exit 1; }
 done
 log "kernel refusal records and trace mode ($execN exec pairs, 3 go build pairs)"
 "$GO" test -run '^$' -bench 'KernelRecordAB/.*-true' -benchtime "${execN}x" -count 1 \
@@ -306,19 +306,19 @@ awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision f
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
 echo "Row 7: a host sends $rpcN tool/execute calls one after another; through fledge serve each is an audit decision (durable) and an outcome, and two more pipe hops; the first call is left out (row 7b)."
 awk -v f="$rpc_floor" -v r="$rpc_relay" 'BEGIN { if (f != "" && r != "") printf "Rows 7c-7d: the floors under row 7 on this machine: a bare Go line relay in the middle (%.3f ms), plus the audit log disk I/O of one call with nothing else (a decision line appended and fsynced, the head slot, an outcome line: %.3f ms), which a durable decision per call cannot go below when calls come one at a time.\n", r / 1e6, f / 1e6 }'
-echo "Rows 8a-8d (WASM): the Go SDK guest (protocolhost/wasm/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a new process's start on a warm cache dir (nothing compiled in memory), 8d a start in a process that already compiled the module (a new runtime handle and audit description per start, as each tool call through fledge serve); each beside the figure measured right before it."
+echo "Rows 8a-8d (WASM): the Go SDK guest (sandbox/wasm/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a new process's start on a warm cache dir (nothing compiled in memory), 8d a start in a process that already compiled the module (a new runtime handle and audit description per start, as each tool call through fledge serve); each beside the figure measured right before it."
 echo "Rows 9a-9c: the sandbox alone (no protocol), each run alternating with its baseline; 9c builds with a fresh GOCACHE each time, so the compiler and linker run and every file they open is a traced call."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."
 
-# Network by destination (egress/netstack): connection setup and bulk throughput through
+# Network by destination (sandbox/netstack): connection setup and bulk throughput through
 # fledge's namespace + userspace stack against a direct connection, and the host's RSS with
 # 100 connections open. Root only (the namespace needs CAP_NET_ADMIN); n/a otherwise.
 echo
 echo "Network by destination (goals: setup +1 ms or less; >= 1 Gbit/s and >= 0.5x direct):"
 bt=1s
 [[ ${FLEDGE_BENCH_QUICK:-} == 1 ]] && bt=200ms
-if out=$(FLEDGE_CONTAIN_STAGE=test "$GO" test ./egress/netstack -run '^$' -bench 'BenchmarkEgress' -benchtime "$bt" 2>&1); then
+if out=$(FLEDGE_CONTAIN_STAGE=test "$GO" test ./sandbox/netstack -run '^$' -bench 'BenchmarkEgress' -benchtime "$bt" 2>&1); then
 	echo "$out" | awk '/^BenchmarkEgress/ {
 		name=$1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkEgress/, "", name)
 		v=""; for (i=2;i<=NF;i++) { if ($i=="ns/op") ns=$(i-1); if ($i=="MB/s") v=sprintf("%.2f Gbit/s", $(i-1)*8/1000); if ($i=="rss-MiB/100conns") v=sprintf("%.1f MiB RSS growth", $(i-1)) }

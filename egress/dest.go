@@ -3,7 +3,7 @@
 // "db.internal:5432-5433"), the decision for one connection or one name lookup (including
 // the refusal of private and loopback addresses reached by name), and the records those
 // decisions produce. It imports nothing OS-specific: the engine that enforces it in a
-// network namespace of the plugin's own is package egress/netstack.
+// network namespace of the plugin's own is package sandbox/netstack.
 package egress
 
 import (

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // The demo runs the escape artist (a bounded fork flood, kill -9 -1 when signals are

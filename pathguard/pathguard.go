@@ -487,3 +487,16 @@ func displayPath(rt *root, rel string, f *os.File) string {
 	}
 	return filepath.Join(rt.path, filepath.Clean(rel))
 }
+
+// Within reports whether path is root or below it, by name (both cleaned; no symlink is
+// followed): for placing one path relative to another, not for opening anything.
+func Within(path, root string) bool {
+	path, root = filepath.Clean(path), filepath.Clean(root)
+	if path == root {
+		return true
+	}
+	if root == "/" {
+		return strings.HasPrefix(path, "/")
+	}
+	return strings.HasPrefix(path, root+string(filepath.Separator))
+}

@@ -24,7 +24,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 )
 
 // ManifestFile is the manifest's name inside a plugin dir.

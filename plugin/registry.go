@@ -12,7 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/ui/clip"
 )
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/fledgehq/fledge/pathguard"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -814,13 +815,4 @@ func equalKey(a, b []string) bool {
 
 // Within reports whether path is root or inside it (both absolute; compared lexically after
 // Clean). Callers that need symlink-safety resolve first.
-func Within(path, root string) bool {
-	path, root = filepath.Clean(path), filepath.Clean(root)
-	if path == root {
-		return true
-	}
-	if root == "/" {
-		return strings.HasPrefix(path, "/")
-	}
-	return strings.HasPrefix(path, root+string(filepath.Separator))
-}
+func Within(path, root string) bool { return pathguard.Within(path, root) }

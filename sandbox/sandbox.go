@@ -90,7 +90,7 @@ type Spec struct {
 	Network bool
 	// Egress, with Network false, gives the run the network of its plugin's grant by
 	// destination (an *egress.Session; Linux: a namespace whose only way out is fledge,
-	// egress/netstack); nil with Network false is no network at all. Every run of one
+	// sandbox/netstack); nil with Network false is no network at all. Every run of one
 	// session shares it.
 	Egress Egress
 	// ListenTCP are TCP ports the process may bind (to listen on) while Network is false;

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/ui/clip"
 )
 

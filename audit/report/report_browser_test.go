@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/headless"
+	"github.com/fledgehq/fledge/testkit/headless"
 )
 
 // openBrowser starts headless Chromium, or skips (fails under FLEDGE_REQUIRE_SANDBOX=1,

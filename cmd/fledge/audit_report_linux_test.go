@@ -23,9 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit/report"
-	"github.com/fledgehq/fledge/egress/netstack"
-	"github.com/fledgehq/fledge/internal/testing/headless"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox/netstack"
+	"github.com/fledgehq/fledge/testkit/headless"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // hostilePlugin is a fledge-v1 plugin whose every word aims at the reviewer's browser: its

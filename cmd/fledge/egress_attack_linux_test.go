@@ -29,8 +29,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/fledgehq/fledge/egress/netstack"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox/netstack"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // attackPlugin is a fledge-v1 plugin granted two loopback destinations (an HTTP server OK

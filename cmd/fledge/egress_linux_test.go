@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/egress/netstack"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox/netstack"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // netPlugin is an ordinary fledge-v1 plugin that knows nothing of fledge's network: it

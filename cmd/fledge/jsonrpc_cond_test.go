@@ -5,7 +5,7 @@ import (
 	"os"
 	"os/exec"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // scriptCondition adds conditions to the scripts. Under FLEDGE_REQUIRE_SANDBOX=1 a condition

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // ptyHangLimit only catches a hung test; nothing here measures speed.

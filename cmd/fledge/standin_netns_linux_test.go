@@ -34,8 +34,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/egress"
-	"github.com/fledgehq/fledge/egress/netstack"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox/netstack"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // standIn stands in for a service on the internet: an HTTPS server (certificate from a

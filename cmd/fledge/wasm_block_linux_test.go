@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // wasmHangLimit only catches a run that never ends (the attack succeeding: before the fix
@@ -47,7 +47,7 @@ func newWasmEnv(t *testing.T, config string) *wasmEnv {
 	require.NoError(t, os.WriteFile(filepath.Join(e.proj, "marker.txt"), []byte("x"), 0o644))
 	require.NoError(t, syscall.Mkfifo(filepath.Join(e.proj, "fifo"), 0o644))
 
-	build := exec.Command("go", "build", "-o", filepath.Join(src, "probe.wasm"), "../../protocolhost/wasm/testdata/guests/probe")
+	build := exec.Command("go", "build", "-o", filepath.Join(src, "probe.wasm"), "../../sandbox/wasm/testdata/guests/probe")
 	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the wasm guest: %s", out)

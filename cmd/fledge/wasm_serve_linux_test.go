@@ -28,7 +28,7 @@ func TestServeWasmToolReverifiesChangedModule(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "bg")
 	require.NoError(t, os.MkdirAll(src, 0o755))
 	build := func(name, out string) []byte {
-		cmd := exec.Command("go", "build", "-o", out, "../../protocolhost/wasm/testdata/guests/"+name)
+		cmd := exec.Command("go", "build", "-o", out, "../../sandbox/wasm/testdata/guests/"+name)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 		b, err := cmd.CombinedOutput()
 		require.NoError(t, err, "building %s: %s", name, b)

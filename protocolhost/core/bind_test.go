@@ -10,9 +10,9 @@ import (
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/internal/safefs"
-	"github.com/fledgehq/fledge/internal/testing/adaptertest"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/testkit/adaptertest"
 )
 
 // Bind makes the plugin's data dir beneath the config dir without following a symlink: a

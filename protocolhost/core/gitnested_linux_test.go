@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // TestSpawnNestedGitRepoQuarantined: a plugin process itself (not a command it runs) makes

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // TestAttackExecNestedGitRepo is the nested-repository attack from a real plugin's

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/testkit/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // Root-only files and SysV IPC, attacked by a real plugin of a root fledge: the

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox/linux"
 	"github.com/fledgehq/fledge/ui"

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/platform"
 	"github.com/fledgehq/fledge/ui"

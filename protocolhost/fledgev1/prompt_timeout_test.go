@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/ui"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 	"github.com/stretchr/testify/require"
 )
 

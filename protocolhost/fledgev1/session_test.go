@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/protocol"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

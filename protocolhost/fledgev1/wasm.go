@@ -10,7 +10,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/wasm"
+	"github.com/fledgehq/fledge/sandbox/wasm"
 	"github.com/fledgehq/fledge/ui"
 )
 

@@ -3,7 +3,7 @@ package fledgev1
 import (
 	"unicode/utf8"
 
-	"github.com/fledgehq/fledge/protocolhost/fledgev1/protocol"
+	"github.com/fledgehq/fledge/protocol"
 )
 
 // maxStreamWire bounds one exec stream as it is encoded in the reply, whatever OutputCap

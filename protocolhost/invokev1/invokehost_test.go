@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/adaptertest"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/testkit/adaptertest"
 )
 
 var pluginScript = func() string {

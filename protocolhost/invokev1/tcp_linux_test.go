@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/adaptertest"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/sandbox/linux"
+	"github.com/fledgehq/fledge/testkit/adaptertest"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // Where there is no network namespace for the plugin (unprivileged fledge), the Landlock

@@ -15,8 +15,8 @@ import (
 	"unicode"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/protocol/lines"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui/clip"
 )

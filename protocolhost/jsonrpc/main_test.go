@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 func TestMain(m *testing.M) {

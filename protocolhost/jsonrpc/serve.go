@@ -10,8 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fledgehq/fledge/protocol/lines"
 	"github.com/fledgehq/fledge/protocolhost/core"
-	"github.com/fledgehq/fledge/protocolhost/lines"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
 	"github.com/fledgehq/fledge/ui/clip"

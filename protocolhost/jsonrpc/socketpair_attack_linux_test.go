@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/adaptertest"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/plugin"
+	"github.com/fledgehq/fledge/testkit/adaptertest"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // dgramPlugin's one tool tries to reach the pathname datagram socket SOCK with a

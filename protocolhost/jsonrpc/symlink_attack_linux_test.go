@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/adaptertest"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
+	"github.com/fledgehq/fledge/testkit/adaptertest"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // linkerPlugin is a jsonrpc-2.0 plugin whose one tool replaces a directory fledge makes in

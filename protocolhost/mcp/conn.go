@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fledgehq/fledge/protocolhost/lines"
+	"github.com/fledgehq/fledge/protocol/lines"
 	"github.com/fledgehq/fledge/ui/clip"
 )
 

@@ -17,13 +17,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/sandbox/platform"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // fixture is one fledge installation in a temp dir: a fake HOME (with a private key in

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // hostile installs testdata/hostile.mjs in one of its modes as plugin hostile-<mode>, with

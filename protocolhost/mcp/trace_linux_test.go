@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/audit"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // The official filesystem MCP server, asked for ~/.ssh/id_rsa (its own allowed directory

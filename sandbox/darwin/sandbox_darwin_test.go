@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // These run on a real Mac only: the test binary is its own stub.

@@ -7,8 +7,8 @@ import (
 	"sync"
 
 	"github.com/fledgehq/fledge/egress"
-	"github.com/fledgehq/fledge/egress/netstack"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/netstack"
 )
 
 // errNoSession: Spec.Egress holds something other than a session.

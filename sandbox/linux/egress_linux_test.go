@@ -18,11 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/egress"
-	"github.com/fledgehq/fledge/egress/netstack"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/sandbox/netstack"
 	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // A plugin session's grant by destination holds for the plugin process and for every

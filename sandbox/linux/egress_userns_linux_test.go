@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/egress"
-	"github.com/fledgehq/fledge/egress/netstack"
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/netstack"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // Network by destination from an unprivileged fledge: the helper runs as uid 65534

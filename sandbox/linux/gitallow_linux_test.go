@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // plantEvilCommon is shell that makes $1 a git common directory whose config runs

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // denials collects what a run reports through Spec.KernelDenials.

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // ListenTCP lets a process without network bind the listed port and no other, and it

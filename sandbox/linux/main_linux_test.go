@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // helperEnv makes the test binary a small attack program (it is on the sandbox's

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // netlinkHostInfo asks, over the netlink protocols a command may open, for what would

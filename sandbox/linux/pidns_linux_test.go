@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 func requirePidNS(t *testing.T, sb *Sandbox) {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // leaveInTmp is what a command leaves in and on its TMPDIR for the next run to find:

@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/stub"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // waitBound is a correctness bound (the process tree must end), not a speed assertion.

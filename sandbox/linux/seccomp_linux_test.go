@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // syscallAttackPy tries every denied call (and a few allowed neighbours) through libc's

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox/kernel"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // peerGapsPy makes the calls Docker's default profile, firejail's default list or Codex's

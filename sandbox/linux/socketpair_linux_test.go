@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // socketpairClient tries every way a socketpair(AF_UNIX) end could reach a pathname socket

@@ -24,8 +24,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 const debianBundle = "/etc/ssl/certs/ca-certificates.crt"

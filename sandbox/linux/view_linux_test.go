@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // viewLaunchers build views every way there is: the thread launcher from a session's
