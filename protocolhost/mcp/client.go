@@ -312,7 +312,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	// initialize and tools/list are bounded by policy's timeout_default.
 	ictx, cancel := context.WithTimeout(ctx, lim.ExecTimeoutDefault)
 	defer cancel()
-	cs, err := client.Connect(ictx, connTransport{s.conn}, nil)
+	cs, err := client.Connect(ictx, connTransport{s.conn}, &mcpsdk.ClientSessionOptions{ProtocolVersion: handshakeVersion})
 	if err != nil {
 		err = s.explain(ictx, err, fmt.Sprintf("did not answer initialize within %s", lim.ExecTimeoutDefault))
 		s.endStart(reason.HandshakeFailed, err)
@@ -448,6 +448,9 @@ func (s *session) close(by string) {
 		// SIGKILL follow on policy's ladder if it does not leave.
 		_ = s.conn.Close()
 		s.proc.Stop(by, false, nil)
+		if n := s.logs.flush(); n > 0 {
+			s.recordDropped(n)
+		}
 		extra := map[string]any{"protocol": plugin.ProtocolMCP}
 		s.exitMu.Lock()
 		for k, v := range s.exitNote {

@@ -421,6 +421,24 @@ func (l *logLimit) take(now time.Time) (ok bool, report int) {
 	return false, 0
 }
 
+// flush returns the messages dropped since the last record (the session's end).
+func (l *logLimit) flush() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.dropped
+	l.dropped = 0
+	return n
+}
+
+// recordDropped puts dropped log messages on record: the first one dropped at once, then
+// the count at most once per logRecordGap and at the server's end.
+func (s *session) recordDropped(n int) {
+	s.rec.Record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
+		audit.DetailLimit: "log_messages", audit.DetailLimitValue: fmt.Sprintf("%g/s, %d at once", logRate, logBurst),
+		"dropped": n, audit.DetailMessage: "log messages over the rate were dropped, not passed on",
+	}, false)
+}
+
 // onLog passes a server's log message to the client fledge serves, named for the plugin
 // (logger "<plugin>" or "<plugin>/<its logger>"), bounded in rate and size.
 func (p *Provider) onLog(ctx context.Context, s *session, params *mcpsdk.LoggingMessageParams) {
@@ -429,10 +447,7 @@ func (p *Provider) onLog(ctx context.Context, s *session, params *mcpsdk.Logging
 	}
 	ok, dropped := s.logs.take(time.Now())
 	if dropped > 0 {
-		s.rec.Record(audit.EventLimit, audit.Deny, reason.LimitExceeded, map[string]any{
-			audit.DetailLimit: "log_messages", audit.DetailLimitValue: fmt.Sprintf("%g/s, %d at once", logRate, logBurst),
-			"dropped": dropped, audit.DetailMessage: "log messages over the rate were dropped",
-		}, false)
+		s.recordDropped(dropped)
 	}
 	if !ok {
 		return
@@ -541,6 +556,25 @@ func unwrapURI(uri string) (plugin, orig string, ok bool) {
 		return "", "", false
 	}
 	return plugin, orig, true
+}
+
+// handshakeVersion is the newest MCP version of the initialize handshake, which fledge
+// speaks on both sides. From 2026-07-28 on a server may no longer send its client a
+// request of its own (sampling, elicitation) while serving one, nor log without a level
+// in each request: passing those on needs the handshake-era protocol, which every SDK
+// still speaks.
+const handshakeVersion = "2025-11-25"
+
+// handshakeVersions are the versions fledge's server negotiates (handshakeVersion and
+// older).
+func handshakeVersions() []string {
+	var out []string
+	for _, v := range mcpsdk.SupportedProtocolVersions() {
+		if v <= handshakeVersion {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // maxURILen bounds a resource URI or template fledge passes on.

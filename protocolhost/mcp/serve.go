@@ -277,6 +277,9 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 	srv = mcpsdk.NewServer(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ServerOptions{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Instructions: "Every tool runs in a plugin confined by fledge (sandbox, limits, audit log).",
+		// The handshake-era protocol: a plugin's sampling, elicitation and log messages
+		// reach the client as requests and notifications of fledge's own (handshakeVersion).
+		SupportedProtocolVersions: handshakeVersions(),
 		// Tools are added once the client is initialized; they exist from the start, and
 		// the client is told whenever the offered set changes (a quarantine, an approval,
 		// a server's own change, a server that ended and could not be started again).

@@ -26,6 +26,13 @@ import (
 // to a plugin's server.
 const featureTimeout = 60 * time.Second
 
+// maxFeatureCalls bounds the prompts/get, resources/read, completions and subscriptions
+// in flight to plugins at once (tool calls take turns of their own).
+const maxFeatureCalls = 16
+
+// errBusy: the client has maxFeatureCalls requests in flight already.
+var errBusy = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("fledge has %d requests in flight to plugins already; try again", maxFeatureCalls)}
+
 // promptRef is a prompt offered: its plugin and its own name there.
 type promptRef struct{ plugin, name string }
 
@@ -41,11 +48,25 @@ type passOn struct {
 	offeredT  map[string]string    // wrapped template -> definition offered
 	ambiguous map[string]bool
 	warn      func(string)
+	inFlight  chan struct{}
 }
+
+// turn takes one of the maxFeatureCalls places (false: none free); done gives it back.
+func (po *passOn) turn() bool {
+	select {
+	case po.inFlight <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (po *passOn) done() { <-po.inFlight }
 
 func newPassOn(srv *mcpsdk.Server, warn func(string)) *passOn {
 	return &passOn{srv: srv, prompts: map[string]promptRef{}, offeredP: map[string]string{},
-		offeredR: map[string]string{}, offeredT: map[string]string{}, ambiguous: map[string]bool{}, warn: warn}
+		offeredR: map[string]string{}, offeredT: map[string]string{}, ambiguous: map[string]bool{}, warn: warn,
+		inFlight: make(chan struct{}, maxFeatureCalls)}
 }
 
 // mcpProvider is the catalogue's MCP provider (nil when none is registered).
@@ -215,6 +236,10 @@ func featureError(err error) error {
 }
 
 func (po *passOn) getPrompt(ctx context.Context, req *mcpsdk.GetPromptRequest) (*mcpsdk.GetPromptResult, error) {
+	if !po.turn() {
+		return nil, errBusy
+	}
+	defer po.done()
 	po.mu.Lock()
 	ref, ok := po.prompts[req.Params.Name]
 	po.mu.Unlock()
@@ -244,6 +269,10 @@ func (po *passOn) getPrompt(ctx context.Context, req *mcpsdk.GetPromptRequest) (
 // readResource reads a wrapped URI from its plugin's server; the contents' URIs come back
 // wrapped.
 func (po *passOn) readResource(ctx context.Context, req *mcpsdk.ReadResourceRequest) (*mcpsdk.ReadResourceResult, error) {
+	if !po.turn() {
+		return nil, errBusy
+	}
+	defer po.done()
 	pluginName, orig, ok := unwrapURI(req.Params.URI)
 	if !ok {
 		return nil, mcpsdk.ResourceNotFoundError(req.Params.URI)
@@ -276,6 +305,10 @@ func (po *passOn) readResource(ctx context.Context, req *mcpsdk.ReadResourceRequ
 }
 
 func (po *passOn) subscribe(ctx context.Context, uri string, on bool) error {
+	if !po.turn() {
+		return errBusy
+	}
+	defer po.done()
 	pluginName, orig, ok := unwrapURI(uri)
 	if !ok {
 		return mcpsdk.ResourceNotFoundError(uri)
@@ -304,6 +337,10 @@ func (po *passOn) subscribe(ctx context.Context, uri string, on bool) error {
 // complete passes a completion to the plugin whose prompt or resource template the
 // reference names.
 func (po *passOn) complete(ctx context.Context, req *mcpsdk.CompleteRequest) (*mcpsdk.CompleteResult, error) {
+	if !po.turn() {
+		return nil, errBusy
+	}
+	defer po.done()
 	p := req.Params
 	if p == nil || p.Ref == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "completion/complete needs a ref"}
