@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -193,3 +194,40 @@ func TestHostileServerPromptsLogsSamplingThroughServe(t *testing.T) {
 	assert.Contains(t, back, "id_rsa", "the approved description is offered")
 }
 
+
+// sampling granted later (`fledge plugins grant`) to an installed MCP server: its next
+// session is offered sampling and its request reaches the client, on record as allowed;
+// the same grant to a plugin that is no MCP server is refused.
+func TestSamplingGrantedLaterReachesClient(t *testing.T) {
+	fledge := buildFledge(t) // before the fixture narrows PATH
+	f := hostile(t, "prompter")
+	const name = "hostile-prompter"
+	c := &fledgeCLI{t: t, f: f, fledge: fledge}
+	out, errOut, err := c.run(f.project, "--ni", "plugins", "grant", name, "sampling")
+	require.NoError(t, err, "stdout: %s\nstderr: %s", out, errOut)
+	f.install(filepath.Join("testdata", "rt"))
+	out, errOut, err = c.run(f.project, "--ni", "plugins", "grant", "rt", "sampling")
+	require.Error(t, err, "stdout: %s", out)
+	assert.Contains(t, errOut, "for MCP servers only")
+
+	gc := serveGoClient(t, f)
+	text := callText1(t, gc.cs, "plugin_"+name+"_sample")
+	assert.Contains(t, text, "answered:")
+	assert.Contains(t, text, "leaked", "the client's answer reaches the server")
+	assert.Equal(t, int32(1), gc.sampled.Load())
+	text = callText1(t, gc.cs, "plugin_"+name+"_elicit")
+	assert.Contains(t, text, "not granted elicitation", "only what was granted")
+	reqs := f.records(audit.EventClientRequest)
+	require.Len(t, reqs, 2)
+	assert.Equal(t, audit.Allow, reqs[0].Decision)
+	assert.Equal(t, "sampling", reqs[0].Details["kind"])
+	assert.Equal(t, audit.Deny, reqs[1].Decision)
+	resp := f.records(audit.EventClientResponse)
+	require.Len(t, resp, 1)
+	assert.NotZero(t, resp[0].Details["response_bytes"])
+	var grants []string
+	for _, r := range f.records(audit.EventGrant) {
+		grants = append(grants, string(r.Decision)+" "+r.Details[audit.DetailCapability].(string))
+	}
+	assert.Equal(t, []string{"allow sampling", "deny sampling"}, grants)
+}
