@@ -194,7 +194,6 @@ func TestHostileServerPromptsLogsSamplingThroughServe(t *testing.T) {
 	assert.Contains(t, back, "id_rsa", "the approved description is offered")
 }
 
-
 // sampling granted later (`fledge plugins grant`) to an installed MCP server: its next
 // session is offered sampling and its request reaches the client, on record as allowed;
 // the same grant to a plugin that is no MCP server is refused.
