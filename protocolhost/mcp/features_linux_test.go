@@ -161,6 +161,8 @@ func TestEverythingServerWholeProtocolThroughServeMCP(t *testing.T) {
 	assert.GreaterOrEqual(t, len(asSlice(r["progress"])), 2, "progress notifications pass on")
 	assert.NotEmpty(t, jsonPath(r, "errors", "cancelled"), "the cancelled call ends with an error on the client")
 	assert.Less(t, r["cancelledAfterMs"].(float64), 10000.0)
+	t.Logf("a 30 s call cancelled by the client after 1.5 s ended at the client after %.0f ms; %d progress notifications, %d log messages passed on",
+		r["cancelledAfterMs"].(float64), len(asSlice(r["progress"])), len(asSlice(r["logs"])))
 	assert.Contains(t, jsonPath(r, "afterCancel", "content", 0, "text"), "still here")
 
 	// Sampling and elicitation, granted: passed to the client and back.
