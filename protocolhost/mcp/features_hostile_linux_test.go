@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,7 @@ type goClient struct {
 	sampled        atomic.Int32
 	elicited       atomic.Int32
 	promptsChanged chan struct{}
+	resChanged     chan struct{}
 }
 
 func serveGoClient(t *testing.T, f *fixture) *goClient {
@@ -37,7 +39,7 @@ func serveGoClient(t *testing.T, f *fixture) *goClient {
 	sr, cw := io.Pipe()
 	served := make(chan error, 1)
 	go func() { served <- Serve(ctx, cat, sr, sw, ServeOptions{LineMax: 1 << 20}) }()
-	gc := &goClient{promptsChanged: make(chan struct{}, 8)}
+	gc := &goClient{promptsChanged: make(chan struct{}, 8), resChanged: make(chan struct{}, 8)}
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "go-test-client", Version: "1"}, &mcpsdk.ClientOptions{
 		Capabilities: &mcpsdk.ClientCapabilities{},
 		CreateMessageHandler: func(context.Context, *mcpsdk.CreateMessageRequest) (*mcpsdk.CreateMessageResult, error) {
@@ -49,6 +51,12 @@ func serveGoClient(t *testing.T, f *fixture) *goClient {
 			return &mcpsdk.ElicitResult{Action: "decline"}, nil
 		},
 		LoggingMessageHandler: func(context.Context, *mcpsdk.LoggingMessageRequest) { gc.logs.Add(1) },
+		ResourceListChangedHandler: func(context.Context, *mcpsdk.ResourceListChangedRequest) {
+			select {
+			case gc.resChanged <- struct{}{}:
+			default:
+			}
+		},
 		PromptListChangedHandler: func(context.Context, *mcpsdk.PromptListChangedRequest) {
 			select {
 			case gc.promptsChanged <- struct{}{}:
@@ -153,6 +161,14 @@ func TestHostileServerPromptsLogsSamplingThroughServe(t *testing.T) {
 	}
 	assert.True(t, dropped, "the drop is on record")
 
+	// Resources and templates, wrapped; a read reaches the server under its own URI.
+	assert.Equal(t, []string{"fledge:" + name + "/hostile://a"}, resourceURIs(t, cs))
+	assert.Equal(t, []string{"fledge:" + name + "/hostile://t/{id}"}, templateURIs(t, cs))
+	rr, err := cs.ReadResource(context.Background(), &mcpsdk.ReadResourceParams{URI: "fledge:" + name + "/hostile://t/9"})
+	require.NoError(t, err)
+	assert.Equal(t, "read hostile://t/9", rr.Contents[0].Text)
+	assert.Equal(t, "fledge:"+name+"/hostile://t/9", rr.Contents[0].URI)
+
 	// The rug pull: review described anew. The client hears of it (a notification after
 	// the pull: those of the first offer are drained first).
 	for drained := false; !drained; {
@@ -173,14 +189,23 @@ func TestHostileServerPromptsLogsSamplingThroughServe(t *testing.T) {
 	assert.Contains(t, prompts, "plugin_"+name+"_stay")
 	_, err = cs.GetPrompt(context.Background(), &mcpsdk.GetPromptParams{Name: "plugin_" + name + "_review", Arguments: map[string]string{"file": "a.go"}})
 	require.Error(t, err, "a held-back prompt cannot be got")
-	var changed bool
+	// The resource it added joins the list, the template described anew leaves it, and
+	// the client is told.
+	select {
+	case <-c.resChanged:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the client was not told the resources changed")
+	}
+	assert.Equal(t, []string{"fledge:" + name + "/hostile://a", "fledge:" + name + "/hostile://b"}, resourceURIs(t, cs))
+	assert.Empty(t, templateURIs(t, cs), "the changed template is held back")
+	changed := map[string]bool{}
 	for _, r := range f.records(audit.EventToolChanged) {
-		if r.Details["definition"] == "prompt:review" {
-			changed = true
+		if d, ok := r.Details["definition"].(string); ok {
+			changed[d] = true
 			assert.Equal(t, audit.Deny, r.Decision)
 		}
 	}
-	assert.True(t, changed, "the change is on record")
+	assert.Equal(t, map[string]bool{"prompt:review": true, "resource-template:hostile://t/{id}": true}, changed, "the changes are on record")
 
 	// Approved, it comes back as it now reads.
 	_, err = pins.Approve(f.configDir, name)
@@ -193,6 +218,28 @@ func TestHostileServerPromptsLogsSamplingThroughServe(t *testing.T) {
 		}
 	}
 	assert.Contains(t, back, "id_rsa", "the approved description is offered")
+	assert.Equal(t, []string{"fledge:" + name + "/hostile://t/{id}"}, templateURIs(t, cs), "the approved template is offered")
+}
+
+func resourceURIs(t *testing.T, cs *mcpsdk.ClientSession) []string {
+	t.Helper()
+	var out []string
+	for r, err := range cs.Resources(context.Background(), nil) {
+		require.NoError(t, err)
+		out = append(out, r.URI)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func templateURIs(t *testing.T, cs *mcpsdk.ClientSession) []string {
+	t.Helper()
+	out := []string{}
+	for r, err := range cs.ResourceTemplates(context.Background(), nil) {
+		require.NoError(t, err)
+		out = append(out, r.URITemplate)
+	}
+	return out
 }
 
 // sampling granted later (`fledge plugins grant`) to an installed MCP server: its next
