@@ -138,11 +138,14 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				only[strings.TrimSpace(n)] = true
 			}
 			exposed = nil
+			plugins := map[string]bool{}
 			for _, t := range list {
 				if only[t.Name] {
 					exposed = append(exposed, t)
+					plugins[t.Plugin] = true
 				}
 			}
+			feats.only = plugins
 		}
 		now := map[string]string{}
 		for _, t := range exposed {

@@ -49,6 +49,9 @@ type passOn struct {
 	ambiguous map[string]bool
 	warn      func(string)
 	inFlight  chan struct{}
+	// only, when not nil, are the plugins whose features are offered: serve --tools names
+	// some tools, and only their plugins' prompts and resources go with them.
+	only map[string]bool
 }
 
 // turn takes one of the maxFeatureCalls places (false: none free); done gives it back.
@@ -106,6 +109,9 @@ func (po *passOn) offer(cat *tools.Catalogue) {
 	resources := map[string]*mcpsdk.Resource{}
 	templates := map[string]*mcpsdk.ResourceTemplate{}
 	for _, s := range live {
+		if po.only != nil && !po.only[s.name] {
+			continue
+		}
 		f := s.features()
 		for _, p := range f.prompts {
 			if !allowPrompt(cat, s.name, p.Name) {
