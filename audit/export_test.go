@@ -125,6 +125,13 @@ func exportFixtureRecords() []*Record {
 		&Record{Session: "s9", Plugin: p, Event: EventToolsApproved, Decision: Allow, Reason: "ok",
 			Details: map[string]any{"tools": []map[string]string{{"tool": "echo", "old_hash": "sha256:" + strings.Repeat("ab", 32),
 				"new_hash": "sha256:" + strings.Repeat("ef", 32)}}}},
+		&Record{Session: "s10", Plugin: p, Event: EventClientRequest, Decision: Deny, Reason: "capability_not_granted",
+			Details: map[string]any{"kind": "sampling", "method": "sampling/createMessage", "request_bytes": 212,
+				DetailMessage: "plugin hello was not granted sampling"}},
+		&Record{Session: "s10", Plugin: p, Event: EventClientResponse, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"kind": "elicitation", "action": "accept", "response_bytes": 64, DetailDurationMS: 5120}},
+		&Record{Session: "s10", Plugin: p, Event: EventServerRequest, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"method": "resources/read", "uri": "demo://resource/static/1", "result_bytes": 410, DetailDurationMS: 3}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {

@@ -390,6 +390,41 @@ func randHex() string {
 // on a terminal like any other capability (default yes), and named on the Granting line
 // under --yes, --grant and --ni.
 func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, error) {
+	// sampling and elicitation (MCP client capabilities) are no manifest's to declare: any
+	// MCP plugin may be granted them, with --grant, alongside --yes or the other items.
+	var client policy.Grants
+	if o.Grant != nil {
+		client = o.Grant.ClientCapabilities()
+		if !client.Empty() {
+			if m.Plugin.Protocol != ProtocolMCP {
+				return policy.Grants{Filesystem: policy.FilesystemNone}, fmt.Errorf("%w: %s (plugin %s speaks %s)", policy.ErrClientCapability, client.String(), m.Plugin.Name, orDefault(m.Plugin.Protocol))
+			}
+			rest := o.Grant.WithoutClientCapabilities()
+			if o.Yes && rest.Empty() {
+				o.Grant = nil // --yes --grant sampling: everything declared, and sampling
+			} else {
+				o.Grant = &rest
+			}
+		}
+	}
+	g, err := decideSandboxGrants(o, m, out)
+	if err != nil || client.Empty() {
+		return g, err
+	}
+	g = g.Union(client)
+	fmt.Fprintf(out, "Granting the MCP client capabilities: %s\n", client.String())
+	return g, nil
+}
+
+func orDefault(protocol string) string {
+	if protocol == "" {
+		return "no protocol"
+	}
+	return protocol
+}
+
+// decideSandboxGrants decides every capability but the MCP client ones.
+func decideSandboxGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, error) {
 	declared, asked := m.Declared(), m.Asked()
 	none := policy.Grants{Filesystem: policy.FilesystemNone}
 	defaulted := m.FilesystemDefaulted()

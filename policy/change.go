@@ -12,6 +12,9 @@ import (
 // code was written (and reviewed) for what it declares.
 var ErrProtocolCapability = fmt.Errorf("%w (exec, store and metadata can only be granted when declared)", ErrNotDeclared)
 
+// ErrClientCapability: sampling or elicitation asked for a plugin that is no MCP server.
+var ErrClientCapability = fmt.Errorf("%w (sampling and elicitation are MCP client capabilities, for MCP servers only)", ErrNotDeclared)
+
 // Change is the outcome of one `plugins grant` or `plugins revoke`.
 type Change struct {
 	Before, After Grants
@@ -43,6 +46,14 @@ func GrantOne(cur, declared, asked Grants, item string) (Change, error) {
 	c := Change{Before: cur, After: cur}
 	c.After.Filesystem = cur.FS()
 	switch {
+	case g.Sampling || g.Elicitation:
+		// An MCP client capability: the protocol check is the caller's (ChangeGrant).
+		c.After.Sampling = c.After.Sampling || g.Sampling
+		c.After.Elicitation = c.After.Elicitation || g.Elicitation
+		c.Item = CapSampling
+		if g.Elicitation {
+			c.Item = CapElicitation
+		}
 	case g.Exec || g.Store || g.Metadata:
 		name := "exec"
 		if g.Store {
@@ -117,6 +128,10 @@ func RevokeOne(cur Grants, item string) (Change, error) {
 	c := Change{Before: cur, After: cur, Item: item}
 	c.After.Filesystem = cur.FS()
 	switch {
+	case g.Sampling:
+		c.After.Sampling = false
+	case g.Elicitation:
+		c.After.Elicitation = false
 	case g.Exec:
 		c.After.Exec = false
 	case g.Store:

@@ -52,6 +52,37 @@ type Grants struct {
 	// user's environment or fledge's secret store), never to its commands or another plugin.
 	Secrets    []string `toml:"secrets,omitempty" json:"secrets,omitempty"`
 	Filesystem string   `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
+	// Sampling and Elicitation are MCP client capabilities: an MCP server's
+	// sampling/createMessage and elicitation/create requests are passed to fledge's own
+	// MCP client only when granted. They reach no sandbox: any MCP plugin may be granted
+	// them whether or not its manifest mentions them (ClientCapability).
+	Sampling    bool `toml:"sampling,omitempty" json:"sampling,omitempty"`
+	Elicitation bool `toml:"elicitation,omitempty" json:"elicitation,omitempty"`
+}
+
+// Client capability names (Grants.Sampling, Grants.Elicitation).
+const (
+	CapSampling    = "sampling"
+	CapElicitation = "elicitation"
+)
+
+// ClientCapabilities are g's MCP client capabilities alone.
+func (g Grants) ClientCapabilities() Grants {
+	return Grants{Sampling: g.Sampling, Elicitation: g.Elicitation, Filesystem: FilesystemNone}
+}
+
+// WithoutClientCapabilities is g without its MCP client capabilities (what the manifest
+// must declare).
+func (g Grants) WithoutClientCapabilities() Grants {
+	g.Sampling, g.Elicitation = false, false
+	return g
+}
+
+// ClientCapability reports whether item names an MCP client capability (sampling,
+// elicitation): grantable to any MCP plugin, declared or not.
+func ClientCapability(item string) bool {
+	item = strings.ToLower(strings.TrimSpace(item))
+	return item == CapSampling || item == CapElicitation
 }
 
 // fsRank orders filesystem levels; -1 for an unknown level.
@@ -107,6 +138,12 @@ func (g Grants) Names() []string {
 	if fs := g.FS(); fs != FilesystemNone {
 		out = append(out, "filesystem="+fs)
 	}
+	if g.Sampling {
+		out = append(out, CapSampling)
+	}
+	if g.Elicitation {
+		out = append(out, CapElicitation)
+	}
 	return out
 }
 
@@ -122,6 +159,9 @@ func (g Grants) String() string {
 // Subset reports whether every capability in g is also in of. Filesystem levels are ordered
 // none < plugin < project; an unknown level is never a subset.
 func (g Grants) Subset(of Grants) bool {
+	if (g.Sampling && !of.Sampling) || (g.Elicitation && !of.Elicitation) {
+		return false
+	}
 	if (g.Exec && !of.Exec) || (g.Store && !of.Store) || (g.Metadata && !of.Metadata) ||
 		(g.Network && !of.Network) {
 		return false
@@ -152,6 +192,8 @@ func (g Grants) Missing(of Grants) []string {
 	add(g.Store, of.Store, "store")
 	add(g.Metadata, of.Metadata, "metadata")
 	add(g.Network, of.Network, "network")
+	add(g.Sampling, of.Sampling, CapSampling)
+	add(g.Elicitation, of.Elicitation, CapElicitation)
 	for _, d := range g.NetworkTo {
 		add(true, of.Network || slices.Contains(of.NetworkTo, d), "network="+d)
 	}
@@ -169,6 +211,9 @@ func (g Grants) Missing(of Grants) []string {
 // the manifest declares: a bare "filesystem" becomes the declared level. It fails with
 // ErrNotDeclared, naming the items, when the result is not a subset of declared.
 func (g Grants) Resolve(declared Grants) (Grants, error) {
+	// The MCP client capabilities are no manifest's to declare: kept as asked (whether the
+	// plugin speaks MCP is the installer's check).
+	declared.Sampling, declared.Elicitation = declared.Sampling || g.Sampling, declared.Elicitation || g.Elicitation
 	if g.Filesystem == FilesystemDeclared {
 		g.Filesystem = declared.FS()
 		if g.Filesystem == FilesystemNone {
@@ -258,6 +303,10 @@ func ParseGrantList(s string) (Grants, error) {
 			}
 			g.Secrets = append(g.Secrets, SecretEntry(n, dests))
 			lastSecret = len(g.Secrets) - 1
+		case item == CapSampling:
+			g.Sampling = true
+		case item == CapElicitation:
+			g.Elicitation = true
 		case item == "filesystem":
 			g.Filesystem = FilesystemDeclared
 		case strings.HasPrefix(item, "filesystem="):
@@ -267,7 +316,7 @@ func ParseGrantList(s string) (Grants, error) {
 			}
 			g.Filesystem = level
 		default:
-			return Grants{}, fmt.Errorf("%w: %q (known: exec, store, metadata, network, filesystem)", ErrUnknownCapability, item)
+			return Grants{}, fmt.Errorf("%w: %q (known: exec, store, metadata, network, filesystem, sampling, elicitation)", ErrUnknownCapability, item)
 		}
 	}
 	return g, nil
@@ -296,13 +345,18 @@ func Describe(item string) string {
 		return "read the project's files"
 	case item == "filesystem=plugin":
 		return "use its private data dir only"
+	case item == CapSampling:
+		return "ask your MCP client's model for completions (sampling; MCP servers only)"
+	case item == CapElicitation:
+		return "ask you questions through your MCP client (elicitation; MCP servers only)"
 	}
 	return item
 }
 
 // Equal reports whether g and o grant the same (NetworkTo compared in order).
 func (g Grants) Equal(o Grants) bool {
-	if g.Exec != o.Exec || g.Store != o.Store || g.Metadata != o.Metadata || g.Network != o.Network || g.FS() != o.FS() {
+	if g.Exec != o.Exec || g.Store != o.Store || g.Metadata != o.Metadata || g.Network != o.Network || g.FS() != o.FS() ||
+		g.Sampling != o.Sampling || g.Elicitation != o.Elicitation {
 		return false
 	}
 	return slices.Equal(g.NetworkTo, o.NetworkTo) && slices.Equal(g.Secrets, o.Secrets)
@@ -372,7 +426,7 @@ func ParseGrantName(name string) (Grants, error) {
 // parseSingle parses exactly one capability in the "filesystem=<level>" spelling.
 func parseSingle(name string) (Grants, error) {
 	if name == "" || name == "none" || strings.Contains(name, ",") {
-		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project])", ErrUnknownCapability, name)
+		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project], sampling, elicitation)", ErrUnknownCapability, name)
 	}
 	return ParseGrantList(name)
 }
@@ -388,7 +442,7 @@ func WireName(name string) string {
 // Union is every capability granted by g or h (the higher filesystem level).
 func (g Grants) Union(h Grants) Grants {
 	u := Grants{Exec: g.Exec || h.Exec, Store: g.Store || h.Store, Metadata: g.Metadata || h.Metadata,
-		Network: g.Network || h.Network, Filesystem: g.FS()}
+		Network: g.Network || h.Network, Filesystem: g.FS(), Sampling: g.Sampling || h.Sampling, Elicitation: g.Elicitation || h.Elicitation}
 	for _, d := range append(append([]string{}, g.NetworkTo...), h.NetworkTo...) {
 		if !slices.Contains(u.NetworkTo, d) {
 			u.NetworkTo = append(u.NetworkTo, d)

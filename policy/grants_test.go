@@ -21,7 +21,7 @@ func TestParseGrantList(t *testing.T) {
 		{"filesystem", Grants{Filesystem: FilesystemDeclared}, ""},
 		{"filesystem=project", Grants{Filesystem: "project"}, ""},
 		{"filesystem=plugin,exec", Grants{Exec: true, Filesystem: "plugin"}, ""},
-		{"exec,sudo", Grants{}, `unknown capability: "sudo" (known: exec, store, metadata, network, filesystem)`},
+		{"exec,sudo", Grants{}, `unknown capability: "sudo" (known: exec, store, metadata, network, filesystem, sampling, elicitation)`},
 		{"filesystem=everything", Grants{}, `unknown capability: "filesystem=everything" (filesystem is one of none, plugin, project)`},
 		{"filesystem=", Grants{}, `unknown capability: "filesystem="`},
 		// No guessing from a typo in a security decision.

@@ -77,6 +77,10 @@ type Provider struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// up is the client fledge serves (serve --mcp), nil when none; logLevel the level it
+	// asked for (told to every server that logs).
+	up       atomic.Pointer[upstream]
+	logLevel atomic.Pointer[mcpsdk.LoggingLevel]
 	// quiet are the plugins whose server ended on its own and was announced (Host.Changed)
 	// with no tool call answered since: another end is not announced, so a server that
 	// dies at every start is started again only when a call asks for it, never in a loop.
@@ -100,12 +104,25 @@ type session struct {
 	listMu      sync.Mutex
 	list        []tools.Tool
 	schemas     map[string]*jsonschema.Resolved
+	extra       map[string]toolExtra // title, output schema, annotations by tool
 	relisting   atomic.Bool
 	relistAgain atomic.Bool // a tools/list_changed came since the listing under way began
 	ready       atomic.Bool // cs is set
 	closing     atomic.Bool // fledge is ending it (its exit is no news)
 	callTimeout time.Duration
 	argValues   bool
+	// sampling and elicitation: the plugin's grants of those client capabilities.
+	sampling, elicitation bool
+	clientReqs            atomic.Int32
+	// feat is what the server lists besides tools (featMu); a prompts or resources
+	// list_changed lists it again.
+	featMu        sync.Mutex
+	feat          features
+	featRelisting atomic.Bool
+	featAgain     atomic.Bool
+	logs          logLimit
+	progMu        sync.Mutex
+	progress      map[string]progressSink
 
 	closeOnce sync.Once
 	exitMu    sync.Mutex
@@ -195,6 +212,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		name: b.Entry.Name, proc: proc, rec: rec, callTimeout: callTimeout, log: errLog, userErr: p.stderr(),
 		argValues: env.Config.Audit.ToolArgumentValues,
 		schemas:   map[string]*jsonschema.Resolved{},
+		sampling:  b.Entry.Granted.Sampling, elicitation: b.Entry.Granted.Elicitation,
 	}
 	s.conn = newLineConn(proc.Stdout, proc.Stdin, connLimits{LineMax: lim.LineMax, Pending: lim.PendingRequests})
 	// A server that exits ends the connection, so nothing waits on it; one that exits on
@@ -216,6 +234,14 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	if b.Entry.Granted.FS() == policy.FilesystemProject {
 		declareRoots(caps)
 	}
+	// Sampling and elicitation are offered as granted, at install as at every later start:
+	// tools a server offers only to such a client are pinned with the rest.
+	if b.Entry.Granted.Sampling {
+		caps.Sampling = &mcpsdk.SamplingCapabilities{}
+	}
+	if b.Entry.Granted.Elicitation {
+		caps.Elicitation = &mcpsdk.ElicitationCapabilities{Form: &mcpsdk.FormElicitationCapabilities{}}
+	}
 	// The project is the server's one root when there is one (a filesystem server needs no
 	// arguments then); without one it has none. The sandbox still decides what it reaches.
 	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
@@ -234,7 +260,39 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 				go p.relist(s, b, lim.ExecTimeoutDefault)
 			}
 		},
+		// Prompts and resources said to have changed are listed again; the watcher
+		// (serve --mcp) offers the new listing, checked against the pins.
+		PromptListChangedHandler: func(context.Context, *mcpsdk.PromptListChangedRequest) {
+			if s.ready.Load() {
+				p.relistFeatures(s, lim.ExecTimeoutDefault)
+			}
+		},
+		ResourceListChangedHandler: func(context.Context, *mcpsdk.ResourceListChangedRequest) {
+			if s.ready.Load() {
+				p.relistFeatures(s, lim.ExecTimeoutDefault)
+			}
+		},
+		ResourceUpdatedHandler: func(ctx context.Context, req *mcpsdk.ResourceUpdatedNotificationRequest) {
+			if up := p.up.Load(); up != nil && up.resourceUpdated != nil && req.Params != nil && wrappable(s.name, req.Params.URI, false) {
+				up.resourceUpdated(ctx, wrapURI(s.name, req.Params.URI))
+			}
+		},
+		LoggingMessageHandler: func(ctx context.Context, req *mcpsdk.LoggingMessageRequest) {
+			p.onLog(ctx, s, req.Params)
+		},
+		ProgressNotificationHandler: func(ctx context.Context, req *mcpsdk.ProgressNotificationClientRequest) {
+			s.onProgress(ctx, req.Params)
+		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	// A server's sampling and elicitation requests: passed on only as granted, on record.
+	client.AddReceivingMiddleware(func(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+		return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+			if method == "sampling/createMessage" || method == "elicitation/create" {
+				return p.clientRequest(ctx, s, method, req)
+			}
+			return next(ctx, method, req)
+		}
 	})
 	if offerRoot {
 		addRoot(client, fileURI(b.Project.Root), b.Project.Name)
@@ -255,7 +313,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	// initialize and tools/list are bounded by policy's timeout_default.
 	ictx, cancel := context.WithTimeout(ctx, lim.ExecTimeoutDefault)
 	defer cancel()
-	cs, err := client.Connect(ictx, connTransport{s.conn}, nil)
+	cs, err := client.Connect(ictx, connTransport{s.conn}, &mcpsdk.ClientSessionOptions{ProtocolVersion: handshakeVersion})
 	if err != nil {
 		err = s.explain(ictx, err, fmt.Sprintf("did not answer initialize within %s", lim.ExecTimeoutDefault))
 		s.endStart(reason.HandshakeFailed, err)
@@ -267,6 +325,12 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 		err = s.explain(ictx, err, fmt.Sprintf("did not answer tools/list within %s", lim.ExecTimeoutDefault))
 		s.endStart(reason.HandshakeFailed, err)
 		return nil, fmt.Errorf("%w: plugin %s: %w", ErrHandshake, b.Entry.Name, err)
+	}
+	// Prompts, resources and templates: listed now (pinned with the tools), a failure
+	// is a warning, not a failed start.
+	s.listFeatures(ictx, p.warn)
+	if lvl := p.logLevel.Load(); lvl != nil {
+		s.setLogLevel(ictx, *lvl)
 	}
 	if offerRoot {
 		// A server that uses roots asks for them when initialized and applies them on its
@@ -385,6 +449,9 @@ func (s *session) close(by string) {
 		// SIGKILL follow on policy's ladder if it does not leave.
 		_ = s.conn.Close()
 		s.proc.Stop(by, false, nil)
+		if n := s.logs.flush(); n > 0 {
+			s.recordDropped(n)
+		}
 		extra := map[string]any{"protocol": plugin.ProtocolMCP}
 		s.exitMu.Lock()
 		for k, v := range s.exitNote {
@@ -408,6 +475,7 @@ func (s *session) listTools(ctx context.Context, b *core.Binding, warn func(stri
 	var params mcpsdk.ListToolsParams
 	var list []tools.Tool
 	schemas := map[string]*jsonschema.Resolved{}
+	extra := map[string]toolExtra{}
 	seen := map[string]bool{}
 pages:
 	for page := 0; page < maxToolPages; page++ {
@@ -431,6 +499,7 @@ pages:
 			}
 			seen[t.Name] = true
 			schemas[t.Name] = resolved
+			extra[t.Name] = extraOf(t)
 			list = append(list, tools.Tool{
 				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
 				Protocol: plugin.ProtocolMCP, Description: safeText(clip.Bytes(t.Description, plugin.MaxFieldLen)),
@@ -444,7 +513,7 @@ pages:
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 	s.listMu.Lock()
-	s.list, s.schemas = list, schemas
+	s.list, s.schemas, s.extra = list, schemas, extra
 	s.listMu.Unlock()
 	return nil
 }
@@ -621,7 +690,9 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := s.cs.CallTool(cctx, &mcpsdk.CallToolParams{Name: t.Tool, Arguments: json.RawMessage(raw)})
+	params := &mcpsdk.CallToolParams{Name: t.Tool, Arguments: json.RawMessage(raw)}
+	defer s.trackProgress(ctx, params)()
+	res, err := s.cs.CallTool(cctx, params)
 	out := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds()}
 	if err != nil {
 		rc := reason.Crashed
@@ -684,6 +755,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	if res.IsError {
 		r.Message = textOf(res)
 	}
+	putRaw(ctx, res)
 	return r, nil
 }
 

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 )
@@ -67,6 +69,7 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 
 	serveCtx := ctx
 	var srv *mcpsdk.Server
+	var feats *passOn
 	// The catalogue and some adapters are not safe for concurrent use: calls take turns,
 	// and so do the listings that keep the offered tools up to date.
 	var mu sync.Mutex
@@ -100,11 +103,26 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 					return errorResult(fmt.Sprintf("arguments must be a JSON object: %v", err)), nil
 				}
 			}
+			// Progress the client asked for comes back with its own token.
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				ss := req.Session
+				ctx = withProgress(ctx, func(pctx context.Context, progress, total float64, message string) {
+					_ = ss.NotifyProgress(pctx, &mcpsdk.ProgressNotificationParams{ProgressToken: tok, Progress: progress, Total: total, Message: message})
+				})
+			}
+			ctx, slot := withRawResult(ctx)
 			mu.Lock()
 			defer mu.Unlock()
-			_, res, err := cur.Call(ctx, name, args)
+			t, res, err := cur.Call(ctx, name, args)
 			if err != nil {
 				return errorResult(err.Error()), nil
+			}
+			// An MCP server's result as it gave it (structured content, images, audio,
+			// links, embedded resources), unless a hook changed it.
+			if slot.res != nil && t != nil && t.Protocol == plugin.ProtocolMCP {
+				if out, _ := resultOutput(slot.res); res.Success == !slot.res.IsError && bytes.Equal(out, res.Output) {
+					return passResult(t.Plugin, slot.res), nil
+				}
 			}
 			return toCallResult(res), nil
 		}
@@ -120,11 +138,14 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				only[strings.TrimSpace(n)] = true
 			}
 			exposed = nil
+			plugins := map[string]bool{}
 			for _, t := range list {
 				if only[t.Name] {
 					exposed = append(exposed, t)
+					plugins[t.Plugin] = true
 				}
 			}
+			feats.only = plugins
 		}
 		now := map[string]string{}
 		for _, t := range exposed {
@@ -133,12 +154,22 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				warnOnce(fmt.Sprintf("tool %s is not offered: its input schema is not an object schema", t.Name))
 				continue
 			}
-			key := t.Description + "\x00" + string(schema)
+			def := &mcpsdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema}
+			if t.Protocol == plugin.ProtocolMCP {
+				if mp := mcpProvider(cur); mp != nil {
+					x := mp.toolExtra(t.Plugin, t.Tool)
+					def.Title, def.Annotations = x.title, x.annotations
+					if x.outputSchema != nil {
+						def.OutputSchema = x.outputSchema
+					}
+				}
+			}
+			key := defKey(def)
 			now[t.Name] = key
 			if offered[t.Name] == key {
 				continue
 			}
-			srv.AddTool(&mcpsdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema}, handler(t.Name))
+			srv.AddTool(def, handler(t.Name))
 		}
 		var gone []string
 		for n := range offered {
@@ -176,6 +207,11 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 			case o.NoRoots != "":
 				warn(o.NoRoots)
 			}
+			if mp := mcpProvider(cur); mp != nil && ss != nil {
+				mp.setUpstream(&upstream{ss: ss, resourceUpdated: func(ctx context.Context, uri string) {
+					_ = srv.ResourceUpdated(ctx, &mcpsdk.ResourceUpdatedNotificationParams{URI: uri})
+				}})
+			}
 			// Watched before the first listing: a change during it is not missed.
 			cur.Watch(func(string) {
 				select {
@@ -196,6 +232,7 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				warn(err.Error())
 			}
 			offer(list)
+			feats.offer(cur)
 		})
 	}
 	// Once set up, the offered tools follow the catalogue: a plugin's tools that changed
@@ -209,6 +246,9 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 		select {
 		case <-ready:
 			cur.Watch(nil)
+			if mp := mcpProvider(cur); mp != nil {
+				mp.setUpstream(nil)
+			}
 		default:
 		}
 	}()
@@ -233,25 +273,49 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				warnOnce(fmt.Sprintf("plugin %s: its tools are not offered: %s", n, cur.Errors[n]))
 			}
 			offer(list)
+			feats.offer(cur)
 		})
 	}()
 
 	srv = mcpsdk.NewServer(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ServerOptions{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Instructions: "Every tool runs in a plugin confined by fledge (sandbox, limits, audit log).",
+		// The handshake-era protocol: a plugin's sampling, elicitation and log messages
+		// reach the client as requests and notifications of fledge's own (handshakeVersion).
+		SupportedProtocolVersions: handshakeVersions(),
 		// Tools are added once the client is initialized; they exist from the start, and
 		// the client is told whenever the offered set changes (a quarantine, an approval,
 		// a server's own change, a server that ended and could not be started again).
-		Capabilities: &mcpsdk.ServerCapabilities{Tools: &mcpsdk.ToolCapabilities{ListChanged: true}},
+		// Prompts, resources, completions and logging are the MCP plugins' (passOn), offered
+		// whether or not one has any yet: a plugin's own list_changed may bring some.
+		Capabilities: &mcpsdk.ServerCapabilities{
+			Tools:       &mcpsdk.ToolCapabilities{ListChanged: true},
+			Prompts:     &mcpsdk.PromptCapabilities{ListChanged: true},
+			Resources:   &mcpsdk.ResourceCapabilities{ListChanged: true, Subscribe: true},
+			Completions: &mcpsdk.CompletionCapabilities{},
+			Logging:     &mcpsdk.LoggingCapabilities{},
+		},
 		InitializedHandler: func(_ context.Context, req *mcpsdk.InitializedRequest) {
 			// Asking the client for its roots waits on the client: not on the loop that
 			// reads its answer.
 			go setup(req.Session)
 		},
+		CompletionHandler: func(ctx context.Context, req *mcpsdk.CompleteRequest) (*mcpsdk.CompleteResult, error) {
+			return feats.complete(ctx, req)
+		},
+		SubscribeHandler: func(ctx context.Context, req *mcpsdk.SubscribeRequest) error {
+			return feats.subscribe(ctx, req.Params.URI, true)
+		},
+		UnsubscribeHandler: func(ctx context.Context, req *mcpsdk.UnsubscribeRequest) error {
+			return feats.subscribe(ctx, req.Params.URI, false)
+		},
 	})
+	feats = newPassOn(srv, warn)
 	srv.AddReceivingMiddleware(func(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 		return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
-			if method == "tools/list" || method == "tools/call" {
+			switch method {
+			case "tools/list", "tools/call", "prompts/list", "prompts/get", "resources/list", "resources/templates/list",
+				"resources/read", "resources/subscribe", "resources/unsubscribe", "completion/complete", "logging/setLevel":
 				select {
 				case <-ready:
 				case <-time.After(rootsWait):
@@ -259,6 +323,22 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				case <-ctx.Done():
 					return nil, ctx.Err()
 				}
+			}
+			switch method {
+			case "resources/read":
+				// Any URI of a plugin's server, listed or not (a tool's resource link):
+				// the plugin named in it reads it.
+				if r, ok := req.(*mcpsdk.ReadResourceRequest); ok && r.Params != nil {
+					return feats.readResource(ctx, r)
+				}
+			case "logging/setLevel":
+				res, err := next(ctx, method, req)
+				if p, ok := req.GetParams().(*mcpsdk.SetLoggingLevelParams); err == nil && ok && p != nil {
+					if mp := feats.provider(); mp != nil {
+						mp.setLogLevel(ctx, p.Level)
+					}
+				}
+				return res, err
 			}
 			return next(ctx, method, req)
 		}

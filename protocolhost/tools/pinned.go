@@ -34,6 +34,19 @@ type InstructionsProvider interface {
 	Instructions(ctx context.Context, b *core.Binding) string
 }
 
+// DefinitionsProvider is a Provider whose plugins describe more than their tools (an MCP
+// server's prompts and resource templates): those definitions are pinned with the tools,
+// under names no tool name can take (they hold a ':'), and held back the same way (Held).
+type DefinitionsProvider interface {
+	Definitions(ctx context.Context, b *core.Binding) []pins.Def
+}
+
+// Held reports whether a plugin's definition of that pin name (a DefinitionsProvider's)
+// is quarantined: changed or new since it was approved, as of the last listing.
+func (c *Catalogue) Held(plugin, name string) bool {
+	return c.held[plugin+"\x00"+name]
+}
+
 // pinned are the protocols whose plugins describe their own tools at run time, so a
 // definition can change after the user approved the plugin.
 var pinned = map[string]bool{plugin.ProtocolMCP: true, plugin.ProtocolJSONRPC: true}
@@ -55,6 +68,14 @@ func (c *Catalogue) vet(ctx context.Context, b *core.Binding, p Provider, ts []T
 	defs := make([]pins.Def, len(ts))
 	for i, t := range ts {
 		defs[i] = pins.Def{Name: t.Tool, Description: t.Description, InputSchema: Schema(&t)}
+	}
+	var more []pins.Def
+	if dp, ok := p.(DefinitionsProvider); ok {
+		more = dp.Definitions(ctx, b)
+		for i := range more {
+			more[i].Description = cleanText(more[i].Description)
+		}
+		defs = append(defs, more...)
 	}
 	v, err := pins.Check(c.host.Env.ConfigDir, b.Entry.Name, instr, defs)
 	if err != nil {
@@ -90,6 +111,30 @@ func (c *Catalogue) vet(ctx context.Context, b *core.Binding, p Provider, ts []T
 		}
 		c.warnOnce(t.Name, fmt.Sprintf("plugin %s: tool %s %s; it is not offered until you approve it ('fledge plugins review %s', then 'fledge plugins approve %s')",
 			b.Entry.Name, t.Tool, what, b.Entry.Name, b.Entry.Name))
+	}
+	if c.held == nil {
+		c.held = map[string]bool{}
+	}
+	for _, d := range more {
+		key := b.Entry.Name + "\x00" + d.Name
+		ch, q := v.Quarantined[d.Name]
+		if !q {
+			delete(c.held, key)
+			continue
+		}
+		c.held[key] = true
+		if ch.Fresh {
+			if rec == nil {
+				rec = c.recorder(b)
+			}
+			dd := map[string]any{"definition": d.Name, "protocol": b.Manifest.Plugin.Protocol, "new_hash": ch.New}
+			if ch.Old != "" {
+				dd["old_hash"] = ch.Old
+			}
+			rec.Record(audit.EventToolChanged, audit.Deny, reason.ToolChanged, dd, true)
+		}
+		c.warnOnce(b.Entry.Name+"\x00"+d.Name, fmt.Sprintf("plugin %s: %s changed or is new since it was approved; it is not offered until you approve it ('fledge plugins review %s', then 'fledge plugins approve %s')",
+			b.Entry.Name, d.Name, b.Entry.Name, b.Entry.Name))
 	}
 	if ch, ok := v.Quarantined[pins.InstructionsKey]; ok && ch.Fresh {
 		if rec == nil {

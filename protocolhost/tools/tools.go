@@ -144,7 +144,9 @@ type Catalogue struct {
 	// quarantined are the tools left out because their definition changed since it was
 	// pinned (public name -> the change); warned, the warnings already given.
 	quarantined map[string]pins.Change
-	warned      map[string]bool
+	// held are the quarantined definitions of DefinitionsProviders, by plugin and name.
+	held   map[string]bool
+	warned map[string]bool
 	// Hooks, when set, run around every call (tools call, serve --mcp).
 	Hooks CallHooks
 }
