@@ -19,6 +19,7 @@ import (
 	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // What an MCP server offers besides tools (prompts, resources, resource templates), and
@@ -283,32 +284,32 @@ func promptSchema(pr *mcpsdk.Prompt) json.RawMessage {
 }
 
 func cleanPrompt(pr *mcpsdk.Prompt) *mcpsdk.Prompt {
-	c := &mcpsdk.Prompt{Name: pr.Name, Title: clip(safeText(pr.Title), 256), Description: safeText(clip(pr.Description, maxDescription)), Icons: pr.Icons}
+	c := &mcpsdk.Prompt{Name: pr.Name, Title: clip.Bytes(safeText(pr.Title), 256), Description: safeText(clip.Bytes(pr.Description, maxDescription)), Icons: pr.Icons}
 	for _, a := range pr.Arguments {
 		if a == nil || !validToolName(a.Name) {
 			continue
 		}
-		c.Arguments = append(c.Arguments, &mcpsdk.PromptArgument{Name: a.Name, Title: clip(safeText(a.Title), 256),
-			Description: clip(safeText(a.Description), 1024), Required: a.Required})
+		c.Arguments = append(c.Arguments, &mcpsdk.PromptArgument{Name: a.Name, Title: clip.Bytes(safeText(a.Title), 256),
+			Description: clip.Bytes(safeText(a.Description), 1024), Required: a.Required})
 	}
 	return c
 }
 
 func cleanResource(r *mcpsdk.Resource) *mcpsdk.Resource {
 	c := *r
-	c.Name = clip(safeText(r.Name), 256)
-	c.Title = clip(safeText(r.Title), 256)
-	c.Description = safeText(clip(r.Description, maxDescription))
-	c.MIMEType = clip(safeText(r.MIMEType), 128)
+	c.Name = clip.Bytes(safeText(r.Name), 256)
+	c.Title = clip.Bytes(safeText(r.Title), 256)
+	c.Description = safeText(clip.Bytes(r.Description, maxDescription))
+	c.MIMEType = clip.Bytes(safeText(r.MIMEType), 128)
 	return &c
 }
 
 func cleanTemplate(t *mcpsdk.ResourceTemplate) *mcpsdk.ResourceTemplate {
 	c := *t
-	c.Name = clip(safeText(t.Name), 256)
-	c.Title = clip(safeText(t.Title), 256)
-	c.Description = safeText(clip(t.Description, maxDescription))
-	c.MIMEType = clip(safeText(t.MIMEType), 128)
+	c.Name = clip.Bytes(safeText(t.Name), 256)
+	c.Title = clip.Bytes(safeText(t.Title), 256)
+	c.Description = safeText(clip.Bytes(t.Description, maxDescription))
+	c.MIMEType = clip.Bytes(safeText(t.MIMEType), 128)
 	return &c
 }
 
@@ -373,9 +374,9 @@ func (p *Provider) clientRequest(ctx context.Context, s *session, method string,
 	}
 	out := map[string]any{"kind": kind, audit.DetailDurationMS: time.Since(start).Milliseconds()}
 	if err != nil {
-		out["error"] = clip(safeText(err.Error()), maxErrorText)
+		out["error"] = clip.Bytes(safeText(err.Error()), maxErrorText)
 		s.rec.Record(audit.EventClientResponse, audit.Error, reason.ToolError, out, true)
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: clip(safeText(err.Error()), maxErrorText)}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: clip.Bytes(safeText(err.Error()), maxErrorText)}
 	}
 	rb, _ := json.Marshal(res)
 	out["response_bytes"] = len(rb)
@@ -458,11 +459,11 @@ func (p *Provider) onLog(ctx context.Context, s *session, params *mcpsdk.Logging
 	}
 	logger := s.name
 	if l := safeText(params.Logger); l != "" {
-		logger += "/" + clip(l, 128)
+		logger += "/" + clip.Bytes(l, 128)
 	}
 	var data any = params.Data
 	if str, isStr := params.Data.(string); isStr {
-		data = safeText(clip(str, maxLogBytes))
+		data = safeText(clip.Bytes(str, maxLogBytes))
 	} else if raw, err := json.Marshal(params.Data); err != nil || len(raw) > maxLogBytes {
 		data = fmt.Sprintf("[fledge: a log message of %d bytes, over the %d passed on]", len(raw), maxLogBytes)
 	}
@@ -514,7 +515,7 @@ func (s *session) onProgress(ctx context.Context, params *mcpsdk.ProgressNotific
 	sink := s.progress[tok]
 	s.progMu.Unlock()
 	if sink != nil {
-		sink(ctx, params.Progress, params.Total, clip(safeText(params.Message), maxProgressMessage))
+		sink(ctx, params.Progress, params.Total, clip.Bytes(safeText(params.Message), maxProgressMessage))
 	}
 }
 
@@ -605,7 +606,7 @@ type toolExtra struct {
 }
 
 func extraOf(t *mcpsdk.Tool) toolExtra {
-	e := toolExtra{title: clip(safeText(t.Title), 256)}
+	e := toolExtra{title: clip.Bytes(safeText(t.Title), 256)}
 	if t.OutputSchema != nil {
 		// An object schema, bounded; anything else is not passed on (the structured
 		// content still is).
@@ -618,7 +619,7 @@ func extraOf(t *mcpsdk.Tool) toolExtra {
 	}
 	if a := t.Annotations; a != nil {
 		c := *a
-		c.Title = clip(safeText(a.Title), 256)
+		c.Title = clip.Bytes(safeText(a.Title), 256)
 		e.annotations = &c
 	}
 	return e

@@ -16,6 +16,7 @@ import (
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/protocolhost/tools"
 	"github.com/fledgehq/fledge/reason"
+	"github.com/fledgehq/fledge/ui/clip"
 )
 
 // The rest of MCP through serve --mcp: every MCP plugin's prompts (named
@@ -222,7 +223,7 @@ func record(s *session, method string, d map[string]any, start time.Time, res an
 	d["method"] = method
 	d[audit.DetailDurationMS] = time.Since(start).Milliseconds()
 	if err != nil {
-		d["error"] = clip(safeText(err.Error()), maxErrorText)
+		d["error"] = clip.Bytes(safeText(err.Error()), maxErrorText)
 		s.rec.Record(audit.EventServerRequest, audit.Error, reason.ToolError, d, false)
 		return
 	}
@@ -236,7 +237,7 @@ func record(s *session, method string, d map[string]any, start time.Time, res an
 func featureError(err error) error {
 	var werr *jsonrpc.Error
 	if errors.As(err, &werr) {
-		return &jsonrpc.Error{Code: werr.Code, Message: clip(safeText(werr.Message), maxErrorText)}
+		return &jsonrpc.Error{Code: werr.Code, Message: clip.Bytes(safeText(werr.Message), maxErrorText)}
 	}
 	return err
 }
@@ -296,7 +297,7 @@ func (po *passOn) readResource(ctx context.Context, req *mcpsdk.ReadResourceRequ
 			err = fmt.Errorf("resource %s is %d bytes, over the %d fledge passes on", orig, len(b), maxResultBytes)
 		}
 	}
-	record(s, "resources/read", map[string]any{"uri": clip(orig, 512)}, start, res, err)
+	record(s, "resources/read", map[string]any{"uri": clip.Bytes(orig, 512)}, start, res, err)
 	if err != nil {
 		return nil, featureError(err)
 	}
@@ -336,7 +337,7 @@ func (po *passOn) subscribe(ctx context.Context, uri string, on bool) error {
 		method = "resources/unsubscribe"
 		err = s.cs.Unsubscribe(cctx, &mcpsdk.UnsubscribeParams{URI: orig})
 	}
-	record(s, method, map[string]any{"uri": clip(orig, 512)}, start, struct{}{}, err)
+	record(s, method, map[string]any{"uri": clip.Bytes(orig, 512)}, start, struct{}{}, err)
 	return featureError(err)
 }
 
