@@ -277,7 +277,7 @@ func strictlyUnderAny(p string, roots []string) bool {
 }
 
 // TestProfileSemantics evaluates the profiles with Seatbelt's last-match rule and checks the
-// policy of issues 4, 5 and 7 path by path.
+// policy path by path: what a plugin and its commands may read, write and run on macOS.
 func TestProfileSemantics(t *testing.T) {
 	type q struct {
 		op, target, want string

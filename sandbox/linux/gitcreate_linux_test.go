@@ -1,10 +1,10 @@
 package linux
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,12 +57,13 @@ func TestGitProtectCreateRace(t *testing.T) {
 	stop := filepath.Join(e.project, "stop")
 
 	spec := e.spec(`exec /usr/bin/python3 -c "$1" "$2" "$3"`, "sh", gitSwapper, e.outside, stop)
-	var out, errb bytes.Buffer
+	// Read while the racer writes: a buffer the copier and the test share must lock.
+	var out, errb testutil.SyncBuffer
 	spec.Stdout, spec.Stderr = &out, &errb
 	racer, err := sb.Start(context.Background(), spec)
 	require.NoError(t, err)
 	deadline := time.Now().Add(10 * time.Second)
-	for !bytes.Contains(out.Bytes(), []byte("ready")) && time.Now().Before(deadline) {
+	for !strings.Contains(out.String(), "ready") && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	require.Contains(t, out.String(), "ready", errb.String())

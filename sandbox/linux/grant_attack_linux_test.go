@@ -50,7 +50,7 @@ func TestAttackGrantFlippedWhileAnExecStarts(t *testing.T) {
 			grants := append(append([]string{}, SystemReadExec...), bin)
 			flip := e.spec(`exec /usr/bin/python3 -c "$1" 20`, "sh", flipGrantPy)
 			flip.Access.ReadExec = grants
-			var fo, fe bytes.Buffer
+			var fo, fe testutil.SyncBuffer
 			flip.Stdout, flip.Stderr = &fo, &fe
 			p, err := sb.Start(context.Background(), flip)
 			require.NoError(t, err)

@@ -252,26 +252,9 @@ func (e *Engine) startStack(tunFD int) (*stack.Stack, error) {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
-	ep, err := fdbased.New(&fdbased.Options{
-		FDs:                []int{tunFD},
-		MTU:                tunMTU,
-		PacketDispatchMode: fdbased.Readv,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: link: %w", ErrSetup, err)
-	}
-	if terr := st.CreateNIC(nicID, ep); terr != nil {
-		return nil, fmt.Errorf("%w: nic: %s", ErrSetup, terr)
-	}
-	// Every destination address is "ours": the stack accepts any connection and fledge
-	// decides it.
-	if terr := st.SetPromiscuousMode(nicID, true); terr != nil {
-		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
-	}
-	if terr := st.SetSpoofing(nicID, true); terr != nil {
-		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
-	}
-	st.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
+	// The whole stack is configured before the TUN device is attached: the link's
+	// dispatchers deliver packets from their own goroutines as soon as the NIC exists, and
+	// the handlers and options they read must not change under them.
 	sack := tcpip.TCPSACKEnabled(true)
 	st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	// Buffers big enough for a bulk copy at loopback speed.
@@ -291,6 +274,30 @@ func (e *Engine) startStack(tunFD int) (*stack.Stack, error) {
 	st.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
 	ufwd := udp.NewForwarder(st, e.handleUDP)
 	st.SetTransportProtocolHandler(udp.ProtocolNumber, ufwd.HandlePacket)
+
+	ep, err := fdbased.New(&fdbased.Options{
+		FDs:                []int{tunFD},
+		MTU:                tunMTU,
+		PacketDispatchMode: fdbased.Readv,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: link: %w", ErrSetup, err)
+	}
+	// Disabled until it is set up: no packet is handled before every destination address is
+	// "ours" (the stack accepts any connection and fledge decides it).
+	if terr := st.CreateNICWithOptions(nicID, ep, stack.NICOptions{Disabled: true}); terr != nil {
+		return nil, fmt.Errorf("%w: nic: %s", ErrSetup, terr)
+	}
+	if terr := st.SetPromiscuousMode(nicID, true); terr != nil {
+		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
+	}
+	if terr := st.SetSpoofing(nicID, true); terr != nil {
+		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
+	}
+	st.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
+	if terr := st.EnableNIC(nicID); terr != nil {
+		return nil, fmt.Errorf("%w: nic: %s", ErrSetup, terr)
+	}
 	return st, nil
 }
 

@@ -85,7 +85,7 @@ func TestEgressAttackFirstLineNotSniffedAsHTTP(t *testing.T) {
 			}
 			if rec.await(egress.EventConnect, "svc.test", false, egress.ReasonBadRequest) == nil &&
 				rec.await(egress.EventConnect, "other.test", false, egress.ReasonNameMismatch) == nil {
-				t.Fatalf("no refusal recorded: %+v", rec.evs)
+				t.Fatalf("no refusal recorded: %+v", rec.all())
 			}
 		})
 	}

@@ -154,7 +154,7 @@ func TestEgressAttackFrontedRequests(t *testing.T) {
 				host = "svc.test"
 			}
 			if rec.await(egress.EventConnect, host, false, a.reason) == nil {
-				t.Fatalf("no %s record for %s: %+v", a.reason, host, rec.evs)
+				t.Fatalf("no %s record for %s: %+v", a.reason, host, rec.all())
 			}
 		})
 	}
@@ -170,7 +170,7 @@ func TestEgressAttackFrontedRequests(t *testing.T) {
 			t.Fatalf("the other site answered: %q", out)
 		}
 		if grec.await(egress.EventConnect, "other.test", false, egress.ReasonNameMismatch) == nil {
-			t.Fatalf("no name_mismatch record: %+v", grec.evs)
+			t.Fatalf("no name_mismatch record: %+v", grec.all())
 		}
 		// Control: the same shape naming the granted name is served, empty lines and all.
 		out = sendRaw(t, ge, np, "\r\nGET / HTTP/1.1\r\nHost: svc.test\r\nConnection: close\r\n\r\n")

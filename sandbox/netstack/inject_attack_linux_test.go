@@ -118,7 +118,7 @@ func TestInjectAttackPlainHTTPDowngrade(t *testing.T) {
 		t.Fatalf("a bound placeholder over plain HTTP was not refused: %v %q", resp, body)
 	}
 	if rec.await(egress.EventHTTP, "api.test", false, egress.ReasonPlaceholder) == nil {
-		t.Fatalf("no unbound_secret record: %+v", rec.evs)
+		t.Fatalf("no unbound_secret record: %+v", rec.all())
 	}
 }
 
@@ -188,7 +188,7 @@ func TestInjectAttackTraceReflects(t *testing.T) {
 		t.Fatalf("TRACE to a bound destination: %v %q", resp, body)
 	}
 	if rec.await(egress.EventHTTP, "api.test", false, egress.ReasonBadRequest) == nil {
-		t.Fatalf("no bad_request record: %+v", rec.evs)
+		t.Fatalf("no bad_request record: %+v", rec.all())
 	}
 }
 
@@ -216,7 +216,7 @@ func TestInjectAttackRulePathTricks(t *testing.T) {
 		}
 	}
 	if rec.await(egress.EventHTTP, "rules.test", false, egress.ReasonRule) == nil {
-		t.Fatalf("no rule record: %+v", rec.evs)
+		t.Fatalf("no rule record: %+v", rec.all())
 	}
 }
 

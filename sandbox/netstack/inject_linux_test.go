@@ -275,9 +275,9 @@ sys.stdout.write(r.text)`, url)}})
 	t.Run("records", func(t *testing.T) {
 		ev := rec.await(egress.EventHTTP, "api.test", true, egress.ReasonGranted)
 		if ev == nil || len(ev.Secrets) != 1 || ev.Secrets[0] != "API_TOKEN" || ev.Method == "" || ev.Status == 0 {
-			t.Fatalf("no net_http record naming the secret: %+v", rec.evs)
+			t.Fatalf("no net_http record naming the secret: %+v", rec.all())
 		}
-		for _, r := range rec.evs {
+		for _, r := range rec.all() {
 			if strings.Contains(fmt.Sprintf("%+v", r), realToken) {
 				t.Fatalf("a record holds the value: %+v", r)
 			}
@@ -298,7 +298,7 @@ sys.stdout.write(r.text)`, url)}})
 			t.Fatalf("the placeholder went to other.test: %q", out)
 		}
 		if rec.await(egress.EventHTTP, "other.test", false, egress.ReasonPlaceholder) == nil {
-			t.Fatalf("no unbound_secret record: %+v", rec.evs)
+			t.Fatalf("no unbound_secret record: %+v", rec.all())
 		}
 	})
 	t.Run("fronting", func(t *testing.T) {
@@ -307,7 +307,7 @@ sys.stdout.write(r.text)`, url)}})
 			t.Fatalf("a request fronting api.test went through: %q", out)
 		}
 		if rec.await(egress.EventConnect, "other.test", false, egress.ReasonNameMismatch) == nil {
-			t.Fatalf("no name_mismatch record: %+v", rec.evs)
+			t.Fatalf("no name_mismatch record: %+v", rec.all())
 		}
 	})
 	t.Run("pinned-program", func(t *testing.T) {
@@ -318,7 +318,7 @@ sys.stdout.write(r.text)`, url)}})
 			t.Fatalf("a program pinning the real CA accepted fledge's certificate: %q", out)
 		}
 		if rec.await(egress.EventHTTP, "api.test", false, egress.ReasonTLSRefused) == nil {
-			t.Fatalf("no tls_refused record: %+v", rec.evs)
+			t.Fatalf("no tls_refused record: %+v", rec.all())
 		}
 	})
 	t.Run("many-headers", func(t *testing.T) {
@@ -332,7 +332,7 @@ r=c.getresponse(); print(r.status)`, api.port))
 			t.Fatalf("10,000 headers: %q", out)
 		}
 		if rec.await(egress.EventHTTP, "api.test", false, egress.ReasonBadRequest) == nil {
-			t.Fatalf("no bad_request record: %+v", rec.evs)
+			t.Fatalf("no bad_request record: %+v", rec.all())
 		}
 	})
 	t.Run("smuggling", func(t *testing.T) {
@@ -392,7 +392,7 @@ sys.stdout.write(d.decode("latin-1"))`, api.port, pyBytes(raw)))
 			}
 		}
 		if rec.await(egress.EventHTTP, "rules.test", false, egress.ReasonRule) == nil {
-			t.Fatalf("no rule record: %+v", rec.evs)
+			t.Fatalf("no rule record: %+v", rec.all())
 		}
 	})
 	t.Run("upstream-unverified", func(t *testing.T) {
