@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package audit
 
 // Detail keys: the names callers should use in Record.Details so that `audit show`, the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package audit
 
 // Events of the runtime-v1 and invoke-v1 adapters (docs/audit.md, docs/protocols.md).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package audit
 
 // EventKernelDenied is a refusal the kernel made a plugin or one of its commands, seen by

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package audit
 
 // Events of an MCP server's requests to fledge's MCP client (docs/audit.md).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package audit
 
 // Events of pinned tool definitions (docs/audit.md).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package audit is fledge's tamper-evident JSON audit log: a hash-chained JSONL file that
 // records every decision the host makes about a plugin.
 package audit

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package egress is fledge's network policy by destination: the grammar of a granted
 // destination ("api.github.com:443", "*.example.org:443", "10.0.0.0/8:5432",
 // "db.internal:5432-5433"), the decision for one connection or one name lookup (including

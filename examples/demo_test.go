@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package examples_test runs the example plugins end to end through a real fledge binary,
 // by way of scripts/demo.sh (what `make demo` runs): install with --yes, hello under --ni in
 // bash, Python and Go, the escape artist, audit show/verify and doctor.

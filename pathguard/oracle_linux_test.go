@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package pathguard
 
 import "golang.org/x/sys/unix"

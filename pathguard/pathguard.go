@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package pathguard resolves a plugin's requested working directory inside a fixed set of
 // allowed roots and hands back an open directory handle, never a path string to re-resolve.
 //

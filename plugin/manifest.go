@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package plugin manages installed plugins: the plugin.toml manifest, the plugins.toml
 // registry of what was installed and granted, install/remove, and each plugin's state.json
 // key/value store. Everything a plugin author controls (manifest, files, names) is treated as

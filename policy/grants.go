@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package policy holds fledge's pure decisions: which capabilities a plugin holds, what a
 // confined process may touch, which environment it sees, and the limits from config.toml.
 // Apart from reading config.toml it makes no OS calls, so every decision is table-testable.

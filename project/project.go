@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package project finds the project a plugin runs on and answers metadata requests about it.
 // Git is consulted through the git command, hardened against repository-controlled code
 // execution and bounded in time and output.

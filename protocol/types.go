@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package protocol holds the fledge-v1 wire types and a bounded NDJSON reader and writer,
 // shared by the host (protocolhost) and the Go SDK for plugin authors.
 package protocol

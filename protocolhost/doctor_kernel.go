@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package protocolhost
 
 // kernelRefusalsText is doctor's line on kernel refusals in the audit log.

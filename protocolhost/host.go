@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package protocolhost is the one door through which fledge runs plugins, whatever their
 // protocol: it opens the machine's side once (policy, the sandbox, the audit log), binds an
 // installed plugin to what the user approved, and hands it to the adapter for its protocol.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package reason holds the error taxonomy shared by protocol responses, audit records and
 // exit paths. A reason is a stable, machine-readable code; user-facing text lives elsewhere.
 package reason

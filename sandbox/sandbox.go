@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package sandbox defines how fledge runs untrusted code: the Spec of what a process may
 // touch, the Sandbox that enforces it, and the Result of a run. The enforcement is chosen per
 // OS in sandbox/platform (Landlock + cgroups on Linux, Seatbelt on macOS, a restricted

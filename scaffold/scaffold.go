@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package scaffold creates a new, working fledge-v1 plugin from the templates embedded in
 // this package (`fledge plugins new`). Render is pure; Create writes into a directory that
 // must not exist yet, so it never overwrites anybody's work.

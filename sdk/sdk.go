@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package sdk is the Go SDK for fledge plugin authors. It speaks fledge-v1 over stdin/stdout
 // (the Go counterpart of the Rust fledge host SDK's PluginIO): it receives init, sends output, logs
 // and progress, and turns prompts, store/load, exec and metadata into blocking calls that

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 //go:build wasip1
 
 package sdk

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
 package ui

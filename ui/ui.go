@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package ui is fledge's terminal side: prompts, progress, plugin logs and output, and the
 // sanitising that keeps plugin text from driving the user's terminal.
 package ui

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package report writes the auditor's picture of the audit log: one self-contained HTML page
 // (`fledge audit report`, served live by `fledge audit ui`) with the verify verdict, the
 // sessions, each session's timeline and each plugin's destinations and refused paths.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command measure runs one command and prints how long it took and how much memory it held:
 //
 //	measure [-o FILE] [-e FILE] [-timeout DUR] -- CMD [ARGS...]

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command fledge-bench is the plugin `make bench` drives. It is a real fledge-v1 plugin (the
 // Go SDK for requests, raw buffered writes where the point is to push bytes fast) with one
 // mode per figure, chosen by its first argument:

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command rpcdrive is a JSON-RPC 2.0 host for make bench: it starts CMD, sends initialize, then
 // N tool/execute calls one after another, and prints the median and 90th percentile round
 // trip (the first call, which starts the plugin behind fledge serve, is reported apart):

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command rpcplugin is the JSON-RPC 2.0 tool/hook plugin (jsonrpc-2.0) make bench drives: one tool, echo,
 // that answers its text argument, so a round trip measures the protocol path and not work.
 package main

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command fledge is a security-hardened host for untrusted plugins.
 package main
 

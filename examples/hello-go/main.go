@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command hello-go is a fledge-v1 plugin written with the fledge Go SDK. It uses every
 // message of the protocol once: output, log (each level), progress (bar, spinner, done),
 // prompt (with a default and a validator), confirm, select, multi_select, store, load, exec

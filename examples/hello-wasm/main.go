@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 //go:build wasip1
 
 // Command hello-wasm is a fledge-v1 plugin compiled to WebAssembly with the fledge Go SDK:

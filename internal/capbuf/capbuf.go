@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package capbuf is a write-capped buffer: it keeps the first Max bytes, keeps accepting
 // (and discarding) the rest so the writer never blocks or fails, and remembers that it cut.
 package capbuf

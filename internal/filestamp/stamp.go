@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package filestamp tells a long-lived process whether a small file it reads over and over
 // (a plugin's recorded handshake and its pins, read at every tool call of `fledge serve`)
 // is still the one it read: by its device, inode, size and times, with the rule git uses

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package gitindex reads what fledge needs of a git index file (.git/index, the "DIRC"
 // format, versions 2, 3 and 4): the paths recorded as gitlinks (mode 160000, a submodule
 // or nested repository), which the user's git status recurses into, running that

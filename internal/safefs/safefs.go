@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package safefs is how fledge touches a path that a plugin or its commands can write: a
 // plugin's data dir, a project, a private temp dir. Every operation takes a root (a
 // directory fledge trusts, opened as given) and a path relative to it, and resolves that

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package pins keeps the tool definitions a user approved for each plugin that describes
 // its own tools (MCP servers, JSON-RPC 2.0 plugins): a hash of each tool's name, description
 // and input schema, and of the server's instructions. A later listing that differs (a "rug

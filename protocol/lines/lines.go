@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package lines is the bounded line framing every line-based protocol shares (fledge-v1,
 // JSON-RPC 2.0, runtime-v1, invoke-v1, MCP over stdio): newline-delimited lines of at most a
 // limit, whatever the peer sends. A line over the limit is consumed in buffer-sized chunks

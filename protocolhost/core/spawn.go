@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package core is the session core every plugin protocol shares: it starts the plugin
 // process under the sandbox profile policy built, with "audit before act"; pumps its stderr;
 // runs the cancel, SIGTERM, SIGKILL ladder; and records how the session ended, through one

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package fledgev1 runs one fledge-v1 plugin session: it spawns the plugin under the
 // sandbox, sends init, answers every request within its limits, and records every decision.
 package fledgev1

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package fledgev1
 
 // Benchmarks behind `make bench` (bench/run.sh). They need the bench plugin (bench/plugin):

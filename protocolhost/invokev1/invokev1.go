@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package invokev1 is the invoke-v1 adapter (Dify-style invoke_id plugins): a long-lived plugin that says
 // plugin_ready, then answers requests keyed by invoke_id with info lines, streamed
 // plugin_response chunks and a plugin_invoke_end marker, many at once, over its stdio or

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package jsonrpc is the jsonrpc-2.0 adapter (JSON-RPC 2.0 tool/hook plugins): plugins are executables that
 // speak JSON-RPC 2.0 over stdio, describe themselves in an `initialize` handshake (name,
 // version, description, hooks, tools, priority), run tools with `tool/execute`, hooks with

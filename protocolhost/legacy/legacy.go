@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package legacy is the adapter for plugins without a protocol: the whole program runs on
 // the project, confined by default (legacy = "confined"), or unconfined as an explicit,
 // announced and recorded policy choice.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package mcp is fledge's Model Context Protocol side, on the official Go SDK
 // (github.com/modelcontextprotocol/go-sdk):
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 //lint:file-ignore SA1019 MCP roots are deprecated by SEP-2577 but functional for at least twelve months, and they are how clients today name the project they mean; this file is the one place fledge uses them.
 
 package mcp

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package runtimev1 is the runtime-v1 adapter (the runtime contract): one handshake, one execute, and
 // an explicit failure code for every way the exchange can go wrong. It runs on the session
 // core (spawn, audit, ladder) and offers the plugin's tools to the tools catalogue.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package tools is the one catalogue of tools fledge hosts, whatever protocol their plugin
 // speaks (jsonrpc-2.0, runtime-v1, invoke-v1, mcp, and fledge-v1 commands with typed args).
 // Each protocol adapter registers a Provider; `fledge tools`, `fledge serve` and MCP clients

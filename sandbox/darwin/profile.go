@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package darwin confines fledge's children on macOS with Seatbelt: a generated SBPL profile
 // run through /usr/bin/sandbox-exec, process-group kill, and rlimits through the re-exec stub.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package fallback is fledge's portable restricted mode, for systems without a native
 // sandbox (and usable anywhere): the re-exec stub still sets rlimits, a new session (no
 // controlling terminal), the guarded working directory and closes inherited fds, and the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package kernel holds the Linux kernel primitives fledge confines a process with:
 // Landlock rulesets, the seccomp filter and the capability drop. Each is applied to the
 // calling OS thread only (the stub's single thread before execve, or the thread launcher's

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package kernel
 
 // EgressNet is the network namespace of a run whose only way out is fledge (network by

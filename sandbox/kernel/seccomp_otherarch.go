@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 //go:build linux && !amd64 && !arm64
 
 package kernel

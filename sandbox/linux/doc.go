@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package linux is fledge's Linux sandbox. The host process itself is never restricted.
 //
 // Launch (Options.Launch): by default a throwaway OS thread of the host takes on the

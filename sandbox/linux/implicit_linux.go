@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package linux
 
 // Paths every confined command gets besides the Spec's own:

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package netstack enforces a plugin's network grant (package egress) on Linux: a network
 // namespace of the plugin's own holding only its loopback and a TUN device, whose packets
 // go to a userspace TCP/IP stack (gVisor's tcpip) in fledge. fledge answers DNS there

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package platform picks the best sandbox for this OS: Landlock + cgroups (+ seccomp) on
 // Linux, Seatbelt on macOS, the restricted fallback elsewhere. It is the only package that
 // imports a backend; everything else sees the sandbox.Sandbox interface.

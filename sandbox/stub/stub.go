@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package stub is fledge's re-exec entry point: the first program of every sandboxed child.
 //
 // The host starts its own executable with Marker as argv[1]. MaybeRun, called as the very

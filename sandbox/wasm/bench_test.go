@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package wasm_test
 
 // Benchmarks behind the WASM rows of `make bench` (bench/run.sh), through the same session

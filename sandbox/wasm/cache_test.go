@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package wasm_test
 
 // Tests of the compilation cache on disk (the cache dir). A cache hit is trusted more than

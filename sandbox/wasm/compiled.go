@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package wasm
 
 // Compiled modules are kept in memory for the life of the process, so a host that starts the

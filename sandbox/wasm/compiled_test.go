@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package wasm_test
 
 // Tests of the in-memory cache of compiled modules (compiled.go): a host that starts the same

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package wasm
 
 // Hooks for the tests and benchmarks of this directory (package wasm_test).

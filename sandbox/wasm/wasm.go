@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package wasm runs fledge-v1 plugins compiled to WebAssembly (wasm32-wasip1) inside the
 // fledge process with wazero, as a sandbox.Sandbox. To the session it is one more way to
 // start a plugin: Start takes the same Spec, the plugin talks fledge-v1 on the Spec's stdin

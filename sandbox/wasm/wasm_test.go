@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package wasm_test
 
 // Tests of the runtime itself, with small modules assembled here byte by byte: exact

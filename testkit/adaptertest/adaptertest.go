@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package adaptertest builds what the protocol adapters' tests need: a throwaway config and
 // state dir, a project, real installed plugins (plugin.Install with the grants given), the
 // machine's real sandbox, an audit log, and the tools catalogue over them.

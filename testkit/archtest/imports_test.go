@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package archtest holds the import rules docs/architecture.md states, as a test: a change
 // that breaks one fails here, naming the package, the import and the rule.
 package archtest

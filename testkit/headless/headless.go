@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package headless drives a real headless Chromium through its DevTools protocol over
 // --remote-debugging-pipe (no dependency beyond the standard library): load a page, wait
 // for it, evaluate an expression in it, take a screenshot, and collect every console

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package testutil holds helpers shared by fledge's tests.
 package testutil
 

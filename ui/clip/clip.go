@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package clip cuts text to a bound without splitting a character: the one rule for every
 // string fledge shortens (plugin text quoted in messages, values in records, error details).
 // It imports nothing of fledge, so the audit log, the SDK and the UI all use it.
