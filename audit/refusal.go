@@ -12,6 +12,9 @@ import (
 const (
 	// RefusalManifestChanged: plugin.toml differs from the manifest approved at install.
 	RefusalManifestChanged = "manifest_changed"
+	// RefusalContentChanged: a plugin pinned by content (a PyPI package) has files that
+	// differ from the digest recorded at install.
+	RefusalContentChanged = "content_changed"
 	// RefusalBinaryUnusable: the command's binary is missing, not an executable regular
 	// file, or resolves outside the plugin directory.
 	RefusalBinaryUnusable = "binary_unusable"

@@ -1,0 +1,301 @@
+//go:build linux
+
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/internal/testing/testutil"
+)
+
+// echoServer is a small stdio MCP server in pure Python (newline-delimited JSON-RPC 2.0):
+// initialize, tools/list (one tool, echo) and tools/call. It reports where it runs from and
+// what sys.path holds, so a test sees the isolation.
+const echoServer = `import json, os, sys
+
+def main():
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        msg = json.loads(line)
+        mid, method = msg.get("id"), msg.get("method")
+        if mid is None:
+            continue
+        if method == "initialize":
+            res = {"protocolVersion": msg["params"].get("protocolVersion", "2024-11-05"),
+                   "capabilities": {"tools": {}}, "serverInfo": {"name": "echo", "version": "VERSION"}}
+        elif method == "tools/list":
+            res = {"tools": [{"name": "echo", "description": "Echo a text back (VERSION).",
+                              "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]}
+        elif method == "tools/call":
+            text = msg["params"].get("arguments", {}).get("text", "")
+            paths = [p for p in sys.path if "site-packages" in p or "dist-packages" in p]
+            res = {"content": [{"type": "text", "text": "echo(VERSION): %s; site=%r; flags=%d%d" % (
+                text, paths, sys.flags.isolated, sys.flags.no_site)}]}
+        elif method == "ping":
+            res = {}
+        else:
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no such method"}}) + "\n")
+            sys.stdout.flush()
+            continue
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": res}) + "\n")
+        sys.stdout.flush()
+    return 0
+`
+
+// wheel builds a wheel in the standard format (PEP 427): the package's files, and a
+// dist-info with METADATA, WHEEL, entry_points.txt and a RECORD of every file's sha256.
+func wheel(t *testing.T, dist, version string, files map[string]string, entryPoints string) (string, []byte) {
+	t.Helper()
+	distInfo := fmt.Sprintf("%s-%s.dist-info", strings.ReplaceAll(dist, "-", "_"), version)
+	all := map[string]string{}
+	for k, v := range files {
+		all[k] = v
+	}
+	all[distInfo+"/METADATA"] = fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: test server\n", dist, version)
+	all[distInfo+"/WHEEL"] = "Wheel-Version: 1.0\nGenerator: fledge-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+	if entryPoints != "" {
+		all[distInfo+"/entry_points.txt"] = entryPoints
+	}
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var record strings.Builder
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	when := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, n := range names {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: n, Method: zip.Deflate, Modified: when})
+		require.NoError(t, err)
+		_, err = w.Write([]byte(all[n]))
+		require.NoError(t, err)
+		sum := sha256.Sum256([]byte(all[n]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(all[n]))
+	}
+	record.WriteString(distInfo + "/RECORD,,\n")
+	w, err := zw.CreateHeader(&zip.FileHeader{Name: distInfo + "/RECORD", Method: zip.Deflate, Modified: when})
+	require.NoError(t, err)
+	_, err = w.Write([]byte(record.String()))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return fmt.Sprintf("%s-%s-py3-none-any.whl", strings.ReplaceAll(dist, "-", "_"), version), buf.Bytes()
+}
+
+// echoWheel is the echo MCP server as a wheel with the console script fledge-echo-mcp.
+func echoWheel(t *testing.T, version string) (string, []byte) {
+	return wheel(t, "fledge-echo-mcp", version, map[string]string{
+		"fledge_echo_mcp/__init__.py": strings.ReplaceAll(echoServer, "VERSION", version),
+	}, "[console_scripts]\nfledge-echo-mcp = fledge_echo_mcp:main\n")
+}
+
+// pyIndex is a PEP 503 simple index on loopback serving files the test puts in it.
+type pyIndex struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	files map[string][]byte // file name -> content
+	hits  int
+}
+
+func newPyIndex(t *testing.T) *pyIndex {
+	t.Helper()
+	ix := &pyIndex{files: map[string][]byte{}}
+	ix.srv = httptest.NewServer(http.HandlerFunc(ix.serve))
+	t.Cleanup(ix.srv.Close)
+	return ix
+}
+
+func (ix *pyIndex) url() string { return ix.srv.URL + "/simple/" }
+
+func (ix *pyIndex) put(name string, data []byte) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.files[name] = data
+}
+
+func normPy(s string) string {
+	s = strings.ToLower(s)
+	for _, c := range []string{"_", "."} {
+		s = strings.ReplaceAll(s, c, "-")
+	}
+	return s
+}
+
+func (ix *pyIndex) serve(w http.ResponseWriter, r *http.Request) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.hits++
+	if f, ok := strings.CutPrefix(r.URL.Path, "/files/"); ok {
+		data, ok := ix.files[f]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(data)
+		return
+	}
+	project, ok := strings.CutPrefix(r.URL.Path, "/simple/")
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	project = strings.TrimSuffix(project, "/")
+	var links []string
+	for f, data := range ix.files {
+		base := strings.TrimSuffix(strings.TrimSuffix(f, ".whl"), ".tar.gz")
+		if normPy(strings.SplitN(base, "-", 2)[0]) != project {
+			continue
+		}
+		sum := sha256.Sum256(data)
+		links = append(links, fmt.Sprintf(`<a href="/files/%s#sha256=%s">%s</a><br>`, f, hex.EncodeToString(sum[:]), f))
+	}
+	if len(links) == 0 {
+		http.NotFound(w, r)
+		return
+	}
+	sort.Strings(links)
+	w.Header().Set("Content-Type", "text/html")
+	fmt.Fprintf(w, "<!DOCTYPE html><html><body>\n%s\n</body></html>\n", strings.Join(links, "\n"))
+}
+
+func requirePip(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run(); err != nil {
+		testutil.SkipUnlessSupported(t, false, "/usr/bin/python3 -m pip not installed (apt-get install python3-pip)")
+	}
+}
+
+// pypiEnv is a throwaway home whose pip reads the loopback index (PIP_INDEX_URL, the
+// user's own setting), with its working dir a git project.
+func pypiEnv(t *testing.T, ix *pyIndex) *ptyEnv {
+	t.Helper()
+	e := newPtyEnv(t, "")
+	e.env = append(e.env, "PIP_INDEX_URL="+ix.url(), "PIP_NO_CACHE_DIR=1")
+	out, err := exec.Command("git", "init", "-q", e.work).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return e
+}
+
+// A PyPI MCP server (a wheel with a console script, served by a loopback PEP 503 index that
+// the user's PIP_INDEX_URL names) installs with `plugins install pypi:`, lists its tool at
+// install, and answers `tools call` running on the system Python isolated (-I -S: no
+// site-packages on sys.path). The entry pins the wheel's sha256; info shows source, version,
+// digest and the wheel. Its install time is logged.
+func TestPyPIInstallAndCall(t *testing.T) {
+	requirePip(t)
+	ix := newPyIndex(t)
+	name, data := echoWheel(t, "1.0.0")
+	ix.put(name, data)
+	sum := sha256.Sum256(data)
+	e := pypiEnv(t, ix)
+
+	start := time.Now()
+	out, code := e.run(t, "--ni", "plugins", "install", "pypi:fledge-echo-mcp==1.0.0", "--filesystem", "none", "--yes")
+	took := time.Since(start)
+	require.Equal(t, 0, code, "install: %s", out)
+	t.Logf("install of pypi:fledge-echo-mcp took %s:\n%s", took, out)
+	assert.Contains(t, out, "plugin_fledge-echo-mcp_echo", "the tools are listed at install")
+	assert.Contains(t, out, "sha256:"+hex.EncodeToString(sum[:]), "the wheel's hash is shown")
+
+	res, code := e.run(t, "tools", "call", "plugin_fledge-echo-mcp_echo", "text=hello", "--json")
+	require.Equal(t, 0, code, res)
+	assert.Contains(t, res, "echo(1.0.0): hello")
+	assert.Contains(t, res, "site=[]", "no site-packages on sys.path")
+	assert.Contains(t, res, "flags=11", "isolated (-I) and no site (-S)")
+
+	info, code := e.run(t, "plugins", "info", "fledge-echo-mcp")
+	require.Equal(t, 0, code, info)
+	assert.Contains(t, info, "pypi:fledge-echo-mcp")
+	assert.Regexp(t, `digest:\s+sha256:[0-9a-f]{64} \(matches\)`, info)
+	assert.Contains(t, info, "fledge-echo-mcp 1.0.0  sha256:"+hex.EncodeToString(sum[:]))
+	reg, err := os.ReadFile(filepath.Join(e.home, ".config", "fledge", "plugins.toml"))
+	require.NoError(t, err)
+	assert.Contains(t, string(reg), hex.EncodeToString(sum[:]), "plugins.toml pins the wheel")
+}
+
+// A file of an installed PyPI plugin changed after install (a tampered package: here a
+// command granted the user's rights, as anything outside the sandbox could) is refused at
+// the next start, on record in the audit log, and `plugins lock` refuses to pin it.
+func TestPyPITamperedPluginRefused(t *testing.T) {
+	requirePip(t)
+	ix := newPyIndex(t)
+	name, data := echoWheel(t, "1.0.0")
+	ix.put(name, data)
+	e := pypiEnv(t, ix)
+	out, code := e.run(t, "--ni", "plugins", "install", "pypi:fledge-echo-mcp==1.0.0", "--filesystem", "none", "--yes")
+	require.Equal(t, 0, code, "install: %s", out)
+
+	mod := filepath.Join(e.home, ".config", "fledge", "plugins", "fledge-echo-mcp", "lib", "fledge_echo_mcp", "__init__.py")
+	src, err := os.ReadFile(mod)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(mod, append(src, []byte("\nopen('/tmp/pwned', 'w')\n")...), 0o644))
+
+	res, code := e.run(t, "tools", "call", "plugin_fledge-echo-mcp_echo", "text=hello", "--json")
+	assert.NotEqual(t, 0, code, res)
+	assert.NotContains(t, res, "echo(1.0.0)")
+	_, raw := auditRecords(t, e)
+	assert.Contains(t, raw, "does not match its pinned digest", "the refusal is on record")
+
+	lk, code := e.run(t, "plugins", "lock")
+	assert.NotEqual(t, 0, code, lk)
+	assert.Contains(t, lk, "changed since install")
+	_, err = os.Stat(filepath.Join(e.work, "fledge.lock"))
+	assert.True(t, os.IsNotExist(err), "no lock written")
+}
+
+// The clear errors: no such package, no wheel for this platform (an sdist only), an
+// unreachable index, an interpreter under $HOME.
+func TestPyPIInstallErrors(t *testing.T) {
+	requirePip(t)
+	ix := newPyIndex(t)
+	ix.put("sdistonly-1.0.tar.gz", []byte("not really a tarball"))
+	e := pypiEnv(t, ix)
+
+	out, code := e.run(t, "--ni", "plugins", "install", "pypi:no-such-package-here", "--yes")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, out, "no such package on the index", out)
+
+	out, code = e.run(t, "--ni", "plugins", "install", "pypi:sdistonly", "--yes")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, out, "no wheel for this platform", out)
+	assert.Contains(t, out, "--allow-sdist", out)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := l.Addr().String()
+	require.NoError(t, l.Close())
+	bad := append(append([]string{}, e.env...), "PIP_INDEX_URL=http://"+dead+"/simple/")
+	cmd := exec.Command(e.fledge, "--ni", "plugins", "install", "pypi:fledge-echo-mcp", "--yes")
+	cmd.Env, cmd.Dir = bad, e.work
+	b, _ := cmd.CombinedOutput()
+	assert.Contains(t, string(b), "the package index is unreachable", string(b))
+
+	py := filepath.Join(e.home, "py", "python3")
+	require.NoError(t, os.MkdirAll(filepath.Dir(py), 0o755))
+	require.NoError(t, os.Symlink("/usr/bin/python3", py))
+	out, code = e.run(t, "--ni", "plugins", "install", "pypi:fledge-echo-mcp", "--python", py, "--yes")
+	assert.Equal(t, 126, code, out)
+	assert.Contains(t, out, "under your home dir", out)
+	assert.Contains(t, out, "the sandbox hides", out)
+}
