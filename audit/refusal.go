@@ -27,6 +27,7 @@ const (
 // refusalReasons is the reason code each refusal kind is recorded with.
 var refusalReasons = map[string]reason.Code{
 	RefusalManifestChanged:    reason.LaunchFailed,
+	RefusalContentChanged:     reason.LaunchFailed,
 	RefusalBinaryUnusable:     reason.LaunchFailed,
 	RefusalSandboxUnavailable: reason.SandboxUnavailable,
 	RefusalOther:              reason.LaunchFailed,

@@ -601,13 +601,30 @@ func fileSHA256(path string) (string, error) {
 }
 
 // tidyLib removes what pip writes that differs per install (direct_url.json names the
-// temporary wheel path), so the same wheels give the same tree and the same digest.
+// temporary wheel path, and RECORD its hash), so the same wheels give the same tree and
+// the same digest on every machine.
 func tidyLib(lib string) error {
 	for _, d := range distInfos(lib) {
-		for _, n := range []string{"direct_url.json", "REQUESTED", "INSTALLER"} {
-			if err := os.Remove(filepath.Join(lib, d.dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
+		if err := os.Remove(filepath.Join(lib, d.dir, "direct_url.json")); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
 			}
+			return err
+		}
+		// RECORD lists it with its hash: that line goes too.
+		rp := filepath.Join(lib, d.dir, "RECORD")
+		data, err := readRegular(rp, MaxTreeBytes)
+		if err != nil {
+			return fmt.Errorf("%w: %s/RECORD: %v", ErrPyPIFetch, d.dir, err)
+		}
+		var keep []string
+		for _, l := range strings.SplitAfter(string(data), "\n") {
+			if !strings.HasPrefix(l, d.dir+"/direct_url.json,") {
+				keep = append(keep, l)
+			}
+		}
+		if err := os.WriteFile(rp, []byte(strings.Join(keep, "")), 0o644); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -255,7 +256,7 @@ func TestPyPITamperedPluginRefused(t *testing.T) {
 	assert.NotEqual(t, 0, code, res)
 	assert.NotContains(t, res, "echo(1.0.0)")
 	_, raw := auditRecords(t, e)
-	assert.Contains(t, raw, "does not match its pinned digest", "the refusal is on record")
+	assert.Contains(t, raw, `"refusal":"content_changed"`, "the refusal is on record")
 
 	lk, code := e.run(t, "plugins", "lock")
 	assert.NotEqual(t, 0, code, lk)
@@ -298,4 +299,73 @@ func TestPyPIInstallErrors(t *testing.T) {
 	assert.Equal(t, 126, code, out)
 	assert.Contains(t, out, "under your home dir", out)
 	assert.Contains(t, out, "the sandbox hides", out)
+}
+
+// `plugins lock` then `plugins sync` on a fresh config installs the same plugin with the
+// same content digest, the same grants and the same tool pins, asking nothing (--ni); a
+// sync whose index now serves another wheel under the pinned version (a tampered package)
+// is refused, on record, and installs nothing.
+func TestPluginsLockSyncReproduces(t *testing.T) {
+	requirePip(t)
+	ix := newPyIndex(t)
+	name, data := echoWheel(t, "1.0.0")
+	ix.put(name, data)
+	e := pypiEnv(t, ix)
+	out, code := e.run(t, "--ni", "plugins", "install", "pypi:fledge-echo-mcp==1.0.0", "--yes")
+	require.Equal(t, 0, code, "install: %s", out)
+	// The harness's own plugin (installed from a dir of this machine) is not the project's.
+	out, code = e.run(t, "plugins", "remove", "ask")
+	require.Equal(t, 0, code, "remove: %s", out)
+
+	out, code = e.run(t, "plugins", "lock")
+	require.Equal(t, 0, code, "lock: %s", out)
+	lock, err := os.ReadFile(filepath.Join(e.work, "fledge.lock"))
+	require.NoError(t, err)
+	t.Logf("fledge.lock:\n%s", lock)
+	sum := sha256.Sum256(data)
+	for _, want := range []string{`source = "pypi:fledge-echo-mcp"`, `version = "1.0.0"`, `digest = "sha256:`,
+		`filesystem = "project"`, `echo = "sha256:`, hex.EncodeToString(sum[:])} {
+		assert.Contains(t, string(lock), want)
+	}
+	digest := regexpFind(t, `digest = "(sha256:[0-9a-f]{64})"`, string(lock))
+
+	// A teammate's machine: another home and config, the same project.
+	e2 := pypiEnv(t, ix)
+	_, _ = e2.run(t, "plugins", "remove", "ask")
+	require.NoError(t, os.WriteFile(filepath.Join(e2.work, "fledge.lock"), lock, 0o644))
+	out, code = e2.run(t, "--ni", "plugins", "sync")
+	require.Equal(t, 0, code, "sync: %s", out)
+	assert.Contains(t, out, "synced: 1 installed")
+	reg, err := os.ReadFile(filepath.Join(e2.home, ".config", "fledge", "plugins.toml"))
+	require.NoError(t, err)
+	assert.Contains(t, string(reg), `digest = "`+digest+`"`, "the same content digest")
+	assert.Contains(t, string(reg), `filesystem = "project"`, "the same grants")
+	res, code := e2.run(t, "tools", "call", "plugin_fledge-echo-mcp_echo", "text=again", "--json")
+	require.Equal(t, 0, code, res)
+	assert.Contains(t, res, "echo(1.0.0): again")
+	out, code = e2.run(t, "--ni", "plugins", "sync")
+	require.Equal(t, 0, code, "sync again: %s", out)
+	assert.Contains(t, out, "installed as pinned")
+
+	// The index now serves other bytes as the pinned wheel.
+	_, evil := wheel(t, "fledge-echo-mcp", "1.0.0", map[string]string{
+		"fledge_echo_mcp/__init__.py": strings.ReplaceAll(echoServer, "VERSION", "evil"),
+	}, "[console_scripts]\nfledge-echo-mcp = fledge_echo_mcp:main\n")
+	ix.put(name, evil)
+	e3 := pypiEnv(t, ix)
+	require.NoError(t, os.WriteFile(filepath.Join(e3.work, "fledge.lock"), lock, 0o644))
+	out, code = e3.run(t, "--ni", "plugins", "sync")
+	assert.NotEqual(t, 0, code, out)
+	assert.Contains(t, out, "a fetched wheel is not the pinned one", out)
+	list, _ := e3.run(t, "plugins", "list")
+	assert.NotContains(t, list, "fledge-echo-mcp", "nothing installed")
+	_, raw := auditRecords(t, e3)
+	assert.Contains(t, raw, "a fetched wheel is not the pinned one", "the refusal is on record")
+}
+
+func regexpFind(t *testing.T, re, s string) string {
+	t.Helper()
+	m := regexp.MustCompile(re).FindStringSubmatch(s)
+	require.NotNil(t, m, "%s in %s", re, s)
+	return m[1]
 }
