@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -536,9 +537,17 @@ func (f *pyFetcher) problem(ctx context.Context, spec, out string, err error) er
 		if f.tool == "pip" {
 			// pip index versions reads the same index and runs no package code: does the
 			// project have any release this pip could install from source?
-			vout, verr := f.run(ctx, f.py, "-m", "pip", "index", "versions", "--retries", "1", "--timeout", "20", spec)
+			vout, verr := f.run(ctx, f.py, "-m", "pip", "index", "versions", "--retries", "1", "--timeout", "20", name)
 			if verr != nil && regexp.MustCompile(`(?i)No matching distribution`).MatchString(vout) {
 				return fmt.Errorf("%w: %s: %s", ErrPyPINoPackage, spec, msg)
+			}
+			if _, want, ok := strings.Cut(spec, "=="); ok && verr == nil {
+				for _, l := range strings.Split(vout, "\n") {
+					if list, ok := strings.CutPrefix(strings.TrimSpace(l), "Available versions:"); ok &&
+						!slices.Contains(strings.Split(strings.ReplaceAll(list, " ", ""), ","), want) {
+						return fmt.Errorf("%w: %s has no version %s (it has: %s)", ErrPyPINoPackage, name, want, clipN(strings.TrimSpace(list), 200))
+					}
+				}
 			}
 			return fmt.Errorf("%w: %s has no wheel for this platform and Python (%s) among what it needs; --allow-sdist builds it from source, confined: %s", ErrPyPINoWheel, name, f.py, msg)
 		}
