@@ -221,7 +221,24 @@ func ResolvePython(p string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: python %s: %v (install python3 system-wide, e.g. apt-get install python3 python3-pip, or pass --python)", ErrNoPip, p, err)
 	}
-	for _, q := range []string{p, real} {
+	// Every hop of a chain of links counts: the sandbox follows them all, and one through
+	// $HOME leads nowhere there.
+	hops := []string{p, real}
+	for hop, i := p, 0; i < 40; i++ {
+		if d, err := filepath.EvalSymlinks(filepath.Dir(hop)); err == nil {
+			hops = append(hops, d)
+		}
+		t, err := os.Readlink(hop)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(hop), t)
+		}
+		hop = t
+		hops = append(hops, hop)
+	}
+	for _, q := range hops {
 		if home != "" && home != "/" && policy.Within(q, home) {
 			return "", fmt.Errorf("%w: %s is under %s, which the sandbox hides from every plugin; pass --python with an interpreter outside it (e.g. /usr/bin/python3)", ErrPythonInHome, q, home)
 		}
@@ -232,6 +249,32 @@ func ResolvePython(p string) (string, error) {
 	}
 	return p, nil
 }
+
+// TrustedPython checks an interpreter named by a file fledge did not get from the user on
+// the command line (fledge.lock, which a repository carries): pip runs on it unconfined, so
+// it must be a root-owned file no one else may write, in a root-owned dir no one else may
+// write, outside the project (once its symlinks are resolved).
+func TrustedPython(p, project string) error {
+	if _, err := ResolvePython(p); err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return err
+	}
+	if project != "" && policy.Within(real, project) {
+		return fmt.Errorf("%w: python %s lies in the project", ErrUntrustedPython, p)
+	}
+	for _, q := range []string{real, filepath.Dir(real)} {
+		if !rootOwned(q) {
+			return fmt.Errorf("%w: python %s: %s is not owned by root or may be written by others", ErrUntrustedPython, p, q)
+		}
+	}
+	return nil
+}
+
+// ErrUntrustedPython: an interpreter named by fledge.lock is not one fledge runs pip on.
+var ErrUntrustedPython = errors.New("refusing an interpreter fledge.lock names")
 
 // FetchPyPI fetches the package and its dependencies as wheels with the user's pip (or uv)
 // and index settings, verifies them against Pinned when set, installs them into o.Dir/lib
@@ -272,12 +315,13 @@ func FetchPyPI(ctx context.Context, o PyPIOptions) (*PyPIPackage, error) {
 		spec += "==" + r.Version
 	}
 	pk := &PyPIPackage{Tool: f.tool}
-	pk.IndexURL = f.indexURL(ctx)
-	pk.Index = RegistryDestination(pk.IndexURL)
 	lib := filepath.Join(o.Dir, "lib")
 	wheels, err := f.fetch(ctx, spec, lib)
 	if errors.Is(err, ErrPyPINoWheel) && r.AllowSdist && o.Pinned == nil {
+		// The hook gets the index the user's settings name, and no other network.
 		pk.Build = true
+		pk.IndexURL = f.indexURL(ctx)
+		pk.Index = RegistryDestination(pk.IndexURL)
 		err = nil
 	}
 	if err != nil {

@@ -64,6 +64,16 @@ func (h *Host) Lock() (*LockResult, error) {
 			continue
 		}
 		l.Plugins = append(l.Plugins, *le)
+		var env []string
+		if le.NPM != nil {
+			env = le.NPM.Env
+		}
+		if le.PyPI != nil {
+			env = le.PyPI.Env
+		}
+		if len(env) > 0 {
+			_ = ui.HostLine(h.stderr(), fmt.Sprintf("fledge: note: fledge.lock holds the server environment of %s (--env); a token belongs in a secret (--secret), not in a file you commit", en.Name))
+		}
 	}
 	if len(refused) > 0 {
 		return nil, exitErr(ExitCannotRun, "lock %v (nothing written):\n  %s", ErrLockRefused, strings.Join(refused, "\n  "))
@@ -151,7 +161,7 @@ func (h *Host) Sync(ctx context.Context) (*SyncResult, error) {
 	var first error
 	for i := range l.Plugins {
 		le := &l.Plugins[i]
-		done, err := h.syncOne(ctx, log, le)
+		done, err := h.syncOne(ctx, log, le, root)
 		switch {
 		case err != nil:
 			printErr(h.stderr(), err)
@@ -187,7 +197,7 @@ func printErr(w interface{ Write([]byte) (int, error) }, err error) {
 func (h *Host) syncCeiling(le *plugin.LockEntry) error { return nil }
 
 // syncOne installs one lock entry, or leaves it when it is installed as pinned.
-func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry) (bool, error) {
+func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry, root string) (bool, error) {
 	e := h.Env
 	refuse := func(err error) (bool, error) {
 		_ = e.NewRecorder(log, &audit.PluginRef{Name: le.Name, Version: le.Version, Source: le.Source}, nil).
@@ -239,6 +249,12 @@ func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry
 		r := le.PyPI
 		if r == nil {
 			return refuse(fmt.Errorf("%w: no [plugin.pypi] record", plugin.ErrBadLock))
+		}
+		if r.Python != "" {
+			// pip runs on it unconfined, and the lock comes with the repository.
+			if err := plugin.TrustedPython(r.Python, root); err != nil {
+				return refuse(err)
+			}
 		}
 		_, pkg, _, _ := plugin.ParsePackageSource(le.Source)
 		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Version: le.Version, Name: le.Name, Bin: r.Bin,

@@ -554,3 +554,38 @@ func TestPyPIUpdateAndRemove(t *testing.T) {
 	require.Equal(t, 0, code, "remove: %s", out)
 	assert.NoDirExists(t, filepath.Join(e.home, ".config", "fledge", "plugins", "fledge-echo-mcp"))
 }
+
+// A fledge.lock comes with the repository: one naming an interpreter inside the project
+// (a script that would run unconfined as pip's Python at sync) is refused before anything
+// runs: the script never ran, nothing is installed, the refusal is on record.
+func TestPluginsSyncRefusesLockedPythonInProject(t *testing.T) {
+	requirePip(t)
+	ix := newPyIndex(t)
+	name, data := echoWheel(t, "1.0.0")
+	ix.put(name, data)
+	e := pypiEnv(t, ix)
+	out, code := e.run(t, "--ni", "plugins", "install", "pypi:fledge-echo-mcp==1.0.0", "--yes")
+	require.Equal(t, 0, code, "install: %s", out)
+	_, _ = e.run(t, "plugins", "remove", "ask")
+	out, code = e.run(t, "plugins", "lock")
+	require.Equal(t, 0, code, "lock: %s", out)
+	lock, err := os.ReadFile(filepath.Join(e.work, "fledge.lock"))
+	require.NoError(t, err)
+
+	e2 := pypiEnv(t, ix)
+	marker := filepath.Join(t.TempDir(), "ran-unconfined")
+	evil := filepath.Join(e2.work, "tools", "python3")
+	require.NoError(t, os.MkdirAll(filepath.Dir(evil), 0o755))
+	require.NoError(t, os.WriteFile(evil, []byte("#!/bin/sh\ntouch "+marker+"\nexec /usr/bin/python3 \"$@\"\n"), 0o755))
+	hostile := strings.Replace(string(lock), "[plugin.pypi]\n", "[plugin.pypi]\n    python = \""+evil+"\"\n", 1)
+	require.NotEqual(t, string(lock), hostile)
+	require.NoError(t, os.WriteFile(filepath.Join(e2.work, "fledge.lock"), []byte(hostile), 0o644))
+	out, code = e2.run(t, "--ni", "plugins", "sync")
+	assert.NotEqual(t, 0, code, out)
+	assert.Contains(t, out, "refusing an interpreter fledge.lock names", out)
+	assert.NoFileExists(t, marker, "the lock's interpreter ran unconfined")
+	list, _ := e2.run(t, "plugins", "list")
+	assert.NotContains(t, list, "fledge-echo-mcp")
+	_, raw := auditRecords(t, e2)
+	assert.Contains(t, raw, "refusing an interpreter fledge.lock names")
+}
