@@ -140,7 +140,6 @@ func (h *Host) Sync(ctx context.Context) (*SyncResult, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	e := h.Env
 	root, err := h.projectDir()
 	if err != nil {
 		return nil, err
@@ -183,7 +182,6 @@ func (h *Host) Sync(ctx context.Context) (*SyncResult, error) {
 		}
 		return res, exitErr(code, "not synced: %s (each stays as it was)", strings.Join(failed, ", "))
 	}
-	_ = e
 	return res, nil
 }
 

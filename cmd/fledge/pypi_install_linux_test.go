@@ -268,7 +268,7 @@ func TestPyPITamperedPluginRefused(t *testing.T) {
 }
 
 // The clear errors: no such package, no wheel for this platform (an sdist only), an
-// unreachable index, an interpreter under $HOME.
+// unreachable index, no pip (nor uv), an interpreter under $HOME.
 func TestPyPIInstallErrors(t *testing.T) {
 	requirePip(t)
 	ix := newPyIndex(t)
@@ -293,6 +293,12 @@ func TestPyPIInstallErrors(t *testing.T) {
 	cmd.Env, cmd.Dir = bad, e.work
 	b, _ := cmd.CombinedOutput()
 	assert.Contains(t, string(b), "the package index is unreachable", string(b))
+
+	nopip := filepath.Join(t.TempDir(), "python3")
+	require.NoError(t, os.WriteFile(nopip, []byte("#!/bin/sh\necho 'No module named pip' >&2\nexit 1\n"), 0o755))
+	out, code = e.run(t, "--ni", "plugins", "install", "pypi:fledge-echo-mcp", "--python", nopip, "--yes")
+	assert.Equal(t, 126, code, out)
+	assert.Contains(t, out, "pip is not available", out)
 
 	py := filepath.Join(e.home, "py", "python3")
 	require.NoError(t, os.MkdirAll(filepath.Dir(py), 0o755))
