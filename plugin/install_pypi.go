@@ -61,7 +61,9 @@ var (
 
 // Wheel is one distribution installed, pinned: its name (normalised), version, the wheel
 // file and its sha256. A distribution built from an sdist (--allow-sdist) has no wheel to
-// pin: File and SHA256 are empty and Built is set.
+// pin: File and SHA256 are empty and Built is set. Fetched by uv, which checks each wheel
+// against the index's hashes but leaves no wheel file, File names the unpacked RECORD (the
+// wheel's own list of every file's hash) and SHA256 is its hash.
 type Wheel struct {
 	Name    string `toml:"name" json:"name"`
 	Version string `toml:"version" json:"version"`
@@ -154,7 +156,7 @@ func (r *PyPIRequest) Check() error {
 	case r.Bin != "" && !scriptNameRe.MatchString(r.Bin):
 		return bad("bin %q is not a console script name", clip(r.Bin))
 	case r.Python != "" && (!filepath.IsAbs(r.Python) || badText(r.Python)):
-		return bad("--python %q: an absolute path to an interpeter", clip(r.Python))
+		return bad("--python %q: an absolute path to an interpreter", clip(r.Python))
 	case len(r.Wheels) > maxWheels:
 		return bad("%d wheels, more than %d", len(r.Wheels), maxWheels)
 	}
@@ -408,13 +410,16 @@ func samePins(pinned, got []Wheel) error {
 // pyFetcher drives the user's pip (python -m pip) or uv.
 type pyFetcher struct {
 	py, uv, tool, dir string
+	noPip             bool
 	environ           []string
 	timeout           time.Duration
 }
 
-// pick chooses pip for the interpreter, else uv outside $HOME.
+// pick chooses pip for the interpreter, else uv outside $HOME. pip is not asked first (one
+// Python start less on every install): a fetch whose pip is missing says so, and fetch
+// comes back here with noPip.
 func (f *pyFetcher) pick(ctx context.Context) error {
-	if _, err := f.run(ctx, f.py, "-m", "pip", "--version"); err == nil {
+	if !f.noPip {
 		f.tool = "pip"
 		return nil
 	}
@@ -499,6 +504,14 @@ func (f *pyFetcher) fetch(ctx context.Context, spec, lib string) ([]Wheel, error
 	defer os.RemoveAll(wdir)
 	out, err := f.run(ctx, f.py, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir",
 		"--retries", "1", "--timeout", "20", "--progress-bar", "off", "--dest", wdir, spec)
+	if err != nil && !errors.Is(err, ErrPyPIFetch) && strings.Contains(out, "No module named pip") ||
+		err != nil && errors.As(err, new(*exec.Error)) {
+		f.noPip = true
+		if perr := f.pick(ctx); perr != nil {
+			return nil, perr
+		}
+		return f.fetchUV(ctx, spec, lib)
+	}
 	if err != nil {
 		return nil, f.problem(ctx, spec, out, err)
 	}
