@@ -14,6 +14,9 @@ import (
 const (
 	// RefusalManifestChanged: plugin.toml differs from the manifest approved at install.
 	RefusalManifestChanged = "manifest_changed"
+	// RefusalContentChanged: a plugin pinned by content (a PyPI package) has files that
+	// differ from the digest recorded at install.
+	RefusalContentChanged = "content_changed"
 	// RefusalBinaryUnusable: the command's binary is missing, not an executable regular
 	// file, or resolves outside the plugin directory.
 	RefusalBinaryUnusable = "binary_unusable"
@@ -26,6 +29,7 @@ const (
 // refusalReasons is the reason code each refusal kind is recorded with.
 var refusalReasons = map[string]reason.Code{
 	RefusalManifestChanged:    reason.LaunchFailed,
+	RefusalContentChanged:     reason.LaunchFailed,
 	RefusalBinaryUnusable:     reason.LaunchFailed,
 	RefusalSandboxUnavailable: reason.SandboxUnavailable,
 	RefusalOther:              reason.LaunchFailed,

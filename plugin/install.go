@@ -102,6 +102,13 @@ type InstallOptions struct {
 	// is still kept aside. An error rolls the install back: the previous copy and entry (or
 	// none) are restored, and Install returns the error.
 	Verify func(ctx context.Context, e *Entry) error
+	// PyPI is how a PyPI plugin was asked for, recorded in its entry (Entry.PyPI).
+	PyPI *PyPIRequest
+	// RecordDigest records the content digest of the staged copy, after its hooks, in the
+	// entry (Entry.Digest). ExpectDigest, when set, refuses a copy with any other digest
+	// (ErrDigestMismatch) before anything is replaced: a sync from fledge.lock.
+	RecordDigest bool
+	ExpectDigest string
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -236,6 +243,21 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	if m2.SHA256() != m.SHA256() {
 		return nil, fmt.Errorf("%w: plugin.toml changed during install", ErrInvalidManifest)
 	}
+	digest := ""
+	if o.RecordDigest || o.ExpectDigest != "" {
+		if digest, err = TreeDigest(stage); err != nil {
+			return nil, err
+		}
+		if o.ExpectDigest != "" && digest != o.ExpectDigest {
+			return nil, fmt.Errorf("%w: %s hashes to %s, fledge.lock pins %s", ErrDigestMismatch, name, short(digest), short(o.ExpectDigest))
+		}
+		if o.PyPI != nil && o.PyPI.Wheels == nil {
+			// Built from its sdist by the hook: what it built is recorded, unpinned.
+			rec := *o.PyPI
+			rec.Wheels = BuiltWheels(stage)
+			o.PyPI = &rec
+		}
+	}
 	if err := os.Mkdir(filepath.Join(stage, "data"), 0o700); err != nil {
 		return nil, err
 	}
@@ -247,7 +269,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	entry := Entry{
 		Name: name, Source: source, Version: m.Plugin.Version, Installed: now().UTC().Truncate(time.Second),
 		Commands: m.CommandNames(), Granted: granted, ManifestSHA256: m.SHA256(), Protocol: m.Plugin.Protocol,
-		NPM: o.NPM,
+		NPM: o.NPM, PyPI: o.PyPI, Digest: digest,
 	}
 	unlock, err := lockRegistry(o.ConfigDir)
 	if err != nil {

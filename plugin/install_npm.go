@@ -678,6 +678,11 @@ func ParsePackageSource(src string) (kind, pkg, version string, err error) {
 			pkg, version = pkg[:i], pkg[i+1:]
 		}
 	}
+	if kind == "pypi" {
+		if p, v, ok := strings.Cut(pkg, "=="); ok {
+			pkg, version = p, v
+		}
+	}
 	return kind, pkg, version, nil
 }
 

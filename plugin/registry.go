@@ -54,6 +54,13 @@ type Entry struct {
 	// state, never in the plugin dir, which the package's install scripts can write. Not in
 	// JSON output: an environment value may be a token.
 	NPM *NPMRequest `toml:"npm,omitempty" json:"-"`
+	// PyPI is how a PyPI plugin was asked for, with the lock of every wheel installed
+	// (name, version, sha256); nil for other sources. As NPM: fledge's own state.
+	PyPI *PyPIRequest `toml:"pypi,omitempty" json:"-"`
+	// Digest is the content digest of the plugin dir as installed (TreeDigest), for sources
+	// fledge pins by content (pypi:); checked before each start of such a plugin, at update
+	// and at sync. "" = not recorded.
+	Digest string `toml:"digest,omitempty" json:"digest,omitempty"`
 }
 
 // Capabilities is the granted set in the shape the init message carries.

@@ -106,6 +106,7 @@ func (p *PluginInfo) JSON() map[string]any {
 		"limits":       limitsJSON(cfg.ExecLimits()),
 		"unix_sockets": cfg.UnixSocketsAllowed(),
 	}
+	digestJSON(info, pi.Dir, en)
 	if p.handshake != nil {
 		info["handshake"] = p.handshake
 	}
@@ -127,6 +128,7 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 	if pi.ManifestChanged {
 		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
 	}
+	writeDigestInfo(w, pi.Dir, en)
 	fmt.Fprintf(w, "  protocol:  %s\n", ProtocolName(en.Protocol))
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, cfg.Sandbox.Strict)

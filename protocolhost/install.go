@@ -52,6 +52,9 @@ type installer struct {
 	// update names the plugin being updated ("": an install): a refusal then says
 	// "update NAME", not "install SOURCE".
 	update string
+	// sync is the fledge.lock entry being installed by `plugins sync` (nil otherwise):
+	// exactly its wheels, digest, grants and tool pins (lockfile.go).
+	sync *plugin.LockEntry
 }
 
 // Install installs a plugin, granting only what the user approves, and records it.

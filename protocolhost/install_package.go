@@ -31,6 +31,10 @@ type PackageRequest struct {
 	// Force keeps the plugin when its server does not complete the MCP handshake at
 	// install (default: the install is rolled back).
 	Force bool
+	// Python (pypi:) is the interpreter the server runs with, outside $HOME; AllowSdist
+	// builds a package without a wheel from its sdist, confined.
+	Python     string
+	AllowSdist bool
 }
 
 // ErrNotMCPServer: an npm package's server did not complete the MCP handshake (and list
@@ -48,9 +52,12 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	if err != nil {
 		return exitErr(ExitUsage, "%v", err)
 	}
+	if kind == "pypi" {
+		return in.runPyPI(ctx, o, base, keep, pkg, version)
+	}
 	if kind != "npm" {
 		err := fmt.Errorf("%w: %s: sources need %s, which fledge does not drive yet (docs/protocols.md says what is missing); install the server into a dir with a plugin.toml instead",
-			plugin.ErrSourceUnsupported, kind, map[string]string{"pypi": "uvx", "oci": "an OCI runtime"}[kind])
+			plugin.ErrSourceUnsupported, kind, map[string]string{"oci": "an OCI runtime"}[kind])
 		_ = e.NewRecorder(in.log, nil, nil).RecordNow(audit.EventInstall, audit.Deny, reason.LaunchFailed, map[string]any{"source": o.Source, "error": err.Error()})
 		return exitErr(ExitCannotRun, "%s: %v", in.what(o.Source), err)
 	}
@@ -146,6 +153,9 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	base.NPM = &rec
 	var listed []tools.Tool
 	base.Verify = in.verifyServer(keep != nil, p.Force, &listed)
+	if in.sync != nil {
+		base.Verify = in.syncVerify(&listed)
+	}
 	if err := in.installOne(ctx, base); err != nil {
 		return err
 	}
@@ -195,12 +205,17 @@ var errDeclined = errors.New("update declined")
 // approved is a record an older fledge kept in the plugin dir, where install scripts could
 // rewrite it: everything is shown and confirmed once. Nobody to ask (--yes, --ni): refused.
 func (in *installer) approveRequest(name string, approved, next *plugin.NPMRequest, base plugin.InstallOptions) error {
-	changes := next.Changes(approved)
+	return in.approveChanges(name, approved == nil, next.Changes(approved), base)
+}
+
+// approveChanges has the user approve changes (approveRequest); untrusted says the record
+// they are measured against could not be trusted (everything is listed).
+func (in *installer) approveChanges(name string, untrusted bool, changes []string, base plugin.InstallOptions) error {
 	if len(changes) == 0 {
 		return nil
 	}
 	head := fmt.Sprintf("Updating %s would run its server differently from how you asked for it:", name)
-	if approved == nil {
+	if untrusted {
 		head = fmt.Sprintf("How %s was asked for was kept by an older fledge inside its plugin dir, where the package's install scripts can rewrite it; confirm it once (fledge keeps it in plugins.toml from now on):", name)
 	}
 	_ = ui.HostLine(in.errOut, head)
@@ -332,6 +347,18 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 func (h *Host) update(ctx context.Context, in *installer, base plugin.InstallOptions, old *plugin.Entry, o UpdateRequest) error {
 	if !plugin.IsPackageSource(old.Source) {
 		return in.installOne(ctx, base)
+	}
+	if strings.HasPrefix(old.Source, plugin.SourcePyPI) {
+		req, err := pypiRecord(old)
+		if err != nil {
+			return exitErr(ExitCannotRun, "update %s: %v; install it again", o.Name, err)
+		}
+		// Re-resolved: the version asked for (latest when none), wheels pinned afresh.
+		ir := &InstallRequest{Source: old.Source, Yes: o.Yes, Package: PackageRequest{Version: req.Version, Name: o.Name,
+			Bin: req.Bin, Env: req.Env, Network: req.Network, Filesystem: req.Filesystem, ServerArgs: req.Args,
+			Secrets: req.Secrets, Force: o.Force, Python: req.Python, AllowSdist: req.AllowSdist}}
+		_, pkg, _, _ := plugin.ParsePackageSource(old.Source)
+		return in.runPyPI(ctx, ir, base, old, pkg, "")
 	}
 	req, approved, err := npmRecord(h.Env.ConfigDir, old)
 	if err != nil {

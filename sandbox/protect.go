@@ -29,6 +29,13 @@ const UnprotectHooksPath = "core.hooksPath"
 // write in ordinary work (GitWrites) is protected, whatever its name.
 var ProtectableNames = []string{".git", "hooks", "config", "config.worktree", "commondir"}
 
+// ProtectedFiles are files of fledge's own protected by name wherever the default
+// protection looks (each writable root and the directories the scan visits beneath it),
+// read-only in every view and never removed or renamed away: fledge.lock, whose content
+// `fledge plugins sync` installs and grants, so a plugin or command that could rewrite it
+// would grant itself more at the next sync. A missing one is not created.
+var ProtectedFiles = []string{"fledge.lock"}
+
 // GitWrites reports whether git writes the top-level entry name of a git directory in
 // ordinary work (commit, merge, rebase, cherry-pick, revert, stash, fetch, pull, gc,
 // bisect, notes, worktree add, lfs): those stay writable under the default protection,

@@ -27,6 +27,8 @@ func addPackageFlags(c *cobra.Command, p *protocolhost.PackageRequest) {
 	c.Flags().BoolVar(&p.Network, "network", false, "npm:PKG: the server asks for the network (granted only as you decide)")
 	c.Flags().StringVar(&p.Filesystem, "filesystem", "", "npm:PKG: the filesystem level the server asks for: none, plugin or project (default project)")
 	c.Flags().BoolVar(&p.Force, "force", false, "npm:PKG: keep the plugin even when its server does not complete the MCP handshake (default: the install is undone)")
+	c.Flags().StringVar(&p.Python, "python", "", "pypi:PKG: the interpreter the server runs with, outside your home dir (default /usr/bin/python3)")
+	c.Flags().BoolVar(&p.AllowSdist, "allow-sdist", false, "pypi:PKG: build a package that has no wheel from its sdist, as a confined install hook (network to the index only, no home)")
 }
 
 func newUpdateCmd(g *Globals) *cobra.Command {

@@ -23,7 +23,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Short: "Install, list, inspect and remove plugins",
 	}
 	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newUpdateCmd(g), newReviewCmd(g), newApproveCmd(g), newNewCmd(g))
-	c.AddCommand(newLearnCmd(g), newLogsCmd(g))
+	c.AddCommand(newLearnCmd(g), newLogsCmd(g), newLockCmd(g), newSyncCmd(g))
 	return c
 }
 
@@ -52,7 +52,7 @@ func (a uiAsker) Confirm(question string, def bool) (bool, error) {
 func newInstallCmd(g *Globals) *cobra.Command {
 	o := &InstallOptions{g: g}
 	c := &cobra.Command{
-		Use:   "install <dir|git-url> | npm:PKG [--version V] [-- ARGS...] | <executable> --protocol P | --from-dir DIR --protocol P",
+		Use:   "install <dir|git-url> | npm:PKG [--version V] [-- ARGS...] | pypi:PKG[==V] [-- ARGS...] | <executable> --protocol P | --from-dir DIR --protocol P",
 		Short: "Install a plugin, granting only the capabilities you approve",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -63,7 +63,7 @@ func newInstallCmd(g *Globals) *cobra.Command {
 				}
 			}
 			if len(args) > 1 {
-				return exitErr(ExitUsage, "install takes one source (a dir, git URL, npm:PKG or executable)")
+				return exitErr(ExitUsage, "install takes one source (a dir, git URL, npm:PKG, pypi:PKG or executable)")
 			}
 			if (len(args) == 1) == (o.FromDir != "") {
 				return exitErr(ExitUsage, "install takes one source (a dir, git URL or executable) or --from-dir DIR (see 'fledge plugins install --help')")

@@ -25,6 +25,8 @@ import (
 var (
 	// ErrManifestChanged: plugin.toml is not the one the user approved at install.
 	ErrManifestChanged = errors.New("plugin.toml changed since it was approved")
+	// ErrContentChanged: the files of a plugin pinned by content changed since install.
+	ErrContentChanged = errors.New("its files changed since install")
 	// ErrBinary: a command's binary is missing, not executable or outside the plugin dir.
 	ErrBinary = errors.New("command binary unusable")
 )
@@ -270,6 +272,8 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 		switch {
 		case errors.Is(err, ErrManifestChanged):
 			kind = audit.RefusalManifestChanged
+		case errors.Is(err, ErrContentChanged):
+			kind = audit.RefusalContentChanged
 		case errors.Is(err, plugin.ErrMissingBinary):
 			// LoadManifest checks every command binary is there.
 			kind = audit.RefusalBinaryUnusable
@@ -344,6 +348,13 @@ func VerifyInstalled(dir string, entry *plugin.Entry) (*plugin.Manifest, error) 
 	}
 	if entry.ManifestSHA256 != "" && man.SHA256() != entry.ManifestSHA256 {
 		return nil, fmt.Errorf("%w (sha256 %s, approved %s): reinstall it to review the change", ErrManifestChanged, man.SHA256()[:12], entry.ManifestSHA256[:min(12, len(entry.ManifestSHA256))])
+	}
+	// A plugin pinned by content (a PyPI package's unpacked wheels) runs only as installed:
+	// a file changed in its dir since is refused like a changed manifest.
+	if entry.PyPI != nil && entry.Digest != "" {
+		if err := plugin.VerifyDigest(dir, entry.Digest); err != nil {
+			return nil, fmt.Errorf("%w: %w: reinstall it ('fledge plugins update %s')", ErrContentChanged, err, entry.Name)
+		}
 	}
 	return man, nil
 }

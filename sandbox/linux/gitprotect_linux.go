@@ -184,6 +184,11 @@ func (g *gitProtector) scan(dir string, depth int, scanned *int) error {
 	if err := g.worktree(dir); err != nil {
 		return err
 	}
+	for _, n := range sandbox.ProtectedFiles {
+		if err := g.add(filepath.Join(dir, n)); err != nil {
+			return err
+		}
+	}
 	if depth >= maxScanDepth || *scanned >= maxScanDirs {
 		return nil
 	}
