@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package plugin
 
 import (
@@ -8,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fledgehq/fledge/ui/clip"
 	"io"
 	"os"
 	"os/exec"
@@ -150,13 +153,13 @@ func (r *PyPIRequest) Check() error {
 	}
 	switch {
 	case !pypiNameRe.MatchString(r.Package):
-		return bad("%q is not a PyPI project name", clip(r.Package))
+		return bad("%q is not a PyPI project name", clip.Bytes(r.Package, 80))
 	case r.Version != "" && !pypiVersionRe.MatchString(r.Version):
-		return bad("version %q: give an exact version (pypi:%s==1.2.3)", clip(r.Version), r.Package)
+		return bad("version %q: give an exact version (pypi:%s==1.2.3)", clip.Bytes(r.Version, 80), r.Package)
 	case r.Bin != "" && !scriptNameRe.MatchString(r.Bin):
-		return bad("bin %q is not a console script name", clip(r.Bin))
+		return bad("bin %q is not a console script name", clip.Bytes(r.Bin, 80))
 	case r.Python != "" && (!filepath.IsAbs(r.Python) || badText(r.Python)):
-		return bad("--python %q: an absolute path to an interpreter", clip(r.Python))
+		return bad("--python %q: an absolute path to an interpreter", clip.Bytes(r.Python, 80))
 	case len(r.Wheels) > maxWheels:
 		return bad("%d wheels, more than %d", len(r.Wheels), maxWheels)
 	}
@@ -216,7 +219,7 @@ func ResolvePython(p string) (string, error) {
 		p = DefaultPython
 	}
 	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%w: --python %q: give an absolute path", ErrBadSource, clip(p))
+		return "", fmt.Errorf("%w: --python %q: give an absolute path", ErrBadSource, clip.Bytes(p, 80))
 	}
 	home, _ := os.UserHomeDir()
 	real, err := filepath.EvalSymlinks(p)
@@ -523,7 +526,7 @@ func (f *pyFetcher) fetch(ctx context.Context, spec, lib string) ([]Wheel, error
 	var files []string
 	for _, e := range ents {
 		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".whl") {
-			return nil, fmt.Errorf("%w: pip left %q, not a wheel", ErrPyPIFetch, clip(e.Name()))
+			return nil, fmt.Errorf("%w: pip left %q, not a wheel", ErrPyPIFetch, clip.Bytes(e.Name(), 80))
 		}
 		if len(wheels) >= maxWheels {
 			return nil, fmt.Errorf("%w: more than %d wheels", ErrPyPIPackage, maxWheels)
@@ -602,7 +605,7 @@ func (f *pyFetcher) problem(ctx context.Context, spec, out string, err error) er
 				for _, l := range strings.Split(vout, "\n") {
 					if list, ok := strings.CutPrefix(strings.TrimSpace(l), "Available versions:"); ok &&
 						!slices.Contains(strings.Split(strings.ReplaceAll(list, " ", ""), ","), want) {
-						return fmt.Errorf("%w: %s has no version %s (it has: %s)", ErrPyPINoPackage, name, want, clipN(strings.TrimSpace(list), 200))
+						return fmt.Errorf("%w: %s has no version %s (it has: %s)", ErrPyPINoPackage, name, want, clip.Bytes(strings.TrimSpace(list), 200))
 					}
 				}
 			}
@@ -629,7 +632,7 @@ func pipProblem(out string) string {
 	if len(keep) > 4 {
 		keep = keep[:4]
 	}
-	return clipN(scrubOutput(strings.Join(keep, "; ")), 600)
+	return clip.Bytes(scrubOutput(strings.Join(keep, "; ")), 600)
 }
 
 // hashWheel names and hashes a wheel file: {name}-{version}(-{build})?-{py}-{abi}-{plat}.whl.
@@ -637,7 +640,7 @@ func hashWheel(path string) (Wheel, error) {
 	base := filepath.Base(path)
 	parts := strings.Split(strings.TrimSuffix(base, ".whl"), "-")
 	if len(parts) < 5 || len(parts) > 6 || !pypiNameRe.MatchString(parts[0]) || !pypiVersionRe.MatchString(parts[1]) {
-		return Wheel{}, fmt.Errorf("%w: %q is not a wheel file name", ErrPyPIFetch, clip(base))
+		return Wheel{}, fmt.Errorf("%w: %q is not a wheel file name", ErrPyPIFetch, clip.Bytes(base, 80))
 	}
 	st, err := os.Lstat(path)
 	if err != nil {
@@ -760,7 +763,7 @@ func consoleScript(lib string, r PyPIRequest) (string, error) {
 	}
 	mod, attr, ok := strings.Cut(scripts[pick], ":")
 	if !ok || !pyIdentRe.MatchString(mod) || !pyIdentRe.MatchString(attr) {
-		return "", fmt.Errorf("%w: console script %s = %q is not module:function", ErrPyPIPackage, pick, clip(scripts[pick]))
+		return "", fmt.Errorf("%w: console script %s = %q is not module:function", ErrPyPIPackage, pick, clip.Bytes(scripts[pick], 80))
 	}
 	return pick, nil
 }

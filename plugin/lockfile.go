@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package plugin
 
 import (
@@ -6,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fledgehq/fledge/ui/clip"
 	"io"
 	"io/fs"
 	"os"
@@ -80,11 +83,11 @@ func ReadLock(dir string) (*Lock, error) {
 		e := &l.Plugins[i]
 		switch {
 		case !ValidName(e.Name) || seen[e.Name]:
-			return nil, fmt.Errorf("%w: plugin %d has an invalid or duplicate name %q", ErrBadLock, i+1, clip(e.Name))
+			return nil, fmt.Errorf("%w: plugin %d has an invalid or duplicate name %q", ErrBadLock, i+1, clip.Bytes(e.Name, 80))
 		case !strings.HasPrefix(e.Digest, "sha256:") || len(e.Digest) != 7+64:
-			return nil, fmt.Errorf("%w: %s: digest %q is not sha256:<64 hex>", ErrBadLock, e.Name, clip(e.Digest))
+			return nil, fmt.Errorf("%w: %s: digest %q is not sha256:<64 hex>", ErrBadLock, e.Name, clip.Bytes(e.Digest, 80))
 		case !policy.ValidFilesystem(e.Granted.Filesystem):
-			return nil, fmt.Errorf("%w: %s: filesystem grant %q", ErrBadLock, e.Name, clip(e.Granted.Filesystem))
+			return nil, fmt.Errorf("%w: %s: filesystem grant %q", ErrBadLock, e.Name, clip.Bytes(e.Granted.Filesystem, 80))
 		case e.Source == "" || badText(e.Source):
 			return nil, fmt.Errorf("%w: %s: no source", ErrBadLock, e.Name)
 		}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 //go:build linux
 
 package main
@@ -27,7 +29,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // echoServer is a small stdio MCP server in pure Python (newline-delimited JSON-RPC 2.0):
