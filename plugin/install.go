@@ -99,6 +99,9 @@ type InstallOptions struct {
 	// is still kept aside. An error rolls the install back: the previous copy and entry (or
 	// none) are restored, and Install returns the error.
 	Verify func(ctx context.Context, e *Entry) error
+	// Managed is the machine's managed policy: grants over its ceiling refuse the install
+	// (policy.CeilingError), whatever --grant, --yes or an answer said.
+	Managed *policy.Managed
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -159,6 +162,10 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		if granted, err = decideGrants(o, m, out); err != nil {
 			return nil, err
 		}
+	}
+
+	if err := o.Managed.CheckPlugin(name, !m.HoldsGrants(), granted, nil); err != nil {
+		return nil, err
 	}
 
 	hooks := m.HookList()
@@ -259,6 +266,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	if existing != nil {
 		p := *existing
 		previous = &p
+		entry.Tools = existing.Tools // the user's tool rules outlive a new copy of the code
 	}
 	final := Dir(o.ConfigDir, name)
 	commit, undo, err := swapIn(stage, final, existing != nil)

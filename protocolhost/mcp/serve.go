@@ -260,6 +260,16 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 					return nil, ctx.Err()
 				}
 			}
+			// A tool the tool rules deny is not offered; a call to it all the same is
+			// refused on record (tool_denied), not left to the SDK's "unknown tool".
+			if p, ok := req.GetParams().(*mcpsdk.CallToolParamsRaw); ok && method == "tools/call" {
+				mu.Lock()
+				err := cur.RefuseDenied(p.Name)
+				mu.Unlock()
+				if err != nil {
+					return errorResult(err.Error()), nil
+				}
+			}
 			return next(ctx, method, req)
 		}
 	})

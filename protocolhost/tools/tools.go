@@ -145,6 +145,8 @@ type Catalogue struct {
 	// pinned (public name -> the change); warned, the warnings already given.
 	quarantined map[string]pins.Change
 	warned      map[string]bool
+	// denied are the tools left out by the tool rules (public name -> the decision).
+	denied map[string]deniedTool
 	// Hooks, when set, run around every call (tools call, serve --mcp).
 	Hooks CallHooks
 }
@@ -274,6 +276,9 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		}
 		ts = c.vet(ctx, b, p, ts)
 		if err := c.quarantine(b, name); err != nil {
+			return nil, nil, err
+		}
+		if err := c.RefuseDenied(name); err != nil {
 			return nil, nil, err
 		}
 		for i := range ts {
