@@ -52,6 +52,9 @@ func (r *ToolRules) With(pattern string, deny bool) (ToolRules, error) {
 	if !slices.Contains(*add, pattern) {
 		*add = append(*add, pattern)
 	}
+	if len(*drop) == 0 {
+		*drop = nil
+	}
 	if len(out.Allow)+len(out.Deny) > maxToolRules {
 		return ToolRules{}, fmt.Errorf("%w: more than %d rules", ErrBadToolRule, maxToolRules)
 	}
