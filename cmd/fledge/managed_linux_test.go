@@ -24,31 +24,28 @@ import (
 // test's directory is bind-mounted on /etc/fledge. Nothing reaches the real /etc, and
 // nothing is left on the machine: the namespace and its mounts end with the run.
 type managedMachine struct {
-	t       *testing.T
-	fledge  string
-	unshare string
-	policy  string // what /etc/fledge is in the runs
-	scratch string // the tmpfs of the overlay's upper layer (mounted in the runs only)
-	home    string
-	work    string
-	env     []string
+	t      *testing.T
+	fledge string
+	etc    testutil.EtcFledge
+	policy string // what /etc/fledge is in the runs
+	home   string
+	work   string
+	env    []string
 }
 
 func newManagedMachine(t *testing.T) *managedMachine {
 	t.Helper()
-	unshare, uerr := exec.LookPath("unshare")
 	fledge, ferr := exec.LookPath("fledge") // testscript.Main put this test binary there as "fledge"
 	require.NoError(t, ferr)
-	testutil.SkipUnlessSupported(t, uerr == nil && os.Geteuid() == 0, "the managed policy tests need root and unshare(1) for a private mount namespace")
 	root := t.TempDir()
-	m := &managedMachine{t: t, fledge: fledge, unshare: unshare,
-		policy: filepath.Join(root, "etc-fledge"), scratch: filepath.Join(root, "scratch"),
-		home: filepath.Join(root, "home"), work: filepath.Join(root, "work")}
-	for _, d := range []string{m.policy, m.scratch, m.home, m.work} {
+	m := &managedMachine{t: t, fledge: fledge,
+		policy: filepath.Join(root, "etc-fledge"), home: filepath.Join(root, "home"), work: filepath.Join(root, "work")}
+	for _, d := range []string{m.policy, m.home, m.work} {
 		require.NoError(t, os.MkdirAll(d, 0o755))
 	}
 	// The test's temp dirs are 0700 under a sticky /tmp; /etc/fledge itself is this dir.
 	require.NoError(t, os.Chmod(m.policy, 0o755))
+	m.etc = testutil.NewEtcFledge(t, m.policy)
 	m.env = []string{
 		"HOME=" + m.home,
 		"FLEDGE_CONFIG_DIR=" + filepath.Join(m.home, ".config", "fledge"),
@@ -57,23 +54,11 @@ func newManagedMachine(t *testing.T) *managedMachine {
 		"LANG=C.UTF-8", "NO_COLOR=1",
 	}
 	// Overlay support is checked once, with the real setup.
-	if _, stderr, code := m.run("doctor"); code != 0 && strings.Contains(stderr, "managed-setup:") {
+	if _, stderr, code := m.run("doctor"); code != 0 && strings.Contains(stderr, "etc-fledge-setup:") {
 		testutil.SkipUnlessSupported(t, false, "cannot make the private /etc for the managed policy: "+stderr)
 	}
 	return m
 }
-
-// managedSetup makes the private /etc/fledge, then runs fledge.
-const managedSetup = `set -e
-fail() { echo "managed-setup: $*" >&2; exit 99; }
-mount -t tmpfs -o mode=0755 tmpfs "$SCRATCH" || fail tmpfs
-mkdir "$SCRATCH/upper" "$SCRATCH/work"
-mount -t overlay overlay -o "lowerdir=/etc,upperdir=$SCRATCH/upper,workdir=$SCRATCH/work" /etc || fail overlay
-mkdir -p /etc/fledge
-mount --bind "$POLICY" /etc/fledge || fail bind
-cd "$WORKDIR"
-exec "$FLEDGE" "$@"
-`
 
 // write puts a managed policy file (relative to /etc/fledge), root's and 0644.
 func (m *managedMachine) write(name, content string) string {
@@ -105,8 +90,10 @@ func (m *managedMachine) runEnv(extra []string, args ...string) (string, string,
 	m.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, m.unshare, append([]string{"-m", "--propagation", "private", "sh", "-c", managedSetup, "sh"}, args...)...)
-	cmd.Env = append(append(append([]string{}, m.env...), "SCRATCH="+m.scratch, "POLICY="+m.policy, "FLEDGE="+m.fledge, "WORKDIR="+m.work), extra...)
+	argv := append(append(append([]string{}, m.etc.Prefix...), m.fledge), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = m.work
+	cmd.Env = append(append(append([]string{}, m.env...), m.etc.Env...), extra...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()
