@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -218,4 +219,19 @@ func TestDecideTool(t *testing.T) {
 	assert.Equal(t, ToolRules{Deny: []string{"write_*"}}, r, "a glob moves from allow to deny")
 	_, err = (*ToolRules)(nil).With("fs:write_*", true)
 	assert.ErrorIs(t, err, ErrBadToolRule)
+}
+
+// The README's snippet for teams is a valid managed policy.
+func TestManagedReadmeSnippetParses(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(data), "## For teams\n")
+	require.True(t, ok, "README.md has a For teams section")
+	_, block, ok := strings.Cut(rest, "```toml\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "```")
+	require.True(t, ok)
+	m, err := ParseManaged([][2]string{{"/etc/fledge/managed.toml", block}})
+	require.NoError(t, err, block)
+	assert.NotEmpty(t, m.ToolsDeny)
 }
