@@ -125,6 +125,10 @@ func exportFixtureRecords() []*Record {
 		&Record{Session: "s9", Plugin: p, Event: EventToolsApproved, Decision: Allow, Reason: "ok",
 			Details: map[string]any{"tools": []map[string]string{{"tool": "echo", "old_hash": "sha256:" + strings.Repeat("ab", 32),
 				"new_hash": "sha256:" + strings.Repeat("ef", 32)}}}},
+		// A session's first record under a managed policy carries its digest.
+		&Record{Session: "s10", Plugin: p, Event: EventToolRules, Decision: Allow, Reason: "ok", ManagedPolicy: strings.Repeat("5a", 32),
+			Details: map[string]any{"allow_added": []string{}, "deny_added": []string{"write_*"}, "reset": false,
+				"previous": map[string]any{"allow": []string{}, "deny": []string{}}, "rules": map[string]any{"allow": []string{}, "deny": []string{"write_*"}}}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {
