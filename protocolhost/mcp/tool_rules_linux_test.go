@@ -103,6 +103,7 @@ func TestToolRulesThroughServeMCP(t *testing.T) {
 	// the user's reset does not remove them.
 	out, errOut, err = c.run(f.project, "plugins", "tools", "server-filesystem", "--reset", "--allow", "directory_tree", "--allow", "read_*")
 	require.NoError(t, err, errOut)
+	assert.Contains(t, out, "server-filesystem: allow directory_tree, read_*; deny (none)")
 	etcDir := filepath.Join(f.base, "etc-fledge")
 	require.NoError(t, os.MkdirAll(etcDir, 0o755))
 	require.NoError(t, os.Chmod(etcDir, 0o755))
