@@ -588,3 +588,12 @@ func (m *Managed) CheckPlugin(plugin string, legacy bool, g Grants, read []strin
 	}
 	return nil
 }
+
+// RequiredExport is [require] export ("otlp"), "" when no managed policy requires one: the
+// audit export reads it (nil-safe) and refuses to run with the export off while it is set.
+func (m *Managed) RequiredExport() string {
+	if m == nil {
+		return ""
+	}
+	return m.RequireExport
+}
