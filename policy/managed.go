@@ -589,8 +589,8 @@ func (m *Managed) CheckPlugin(plugin string, legacy bool, g Grants, read []strin
 	return nil
 }
 
-// RequiredExport is [require] export ("otlp"), "" when no managed policy requires one: the
-// audit export reads it (nil-safe) and refuses to run with the export off while it is set.
+// RequiredExport is [require] export ("otlp"), "" when no managed policy requires one
+// (nil-safe): what the audit export's configuration is held to.
 func (m *Managed) RequiredExport() string {
 	if m == nil {
 		return ""
