@@ -273,6 +273,9 @@ func unmapped(r *Record) map[string]any {
 	if r.Sandbox != nil {
 		u["sandbox"] = r.Sandbox
 	}
+	if r.ManagedPolicy != "" {
+		u["managed_policy"] = r.ManagedPolicy
+	}
 	if len(r.Details) > 0 {
 		u["details"] = r.Details
 	}
@@ -465,6 +468,9 @@ func ecsFledge(r *Record) map[string]any {
 	}
 	if r.Sandbox != nil {
 		f["sandbox"] = r.Sandbox
+	}
+	if r.ManagedPolicy != "" {
+		f["managed_policy"] = r.ManagedPolicy
 	}
 	if len(r.Details) > 0 {
 		f["details"] = r.Details

@@ -134,6 +134,10 @@ func exportFixtureRecords() []*Record {
 			Details: map[string]any{"kind": "elicitation", "action": "accept", "response_bytes": 64, DetailDurationMS: 5120}},
 		&Record{Session: "s10", Plugin: p, Event: EventServerRequest, Decision: Allow, Reason: "ok",
 			Details: map[string]any{"method": "resources/read", "uri": "demo://resource/static/1", "result_bytes": 410, DetailDurationMS: 3}},
+		// A session's first record under a managed policy carries its digest.
+		&Record{Session: "s10", Plugin: p, Event: EventToolRules, Decision: Allow, Reason: "ok", ManagedPolicy: strings.Repeat("5a", 32),
+			Details: map[string]any{"allow_added": []string{}, "deny_added": []string{"write_*"}, "reset": false,
+				"previous": map[string]any{"allow": []string{}, "deny": []string{}}, "rules": map[string]any{"allow": []string{}, "deny": []string{"write_*"}}}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {

@@ -52,6 +52,9 @@ const (
 	EventToolOutcome = "tool_outcome"
 	EventHookCall    = "hook_call"
 	EventHookOutcome = "hook_outcome"
+	// EventToolRules: a plugin's tool rules (plugins tools NAME --allow/--deny/--reset)
+	// changed, or the change was refused.
+	EventToolRules = "tool_rules"
 )
 
 // Events lists every event name, in the order docs/audit.md describes them.
@@ -62,7 +65,7 @@ var Events = []string{
 	EventLegacyUnconfined, EventGitQuarantine, EventLogRecovered, EventLogPruned, EventLogTruncated, EventSuppressed,
 	EventToolCall, EventToolOutcome, EventHookCall, EventHookOutcome,
 	EventHandshake, EventInvokeRequest, EventInvokeOutcome, EventPluginInfo,
-	EventKernelDenied,
+	EventKernelDenied, EventToolRules,
 }
 
 // PluginRef identifies the plugin a record is about.
@@ -96,8 +99,11 @@ type Record struct {
 	Reason   string         `json:"reason"`
 	Details  map[string]any `json:"details,omitempty"`
 	Sandbox  *SandboxInfo   `json:"sandbox,omitempty"`
-	PrevHash string         `json:"prev_hash"`
-	Hash     string         `json:"hash"`
+	// ManagedPolicy is the digest of the machine's managed policy (policy.Managed.Digest)
+	// in force, on the first record of every session; "" on the others, or with none.
+	ManagedPolicy string `json:"managed_policy,omitempty"`
+	PrevHash      string `json:"prev_hash"`
+	Hash          string `json:"hash"`
 }
 
 // Recorder appends records. durable=true returns only once the record is on disk (fsync);

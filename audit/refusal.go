@@ -22,6 +22,9 @@ const (
 	RefusalBinaryUnusable = "binary_unusable"
 	// RefusalSandboxUnavailable: strict policy, and the OS cannot enforce the sandbox.
 	RefusalSandboxUnavailable = "strict_sandbox_unavailable"
+	// RefusalOverCeiling: the plugin holds a grant over the machine's managed policy
+	// (lowered since it was installed); Message names the grant and the rule.
+	RefusalOverCeiling = "over_managed_ceiling"
 	// RefusalOther: any other refusal before start; Message says what.
 	RefusalOther = "other"
 )
@@ -32,6 +35,7 @@ var refusalReasons = map[string]reason.Code{
 	RefusalContentChanged:     reason.LaunchFailed,
 	RefusalBinaryUnusable:     reason.LaunchFailed,
 	RefusalSandboxUnavailable: reason.SandboxUnavailable,
+	RefusalOverCeiling:        reason.CapabilityNotAllowed,
 	RefusalOther:              reason.LaunchFailed,
 }
 
@@ -49,6 +53,9 @@ type Refusal struct {
 	Reason reason.Code
 	// Message is the user-facing error, as printed (details.message).
 	Message string
+	// ManagedPolicy is the managed policy's digest (Record.ManagedPolicy): the refusal is
+	// its session's only record.
+	ManagedPolicy string
 	// Details are extra facts (e.g. the approved and current manifest digests); they cannot
 	// override command, message or refusal.
 	Details map[string]any
@@ -88,13 +95,14 @@ func RecordRefusal(rec Recorder, ref Refusal) error {
 		d[DetailMessage] = ref.Message
 	}
 	return rec.Append(&Record{
-		Session:  ref.Session,
-		Plugin:   ref.Plugin,
-		Sandbox:  ref.Sandbox,
-		Event:    EventPluginStart,
-		Decision: Deny,
-		Reason:   string(code),
-		Details:  d,
+		Session:       ref.Session,
+		Plugin:        ref.Plugin,
+		Sandbox:       ref.Sandbox,
+		ManagedPolicy: ref.ManagedPolicy,
+		Event:         EventPluginStart,
+		Decision:      Deny,
+		Reason:        string(code),
+		Details:       d,
 	}, true)
 }
 

@@ -109,6 +109,9 @@ type InstallOptions struct {
 	// (ErrDigestMismatch) before anything is replaced: a sync from fledge.lock.
 	RecordDigest bool
 	ExpectDigest string
+	// Managed is the machine's managed policy: grants over its ceiling refuse the install
+	// (policy.CeilingError), whatever --grant, --yes or an answer said.
+	Managed *policy.Managed
 }
 
 // Install copies a plugin into <config>/plugins/<name>/, decides its grants, and records it
@@ -169,6 +172,10 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 		if granted, err = decideGrants(o, m, out); err != nil {
 			return nil, err
 		}
+	}
+
+	if err := o.Managed.CheckPlugin(name, !m.HoldsGrants(), granted, nil); err != nil {
+		return nil, err
 	}
 
 	hooks := m.HookList()
@@ -284,6 +291,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	if existing != nil {
 		p := *existing
 		previous = &p
+		entry.Tools = existing.Tools // the user's tool rules outlive a new copy of the code
 	}
 	final := Dir(o.ConfigDir, name)
 	commit, undo, err := swapIn(stage, final, existing != nil)

@@ -48,6 +48,9 @@ type Entry struct {
 	// Read are paths granted read-only beyond the filesystem level (plugins grant
 	// NAME read=PATH; policy.CheckReadGrant says which may be).
 	Read []string `toml:"read,omitempty" json:"read,omitempty"`
+	// Tools are the user's allow/deny globs over the plugin's tools (plugins tools NAME;
+	// policy.DecideTool); nil: none.
+	Tools *policy.ToolRules `toml:"tools,omitempty" json:"tools,omitempty"`
 	// NPM is how an npm plugin was asked for (package, version, server arguments and
 	// environment, entry point, declared capabilities); nil for other sources. `plugins
 	// update` fetches the package again with exactly this. It lives here, in fledge's own

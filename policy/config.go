@@ -100,6 +100,11 @@ type Config struct {
 	Audit   AuditConfig
 	Serve   ServeConfig
 	Wasm    WasmConfig
+	// Managed is the machine's managed policy this config was held to (nil: none).
+	Managed *Managed
+	// set are the keys the file wrote ("sandbox.strict"), so a required setting can tell a
+	// value written from a default.
+	set map[string]bool
 }
 
 // ServeConfig is the [serve] table: how fledge presents itself when it serves another host.
@@ -238,9 +243,26 @@ func (c *Config) NetworkOverride() string {
 // (off by default: docker.sock, D-Bus and systemd sockets are ways out of any sandbox).
 func (c *Config) UnixSocketsAllowed() bool { return c.Sandbox.UnixSockets == NetworkAllow }
 
-// Load reads <configDir>/config.toml. A missing file gives Default(); anything wrong with
-// the file is a *ConfigError naming the file, line and key.
+// Load reads <configDir>/config.toml and holds it to the machine's managed policy
+// (LoadManaged; Managed.Constrain). A missing file gives Default(); anything wrong with the
+// file is a *ConfigError naming the file, line and key; a managed policy fledge cannot
+// trust, or a setting over it, is an error too (ErrManaged): never silently skipped.
 func Load(configDir string) (*Config, error) {
+	m, err := LoadManaged()
+	if err != nil {
+		return nil, err
+	}
+	c, err := loadUser(configDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Constrain(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func loadUser(configDir string) (*Config, error) {
 	path := filepath.Join(configDir, ConfigFile)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -296,6 +318,10 @@ func Parse(file string, data []byte, configDir, home string) (*Config, error) {
 			if msg := set(m[key]); msg != "" {
 				return nil, p.errAt(table, key, msg)
 			}
+			if c.set == nil {
+				c.set = map[string]bool{}
+			}
+			c.set[table+"."+key] = true
 		}
 	}
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 
 // Package policy holds fledge's pure decisions: which capabilities a plugin holds, what a
-// confined process may touch, which environment it sees, and the limits from config.toml.
-// Apart from reading config.toml it makes no OS calls, so every decision is table-testable.
+// confined process may touch, which environment it sees, the limits from config.toml, and
+// the ceilings of the machine's managed policy (managed.go) and the tool rules
+// (toolrules.go). Apart from reading config.toml and the managed policy's files it makes no
+// OS calls, so every decision is table-testable.
 package policy
 
 import (

@@ -48,6 +48,7 @@ func (d *Doctor) JSON() map[string]any {
 		"strict_refuse":    d.refuses,
 		"config_dir":       e.ConfigDir,
 		"config_file":      e.Config.File,
+		"managed_policy":   managedJSON(e.Config.Managed),
 		"audit_log":        e.AuditPath,
 		"exec": map[string]any{
 			"limits": limitsJSON(e.Config.ExecLimits()), "network": e.Config.NetworkAllowed(),
@@ -100,6 +101,7 @@ func (d *Doctor) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  a plugin gets:    ro its own dir, rw its data dir; project and network per grant\n")
 	fmt.Fprintf(w, "  a wasm plugin:    %s\n", fledgev1.WasmInfoText(fledgev1.WasmInfo(e, nil, "")))
 	fmt.Fprintf(w, "  config:           %s\n  audit log:        %s\n", e.ConfigDir, e.AuditPath)
+	writeManaged(w, e.Config.Managed)
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}

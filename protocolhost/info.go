@@ -27,6 +27,9 @@ type PluginInfo struct {
 	handshake *jsonrpc.Manifest
 	wasm      map[string]any
 	pins      *pinState
+	// over are the grants over the managed policy's ceiling (runs are refused until
+	// they are revoked).
+	over []policy.Violation
 }
 
 // pinState is how a self-describing plugin's tools stand against their pins.
@@ -53,6 +56,9 @@ func (h *Host) Info(name string) (*PluginInfo, error) {
 		pi: pi, rep: e.Sandbox.Report(), cfg: e.Config,
 		pa: policy.PluginAccess(paths, en.Granted, e.Config), xa: policy.ExecAccess(paths, e.Config),
 		handshake: recordedHandshake(en, pi.Dir),
+	}
+	if ce := (*policy.CeilingError)(nil); errors.As(e.Config.Managed.CheckPlugin(en.Name, en.Protocol == "", en.Granted, en.Read), &ce) {
+		info.over = ce.Items
 	}
 	switch en.Protocol {
 	case plugin.ProtocolMCP, plugin.ProtocolJSONRPC:
@@ -110,6 +116,12 @@ func (p *PluginInfo) JSON() map[string]any {
 	if p.handshake != nil {
 		info["handshake"] = p.handshake
 	}
+	if p.over != nil {
+		info["over_managed_ceiling"] = p.over
+	}
+	if en.Tools != nil {
+		info["tool_rules"] = en.Tools
+	}
 	if p.pins != nil {
 		info["tool_pins"] = p.pins
 	}
@@ -129,6 +141,9 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "  manifest:  CHANGED since it was approved: runs are refused until it is reinstalled")
 	}
 	writeDigestInfo(w, pi.Dir, en)
+	for _, v := range p.over {
+		fmt.Fprintf(w, "  OVER THE MANAGED CEILING: %s (%s): runs are refused until it is revoked\n", v.Item, v.Rule)
+	}
 	fmt.Fprintf(w, "  protocol:  %s\n", ProtocolName(en.Protocol))
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, cfg.Sandbox.Strict)

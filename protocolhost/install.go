@@ -70,6 +70,7 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 		RunHooks:       o.RunHooks,
 		Asker:          o.Asker,
 		Out:            h.stderr(),
+		Managed:        h.Env.Config.Managed,
 	}
 	if o.GrantSet {
 		gr, err := policy.ParseGrantList(o.Grant)
@@ -87,6 +88,9 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 		in.out = io.Discard
 	}
 	base.RunHook = in.hookRunner()
+	if err := in.checkSource(o.Source); err != nil {
+		return err
+	}
 	if plugin.IsPackageSource(o.Source) {
 		return in.runPackage(ctx, &o, base, nil, nil)
 	}
@@ -164,7 +168,7 @@ func installExit(err error) int {
 	// A plugin this fledge cannot run (ungranted capabilities under --ni, a newer protocol,
 	// a server that does not start) is "could not run", like the same refusal at run time.
 	case errors.Is(err, plugin.ErrNeedsGrant), errors.Is(err, plugin.ErrUnsupportedProtocol),
-		errors.Is(err, plugin.ErrUnapprovedChange), errors.Is(err, ErrNotMCPServer):
+		errors.Is(err, plugin.ErrUnapprovedChange), errors.Is(err, ErrNotMCPServer), errors.Is(err, policy.ErrManaged):
 		return ExitCannotRun
 	case errors.Is(err, ui.ErrInterrupted): // Ctrl+C at a grant question
 		return ExitInterrupted
@@ -180,6 +184,8 @@ func installReason(err error) string {
 		return string(reason.ProtocolVersionMismatch)
 	case errors.Is(err, plugin.ErrNotDeclared):
 		return string(reason.CapabilityNotDeclared)
+	case errors.Is(err, policy.ErrManaged):
+		return string(reason.CapabilityNotAllowed)
 	case errors.Is(err, jsonrpc.ErrHandshake), errors.Is(err, jsonrpc.ErrManifest), errors.Is(err, ErrNotMCPServer):
 		return string(reason.HandshakeFailed)
 	}
@@ -383,7 +389,11 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 		if policy.ClientCapability(item) && m.Plugin.Protocol != plugin.ProtocolMCP {
 			return policy.Change{}, fmt.Errorf("%w: %s", policy.ErrClientCapability, strings.TrimSpace(item))
 		}
-		return policy.GrantOne(cur, m.Declared(), m.Asked(), item)
+		c, err := policy.GrantOne(cur, m.Declared(), m.Asked(), item)
+		if err == nil {
+			err = e.Config.Managed.CheckGrants(name, c.After, nil)
+		}
+		return c, err
 	}
 	if revoke {
 		verb, event = "revoke", audit.EventRevoke
@@ -408,6 +418,8 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 			code, rc = ExitUsage, reason.CapabilityNotDeclared
 		case errors.Is(err, plugin.ErrManifestChanged):
 			code = ExitCannotRun
+		case errors.Is(err, policy.ErrManaged):
+			code, rc = ExitCannotRun, reason.CapabilityNotAllowed
 		}
 		_ = e.NewRecorder(log, refusedRefByName(e.ConfigDir, name), nil).RecordNow(event, audit.Deny, rc,
 			map[string]any{audit.DetailCapability: item, "error": err.Error()})

@@ -310,7 +310,10 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 	}
 	in := &installer{h: h, log: log, out: h.opts.Streams.Out, errOut: h.stderr(), update: old.Name}
 	base := plugin.InstallOptions{ConfigDir: e.ConfigDir, Source: old.Source, Yes: o.Yes, NonInteractive: o.NonInteractive,
-		Asker: o.Asker, Out: h.stderr()}
+		Asker: o.Asker, Out: h.stderr(), Managed: e.Config.Managed}
+	if err := in.checkSource(old.Source); err != nil {
+		return err
+	}
 	if o.GrantSet {
 		gr, err := policy.ParseGrantList(o.Grant)
 		if err != nil {

@@ -38,6 +38,9 @@ func (h *Host) changeReadGrant(name, path string, revoke bool) (*GrantChange, er
 		if revoke {
 			return policy.CheckReadGrant(p, paths)
 		}
+		if err := e.Config.Managed.CheckGrants(name, policy.Grants{}, []string{p}); err != nil {
+			return err
+		}
 		return vetReadGrant(p, paths)
 	})
 	item := policy.ReadGrantPrefix + path
@@ -48,7 +51,7 @@ func (h *Host) changeReadGrant(name, path string, revoke bool) (*GrantChange, er
 			return nil, exitErr(ExitFailure, "no plugin named %q is installed", name)
 		case errors.Is(err, policy.ErrReadGrant):
 			code = ExitUsage
-		case errors.Is(err, plugin.ErrManifestChanged):
+		case errors.Is(err, plugin.ErrManifestChanged), errors.Is(err, policy.ErrManaged):
 			code = ExitCannotRun
 		}
 		_ = e.NewRecorder(log, refusedRefByName(e.ConfigDir, name), nil).RecordNow(event, audit.Deny, reason.CapabilityNotAllowed,

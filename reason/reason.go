@@ -44,6 +44,9 @@ const (
 	// HookStopped: a hook plugin subscribed to pre_tool_execute answered stop: the tool
 	// was not run; the plugin's result says why.
 	HookStopped Code = "hook_stopped"
+	// ToolDenied: the tool is denied by the user's tool rules (plugins tools NAME --deny)
+	// or the managed policy's [tools]: it is not offered, and a call is refused.
+	ToolDenied Code = "tool_denied"
 )
 
 // All lists every code, in taxonomy order (docs and tests iterate it).
@@ -52,6 +55,7 @@ var All = []Code{
 	ProtocolVersionMismatch, CapabilityNotDeclared, CapabilityNotGranted, PathEscape,
 	LimitExceeded, OOMKilled, SandboxUnavailable, Cancelled, NonInteractive,
 	MalformedResponse, ToolNotExposed, CapabilityNotAllowed, ToolError, ToolChanged, BadArguments, HookStopped,
+	ToolDenied,
 }
 
 // Valid reports whether c is a known code.
@@ -92,6 +96,7 @@ var exitStatus = map[Code]int{
 	NonInteractive:          112,
 	ToolChanged:             113,
 	HookStopped:             114,
+	ToolDenied:              115,
 	ToolError:               ToolFailed,
 	BadArguments:            2,
 	Timeout:                 124,

@@ -22,7 +22,7 @@ func newPluginsCmd(g *Globals) *cobra.Command {
 		Use:   "plugins",
 		Short: "Install, list, inspect and remove plugins",
 	}
-	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newUpdateCmd(g), newReviewCmd(g), newApproveCmd(g), newNewCmd(g))
+	c.AddCommand(newInstallCmd(g), newListCmd(g), newInfoCmd(g), newGrantCmd(g), newRevokeCmd(g), newRemoveCmd(g), newUpdateCmd(g), newReviewCmd(g), newApproveCmd(g), newNewCmd(g), newPluginToolsCmd(g))
 	c.AddCommand(newLearnCmd(g), newLogsCmd(g), newLockCmd(g), newSyncCmd(g))
 	return c
 }

@@ -122,12 +122,21 @@ func (e *Env) Close() error {
 func (e *Env) NewRecorder(log audit.Recorder, ref *audit.PluginRef, warn func(string)) *Recorder {
 	r := NewRecorder(log, NewSessionID(), ref, e.Sandbox.Report(), warn)
 	r.SetTrace(e.Trace)
+	r.SetManagedPolicy(e.managedDigest())
 	if e.Config != nil && e.Config.Audit.SessionMaxBytes != 0 {
 		// policy.Parse validated the range; a value set another way keeps the default.
 		_ = r.SetSessionBytes(e.Config.Audit.SessionMaxBytes)
 	}
 	announceNetworkOverride(e.Config, r, warn) // egress.go
 	return r
+}
+
+// managedDigest is the digest of the managed policy in force ("" for none).
+func (e *Env) managedDigest() string {
+	if e.Config == nil || !e.Config.Managed.Active() {
+		return ""
+	}
+	return e.Config.Managed.Digest
 }
 
 // Paths is the policy view of where things are for one plugin. Policy is lexical and
@@ -281,6 +290,14 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 		e.Refuse(ref, kind, "", err.Error())
 		return nil, err
 	}
+	// A plugin installed before the managed ceiling was lowered runs with no more than the
+	// ceiling allows: not at all, on record, until its grants are narrowed.
+	if e.Config != nil {
+		if err := e.Config.Managed.CheckPlugin(entry.Name, !man.HoldsGrants(), entry.Granted, entry.Read); err != nil {
+			e.Refuse(ref, audit.RefusalOverCeiling, "", err.Error())
+			return nil, err
+		}
+	}
 	dataDir := plugin.DataDir(e.ConfigDir, entry.Name)
 	// Beneath the config dir, never through a symlink: the data dir is the plugin's to write.
 	if err := safefs.MkdirAll(e.ConfigDir, filepath.Join("plugins", entry.Name, "data"), 0o700); err != nil {
@@ -323,7 +340,7 @@ func (e *Env) Refuse(ref *audit.PluginRef, kind, command, message string) {
 	}
 	rep := e.Sandbox.Report()
 	_ = audit.RecordRefusal(log, audit.Refusal{
-		Session: NewSessionID(), Plugin: ref, Command: command, Kind: kind, Message: message,
+		Session: NewSessionID(), Plugin: ref, Command: command, Kind: kind, Message: message, ManagedPolicy: e.managedDigest(),
 		Sandbox: &audit.SandboxInfo{Mode: rep.Confinement, LandlockABI: rep.LandlockABI, CgroupMode: rep.CgroupMode},
 	})
 }

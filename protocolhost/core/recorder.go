@@ -155,6 +155,9 @@ type Recorder struct {
 	repeats        map[string]int
 	over           map[string]int // records not written for the budget, by event/decision/reason
 	hit            [nTiers]bool   // the budget record of this tier was written
+	// managed is the managed policy's digest, put on the session's first record (first).
+	managed string
+	first   atomic.Bool
 	// trace: every sandboxed run of this session is traced (kernel_denied.go).
 	trace atomic.Bool
 	// late: runs whose last kernel refusals are still on their way (kernel_denied.go).
@@ -207,11 +210,19 @@ func (r *Recorder) Errors() int64 { return r.errs.Load() }
 
 // New builds a record of this session (not written).
 func (r *Recorder) New(event string, d audit.Decision, rc reason.Code, details map[string]any) *audit.Record {
-	return &audit.Record{
+	rec := &audit.Record{
 		Session: r.session, Event: event, Decision: d, Reason: string(rc), Details: details,
 		Plugin: r.plugin, Sandbox: r.sb,
 	}
+	if r.managed != "" && r.first.CompareAndSwap(false, true) {
+		rec.ManagedPolicy = r.managed
+	}
+	return rec
 }
+
+// SetManagedPolicy is the managed policy's digest the session's first record carries
+// (before the first record).
+func (r *Recorder) SetManagedPolicy(digest string) { r.managed = digest }
 
 // Record writes one record unless it is a repetition past MaxRepeatRecords or does not fit
 // the session budget (then it is counted for the summary). A failed write is counted (see

@@ -341,6 +341,17 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 					}
 				}
 				return res, err
+			case "tools/call":
+				// A tool the tool rules deny is not offered; a call to it all the same is
+				// refused on record (tool_denied), not left to the SDK's "unknown tool".
+				if p, ok := req.GetParams().(*mcpsdk.CallToolParamsRaw); ok {
+					mu.Lock()
+					err := cur.RefuseDenied(p.Name)
+					mu.Unlock()
+					if err != nil {
+						return errorResult(err.Error()), nil
+					}
+				}
 			}
 			return next(ctx, method, req)
 		}

@@ -54,9 +54,15 @@ func (c *Catalogue) Held(plugin, name string) bool {
 var pinned = map[string]bool{plugin.ProtocolMCP: true, plugin.ProtocolJSONRPC: true}
 
 // vet is every listing's one gate: descriptions bounded and stripped of terminal control
-// sequences, and (for self-describing protocols) each definition checked against its pin.
-// Changed or new tools are left out and remembered, so a call names why it is refused.
+// sequences, (for self-describing protocols) each definition checked against its pin, and
+// the tool rules (Decide). Changed, new and denied tools are left out and remembered, so a
+// call names why it is refused.
 func (c *Catalogue) vet(ctx context.Context, b *core.Binding, p Provider, ts []Tool) []Tool {
+	return c.allowed(b, c.vetPins(ctx, b, p, ts))
+}
+
+// vetPins is vet without the tool rules.
+func (c *Catalogue) vetPins(ctx context.Context, b *core.Binding, p Provider, ts []Tool) []Tool {
 	if !pinned[b.Manifest.Plugin.Protocol] {
 		for i := range ts {
 			ts[i].Description = cleanText(ts[i].Description)

@@ -149,6 +149,8 @@ type Catalogue struct {
 	// held are the quarantined definitions of DefinitionsProviders, by plugin and name.
 	held   map[string]bool
 	warned map[string]bool
+	// denied are the tools left out by the tool rules (public name -> the decision).
+	denied map[string]deniedTool
 	// Hooks, when set, run around every call (tools call, serve --mcp).
 	Hooks CallHooks
 }
@@ -278,6 +280,9 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		}
 		ts = c.vet(ctx, b, p, ts)
 		if err := c.quarantine(b, name); err != nil {
+			return nil, nil, err
+		}
+		if err := c.RefuseDenied(name); err != nil {
 			return nil, nil, err
 		}
 		for i := range ts {
