@@ -158,7 +158,7 @@ func (r *NPMRequest) Check() error {
 	case len(r.Env) > maxNPMEnv:
 		return bad("%d environment variables, more than %d", len(r.Env), maxNPMEnv)
 	case !policy.ValidFilesystem(r.Filesystem):
-		return bad("filesystem %q: expected none, plugin or project", clip(r.Filesystem))
+		return bad("filesystem %q: expected one of %s", clip(r.Filesystem), policy.FilesystemLevels)
 	case r.Bin != "" && badText(r.Bin):
 		return bad("bin %q", clip(r.Bin))
 	case len(r.Secrets) > MaxSecrets:

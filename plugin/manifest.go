@@ -434,7 +434,7 @@ func (m *Manifest) validate() error {
 		seenSecret[name] = true
 	}
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
-		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip(m.Capabilities.Filesystem))
+		return bad("[capabilities] filesystem = %q: expected \"none\", \"plugin\", \"project\" or \"project-rw\"", clip(m.Capabilities.Filesystem))
 	}
 	if len(m.Commands) == 0 {
 		return bad("no [[commands]] declared")

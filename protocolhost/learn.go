@@ -345,7 +345,7 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 				// Looked for, never opened: not proposed.
 			case l.access == "write":
 				apart = append(apart, ev+": writes go through exec in the project, no grant gives them elsewhere")
-			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
+			case proj != nil && policy.Within(l.target, proj.Root) && !entry.Granted.ReadsProject():
 				propose("filesystem=project", ev)
 			default:
 				if err := vetReadGrant(l.target, paths); err != nil {
@@ -360,7 +360,7 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			switch {
 			case !landlockReadOnly(l.access) || l.target == "" || l.target == l.syscall:
 				apart = append(apart, ev+": refused by Landlock, no grant gives it")
-			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
+			case proj != nil && policy.Within(l.target, proj.Root) && !entry.Granted.ReadsProject():
 				propose("filesystem=project", ev)
 			default:
 				if err := vetReadGrant(l.target, paths); err != nil {

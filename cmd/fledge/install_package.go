@@ -23,7 +23,7 @@ func addPackageFlags(c *cobra.Command, p *protocolhost.PackageRequest) {
 	c.Flags().StringArrayVar(&p.Env, "env", nil, "npm:PKG: NAME=VALUE for the server (${FLEDGE_DATA_DIR}, ${FLEDGE_PROJECT_ROOT} expand when it starts)")
 	c.Flags().StringArrayVar(&p.Secrets, "secret", nil, "npm:PKG: a secret the server needs: NAME@host:port binds it (the server holds a placeholder; fledge puts the value into its requests to host:port only), a bare NAME hands it the value")
 	c.Flags().BoolVar(&p.Network, "network", false, "npm:PKG: the server asks for the network (granted only as you decide)")
-	c.Flags().StringVar(&p.Filesystem, "filesystem", "", "npm:PKG: the filesystem level the server asks for: none, plugin or project (default project)")
+	c.Flags().StringVar(&p.Filesystem, "filesystem", "", "npm:PKG: the filesystem level the server asks for: none, plugin, project or project-rw (project-rw: the server writes the project; default project)")
 	c.Flags().BoolVar(&p.Force, "force", false, "npm:PKG: keep the plugin even when its server does not complete the MCP handshake (default: the install is undone)")
 }
 

@@ -212,12 +212,12 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	// are pinned at their first listing (an install, often from no project), so every
 	// listing is made under the same capabilities; a first use from an editor's project is
 	// then no changed listing held back.
-	if b.Entry.Granted.FS() == policy.FilesystemProject {
+	if b.Entry.Granted.ReadsProject() {
 		declareRoots(caps)
 	}
 	// The project is the server's one root when there is one (a filesystem server needs no
 	// arguments then); without one it has none. The sandbox still decides what it reaches.
-	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
+	offerRoot := b.Project != nil && b.Entry.Granted.ReadsProject()
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
 		Capabilities: caps,
 		// A server that says its tools changed is listed again (one listing at a time,
