@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"sort"
@@ -162,6 +163,8 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	rec := env.NewRecorder(log, b.Ref, p.warn)
 	// Nobody is at a terminal to answer an MCP server.
 	pluginEnv := b.PluginEnv(cmd.Name, true)
+	// Its home is its data dir: a server writes its state there without flags of its own.
+	maps.Copy(pluginEnv, policy.ServerHome(pluginEnv["FLEDGE_DATA_DIR"]))
 	if b.Project != nil {
 		pluginEnv["FLEDGE_PROJECT_ROOT"] = b.Project.Root
 	}
