@@ -71,7 +71,7 @@ was, the others are updated, and the exit status says whether any was refused.`,
 		},
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "answer no question: keep the grants, and refuse an update that asks for more than you decided on before")
-	c.Flags().StringVar(&grant, "grant", "", "if the new version asks for more, grant exactly these: exec,store,metadata,network,filesystem[=project|plugin]")
+	c.Flags().StringVar(&grant, "grant", "", "if the new version asks for more, grant exactly these: exec,store,metadata,network,filesystem[=project|project-rw|plugin]")
 	c.Flags().BoolVar(&all, "all", false, "update every installed plugin")
 	c.Flags().BoolVar(&force, "force", false, "npm:PKG: keep the new version even when its server does not complete the MCP handshake")
 	return c
