@@ -316,6 +316,10 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 			// in the canonical form, nothing is quarantined.
 			pf.Tools[d.Name], dirty = now, true
 		}
+		if p, ok := pf.Pending[d.Name]; ok && p.Hash != now.Hash && sameLegacy(p, d, now) {
+			// Held back before the upgrade and still the same: not a fresh difference.
+			pf.Pending[d.Name] = now
+		}
 		if p, ok := pf.Tools[d.Name]; ok && p.Hash == now.Hash && instrChange == nil {
 			continue
 		}
