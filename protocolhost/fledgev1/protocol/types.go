@@ -85,7 +85,7 @@ type Capabilities struct {
 	Store      bool   `json:"store"`
 	Metadata   bool   `json:"metadata"`
 	Network    bool   `json:"network"`
-	Filesystem string `json:"filesystem"` // none | project | plugin
+	Filesystem string `json:"filesystem"` // none | plugin | project | project-rw
 }
 
 // SandboxInfo describes the confinement the plugin process and its execs run under.
