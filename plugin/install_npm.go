@@ -161,7 +161,7 @@ func (r *NPMRequest) Check() error {
 	case len(r.Env) > maxNPMEnv:
 		return bad("%d environment variables, more than %d", len(r.Env), maxNPMEnv)
 	case !policy.ValidFilesystem(r.Filesystem):
-		return bad("filesystem %q: expected none, plugin or project", clip.Bytes(r.Filesystem, 80))
+		return bad("filesystem %q: expected one of %s", clip.Bytes(r.Filesystem, 80), policy.FilesystemLevels)
 	case r.Bin != "" && badText(r.Bin):
 		return bad("bin %q", clip.Bytes(r.Bin, 80))
 	case len(r.Secrets) > MaxSecrets:
@@ -357,9 +357,10 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 	if st, err := os.Stat(filepath.Join(o.Dir, entryRel)); err != nil || !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: entry point %s is not a file in the package", ErrNPMPackage, entryRel)
 	}
-	// The MCP registry's server.json, where the package ships one: its arguments and
-	// environment defaults apply when the user gave none.
-	if sj, err := readServerJSON(pkgDir, r.Package); err == nil && sj != nil {
+	// The MCP registry's server.json, where the package ships one (else fledge's known
+	// defaults for it, npmdefaults.go): its arguments and environment defaults apply when
+	// the user gave none.
+	if sj, err := defaultsFor(pkgDir, r.Package); err == nil && sj != nil {
 		if len(r.Args) == 0 {
 			r.Args = sj.args
 		}

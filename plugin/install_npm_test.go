@@ -173,3 +173,21 @@ echo '{"lockfileVersion":3,"packages":{}}' > package-lock.json
 	assert.Equal(t, []string{"GITHUB_TOKEN@api.github.com:443"}, pk.Manifest.Capabilities.Secrets)
 	assert.Equal(t, []string{"OTHER=kept"}, pk.Request.Env)
 }
+
+// A package that ships no server.json gets fledge's known defaults for it (the memory
+// server's graph in its data dir); one that ships its own gets its own.
+func TestNPMKnownDefaults(t *testing.T) {
+	dir := t.TempDir()
+	sj, err := defaultsFor(dir, "@modelcontextprotocol/server-memory")
+	require.NoError(t, err)
+	require.NotNil(t, sj)
+	assert.Equal(t, []string{"MEMORY_FILE_PATH=${FLEDGE_DATA_DIR}/memory.jsonl"}, sj.env)
+	sj, err = defaultsFor(dir, "@x/unknown")
+	require.NoError(t, err)
+	assert.Nil(t, sj)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.json"), []byte(`{"packages": [{"registryType": "npm",
+  "identifier": "@modelcontextprotocol/server-memory", "environmentVariables": [{"name": "MEMORY_FILE_PATH", "default": "/elsewhere"}]}]}`), 0o644))
+	sj, err = defaultsFor(dir, "@modelcontextprotocol/server-memory")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"MEMORY_FILE_PATH=/elsewhere"}, sj.env, "the package's own server.json wins")
+}

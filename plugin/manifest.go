@@ -437,7 +437,7 @@ func (m *Manifest) validate() error {
 		seenSecret[name] = true
 	}
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
-		return bad("[capabilities] filesystem = %q: expected \"none\", \"project\" or \"plugin\"", clip.Bytes(m.Capabilities.Filesystem, 80))
+		return bad("[capabilities] filesystem = %q: expected \"none\", \"plugin\", \"project\" or \"project-rw\"", clip.Bytes(m.Capabilities.Filesystem, 80))
 	}
 	if len(m.Commands) == 0 {
 		return bad("no [[commands]] declared")

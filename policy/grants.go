@@ -20,6 +20,10 @@ const (
 	FilesystemNone    = "none"    // no project access at all
 	FilesystemPlugin  = "plugin"  // only the plugin's private data dir (which it always has)
 	FilesystemProject = "project" // read-only access to the project
+	// FilesystemProjectRW lets the plugin process itself write the project, with the
+	// protected paths (git metadata, hooks, configs) read-only as for commands: the
+	// sandbox protects every writable root the same way.
+	FilesystemProjectRW = "project-rw"
 )
 
 // FilesystemDefault is the level a fledge-v1 plugin gets when its manifest does not mention
@@ -55,7 +59,7 @@ type Grants struct {
 	// Secrets are environment variable names passed to the plugin process only (from the
 	// user's environment or fledge's secret store), never to its commands or another plugin.
 	Secrets    []string `toml:"secrets,omitempty" json:"secrets,omitempty"`
-	Filesystem string   `toml:"filesystem" json:"filesystem"` // none | plugin | project ("" = none)
+	Filesystem string   `toml:"filesystem" json:"filesystem"` // none | plugin | project | project-rw ("" = none)
 	// Sampling and Elicitation are MCP client capabilities: an MCP server's
 	// sampling/createMessage and elicitation/create requests are passed to fledge's own
 	// MCP client only when granted. They reach no sandbox: any MCP plugin may be granted
@@ -98,9 +102,21 @@ func fsRank(level string) int {
 		return 1
 	case FilesystemProject:
 		return 2
+	case FilesystemProjectRW:
+		return 3
 	}
 	return -1
 }
+
+// ReadsProject reports whether the plugin process may read the project (project or
+// project-rw).
+func (g Grants) ReadsProject() bool { return fsRank(g.FS()) >= fsRank(FilesystemProject) }
+
+// WritesProject reports whether the plugin process may write the project (project-rw).
+func (g Grants) WritesProject() bool { return g.FS() == FilesystemProjectRW }
+
+// FilesystemLevels is how the known levels are listed in messages.
+const FilesystemLevels = "none, plugin, project, project-rw"
 
 // ValidFilesystem reports whether level is a known filesystem grant ("" counts as none).
 func ValidFilesystem(level string) bool { return fsRank(level) >= 0 }
@@ -161,7 +177,7 @@ func (g Grants) String() string {
 }
 
 // Subset reports whether every capability in g is also in of. Filesystem levels are ordered
-// none < plugin < project; an unknown level is never a subset.
+// none < plugin < project < project-rw; an unknown level is never a subset.
 func (g Grants) Subset(of Grants) bool {
 	if (g.Sampling && !of.Sampling) || (g.Elicitation && !of.Elicitation) {
 		return false
@@ -316,7 +332,7 @@ func ParseGrantList(s string) (Grants, error) {
 		case strings.HasPrefix(item, "filesystem="):
 			level := strings.TrimPrefix(item, "filesystem=")
 			if fsRank(level) < 0 || level == "" {
-				return Grants{}, fmt.Errorf("%w: %q (filesystem is one of none, plugin, project)", ErrUnknownCapability, item)
+				return Grants{}, fmt.Errorf("%w: %q (filesystem is one of %s)", ErrUnknownCapability, item, FilesystemLevels)
 			}
 			g.Filesystem = level
 		default:
@@ -347,6 +363,8 @@ func Describe(item string) string {
 		return "connect to " + strings.TrimPrefix(item, "network=") + " (and look the name up), from the plugin and its commands"
 	case item == "filesystem=project":
 		return "read the project's files"
+	case item == "filesystem=project-rw":
+		return "WRITE the project's files from the plugin process itself (strong: it can change any file of the project; git hooks, configs and the other protected paths stay read-only)"
 	case item == "filesystem=plugin":
 		return "use its private data dir only"
 	case item == CapSampling:
@@ -430,7 +448,7 @@ func ParseGrantName(name string) (Grants, error) {
 // parseSingle parses exactly one capability in the "filesystem=<level>" spelling.
 func parseSingle(name string) (Grants, error) {
 	if name == "" || name == "none" || strings.Contains(name, ",") {
-		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project], sampling, elicitation)", ErrUnknownCapability, name)
+		return Grants{}, fmt.Errorf("%w: %q (name one of exec, store, metadata, network, filesystem[=none|plugin|project|project-rw], sampling, elicitation)", ErrUnknownCapability, name)
 	}
 	return ParseGrantList(name)
 }

@@ -24,7 +24,7 @@ func TestParseGrantList(t *testing.T) {
 		{"filesystem=project", Grants{Filesystem: "project"}, ""},
 		{"filesystem=plugin,exec", Grants{Exec: true, Filesystem: "plugin"}, ""},
 		{"exec,sudo", Grants{}, `unknown capability: "sudo" (known: exec, store, metadata, network, filesystem, sampling, elicitation)`},
-		{"filesystem=everything", Grants{}, `unknown capability: "filesystem=everything" (filesystem is one of none, plugin, project)`},
+		{"filesystem=everything", Grants{}, `unknown capability: "filesystem=everything" (filesystem is one of none, plugin, project, project-rw)`},
 		{"filesystem=", Grants{}, `unknown capability: "filesystem="`},
 		// No guessing from a typo in a security decision.
 		{"exec,exec", Grants{}, `bad:"exec" is given twice`},
@@ -96,6 +96,9 @@ func TestGrantsSubset(t *testing.T) {
 		{Grants{Filesystem: "plugin"}, Grants{}, false},
 		{Grants{Filesystem: "none"}, Grants{}, true},
 		{Grants{Filesystem: "bogus"}, all, false},
+		{Grants{Filesystem: "project"}, Grants{Filesystem: "project-rw"}, true},
+		{Grants{Filesystem: "project-rw"}, Grants{Filesystem: "project"}, false},
+		{Grants{Filesystem: "project-rw"}, all, false},
 		{Grants{}, Grants{Filesystem: "bogus"}, false},
 	}
 	for _, tc := range cases {
@@ -126,6 +129,24 @@ func TestDescribe(t *testing.T) {
 	for _, n := range (Grants{Exec: true, Store: true, Metadata: true, Network: true, Filesystem: "project"}).Names() {
 		assert.NotEqual(t, n, Describe(n), n)
 	}
+	assert.Contains(t, Describe("filesystem=project-rw"), "WRITE", "a grant to write the project is said as the strong grant it is")
+}
+
+// project-rw parses in both spellings, reads and writes the project, and ranks above project.
+func TestFilesystemProjectRW(t *testing.T) {
+	for _, s := range []string{"filesystem=project-rw", "filesystem:project-rw"} {
+		g, err := ParseGrantName(s)
+		require.NoError(t, err, s)
+		assert.True(t, g.ReadsProject() && g.WritesProject(), s)
+		assert.Equal(t, "filesystem=project-rw", g.String())
+	}
+	ro := Grants{Filesystem: FilesystemProject}
+	assert.True(t, ro.ReadsProject())
+	assert.False(t, ro.WritesProject())
+	assert.Equal(t, FilesystemProjectRW, ro.Union(Grants{Filesystem: FilesystemProjectRW}).FS())
+	c, err := GrantOne(ro, ro, ro, "filesystem=project-rw")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"filesystem=project-rw"}, c.Unrequested, "more than the plugin asked for, said so")
 }
 
 // ParseGrantName reads runtime-v1's spelling too; the CLI's parser (GrantOne, RevokeOne)

@@ -240,7 +240,9 @@ func unprotect(c *Config) []string {
 // PluginAccess is the profile of the plugin process itself: read+execute on system paths,
 // safe PATH entries and its own dir (it cannot rewrite its code or plant files there);
 // read-write on its private data dir; the project only per the filesystem grant (none: no
-// access; project: read-only; plugin: nothing beyond the data dir). Policy read_only and
+// access; project: read-only; project-rw: read-write, its protected paths read-only as for
+// commands, since the sandbox protects every writable root alike; plugin: nothing beyond
+// the data dir). Policy read_only and
 // read_write do not apply (a plugin gets what its grants say), except a read_only toolchain
 // tree that holds a PATH entry, where the plugin's interpreter lives.
 func PluginAccess(p Paths, g Grants, c *Config) sandbox.Access {
@@ -251,7 +253,10 @@ func PluginAccess(p Paths, g Grants, c *Config) sandbox.Access {
 	a.ReadExec = append(a.ReadExec, toolchainReadOnly(p, c, deny)...)
 	a.ReadWrite = addIf(a.ReadWrite, p.PluginDataDir)
 	a.Unprotect = unprotect(c)
-	if g.FS() == FilesystemProject {
+	switch {
+	case g.WritesProject():
+		a.ReadWrite = addIf(a.ReadWrite, p.ProjectRoot)
+	case g.ReadsProject():
 		a.ReadOnly = addIf(a.ReadOnly, p.ProjectRoot)
 	}
 	return a

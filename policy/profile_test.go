@@ -83,12 +83,15 @@ func TestPluginAccessPerFilesystemGrant(t *testing.T) {
 	cases := []struct {
 		fs        string
 		projectRO bool
-	}{{"", false}, {"none", false}, {"plugin", false}, {"project", true}}
+		projectRW bool
+	}{{"", false, false}, {"none", false, false}, {"plugin", false, false}, {"project", true, false}, {"project-rw", false, true}}
 	for _, tc := range cases {
 		a := PluginAccess(p, Grants{Exec: true, Filesystem: tc.fs}, Default())
 		require.NoError(t, CheckAccess(a))
 		assert.Equal(t, tc.projectRO, contains(a.ReadOnly, "/work/proj"), tc.fs)
-		assert.False(t, contains(a.ReadWrite, "/work/proj"), tc.fs)
+		assert.Equal(t, tc.projectRW, contains(a.ReadWrite, "/work/proj"), tc.fs)
+		// The sandbox works out the protected paths of every writable root itself.
+		assert.Nil(t, a.Protected, tc.fs)
 		assert.False(t, contains(a.ReadExec, "/work/proj"), tc.fs)
 		assert.Contains(t, a.ReadWrite, p.PluginDataDir)
 		assert.Contains(t, a.ReadExec, p.PluginDir)

@@ -87,7 +87,7 @@ type Capabilities struct {
 	Store      bool   `json:"store"`
 	Metadata   bool   `json:"metadata"`
 	Network    bool   `json:"network"`
-	Filesystem string `json:"filesystem"` // none | project | plugin
+	Filesystem string `json:"filesystem"` // none | plugin | project | project-rw
 }
 
 // The filesystem levels as init spells them (the grant of the same name in policy).
@@ -95,6 +95,9 @@ const (
 	FilesystemNone    = "none"
 	FilesystemPlugin  = "plugin"
 	FilesystemProject = "project"
+	// FilesystemProjectRW: the plugin process may write the project (its commands always
+	// could); the git metadata stays read-only.
+	FilesystemProjectRW = "project-rw"
 )
 
 // SandboxInfo describes the confinement the plugin process and its execs run under.

@@ -34,8 +34,10 @@ type PluginInfo struct {
 
 // pinState is how a self-describing plugin's tools stand against their pins.
 type pinState struct {
-	Pinned  int    `json:"pinned"`
-	Pending int    `json:"changed"`
+	Pinned  int `json:"pinned"`
+	Pending int `json:"changed"`
+	// Removed are approved tools the server no longer lists (held for review, not back).
+	Removed int    `json:"removed,omitempty"`
 	Error   string `json:"error,omitempty"`
 }
 
@@ -66,7 +68,14 @@ func (h *Host) Info(name string) (*PluginInfo, error) {
 		if pf, err := pins.Load(e.ConfigDir, en.Name); err != nil {
 			info.pins.Error = err.Error()
 		} else if pf != nil {
-			info.pins.Pinned, info.pins.Pending = len(pf.Tools), len(pf.Pending)
+			info.pins.Pinned = len(pf.Tools)
+			for _, p := range pf.Pending {
+				if p.Removed {
+					info.pins.Removed++
+				} else {
+					info.pins.Pending++
+				}
+			}
 		}
 	}
 	if pi.Manifest != nil && pi.Manifest.IsWasm() {
@@ -176,6 +185,8 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "  tools:     not pinned yet (the first listing pins them)")
 	case p.pins.Pending > 0:
 		fmt.Fprintf(w, "  tools:     %d definitions pinned; %d CHANGED and held back: 'fledge plugins review %s'\n", p.pins.Pinned, p.pins.Pending, en.Name)
+	case p.pins.Removed > 0:
+		fmt.Fprintf(w, "  tools:     %d definitions pinned, none changed; %d no longer listed: 'fledge plugins review %s'\n", p.pins.Pinned, p.pins.Removed, en.Name)
 	default:
 		fmt.Fprintf(w, "  tools:     %d definitions pinned, none changed\n", p.pins.Pinned)
 	}

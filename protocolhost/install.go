@@ -372,6 +372,13 @@ func WholeNetwork(item string) bool {
 	return err == nil && g.Network
 }
 
+// WritesProject reports whether a grant item is filesystem=project-rw: the plugin process
+// writes the project, which the CLI confirms on a terminal as it does the whole network.
+func WritesProject(item string) bool {
+	g, err := policy.ParseGrantName(strings.ToLower(strings.TrimSpace(item)))
+	return err == nil && g.WritesProject()
+}
+
 // ChangeGrant grants (or, with revoke, takes back) one capability of an installed plugin,
 // and records the change or the refusal.
 func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error) {

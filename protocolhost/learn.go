@@ -345,9 +345,14 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			switch {
 			case l.access == "stat" && !used[l.target]:
 				// Looked for, never opened: not proposed.
+			case l.access == "write" && proj != nil && policy.Within(l.target, proj.Root) && len(l.commands) == 0 &&
+				!entry.Granted.WritesProject() && !inGitDir(l.target, proj.Root):
+				// The plugin process itself wrote the project: project-rw gives that (its git
+				// metadata stays read-only, so a write there is never proposed).
+				propose("filesystem=project-rw", ev)
 			case l.access == "write":
-				apart = append(apart, ev+": writes go through exec in the project, no grant gives them elsewhere")
-			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
+				apart = append(apart, ev+": writes go through exec in the project (or the plugin's own with filesystem=project-rw), no grant gives them elsewhere, nor in git metadata")
+			case proj != nil && policy.Within(l.target, proj.Root) && !entry.Granted.ReadsProject():
 				propose("filesystem=project", ev)
 			default:
 				if err := vetReadGrant(l.target, paths); err != nil {
@@ -362,7 +367,7 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 			switch {
 			case !landlockReadOnly(l.access) || l.target == "" || l.target == l.syscall:
 				apart = append(apart, ev+": refused by Landlock, no grant gives it")
-			case proj != nil && policy.Within(l.target, proj.Root) && entry.Granted.FS() != policy.FilesystemProject:
+			case proj != nil && policy.Within(l.target, proj.Root) && !entry.Granted.ReadsProject():
 				propose("filesystem=project", ev)
 			default:
 				if err := vetReadGrant(l.target, paths); err != nil {
@@ -550,4 +555,19 @@ func shown(s string) string {
 		return strconv.QuoteToASCII(s)
 	}
 	return s
+}
+
+// inGitDir reports whether path, inside root, has a .git element (git metadata, which no
+// grant makes writable).
+func inGitDir(path, root string) bool {
+	rel, err := filepath.Rel(root, path)
+	if err != nil {
+		return true
+	}
+	for _, e := range strings.Split(filepath.ToSlash(rel), "/") {
+		if e == ".git" || strings.HasSuffix(e, ".git") {
+			return true
+		}
+	}
+	return false
 }

@@ -25,7 +25,7 @@ func addPackageFlags(c *cobra.Command, p *protocolhost.PackageRequest) {
 	c.Flags().StringArrayVar(&p.Env, "env", nil, "npm:PKG: NAME=VALUE for the server (${FLEDGE_DATA_DIR}, ${FLEDGE_PROJECT_ROOT} expand when it starts)")
 	c.Flags().StringArrayVar(&p.Secrets, "secret", nil, "npm:PKG: a secret the server needs: NAME@host:port binds it (the server holds a placeholder; fledge puts the value into its requests to host:port only), a bare NAME hands it the value")
 	c.Flags().BoolVar(&p.Network, "network", false, "npm:PKG: the server asks for the network (granted only as you decide)")
-	c.Flags().StringVar(&p.Filesystem, "filesystem", "", "npm:PKG: the filesystem level the server asks for: none, plugin or project (default project)")
+	c.Flags().StringVar(&p.Filesystem, "filesystem", "", "npm:PKG: the filesystem level the server asks for: none, plugin, project or project-rw (project-rw: the server writes the project; default project)")
 	c.Flags().BoolVar(&p.Force, "force", false, "npm:PKG: keep the plugin even when its server does not complete the MCP handshake (default: the install is undone)")
 	c.Flags().StringVar(&p.Python, "python", "", "pypi:PKG: the interpreter the server runs with, outside your home dir (default /usr/bin/python3)")
 	c.Flags().BoolVar(&p.AllowSdist, "allow-sdist", false, "pypi:PKG: build a package that has no wheel from its sdist, as a confined install hook (network to the index only, no home)")
@@ -75,7 +75,7 @@ was, the others are updated, and the exit status says whether any was refused.`,
 		},
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "answer no question: keep the grants, and refuse an update that asks for more than you decided on before")
-	c.Flags().StringVar(&grant, "grant", "", "if the new version asks for more, grant exactly these: exec,store,metadata,network,filesystem[=project|plugin]")
+	c.Flags().StringVar(&grant, "grant", "", "if the new version asks for more, grant exactly these: exec,store,metadata,network,filesystem[=project|project-rw|plugin]")
 	c.Flags().BoolVar(&all, "all", false, "update every installed plugin")
 	c.Flags().BoolVar(&force, "force", false, "npm:PKG: keep the new version even when its server does not complete the MCP handshake")
 	return c

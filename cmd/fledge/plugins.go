@@ -79,7 +79,7 @@ func newInstallCmd(g *Globals) *cobra.Command {
 	c.Flags().StringVar(&o.FromDir, "from-dir", "", "install every executable of a plugin dir as a JSON-RPC 2.0 host scans it (hidden files skipped; needs --protocol)")
 	addPackageFlags(c, &o.Package)
 	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant every capability the manifest declares")
-	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|plugin]; MCP servers also sampling,elicitation (with --yes: added to everything declared)")
+	c.Flags().StringVar(&o.Grant, "grant", "", "grant only these capabilities: exec,store,metadata,network,filesystem[=project|project-rw|plugin]; MCP servers also sampling,elicitation (with --yes: added to everything declared)")
 	c.Flags().BoolVar(&o.RunHooks, "run-hooks", false, "run the plugin's build hooks (shown first)")
 	return c
 }

@@ -20,7 +20,7 @@ type GrantOptions struct {
 	Name   string
 	Item   string
 	Revoke bool
-	// Yes grants the whole network without the question a terminal gets.
+	// Yes grants the whole network (or project-rw) without the question a terminal gets.
 	Yes bool
 }
 
@@ -32,7 +32,7 @@ func newGrantCmd(g *Globals) *cobra.Command {
 		Long: `Grant an installed plugin one more capability: exec, store, metadata,
 network=HOST:PORT (one destination), network or network=true (the WHOLE network, as
 plugin.toml's network = true: asked again on a terminal unless --yes), secret=NAME,
-filesystem[=none|plugin|project] (a bare "filesystem" is the level the plugin asks for, else
+filesystem[=none|plugin|project|project-rw] (a bare "filesystem" is the level the plugin asks for, else
 project), or read=PATH (one file or directory, read-only, for the plugin and its commands;
 never a key or token store such as ~/.ssh, nor fledge's own config and state; 'fledge
 plugins learn' proposes these). network=false grants nothing: 'fledge plugins revoke NAME
@@ -50,7 +50,7 @@ refused at run time.`,
 			return o.Run()
 		},
 	}
-	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant the whole network without asking")
+	c.Flags().BoolVarP(&o.Yes, "yes", "y", false, "grant the whole network or filesystem=project-rw without asking")
 	return c
 }
 
@@ -79,6 +79,21 @@ func (o *GrantOptions) Run() error {
 		return err
 	}
 	defer h.Close()
+	if !o.Revoke && protocolhost.WritesProject(o.Item) {
+		// As strong as the whole network for the project's files: said in full, asked again.
+		fmt.Fprintf(o.g.Streams.Err, "fledge: filesystem=project-rw lets %s's own process change any file of the project (git hooks, configs and the other protected paths stay read-only)\n", o.Name)
+		u := ui.New(ui.Options{In: o.g.Streams.In, Out: o.g.Streams.Out, Err: o.g.Streams.Err, NonInteractive: o.g.nonInteractive()})
+		defer u.Close()
+		if u.Interactive() && !o.Yes {
+			ok, err := uiAsker{u}.Confirm(fmt.Sprintf("Let %s write the project?", o.Name), false)
+			if err != nil {
+				return exitErr(ExitInterrupted, "grant %s filesystem=project-rw: %v", o.Name, err)
+			}
+			if !ok {
+				return exitErr(ExitFailure, "grant %s filesystem=project-rw: declined; nothing changed", o.Name)
+			}
+		}
+	}
 	if !o.Revoke && protocolhost.WholeNetwork(o.Item) {
 		// The strongest sandbox grant: said in full, and asked again on a terminal.
 		fmt.Fprintf(o.g.Streams.Err, "fledge: network lets %s reach the WHOLE network, every host and port, from the plugin and its commands; network=HOST:PORT grants one destination\n", o.Name)

@@ -28,10 +28,12 @@ func newLearnCmd(g *Globals) *cobra.Command {
 		Long: `Run one command of an installed plugin in trace mode (see 'fledge run --trace'),
 under the grants it holds now and never more, and print the smallest change to its grants
 that would have let the accesses it was refused through: a path it read (read=PATH, the
-path itself, not its directory), the project (filesystem=project), the network. Each
+path itself, not its directory), the project (filesystem=project; filesystem=project-rw
+when the plugin's own process wrote it), the network. Each
 proposal comes with its evidence (the syscall, the path or destination, how often) and as a
 'fledge plugins grant' line to copy. Nothing is granted. Refusals no grant can lift (a
-syscall on the kernel deny-list, a write outside the project, a key store such as ~/.ssh)
+syscall on the kernel deny-list, a write outside the project or into its git metadata, a
+key store such as ~/.ssh)
 are listed apart.
 
 The traced run is non-interactive, and everything it prints comes first, every line of

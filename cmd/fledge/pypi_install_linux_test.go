@@ -334,7 +334,7 @@ func TestPluginsLockSyncReproduces(t *testing.T) {
 	t.Logf("fledge.lock:\n%s", lock)
 	sum := sha256.Sum256(data)
 	for _, want := range []string{`source = "pypi:fledge-echo-mcp"`, `version = "1.0.0"`, `digest = "sha256:`,
-		`filesystem = "project"`, `echo = "sha256:`, hex.EncodeToString(sum[:])} {
+		`filesystem = "project"`, `echo = "sha256c:`, hex.EncodeToString(sum[:])} {
 		assert.Contains(t, string(lock), want)
 	}
 	digest := regexpFind(t, `digest = "(sha256:[0-9a-f]{64})"`, string(lock))

@@ -58,28 +58,23 @@ type Def struct {
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
-// Hash is the definition's pin: sha256 over the name, the description and the input schema
-// in a canonical JSON form (keys sorted, no insignificant space), so a server that merely
-// reorders keys is not a change.
-func Hash(d Def) string {
-	var schema any
-	if len(d.InputSchema) > 0 && json.Unmarshal(d.InputSchema, &schema) != nil {
-		schema = string(d.InputSchema) // not JSON: hash the bytes as given
-	}
-	b, _ := json.Marshal(map[string]any{"name": d.Name, "description": d.Description, "input_schema": schema})
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+// HashText pins a text (the server's instructions) by its words (see Words).
+func HashText(s string) string {
+	sum := sha256.Sum256([]byte(Words(s)))
+	return canonPrefix + hex.EncodeToString(sum[:])
 }
 
-// HashText pins a text (the server's instructions).
-func HashText(s string) string {
+// legacyHashText is HashText before canonical hashing (only read; see legacyHash).
+func legacyHashText(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Pin is one approved (or pending) definition: its hash and what is kept for review.
 type Pin struct {
-	Hash        string          `json:"hash"`
+	Hash string `json:"hash"`
+	// Removed marks a pending entry for an approved tool the server no longer lists.
+	Removed     bool            `json:"removed,omitempty"`
 	Description string          `json:"description,omitempty"`
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
@@ -103,6 +98,9 @@ type Change struct {
 	NewDesc  string `json:"new_description,omitempty"`
 	OldInput string `json:"old_input_schema,omitempty"`
 	NewInput string `json:"new_input_schema,omitempty"`
+	// Removed: an approved tool the server no longer lists (nothing to hold back; review
+	// shows it, approve forgets its pin).
+	Removed bool `json:"removed,omitempty"`
 	// Fresh: seen for the first time now (or different from the last pending one): the
 	// caller records it once, not at every listing.
 	Fresh bool `json:"-"`
@@ -114,6 +112,8 @@ type Verdict struct {
 	Quarantined map[string]Change
 	// FirstUse: there were no pins; everything listed was pinned now.
 	FirstUse bool
+	// Removed are the approved tools the listing no longer has, by name.
+	Removed []string
 }
 
 // Allowed reports whether the tool may be offered.
@@ -282,11 +282,11 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 	pending := map[string]Pin{}
 	note := func(name string, now Pin) Change {
 		old, had := pf.Tools[name]
-		c := Change{Tool: name, New: now.Hash, NewDesc: now.Description, NewInput: string(now.InputSchema)}
+		c := Change{Tool: name, New: now.Hash, NewDesc: now.Description, NewInput: string(now.InputSchema), Removed: now.Removed}
 		if had {
 			c.Old, c.OldDesc, c.OldInput = old.Hash, old.Description, string(old.InputSchema)
 		}
-		if prev, ok := pf.Pending[name]; !ok || prev.Hash != now.Hash {
+		if prev, ok := pf.Pending[name]; !ok || prev.Hash != now.Hash || prev.Removed != now.Removed {
 			c.Fresh, dirty = true, true
 		}
 		pending[name] = now
@@ -294,12 +294,28 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 	}
 	var instrChange *Change
 	old := pf.Tools[InstructionsKey].Hash
-	if now := HashText(instructions); (instructions != "" || old != "") && now != old {
-		c := note(InstructionsKey, Pin{Hash: now, Description: clip.Bytes(instructions, maxKeptDesc)})
+	instrPin := Pin{Hash: HashText(instructions), Description: clip.Bytes(instructions, maxKeptDesc)}
+	if kept := pf.Tools[InstructionsKey]; isLegacy(old) && (old == legacyHashText(instructions) ||
+		kept.Description == clip.Bytes(kept.Description, maxKeptDesc-1) && HashText(kept.Description) == instrPin.Hash) {
+		pf.Tools[InstructionsKey], old, dirty = instrPin, instrPin.Hash, true // pinned before canonical hashing
+	}
+	if now := instrPin.Hash; (instructions != "" || old != "") && now != old {
+		c := note(InstructionsKey, instrPin)
 		instrChange = &c
 	}
+	listed := make(map[string]bool, len(defs))
 	for _, d := range defs {
+		listed[d.Name] = true
 		now := keep(d)
+		if p, ok := pf.Tools[d.Name]; ok && p.Hash != now.Hash && sameLegacy(p, d, now) {
+			// Pinned before canonical hashing, and the same definition: the pin is rewritten
+			// in the canonical form, nothing is quarantined.
+			pf.Tools[d.Name], dirty = now, true
+		}
+		if p, ok := pf.Pending[d.Name]; ok && p.Hash != now.Hash && sameLegacy(p, d, now) {
+			// Held back before the upgrade and still the same: not a fresh difference.
+			pf.Pending[d.Name] = now
+		}
 		if p, ok := pf.Tools[d.Name]; ok && p.Hash == now.Hash && instrChange == nil {
 			continue
 		}
@@ -314,6 +330,15 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 	}
 	if instrChange != nil {
 		v.Quarantined[InstructionsKey] = *instrChange
+	}
+	if !over {
+		for name := range pf.Tools {
+			if name != InstructionsKey && !listed[name] {
+				v.Removed = append(v.Removed, name)
+				note(name, Pin{Removed: true})
+			}
+		}
+		sort.Strings(v.Removed)
 	}
 	if len(pending) != len(pf.Pending) {
 		dirty = true
@@ -343,7 +368,7 @@ func Review(configDir, plugin string) ([]Change, error) {
 	}
 	var out []Change
 	for name, now := range pf.Pending {
-		c := Change{Tool: name, New: now.Hash, NewDesc: now.Description, NewInput: string(now.InputSchema)}
+		c := Change{Tool: name, New: now.Hash, NewDesc: now.Description, NewInput: string(now.InputSchema), Removed: now.Removed}
 		if old, ok := pf.Tools[name]; ok {
 			c.Old, c.OldDesc, c.OldInput = old.Hash, old.Description, string(old.InputSchema)
 		}
@@ -374,20 +399,33 @@ func Approve(configDir, plugin string) ([]Change, error) {
 		return nil, fmt.Errorf("%w for %s", ErrNothingPending, plugin)
 	}
 	for name, p := range pf.Pending {
+		if p.Removed {
+			delete(pf.Tools, name)
+			continue
+		}
 		pf.Tools[name] = p
 	}
 	pf.Pending = nil
 	return changes, Save(configDir, pf)
 }
 
-// Diff renders one change for a terminal: the old and new description and schema, line by
-// line, "-" for what went and "+" for what came.
+// Diff renders one change for a terminal: what it means first (Meaning, "*" lines), then
+// the old and new description and schema, line by line, "-" for what went and "+" for what
+// came.
 func Diff(c Change) string {
 	var b strings.Builder
-	if c.Old == "" {
+	switch {
+	case c.Removed:
+		fmt.Fprintf(&b, "removed %s (%s)\n", c.Tool, c.Old)
+		return b.String()
+	case c.Old == "":
 		fmt.Fprintf(&b, "new tool %s (%s)\n", c.Tool, c.New)
-	} else {
+	default:
 		fmt.Fprintf(&b, "changed %s: %s -> %s\n", c.Tool, c.Old, c.New)
+	}
+	// What it means first; the definitions as kept, line by line, after.
+	for _, m := range Meaning(c) {
+		fmt.Fprintf(&b, "  * %s\n", m)
 	}
 	lines := func(prefix, label, s string) {
 		if s == "" {

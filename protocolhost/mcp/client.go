@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"sort"
@@ -182,6 +183,8 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	rec := env.NewRecorder(log, b.Ref, p.warn)
 	// Nobody is at a terminal to answer an MCP server.
 	pluginEnv := b.PluginEnv(cmd.Name, true)
+	// Its home is its data dir: a server writes its state there without flags of its own.
+	maps.Copy(pluginEnv, policy.ServerHome(pluginEnv["FLEDGE_DATA_DIR"]))
 	if b.Project != nil {
 		pluginEnv["FLEDGE_PROJECT_ROOT"] = b.Project.Root
 	}
@@ -233,7 +236,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	// are pinned at their first listing (an install, often from no project), so every
 	// listing is made under the same capabilities; a first use from an editor's project is
 	// then no changed listing held back.
-	if b.Entry.Granted.FS() == policy.FilesystemProject {
+	if b.Entry.Granted.ReadsProject() {
 		declareRoots(caps)
 	}
 	// Sampling and elicitation are offered as granted, at install as at every later start:
@@ -246,7 +249,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	}
 	// The project is the server's one root when there is one (a filesystem server needs no
 	// arguments then); without one it has none. The sandbox still decides what it reaches.
-	offerRoot := b.Project != nil && b.Entry.Granted.FS() == policy.FilesystemProject
+	offerRoot := b.Project != nil && b.Entry.Granted.ReadsProject()
 	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
 		Capabilities: caps,
 		// A server that says its tools changed is listed again (one listing at a time,

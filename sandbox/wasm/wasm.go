@@ -143,10 +143,15 @@ type Preopen struct {
 
 // Preopens lists the directories the filesystem grant gives the module. fledge's levels rank
 // none < plugin < project (policy/grants.go): "plugin" is the private data dir only,
-// "project" adds the project read-only, as for a native plugin.
+// "project" adds the project read-only, as for a native plugin. "project-rw" gives a module
+// no more than "project": a preopen is not a mount, so the protected paths (git hooks and
+// configs) a native plugin's writable project keeps read-only could not be kept so here.
 func (o Options) Preopens() []Preopen {
 	var out []Preopen
 	fsLevel := o.Grants.Filesystem
+	if fsLevel == protocol.FilesystemProjectRW {
+		fsLevel = protocol.FilesystemProject
+	}
 	if fsLevel == protocol.FilesystemProject && o.ProjectRoot != "" {
 		out = append(out, Preopen{Guest: "/project", Host: o.ProjectRoot, ReadOnly: true})
 	}

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: MIT
+
+package pins
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"strings"
+	"unicode"
+)
+
+// Canonical definitions: what a pin hashes.
+//
+// Servers re-emit the same tool in another notation from one release to the next (a new
+// schema generator, a linter over the descriptions): keys in another order, a different
+// $schema draft URL, additionalProperties spelled out or left to its default, `required`
+// in another order, a description re-wrapped or given a full stop. None of that changes
+// what the model is told or what it may send, and quarantining it teaches users to approve
+// without reading. What is hashed is therefore the definition in a canonical form that
+// keeps every word and every constraint and drops only notation:
+//
+//   - descriptions and titles (the tool's and every one in its schema) as their words:
+//     split at white space, ASCII and typographic punctuation trimmed from each word's
+//     ends, lower-cased. A word added, removed or changed is a change; so is punctuation
+//     inside a word ("~/.ssh/id_rsa", "don't"). Invisible characters are not white space
+//     or punctuation and stay (a description cannot hide words in them unnoticed);
+//   - in the schema: "$schema" dropped; "additionalProperties" dropped when it is a
+//     boolean (validators differ on its default, generators on whether they spell it out;
+//     what the model is told it may send is the properties); "required" and "enum"
+//     sorted and without repeats (sets); a one-element "type" list as its element; empty
+//     "properties" and "required" dropped; keys sorted (encoding/json sorts map keys).
+//
+// Everything else (a new or removed property, a new required one, a type, an enum value,
+// a default, a format, a pattern, a bound) is kept, and so changes the hash.
+
+// canonPrefix marks a canonical pin. Pins made before canonical hashing have the plain
+// "sha256:" prefix (legacyHash); Check accepts those for the same definition and rewrites
+// them, so an upgrade of fledge quarantines nothing.
+const canonPrefix = "sha256c:"
+
+// Hash is the definition's pin: sha256 over its canonical form.
+func Hash(d Def) string {
+	sum := sha256.Sum256(Canonical(d))
+	return canonPrefix + hex.EncodeToString(sum[:])
+}
+
+// Canonical is the definition as hashed: JSON of its name, its description's words and
+// its canonical input schema (a schema that is not JSON is kept as its bytes).
+func Canonical(d Def) []byte {
+	var schema any
+	if len(d.InputSchema) > 0 {
+		if json.Unmarshal(d.InputSchema, &schema) != nil {
+			schema = map[string]any{"(not json)": string(d.InputSchema)}
+		} else {
+			schema = canonSchema(schema)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"name": d.Name, "description": Words(d.Description), "input_schema": schema})
+	return b
+}
+
+// legacyHash is the pin of fledge before canonical hashing: the raw description and the
+// schema with its keys sorted. Only read, to recognise pins made then.
+func legacyHash(d Def) string {
+	var schema any
+	if len(d.InputSchema) > 0 && json.Unmarshal(d.InputSchema, &schema) != nil {
+		schema = string(d.InputSchema)
+	}
+	b, _ := json.Marshal(map[string]any{"name": d.Name, "description": d.Description, "input_schema": schema})
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// isLegacy reports whether a stored hash is of the kind legacyHash makes.
+func isLegacy(hash string) bool { return strings.HasPrefix(hash, "sha256:") }
+
+// notation reports whether r is punctuation trimmed from a word's ends: sentence and
+// markdown punctuation, and the typographic quotes, dashes and ellipsis editors put in for
+// them. Path and shell characters (/ ~ $ + = < > | & % @ \) are not: they carry meaning.
+func notation(r rune) bool {
+	switch r {
+	case '.', ',', ';', ':', '!', '?', '\'', '"', '`', '(', ')', '[', ']', '{', '}', '*', '_', '#', '-',
+		'‘', '’', '“', '”', '–', '—', '…', '«', '»':
+		return true
+	}
+	return false
+}
+
+// Words is a description as compared: its words, lower-cased, with the punctuation at
+// their ends trimmed, joined by single spaces.
+func Words(s string) string {
+	fields := strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '\u00a0' })
+	out := fields[:0]
+	for _, f := range fields {
+		f = strings.TrimFunc(f, notation)
+		if f != "" {
+			out = append(out, strings.ToLower(f))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// canonSchema returns v (a decoded JSON Schema, or any part of it) in canonical form.
+func canonSchema(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, val := range x {
+			switch k {
+			case "$schema":
+				continue
+			case "additionalProperties":
+				if _, isBool := val.(bool); isBool {
+					continue
+				}
+			case "description", "title":
+				if s, ok := val.(string); ok {
+					out[k] = Words(s)
+					continue
+				}
+			case "required", "enum":
+				if list, ok := val.([]any); ok {
+					val = sortedSet(list)
+					if k == "required" && len(list) == 0 {
+						continue
+					}
+					out[k] = val
+					continue
+				}
+			case "type":
+				if list, ok := val.([]any); ok && len(list) == 1 {
+					val = list[0]
+				} else if ok {
+					val = sortedSet(list)
+				}
+				out[k] = val
+				continue
+			case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas":
+				// Maps of names to schemas: each value is a schema, the names are data.
+				if m, ok := val.(map[string]any); ok {
+					if len(m) == 0 && k == "properties" {
+						continue
+					}
+					sub := make(map[string]any, len(m))
+					for name, s := range m {
+						sub[name] = canonSchema(s)
+					}
+					out[k] = sub
+					continue
+				}
+			case "default", "const", "examples":
+				out[k] = val // data, not schema: kept as given
+				continue
+			}
+			out[k] = canonSchema(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = canonSchema(e)
+		}
+		return out
+	}
+	return v
+}
+
+// sortedSet is list sorted by each element's JSON, without repeats.
+func sortedSet(list []any) []any {
+	type kv struct {
+		key string
+		val any
+	}
+	items := make([]kv, 0, len(list))
+	seen := map[string]bool{}
+	for _, e := range list {
+		b, _ := json.Marshal(e)
+		if seen[string(b)] {
+			continue
+		}
+		seen[string(b)] = true
+		items = append(items, kv{string(b), e})
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].key < items[j].key })
+	out := make([]any, len(items))
+	for i, it := range items {
+		out[i] = it.val
+	}
+	return out
+}
+
+// sameLegacy reports whether p, a pin made before canonical hashing, is of the definition
+// d (whose canonical pin is now): its legacy hash is d's, or, when d changed only in
+// notation since, what was kept of it for review has d's canonical hash. The kept text is
+// the one a terminal showed (control sequences removed, clipped): a kept description that
+// was clipped, or a schema too large to keep, never matches, and is quarantined as before.
+func sameLegacy(p Pin, d Def, now Pin) bool {
+	if !isLegacy(p.Hash) {
+		return false
+	}
+	if p.Hash == legacyHash(d) {
+		return true
+	}
+	if (len(p.InputSchema) == 0) != (len(d.InputSchema) == 0) {
+		return false
+	}
+	return Hash(Def{Name: d.Name, Description: p.Description, InputSchema: p.InputSchema}) == now.Hash
+}
