@@ -227,13 +227,108 @@ func build(w *wire, inbound bool) (*Message, *LineError) {
 			return nil, skip(MissingID, t, nil, "%s", why)
 		}
 	}
-	invalid := func(format string, args ...any) (*Message, *LineError) {
-		return nil, skip(Invalid, t, id, format, args...)
-	}
-	malformed := func(field string, raw json.RawMessage, want string) (*Message, *LineError) {
-		return nil, skip(Malformed, t, id, "field %q: expected %s, got %s", field, want, jsonKind(raw))
-	}
 	m := &Message{Type: t}
+	var le *LineError
+	switch t {
+	case TypePrompt, TypeConfirm, TypeSelect, TypeMultiSelect:
+		le = buildQuestion(m, w, id)
+	default:
+		le = buildOther(m, w, id)
+	}
+	if le != nil {
+		return nil, le
+	}
+	return m, nil
+}
+
+// bodyFault makes the errors of a message whose type and id are known, so each carries
+// them for the host's warning.
+type bodyFault struct {
+	t  string
+	id ID
+}
+
+// invalid is a message missing a required field or with a value out of range.
+func (f bodyFault) invalid(format string, args ...any) *LineError {
+	return skip(Invalid, f.t, f.id, format, args...)
+}
+
+// malformed is a field of the wrong JSON type.
+func (f bodyFault) malformed(field string, raw json.RawMessage, want string) *LineError {
+	return skip(Malformed, f.t, f.id, "field %q: expected %s, got %s", field, want, jsonKind(raw))
+}
+
+// buildQuestion fills m from a question to the user (prompt, confirm, select,
+// multi_select), the messages whose default must match their kind of answer.
+func buildQuestion(m *Message, w *wire, id ID) *LineError {
+	f := bodyFault{m.Type, id}
+	switch m.Type {
+	case TypePrompt:
+		if w.Message == nil {
+			return f.invalid("message is required")
+		}
+		p := &Prompt{ID: id, Message: *w.Message, Validate: w.Validate}
+		if !isNull(w.Default) {
+			var s string
+			if json.Unmarshal(w.Default, &s) != nil {
+				return f.malformed("default", w.Default, "string")
+			}
+			p.Default = &s
+		}
+		m.Prompt = p
+	case TypeConfirm:
+		if w.Message == nil {
+			return f.invalid("message is required")
+		}
+		c := &Confirm{ID: id, Message: *w.Message}
+		if !isNull(w.Default) {
+			var b bool
+			if json.Unmarshal(w.Default, &b) != nil {
+				return f.malformed("default", w.Default, "boolean")
+			}
+			c.Default = &b
+		}
+		m.Confirm = c
+	case TypeSelect:
+		if w.Message == nil {
+			return f.invalid("message is required")
+		}
+		if len(w.Options) == 0 {
+			return f.invalid("options are required and must not be empty")
+		}
+		s := &Select{ID: id, Message: *w.Message, Options: w.Options}
+		if !isNull(w.Default) {
+			var d int
+			if json.Unmarshal(w.Default, &d) != nil {
+				return f.malformed("default", w.Default, "integer index")
+			}
+			if d < 0 || d >= len(w.Options) {
+				return f.invalid("default index %d out of range (%d options)", d, len(w.Options))
+			}
+			s.Default = &d
+		}
+		m.Select = s
+	case TypeMultiSelect:
+		if w.Message == nil {
+			return f.invalid("message is required")
+		}
+		if w.Options == nil {
+			return f.invalid("options are required")
+		}
+		for _, d := range w.Defaults {
+			if d < 0 || d >= len(w.Options) {
+				return f.invalid("default index %d out of range (%d options)", d, len(w.Options))
+			}
+		}
+		m.MultiSelect = &MultiSelect{ID: id, Message: *w.Message, Options: w.Options, Defaults: w.Defaults}
+	}
+	return nil
+}
+
+// buildOther fills m from any message that is not a question.
+func buildOther(m *Message, w *wire, id ID) *LineError {
+	t := m.Type
+	f := bodyFault{t, id}
 	switch t {
 	case TypeResponse:
 		val := w.Value
@@ -246,69 +341,11 @@ func build(w *wire, inbound bool) (*Message, *LineError) {
 		if len(w.ID) > 0 && string(w.ID) != "null" {
 			cid, why := usableID(w.ID)
 			if cid == nil {
-				return nil, skip(MissingID, t, nil, "%s", why)
+				return skip(MissingID, t, nil, "%s", why)
 			}
 			c.ID = cid
 		}
 		m.Cancel = c
-	case TypePrompt:
-		if w.Message == nil {
-			return invalid("message is required")
-		}
-		p := &Prompt{ID: id, Message: *w.Message, Validate: w.Validate}
-		if !isNull(w.Default) {
-			var s string
-			if json.Unmarshal(w.Default, &s) != nil {
-				return malformed("default", w.Default, "string")
-			}
-			p.Default = &s
-		}
-		m.Prompt = p
-	case TypeConfirm:
-		if w.Message == nil {
-			return invalid("message is required")
-		}
-		c := &Confirm{ID: id, Message: *w.Message}
-		if !isNull(w.Default) {
-			var b bool
-			if json.Unmarshal(w.Default, &b) != nil {
-				return malformed("default", w.Default, "boolean")
-			}
-			c.Default = &b
-		}
-		m.Confirm = c
-	case TypeSelect:
-		if w.Message == nil {
-			return invalid("message is required")
-		}
-		if len(w.Options) == 0 {
-			return invalid("options are required and must not be empty")
-		}
-		s := &Select{ID: id, Message: *w.Message, Options: w.Options}
-		if !isNull(w.Default) {
-			var d int
-			if json.Unmarshal(w.Default, &d) != nil {
-				return malformed("default", w.Default, "integer index")
-			}
-			if d < 0 || d >= len(w.Options) {
-				return invalid("default index %d out of range (%d options)", d, len(w.Options))
-			}
-			s.Default = &d
-		}
-		m.Select = s
-	case TypeMultiSelect:
-		if w.Message == nil {
-			return invalid("message is required")
-		}
-		if w.Options == nil {
-			return invalid("options are required")
-		}
-		for _, d := range w.Defaults {
-			if d < 0 || d >= len(w.Options) {
-				return invalid("default index %d out of range (%d options)", d, len(w.Options))
-			}
-		}
-		m.MultiSelect = &MultiSelect{ID: id, Message: *w.Message, Options: w.Options, Defaults: w.Defaults}
 	case TypeProgress:
 		p := &Progress{Current: w.Current, Total: w.Total, Done: w.Done}
 		if w.Message != nil {
@@ -317,43 +354,43 @@ func build(w *wire, inbound bool) (*Message, *LineError) {
 		m.Progress = p
 	case TypeLog:
 		if w.Message == nil {
-			return invalid("message is required")
+			return f.invalid("message is required")
 		}
 		m.Log = &Log{Level: w.Level, Message: *w.Message}
 	case TypeOutput:
 		if w.Text == nil {
-			return invalid("text is required")
+			return f.invalid("text is required")
 		}
 		m.Output = &Output{Text: *w.Text}
 	case TypeStore:
 		if w.Key == nil {
-			return invalid("key is required")
+			return f.invalid("key is required")
 		}
 		if isNull(w.Value) {
-			return invalid("value is required")
+			return f.invalid("value is required")
 		}
 		var v string
 		if json.Unmarshal(w.Value, &v) != nil {
-			return malformed("value", w.Value, "string")
+			return f.malformed("value", w.Value, "string")
 		}
 		m.Store = &Store{Key: *w.Key, Value: v}
 	case TypeLoad:
 		if w.Key == nil {
-			return invalid("key is required")
+			return f.invalid("key is required")
 		}
 		m.Load = &Load{ID: id, Key: *w.Key}
 	case TypeExec:
 		if w.Command == nil || *w.Command == "" {
-			return invalid("command is required")
+			return f.invalid("command is required")
 		}
 		m.Exec = &Exec{ID: id, Command: *w.Command, Cwd: w.Cwd, Timeout: w.Timeout}
 	case TypeMetadata:
 		if w.Keys == nil {
-			return invalid("keys are required")
+			return f.invalid("keys are required")
 		}
 		m.Metadata = &Metadata{ID: id, Keys: w.Keys}
 	}
-	return m, nil
+	return nil
 }
 
 func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }

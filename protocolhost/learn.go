@@ -269,30 +269,14 @@ func (h *Host) TraceSummary(session string) int {
 // lift, with its evidence; then what no grant lifts.
 func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[string]*learned, net *netSeen,
 	paths policy.Paths, proj *project.Info, home string, secrets []secretNote) {
-	type proposal struct {
-		item     string
-		evidence []string
-	}
-	props := map[string]*proposal{}
-	var order []string
-	var apart []string
-	propose := func(item, ev string) {
-		p, ok := props[item]
-		if !ok {
-			p = &proposal{item: item}
-			props[item] = p
-			order = append(order, item)
-		}
-		p.evidence = append(p.evidence, ev)
-	}
 	if net == nil {
 		net = &netSeen{}
 	}
+	lp := &learnPlan{entry: entry, net: net, paths: paths, proj: proj, home: home, props: map[string]*learnProposal{}}
 	// The destinations the plugin holds (nil: none, or an entry fledge no longer parses,
 	// which its runs refuse anyway).
-	var dests *egress.Policy
 	if len(entry.Granted.NetworkTo) > 0 {
-		dests, _ = egress.NewPolicy(false, entry.Granted.NetworkTo)
+		lp.dests, _ = egress.NewPolicy(false, entry.Granted.NetworkTo)
 	}
 	var keys []string
 	for k := range found {
@@ -301,143 +285,202 @@ func learnReport(w io.Writer, entry *plugin.Entry, session string, found map[str
 	sort.Strings(keys)
 	// Paths some call opened, executed or wrote: a failed stat alone (a probe, a search
 	// along a path list) is evidence of nothing needed.
-	used := map[string]bool{}
+	lp.used = map[string]bool{}
 	for _, k := range keys {
 		if l := found[k]; l.kind == "path" && l.access != "stat" {
-			used[l.target] = true
+			lp.used[l.target] = true
 		}
 	}
 	for _, k := range keys {
-		l := found[k]
-		ev := fmt.Sprintf("%s %s %s", shown(l.syscall), shown(l.access), shown(l.target))
-		switch l.kind {
-		case "network":
-			ev = fmt.Sprintf("%s %s", shown(l.syscall), shown(l.target))
-		case "syscall":
-			ev = shown(l.syscall)
-		case "landlock":
-			ev = fmt.Sprintf("landlock %s %s", shown(l.access), shown(l.target))
-		}
-		ev += fmt.Sprintf(" (%s)", times(l.count))
-		if len(l.commands) > 0 {
-			cs := make([]string, len(l.commands))
-			for i, c := range l.commands {
-				cs[i] = shown(c)
-			}
-			ev += " by command: " + strings.Join(cs, "; ")
-		}
-		if shown(l.target) != l.target && (l.kind == "path" || l.kind == "landlock") {
-			// Never proposed: a line to copy must say what it grants on its face.
-			apart = append(apart, ev+": the path holds control or invisible characters")
-			continue
-		}
-		switch l.kind {
-		case "network":
-			switch item, why := connectGrant(l.target, entry.Granted, dests); {
-			case net.allowed[l.target]:
-				// Let through by the engine (a name granted as localhost, say).
-			case why != "":
-				apart = append(apart, ev+": "+why)
-			case item != "":
-				propose(item, ev)
-			}
-		case "path":
-			switch {
-			case l.access == "stat" && !used[l.target]:
-				// Looked for, never opened: not proposed.
-			case l.access == "write" && proj != nil && policy.Within(l.target, proj.Root) && len(l.commands) == 0 &&
-				!entry.Granted.WritesProject() && !inGitDir(l.target, proj.Root):
-				// The plugin process itself wrote the project: project-rw gives that (its git
-				// metadata stays read-only, so a write there is never proposed).
-				propose("filesystem=project-rw", ev)
-			case l.access == "write":
-				apart = append(apart, ev+": writes go through exec in the project (or the plugin's own with filesystem=project-rw), no grant gives them elsewhere, nor in git metadata")
-			case proj != nil && policy.Within(l.target, proj.Root) && !entry.Granted.ReadsProject():
-				propose("filesystem=project", ev)
-			default:
-				if err := vetReadGrant(l.target, paths); err != nil {
-					apart = append(apart, ev+": "+err.Error())
-				} else {
-					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
-				}
-			}
-		case "landlock":
-			// Landlock's own refusal, from the kernel's audit: a read of a path is lifted
-			// by a read grant; anything else (a write, a port, a signal) by none.
-			switch {
-			case !landlockReadOnly(l.access) || l.target == "" || l.target == l.syscall:
-				apart = append(apart, ev+": refused by Landlock, no grant gives it")
-			case proj != nil && policy.Within(l.target, proj.Root) && !entry.Granted.ReadsProject():
-				propose("filesystem=project", ev)
-			default:
-				if err := vetReadGrant(l.target, paths); err != nil {
-					apart = append(apart, ev+": "+err.Error())
-				} else {
-					propose(policy.ReadGrantPrefix+tildePath(l.target, home), ev)
-				}
-			}
-		case "syscall", "overflow":
-			if l.syscall == "socket" || l.syscall == "socketpair" {
-				apart = append(apart, ev+": unix sockets are no plugin's grant ([sandbox] unix_sockets in config.toml opens them to every plugin; often only glibc asking nscd)")
-			} else {
-				apart = append(apart, ev+": on the kernel deny-list, no grant gives it")
-			}
-		}
+		lp.addFound(found[k])
 	}
 	for _, r := range net.refused {
-		dest := r.host
-		if dest == "" {
-			dest = r.address
-			if a, err := netip.ParseAddr(r.address); err == nil && a.Is6() {
-				dest = "[" + r.address + "]"
-			}
-		}
-		dest += ":" + strconv.Itoa(int(r.port))
-		ev := fmt.Sprintf("net_connect %s refused: %s (%s)", shown(dest), shown(r.why), times(r.count))
-		if r.host != "" && r.address != "" {
-			ev = fmt.Sprintf("net_connect %s (address %s) refused: %s (%s)", shown(dest), shown(r.address), shown(r.why), times(r.count))
-		}
-		switch {
-		case shown(dest) != dest:
-			apart = append(apart, ev+": the destination holds control or invisible characters")
-		case r.why == egress.ReasonNotGranted && !entry.Granted.Network:
-			propose("network="+dest, ev)
-		case r.why == egress.ReasonPrivate:
-			apart = append(apart, ev+": the name reached a private, loopback or link-local address; only a grant of that address itself opens it, never proposed")
-		default:
-			apart = append(apart, ev+": refused by fledge's network engine, no grant would change it")
-		}
+		lp.addNetRefused(r)
 	}
 	for _, sn := range secrets {
 		if sn.bound != "" {
-			propose("secret="+sn.bound, sn.where)
+			lp.propose("secret="+sn.bound, sn.where)
 			continue
 		}
-		propose("secret="+sn.name, fmt.Sprintf("%s is declared in plugin.toml and not granted, so the run did not get it (%s)", sn.name, sn.where))
+		lp.propose("secret="+sn.name, fmt.Sprintf("%s is declared in plugin.toml and not granted, so the run did not get it (%s)", sn.name, sn.where))
 	}
+	lp.print(w, session)
+}
+
+// learnPlan gathers learnReport's proposals (in the order first seen, each with its
+// evidence) and the refusals no grant lifts, with what deciding between them needs.
+type learnPlan struct {
+	entry *plugin.Entry
+	net   *netSeen
+	dests *egress.Policy
+	used  map[string]bool
+	paths policy.Paths
+	proj  *project.Info
+	home  string
+
+	props map[string]*learnProposal
+	order []string
+	apart []string
+}
+
+// learnProposal is one grant to propose and the evidence for it.
+type learnProposal struct {
+	item     string
+	evidence []string
+}
+
+// propose adds ev as evidence for the grant item.
+func (lp *learnPlan) propose(item, ev string) {
+	p, ok := lp.props[item]
+	if !ok {
+		p = &learnProposal{item: item}
+		lp.props[item] = p
+		lp.order = append(lp.order, item)
+	}
+	p.evidence = append(p.evidence, ev)
+}
+
+// learnEvidence is the line that shows a person what the plugin was refused and how often.
+func learnEvidence(l *learned) string {
+	ev := fmt.Sprintf("%s %s %s", shown(l.syscall), shown(l.access), shown(l.target))
+	switch l.kind {
+	case "network":
+		ev = fmt.Sprintf("%s %s", shown(l.syscall), shown(l.target))
+	case "syscall":
+		ev = shown(l.syscall)
+	case "landlock":
+		ev = fmt.Sprintf("landlock %s %s", shown(l.access), shown(l.target))
+	}
+	ev += fmt.Sprintf(" (%s)", times(l.count))
+	if len(l.commands) > 0 {
+		cs := make([]string, len(l.commands))
+		for i, c := range l.commands {
+			cs[i] = shown(c)
+		}
+		ev += " by command: " + strings.Join(cs, "; ")
+	}
+	return ev
+}
+
+// addFound proposes the grant that lifts one refusal from the trace, or sets it apart.
+func (lp *learnPlan) addFound(l *learned) {
+	entry := lp.entry
+	ev := learnEvidence(l)
+	if shown(l.target) != l.target && (l.kind == "path" || l.kind == "landlock") {
+		// Never proposed: a line to copy must say what it grants on its face.
+		lp.apart = append(lp.apart, ev+": the path holds control or invisible characters")
+		return
+	}
+	switch l.kind {
+	case "network":
+		switch item, why := connectGrant(l.target, entry.Granted, lp.dests); {
+		case lp.net.allowed[l.target]:
+			// Let through by the engine (a name granted as localhost, say).
+		case why != "":
+			lp.apart = append(lp.apart, ev+": "+why)
+		case item != "":
+			lp.propose(item, ev)
+		}
+	case "path":
+		switch {
+		case l.access == "stat" && !lp.used[l.target]:
+			// Looked for, never opened: not proposed.
+		case l.access == "write" && lp.proj != nil && policy.Within(l.target, lp.proj.Root) && len(l.commands) == 0 &&
+			!lp.entry.Granted.WritesProject() && !inGitDir(l.target, lp.proj.Root):
+			// The plugin process itself wrote the project: project-rw gives that (its git
+			// metadata stays read-only, so a write there is never proposed).
+			lp.propose("filesystem=project-rw", ev)
+		case l.access == "write":
+			lp.apart = append(lp.apart, ev+": writes go through exec in the project (or the plugin's own with filesystem=project-rw), no grant gives them elsewhere, nor in git metadata")
+		default:
+			lp.proposeRead(l.target, ev)
+		}
+	case "landlock":
+		// Landlock's own refusal, from the kernel's audit: a read of a path is lifted
+		// by a read grant; anything else (a write, a port, a signal) by none.
+		if !landlockReadOnly(l.access) || l.target == "" || l.target == l.syscall {
+			lp.apart = append(lp.apart, ev+": refused by Landlock, no grant gives it")
+		} else {
+			lp.proposeRead(l.target, ev)
+		}
+	case "syscall", "overflow":
+		if l.syscall == "socket" || l.syscall == "socketpair" {
+			lp.apart = append(lp.apart, ev+": unix sockets are no plugin's grant ([sandbox] unix_sockets in config.toml opens them to every plugin; often only glibc asking nscd)")
+		} else {
+			lp.apart = append(lp.apart, ev+": on the kernel deny-list, no grant gives it")
+		}
+	}
+}
+
+// proposeRead proposes the grant that lets the plugin read target: the project when it
+// is inside it, else a read grant of the path, unless that path may not be granted.
+func (lp *learnPlan) proposeRead(target, ev string) {
+	switch {
+	case lp.proj != nil && policy.Within(target, lp.proj.Root) && !lp.entry.Granted.ReadsProject():
+		lp.propose("filesystem=project", ev)
+	default:
+		if err := vetReadGrant(target, lp.paths); err != nil {
+			lp.apart = append(lp.apart, ev+": "+err.Error())
+		} else {
+			lp.propose(policy.ReadGrantPrefix+tildePath(target, lp.home), ev)
+		}
+	}
+}
+
+// addNetRefused proposes the network grant for a connection the network engine refused
+// as not granted, or sets it apart with why no grant would change it.
+func (lp *learnPlan) addNetRefused(r *netRefusal) {
+	dest := r.host
+	if dest == "" {
+		dest = r.address
+		if a, err := netip.ParseAddr(r.address); err == nil && a.Is6() {
+			dest = "[" + r.address + "]"
+		}
+	}
+	dest += ":" + strconv.Itoa(int(r.port))
+	ev := fmt.Sprintf("net_connect %s refused: %s (%s)", shown(dest), shown(r.why), times(r.count))
+	if r.host != "" && r.address != "" {
+		ev = fmt.Sprintf("net_connect %s (address %s) refused: %s (%s)", shown(dest), shown(r.address), shown(r.why), times(r.count))
+	}
+	switch {
+	case shown(dest) != dest:
+		lp.apart = append(lp.apart, ev+": the destination holds control or invisible characters")
+	case r.why == egress.ReasonNotGranted && !lp.entry.Granted.Network:
+		lp.propose("network="+dest, ev)
+	case r.why == egress.ReasonPrivate:
+		lp.apart = append(lp.apart, ev+": the name reached a private, loopback or link-local address; only a grant of that address itself opens it, never proposed")
+	default:
+		lp.apart = append(lp.apart, ev+": refused by fledge's network engine, no grant would change it")
+	}
+}
+
+// print writes the report: the proposals with their evidence, the names looked up, and
+// what no grant would change.
+func (lp *learnPlan) print(w io.Writer, session string) {
+	entry := lp.entry
 	fmt.Fprintf(w, "traced %s under its current grants (%s); session %s\n", entry.Name, entry.Granted.String(), session)
-	if len(order) == 0 {
+	if len(lp.order) == 0 {
 		fmt.Fprintln(w, "no refused access that a grant would let through: nothing to propose")
 	} else {
 		fmt.Fprintln(w, "proposed (nothing was granted; copy what you agree with):")
-		for _, item := range order {
-			p := props[item]
+		for _, item := range lp.order {
+			p := lp.props[item]
 			fmt.Fprintf(w, "  fledge plugins grant %s %s\n", entry.Name, shellQuote(p.item))
 			for _, ev := range p.evidence {
 				fmt.Fprintf(w, "      evidence: %s\n", ev)
 			}
 		}
 	}
-	if len(net.names) > 0 {
+	if len(lp.net.names) > 0 {
 		// A lookup carries no port, and a grant needs one: the user says which.
 		fmt.Fprintln(w, "names looked up and refused (a grant names the port the plugin connects to: network=NAME:PORT):")
-		for _, r := range net.names {
+		for _, r := range lp.net.names {
 			fmt.Fprintf(w, "  %s (%s)\n", shown(r.host), times(r.count))
 		}
 	}
-	if len(apart) > 0 {
+	if len(lp.apart) > 0 {
 		fmt.Fprintln(w, "refused, and no grant would change it:")
-		for _, a := range apart {
+		for _, a := range lp.apart {
 			fmt.Fprintf(w, "  %s\n", a)
 		}
 	}

@@ -64,8 +64,30 @@ func (x h) fallback(err error, what string, def any) error {
 	return err
 }
 
+// run walks through the protocol once, one step per kind of message.
 func run(ctx context.Context, p *sdk.Plugin) error {
 	x := h{p}
+	introduce(p)
+	a, err := ask(ctx, x)
+	if err != nil {
+		return err
+	}
+	greet(p, a)
+	if err := countRun(ctx, x, a.name); err != nil {
+		return err
+	}
+	if err := runCommands(ctx, p, a.count); err != nil {
+		return err
+	}
+	if err := showMetadata(ctx, p); err != nil {
+		return err
+	}
+	_ = p.Log(sdk.LevelInfo, "done")
+	return p.Output("Bye!\n")
+}
+
+// introduce shows what init told the plugin, a log line at each level, and some output.
+func introduce(p *sdk.Plugin) {
 	in := p.Init()
 	sb := "unknown"
 	if in.Sandbox != nil {
@@ -77,11 +99,26 @@ func run(ctx context.Context, p *sdk.Plugin) error {
 	_ = p.Log(sdk.LevelWarn, "warnings look like this (nothing is wrong)")
 	_ = p.Log(sdk.LevelError, "errors look like this (nothing failed)")
 	_ = p.Output(fmt.Sprintf("Hello from %s, a fledge-v1 plugin written in Go with the SDK.\n", in.Plugin.Name))
+}
 
+// answers are what the user chose (or the defaults, when fledge runs non-interactively).
+type answers struct {
+	name  string
+	count int
+	shout bool
+	style string
+	langs []string
+}
+
+// ask asks each kind of question once: prompt, confirm, select and multi_select. The name's
+// default is the one stored by the last run, or the first argument.
+func ask(ctx context.Context, x h) (answers, error) {
+	p := x.p
+	var a answers
 	defName := "world"
 	if v, ok, err := p.Load(ctx, "last_name"); err != nil {
 		if err := x.fallback(err, "load", defName); err != nil {
-			return err
+			return a, err
 		}
 	} else if ok && v != "" {
 		defName = v
@@ -90,68 +127,77 @@ func run(ctx context.Context, p *sdk.Plugin) error {
 		defName = p.Args()[0]
 	}
 
-	name, err := p.Prompt(ctx, "Who should I greet?", sdk.PromptDefault(defName), sdk.PromptValidate(sdk.ValidateNonEmpty))
+	var err error
+	a.name, err = p.Prompt(ctx, "Who should I greet?", sdk.PromptDefault(defName), sdk.PromptValidate(sdk.ValidateNonEmpty))
 	if err != nil {
-		name = defName
-		if err := x.fallback(err, "name prompt", name); err != nil {
-			return err
+		a.name = defName
+		if err := x.fallback(err, "name prompt", a.name); err != nil {
+			return a, err
 		}
 	}
 	countText, err := p.Prompt(ctx, "How many greetings (1-9)?", sdk.PromptDefault("3"), sdk.PromptValidate(sdk.ValidateInteger))
 	if err != nil {
 		countText = "3"
 		if err := x.fallback(err, "count prompt", countText); err != nil {
-			return err
+			return a, err
 		}
 	}
-	count, err := strconv.Atoi(countText)
-	if err != nil || count < 1 || count > 9 {
+	a.count, err = strconv.Atoi(countText)
+	if err != nil || a.count < 1 || a.count > 9 {
 		_ = p.Log(sdk.LevelWarn, fmt.Sprintf("count %q is out of range; using 3", countText))
-		count = 3
+		a.count = 3
 	}
-	shout, err := p.Confirm(ctx, "Shout it?", sdk.ConfirmDefault(false))
+	a.shout, err = p.Confirm(ctx, "Shout it?", sdk.ConfirmDefault(false))
 	if err != nil {
 		if err := x.fallback(err, "confirm", false); err != nil {
-			return err
+			return a, err
 		}
 	}
-	_, style, err := p.Select(ctx, "Greeting style:", []string{"formal", "casual", "pirate"}, sdk.SelectDefault(1))
+	_, a.style, err = p.Select(ctx, "Greeting style:", []string{"formal", "casual", "pirate"}, sdk.SelectDefault(1))
 	if err != nil {
-		style = "casual"
-		if err := x.fallback(err, "select", style); err != nil {
-			return err
+		a.style = "casual"
+		if err := x.fallback(err, "select", a.style); err != nil {
+			return a, err
 		}
 	}
-	_, langs, err := p.MultiSelect(ctx, "Also greet in:", []string{"en", "fr", "de", "es"}, sdk.MultiSelectDefaults(0, 1))
+	_, a.langs, err = p.MultiSelect(ctx, "Also greet in:", []string{"en", "fr", "de", "es"}, sdk.MultiSelectDefaults(0, 1))
 	if err != nil {
-		langs = []string{"en", "fr"}
-		if err := x.fallback(err, "multi_select", langs); err != nil {
-			return err
+		a.langs = []string{"en", "fr"}
+		if err := x.fallback(err, "multi_select", a.langs); err != nil {
+			return a, err
 		}
 	}
+	return a, nil
+}
 
-	_ = p.Output(fmt.Sprintf("Answers: name=%s count=%d shout=%v style=%s also=%s\n", name, count, shout, style, strings.Join(langs, " ")))
+// greet prints the answers and the greetings, with a progress bar over them.
+func greet(p *sdk.Plugin, a answers) {
+	_ = p.Output(fmt.Sprintf("Answers: name=%s count=%d shout=%v style=%s also=%s\n", a.name, a.count, a.shout, a.style, strings.Join(a.langs, " ")))
 
-	word := map[string]string{"formal": "Good day", "pirate": "Ahoy"}[style]
+	word := map[string]string{"formal": "Good day", "pirate": "Ahoy"}[a.style]
 	if word == "" {
 		word = "Hello"
 	}
-	greeting := fmt.Sprintf("%s, %s!", word, name)
-	if shout {
+	greeting := fmt.Sprintf("%s, %s!", word, a.name)
+	if a.shout {
 		greeting = strings.ToUpper(greeting)
 	}
-	for i := 1; i <= count; i++ {
-		_ = p.Progress("Greeting", float64(i), float64(count))
+	for i := 1; i <= a.count; i++ {
+		_ = p.Progress("Greeting", float64(i), float64(a.count))
 		_ = p.Output(fmt.Sprintf("  %d. %s\n", i, greeting))
 	}
 	_ = p.ProgressDone()
 	others := map[string]string{"fr": "Bonjour, %s !", "de": "Hallo, %s!", "es": "¡Hola, %s!"}
-	for _, l := range langs {
+	for _, l := range a.langs {
 		if f, ok := others[l]; ok {
-			_ = p.Output(fmt.Sprintf("  (%s) %s\n", l, fmt.Sprintf(f, name)))
+			_ = p.Output(fmt.Sprintf("  (%s) %s\n", l, fmt.Sprintf(f, a.name)))
 		}
 	}
+}
 
+// countRun keeps state between runs: the name for next time's default, and a run count.
+func countRun(ctx context.Context, x h, name string) error {
+	p := x.p
 	runs := 0
 	if v, ok, err := p.Load(ctx, "runs"); err == nil && ok {
 		runs, _ = strconv.Atoi(v)
@@ -164,8 +210,12 @@ func run(ctx context.Context, p *sdk.Plugin) error {
 	_ = p.Store("last_name", name)
 	_ = p.Store("runs", strconv.Itoa(runs))
 	_ = p.Output(fmt.Sprintf("Run #%d of this plugin here (stored in its state.json).\n", runs))
+	return nil
+}
 
-	// exec: fledge runs the command in the sandbox, in the project root, and returns the result.
+// runCommands asks fledge to run commands: it runs each in the sandbox, in the project
+// root, and returns the result; the last one shows a timeout.
+func runCommands(ctx context.Context, p *sdk.Plugin, count int) error {
 	res, err := p.Exec(ctx, fmt.Sprintf("seq 1 %d | grep -v 2 | sed 's/^/  line /'", count+2), sdk.ExecTimeout(10*time.Second))
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
@@ -184,8 +234,12 @@ func run(ctx context.Context, p *sdk.Plugin) error {
 		return fmt.Errorf("exec: %w", err)
 	}
 	_ = p.Output(fmt.Sprintf("exec 'sleep 5' with a 1s timeout: code %d, timed_out=%v\n", res.Code, res.TimedOut))
+	return nil
+}
 
-	// metadata: project facts fledge collects for us (the env is filtered: no secrets).
+// showMetadata asks for project facts fledge collects for us (the env is filtered: no
+// secrets) and prints a summary of each.
+func showMetadata(ctx context.Context, p *sdk.Plugin) error {
 	meta, err := p.Metadata(ctx, "git_status", "git_log", "env", "fledge_config")
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
@@ -211,7 +265,5 @@ func run(ctx context.Context, p *sdk.Plugin) error {
 	_ = p.Output(fmt.Sprintf("metadata: %d changed file(s), %d commit(s), latest: %s\n", len(changed), len(commits), latest))
 	_ = p.Output(fmt.Sprintf("metadata: env has %d variable(s): %s\n", len(names), strings.Join(names[:min(6, len(names))], " ")))
 	_ = p.Output(fmt.Sprintf("metadata: fledge.toml: %.120s\n", cfg))
-
-	_ = p.Log(sdk.LevelInfo, "done")
-	return p.Output("Bye!\n")
+	return nil
 }

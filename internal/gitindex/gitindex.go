@@ -83,19 +83,9 @@ type Index struct {
 // entries otherwise (the EOIE and IEOT extensions, which let git start reading at offsets
 // the file states), those offsets must be the entries' own, or the index is not read.
 func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
-	if hashLen != sha1Len && hashLen != sha256Len {
-		return nil, fmt.Errorf("%w: hash length %d", ErrFormat, hashLen)
-	}
-	if len(b) < hdrLen+hashLen || string(b[:4]) != "DIRC" {
-		return nil, fmt.Errorf("%w: no DIRC header", ErrFormat)
-	}
-	ver := binary.BigEndian.Uint32(b[4:8])
-	if ver < 2 || ver > 4 {
-		return nil, fmt.Errorf("%w: version %d", ErrFormat, ver)
-	}
-	n := binary.BigEndian.Uint32(b[8:12])
-	if int64(n) > int64(maxEntries) {
-		return nil, fmt.Errorf("%w: %d entries (at most %d are read)", ErrTooMany, n, maxEntries)
+	ver, n, err := parseHeader(b, hashLen, maxEntries)
+	if err != nil {
+		return nil, err
 	}
 	idx := &Index{Version: int(ver)}
 	end := len(b) - hashLen // the trailing checksum
@@ -103,138 +93,215 @@ func Parse(b []byte, hashLen, maxEntries int, allPaths bool) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	off := hdrLen
-	var prev []byte // v4: the previous entry's path
+	r := &entryReader{b: b, hashLen: hashLen, end: end, ver: ver, off: hdrLen}
 	empty := false
 	bi, nextBlock := 0, uint64(0) // the next IEOT block, and the entry it starts at
 	for i := uint32(0); i < n; i++ {
 		blockStart := false
 		if bi < len(blocks) && uint64(i) == nextBlock {
-			if blocks[bi].offset != off {
-				return nil, fmt.Errorf("%w: entry %d is at %d, the IEOT extension says %d", ErrFormat, i, off, blocks[bi].offset)
+			if blocks[bi].offset != r.off {
+				return nil, fmt.Errorf("%w: entry %d is at %d, the IEOT extension says %d", ErrFormat, i, r.off, blocks[bi].offset)
 			}
 			nextBlock += uint64(blocks[bi].nr)
 			bi++
 			blockStart = true
 		}
-		fixed := statLen + hashLen + 2
-		if off+fixed > end {
-			return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
+		name, mode, err := r.entry(i, blockStart)
+		if err != nil {
+			return nil, err
 		}
-		mode := binary.BigEndian.Uint32(b[off+24 : off+28])
-		flags := binary.BigEndian.Uint16(b[off+statLen+hashLen:])
-		flen := int(flags & nameMask)
-		p := off + fixed
-		if flags&flagExt != 0 {
-			if ver < 3 {
-				return nil, fmt.Errorf("%w: extended flags in a version %d index", ErrFormat, ver)
-			}
-			p += 2
-			if p > end {
-				return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
-			}
-		}
-		keep := 0
-		if ver == 4 {
-			strip, used, err := varint(b[p:end])
-			if err != nil {
-				return nil, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
-			}
-			p += used
-			if strip > uint64(len(prev)) {
-				return nil, fmt.Errorf("%w: entry %d strips %d bytes of a %d-byte path", ErrFormat, i, strip, len(prev))
-			}
-			keep = len(prev) - int(strip)
-			// git reads the first entry of an IEOT block with no previous name: it must
-			// strip all of it, or git's name and this one differ.
-			if blockStart && keep != 0 {
-				return nil, fmt.Errorf("%w: entry %d starts an IEOT block and keeps %d bytes of the previous path", ErrFormat, i, keep)
-			}
-		}
-		// own is how many of the name's bytes are in this entry: all of them, or (v4)
-		// those after the kept prefix.
-		var own int
-		if flen == nameMask {
-			own = bytes.IndexByte(b[p:end], 0)
-			if own < 0 {
-				return nil, fmt.Errorf("%w: entry %d: path not terminated", ErrFormat, i)
-			}
-		} else {
-			if flen < keep {
-				return nil, fmt.Errorf("%w: entry %d: path length %d is shorter than the %d bytes it keeps", ErrFormat, i, flen, keep)
-			}
-			own = flen - keep
-			if p+own >= end {
-				return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
-			}
-			if b[p+own] != 0 {
-				return nil, fmt.Errorf("%w: entry %d: no NUL at the path length %d its flags give", ErrFormat, i, flen)
-			}
-		}
-		if keep+own > maxPathLen {
-			return nil, fmt.Errorf("%w: entry %d: path longer than %d bytes", ErrFormat, i, maxPathLen)
-		}
-		var name []byte
-		if ver == 4 {
-			name = append(prev[:keep:keep], b[p:p+own]...)
-			prev = name
-			off = p + own + 1
-		} else {
-			name = b[p : p+own]
-			// 1 to 8 NULs pad the entry to a multiple of 8 bytes.
-			size := (p - off + own + 8) &^ 7
-			if off+size > end {
-				return nil, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
-			}
-			off += size
-		}
-		if len(name) == 0 {
-			// A split index's replacement entries carry no path; anywhere else git would
-			// refuse it (checked once the link extension is known).
+		if idx.add(name, mode, allPaths) {
 			empty = true
-		} else if !verifyPath(name, mode) && len(idx.Refused) < maxRefused {
-			idx.Refused = append(idx.Refused, string(name))
-		}
-		if allPaths && len(name) > 0 {
-			idx.Paths = append(idx.Paths, string(name))
-		}
-		if mode == ModeGitlink {
-			if len(name) == 0 {
-				idx.StrippedGitlink = true
-			} else {
-				idx.Gitlinks = append(idx.Gitlinks, string(name))
-			}
 		}
 	}
 	if bi != len(blocks) || (len(blocks) > 0 && nextBlock != uint64(n)) {
 		return nil, fmt.Errorf("%w: the IEOT extension's blocks do not cover the %d entries", ErrFormat, n)
 	}
-	if extAt >= 0 && extAt != off {
-		return nil, fmt.Errorf("%w: the entries end at %d, the EOIE extension says %d", ErrFormat, off, extAt)
+	if extAt >= 0 && extAt != r.off {
+		return nil, fmt.Errorf("%w: the entries end at %d, the EOIE extension says %d", ErrFormat, r.off, extAt)
 	}
-	// Extensions: a 4-byte signature and a 4-byte length each, up to the checksum.
-	for off < end {
-		if off+extHdrLen > end {
-			return nil, fmt.Errorf("%w: extension header cut short", ErrFormat)
-		}
-		sig := string(b[off : off+4])
-		size := int64(binary.BigEndian.Uint32(b[off+4 : off+8]))
-		off += extHdrLen
-		if int64(off)+size > int64(end) {
-			return nil, fmt.Errorf("%w: extension %q cut short", ErrFormat, sig)
-		}
-		if sig == linkSig {
-			if size < int64(hashLen) {
-				return nil, fmt.Errorf("%w: link extension shorter than a hash", ErrFormat)
-			}
-			idx.SharedIndex = hex.EncodeToString(b[off : off+hashLen])
-		}
-		off += int(size)
+	if err := idx.readExtensions(b, r.off, end, hashLen); err != nil {
+		return nil, err
 	}
 	if empty && idx.SharedIndex == "" && len(idx.Refused) < maxRefused {
 		idx.Refused = append(idx.Refused, "")
 	}
 	return idx, nil
+}
+
+// parseHeader checks the hash length, the DIRC signature and the version, and returns the
+// version and the entry count, refusing a count past maxEntries before anything is read.
+func parseHeader(b []byte, hashLen, maxEntries int) (ver, n uint32, _ error) {
+	if hashLen != sha1Len && hashLen != sha256Len {
+		return 0, 0, fmt.Errorf("%w: hash length %d", ErrFormat, hashLen)
+	}
+	if len(b) < hdrLen+hashLen || string(b[:4]) != "DIRC" {
+		return 0, 0, fmt.Errorf("%w: no DIRC header", ErrFormat)
+	}
+	ver = binary.BigEndian.Uint32(b[4:8])
+	if ver < 2 || ver > 4 {
+		return 0, 0, fmt.Errorf("%w: version %d", ErrFormat, ver)
+	}
+	n = binary.BigEndian.Uint32(b[8:12])
+	if int64(n) > int64(maxEntries) {
+		return 0, 0, fmt.Errorf("%w: %d entries (at most %d are read)", ErrTooMany, n, maxEntries)
+	}
+	return ver, n, nil
+}
+
+// entryReader reads the entries one after another; it carries the offset and, for
+// version 4, the previous entry's path that the next one's name is built on.
+type entryReader struct {
+	b       []byte
+	hashLen int
+	end     int // where the trailing checksum starts
+	ver     uint32
+	off     int    // the next entry's offset
+	prev    []byte // v4: the previous entry's path
+}
+
+// entry reads entry i at r.off and moves r.off past it. blockStart says an IEOT block
+// starts here, where git reads with no previous name.
+func (r *entryReader) entry(i uint32, blockStart bool) (name []byte, mode uint32, _ error) {
+	b, end, off := r.b, r.end, r.off
+	fixed := statLen + r.hashLen + 2
+	if off+fixed > end {
+		return nil, 0, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
+	}
+	mode = binary.BigEndian.Uint32(b[off+24 : off+28])
+	flags := binary.BigEndian.Uint16(b[off+statLen+r.hashLen:])
+	flen := int(flags & nameMask)
+	p := off + fixed
+	if flags&flagExt != 0 {
+		if r.ver < 3 {
+			return nil, 0, fmt.Errorf("%w: extended flags in a version %d index", ErrFormat, r.ver)
+		}
+		p += 2
+		if p > end {
+			return nil, 0, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
+		}
+	}
+	keep := 0
+	if r.ver == 4 {
+		var used int
+		var err error
+		if keep, used, err = r.prefixKept(b[p:end], i, blockStart); err != nil {
+			return nil, 0, err
+		}
+		p += used
+	}
+	own, err := r.ownNameLen(p, flen, keep, i)
+	if err != nil {
+		return nil, 0, err
+	}
+	if keep+own > maxPathLen {
+		return nil, 0, fmt.Errorf("%w: entry %d: path longer than %d bytes", ErrFormat, i, maxPathLen)
+	}
+	if r.ver == 4 {
+		name = append(r.prev[:keep:keep], b[p:p+own]...)
+		r.prev = name
+		r.off = p + own + 1
+	} else {
+		name = b[p : p+own]
+		// 1 to 8 NULs pad the entry to a multiple of 8 bytes.
+		size := (p - off + own + 8) &^ 7
+		if off+size > end {
+			return nil, 0, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
+		}
+		r.off += size
+	}
+	return name, mode, nil
+}
+
+// prefixKept reads a version-4 entry's strip count from rest and returns how many bytes
+// of the previous path the name keeps, and the bytes the count took.
+func (r *entryReader) prefixKept(rest []byte, i uint32, blockStart bool) (keep, used int, _ error) {
+	strip, used, err := varint(rest)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: entry %d: %w", ErrFormat, i, err)
+	}
+	if strip > uint64(len(r.prev)) {
+		return 0, 0, fmt.Errorf("%w: entry %d strips %d bytes of a %d-byte path", ErrFormat, i, strip, len(r.prev))
+	}
+	keep = len(r.prev) - int(strip)
+	// git reads the first entry of an IEOT block with no previous name: it must
+	// strip all of it, or git's name and this one differ.
+	if blockStart && keep != 0 {
+		return 0, 0, fmt.Errorf("%w: entry %d starts an IEOT block and keeps %d bytes of the previous path", ErrFormat, i, keep)
+	}
+	return keep, used, nil
+}
+
+// ownNameLen returns how many of the name's bytes are in this entry, starting at p: all
+// of them, or (v4) those after the kept prefix. The length is the one in the flags unless
+// that is nameMask, and the byte at it must be the NUL, as git reads it.
+func (r *entryReader) ownNameLen(p, flen, keep int, i uint32) (int, error) {
+	b, end := r.b, r.end
+	if flen == nameMask {
+		own := bytes.IndexByte(b[p:end], 0)
+		if own < 0 {
+			return 0, fmt.Errorf("%w: entry %d: path not terminated", ErrFormat, i)
+		}
+		return own, nil
+	}
+	if flen < keep {
+		return 0, fmt.Errorf("%w: entry %d: path length %d is shorter than the %d bytes it keeps", ErrFormat, i, flen, keep)
+	}
+	own := flen - keep
+	if p+own >= end {
+		return 0, fmt.Errorf("%w: entry %d cut short", ErrFormat, i)
+	}
+	if b[p+own] != 0 {
+		return 0, fmt.Errorf("%w: entry %d: no NUL at the path length %d its flags give", ErrFormat, i, flen)
+	}
+	return own, nil
+}
+
+// add files one entry's path under what it is; it reports an empty path, which is only
+// refused once the link extension is known.
+func (idx *Index) add(name []byte, mode uint32, allPaths bool) (empty bool) {
+	if len(name) == 0 {
+		// A split index's replacement entries carry no path; anywhere else git would
+		// refuse it (checked once the link extension is known).
+		empty = true
+	} else if !verifyPath(name, mode) && len(idx.Refused) < maxRefused {
+		idx.Refused = append(idx.Refused, string(name))
+	}
+	if allPaths && len(name) > 0 {
+		idx.Paths = append(idx.Paths, string(name))
+	}
+	if mode == ModeGitlink {
+		if len(name) == 0 {
+			idx.StrippedGitlink = true
+		} else {
+			idx.Gitlinks = append(idx.Gitlinks, string(name))
+		}
+	}
+	return empty
+}
+
+// readExtensions walks the extensions from off to the checksum at end (a 4-byte signature
+// and a 4-byte length each) and records the split index's shared index from the link one.
+func (idx *Index) readExtensions(b []byte, off, end, hashLen int) error {
+	for off < end {
+		if off+extHdrLen > end {
+			return fmt.Errorf("%w: extension header cut short", ErrFormat)
+		}
+		sig := string(b[off : off+4])
+		size := int64(binary.BigEndian.Uint32(b[off+4 : off+8]))
+		off += extHdrLen
+		if int64(off)+size > int64(end) {
+			return fmt.Errorf("%w: extension %q cut short", ErrFormat, sig)
+		}
+		if sig == linkSig {
+			if size < int64(hashLen) {
+				return fmt.Errorf("%w: link extension shorter than a hash", ErrFormat)
+			}
+			idx.SharedIndex = hex.EncodeToString(b[off : off+hashLen])
+		}
+		off += int(size)
+	}
+	return nil
 }
 
 // ieotBlock is one block of the IEOT extension: git may read its nr entries, in a thread

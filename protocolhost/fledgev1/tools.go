@@ -127,25 +127,11 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	cap.redact = env.Redactor().Redact
 	rec := env.NewRecorder(log, b.Ref, cap.Warn)
 
-	var store StateStore
-	if b.Entry.Granted.Store {
-		st, err := plugin.OpenStore(plugin.StatePath(env.ConfigDir, b.Entry.Name), plugin.DefaultStoreLimits)
-		if err != nil {
-			cap.Warn(fmt.Sprintf("plugin storage unavailable: %v", err))
-		} else {
-			store = st
-		}
-	}
+	store := openToolStore(env, b, cap)
 	cwd := b.StartDir("", prof.Plugin.Access)
 
-	sync, err := rec.BeforeAct(audit.EventToolCall, tools.CallDetails(t, args, env.Config.Audit.ToolArgumentValues))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", core.ErrAudit, err)
-	}
-	if sync != nil {
-		if err := sync(); err != nil {
-			return nil, fmt.Errorf("%w: %w", core.ErrAudit, err)
-		}
+	if err := recordToolCall(rec, t, args, env.Config.Audit.ToolArgumentValues); err != nil {
+		return nil, err
 	}
 
 	// The call is bounded like an exec (policy's timeout rule, the plugin's own timeout
@@ -159,15 +145,7 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sigs := make(chan os.Signal, 2)
-	runDone := make(chan struct{})
-	go func() {
-		select {
-		case <-cctx.Done():
-			sigs <- syscall.SIGTERM
-		case <-runDone:
-		}
-	}()
+	sigs, runDone := termOnDone(cctx)
 
 	start := time.Now()
 	opts := SessionOptions(ctx, env, b, prof, log, rec, core.FledgeVersion())
@@ -189,7 +167,57 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 		out, runErr = Run(ctx, opts)
 	}
 	close(runDone)
-	details := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds()}
+	return toolOutcome(ctx, cctx, rec, cap, t, timeout, time.Since(start), out, runErr), nil
+}
+
+// openToolStore opens the plugin's state store when it is granted one; a store that will
+// not open is a warning, not a failed call, as the plugin may not need it.
+func openToolStore(env *core.Env, b *core.Binding, cap *captureUI) StateStore {
+	var store StateStore
+	if b.Entry.Granted.Store {
+		st, err := plugin.OpenStore(plugin.StatePath(env.ConfigDir, b.Entry.Name), plugin.DefaultStoreLimits)
+		if err != nil {
+			cap.Warn(fmt.Sprintf("plugin storage unavailable: %v", err))
+		} else {
+			store = st
+		}
+	}
+	return store
+}
+
+// recordToolCall puts the call on record, durably, before the plugin starts.
+func recordToolCall(rec *core.Recorder, t tools.Tool, args map[string]any, argValues bool) error {
+	sync, err := rec.BeforeAct(audit.EventToolCall, tools.CallDetails(t, args, argValues))
+	if err != nil {
+		return fmt.Errorf("%w: %w", core.ErrAudit, err)
+	}
+	if sync != nil {
+		if err := sync(); err != nil {
+			return fmt.Errorf("%w: %w", core.ErrAudit, err)
+		}
+	}
+	return nil
+}
+
+// termOnDone returns the session's signal channel, which gets SIGTERM when cctx ends
+// before runDone is closed: that is how a timeout or a cancel starts the stop ladder.
+func termOnDone(cctx context.Context) (chan os.Signal, chan struct{}) {
+	sigs := make(chan os.Signal, 2)
+	runDone := make(chan struct{})
+	go func() {
+		select {
+		case <-cctx.Done():
+			sigs <- syscall.SIGTERM
+		case <-runDone:
+		}
+	}()
+	return sigs, runDone
+}
+
+// toolOutcome turns the finished run into the caller's result (the first cause that
+// applies names it) and records it as the call's outcome.
+func toolOutcome(ctx, cctx context.Context, rec *core.Recorder, cap *captureUI, t tools.Tool, timeout, elapsed time.Duration, out *Outcome, runErr error) *tools.Result {
+	details := map[string]any{"tool": t.Name, audit.DetailDurationMS: elapsed.Milliseconds()}
 	text, truncated := cap.output()
 	details["result_bytes"] = len(text)
 	details[audit.DetailOutputTruncate] = truncated
@@ -222,7 +250,7 @@ func (p *FledgeV1Provider) Call(ctx context.Context, b *core.Binding, t tools.To
 		details["error"] = res.Message
 	}
 	rec.Record(audit.EventToolOutcome, d, rc, details, true)
-	return res, nil
+	return res
 }
 
 // Close has nothing to end: each call is its own session.

@@ -238,34 +238,11 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 		return nil, fail(reason.LaunchFailed, "plugin %s not started: %v", name, err)
 	}
 	tcp := b.Manifest.Plugin.Transport == "tcp"
-	pluginEnv := map[string]string{"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.Paths.PluginDataDir, "FLEDGE_PROTOCOL": plugin.ProtocolInvoke}
-	// A TCP plugin without network lives in its own network namespace (where the sandbox
-	// has one) and may bind only the port fledge chose for it.
-	prof := env.Profile(b, os.Environ(), pluginEnv, nil)
-	inNetns := tcp && !prof.Plugin.Network && strings.Contains(env.Sandbox.Report().NetworkDeny, "netns")
-	var port uint16
-	if tcp {
-		if port, err = pickPort(inNetns); err != nil {
-			return nil, fail(reason.LaunchFailed, "plugin %s: choosing its port: %v", name, err)
-		}
-		pluginEnv["FLEDGE_LISTEN_PORT"] = strconv.Itoa(int(port))
-		if prof.Plugin.Egress != nil {
-			// The first profile's network is never used: what was made for it (its CA's
-			// bundle file) goes now.
-			_ = prof.Plugin.Egress.Close()
-		}
-		prof = env.Profile(b, os.Environ(), pluginEnv, nil)
+	l, f := planLaunch(env, b, program, tcp)
+	if f != nil {
+		return nil, f
 	}
-	spec := prof.Plugin
-	spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindPlugin, name, program, []string{program}
-	if tcp && !spec.Network {
-		spec.ListenTCP = []uint16{port}
-		// In its own network namespace any loopback port is harmless (nothing else lives
-		// there and only fledge, entering it, connects): a plugin written for the Dify-style
-		// TCP mode binds port 0 or a port of its own and announces it. Without a namespace
-		// it is held to FLEDGE_LISTEN_PORT.
-		spec.ListenAnyTCP = inNetns
-	}
+	prof, spec := l.prof, l.spec
 	timeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, prof.Session)
 	s := &Session{b: b, h: h, prof: prof, lim: o.Limits.withDefaults(prof.Session.PendingRequests), timeout: timeout, name: name,
 		open: map[string]*request{}, start: make(chan startEvent, 8)}
@@ -292,7 +269,64 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 		s.die(fail(reason.Crashed, "plugin %s: exited (%s)", name, describeExit(res)))
 	}()
 
-	startup := prof.Session.StartupTimeout
+	if f := s.awaitReady(ctx, l, program); f != nil {
+		return nil, f
+	}
+	return s, nil
+}
+
+// launch is what planLaunch decides: the profile, the sandbox spec and, for a TCP plugin,
+// its port and whether it lives in its own network namespace.
+type launch struct {
+	prof    policy.Profile
+	spec    sandbox.Spec
+	tcp     bool
+	port    uint16
+	inNetns bool
+}
+
+// planLaunch builds the plugin's profile and spec. A TCP plugin's port is chosen first and
+// the profile built again with FLEDGE_LISTEN_PORT in its environment.
+func planLaunch(env *core.Env, b *core.Binding, program string, tcp bool) (launch, *Failure) {
+	name := b.Entry.Name
+	pluginEnv := map[string]string{"FLEDGE_PLUGIN": name, "FLEDGE_DATA_DIR": b.Paths.PluginDataDir, "FLEDGE_PROTOCOL": plugin.ProtocolInvoke}
+	// A TCP plugin without network lives in its own network namespace (where the sandbox
+	// has one) and may bind only the port fledge chose for it.
+	prof := env.Profile(b, os.Environ(), pluginEnv, nil)
+	inNetns := tcp && !prof.Plugin.Network && strings.Contains(env.Sandbox.Report().NetworkDeny, "netns")
+	var port uint16
+	if tcp {
+		var err error
+		if port, err = pickPort(inNetns); err != nil {
+			return launch{}, fail(reason.LaunchFailed, "plugin %s: choosing its port: %v", name, err)
+		}
+		pluginEnv["FLEDGE_LISTEN_PORT"] = strconv.Itoa(int(port))
+		if prof.Plugin.Egress != nil {
+			// The first profile's network is never used: what was made for it (its CA's
+			// bundle file) goes now.
+			_ = prof.Plugin.Egress.Close()
+		}
+		prof = env.Profile(b, os.Environ(), pluginEnv, nil)
+	}
+	spec := prof.Plugin
+	spec.Kind, spec.Name, spec.Path, spec.Args = sandbox.KindPlugin, name, program, []string{program}
+	if tcp && !spec.Network {
+		spec.ListenTCP = []uint16{port}
+		// In its own network namespace any loopback port is harmless (nothing else lives
+		// there and only fledge, entering it, connects): a plugin written for the Dify-style
+		// TCP mode binds port 0 or a port of its own and announces it. Without a namespace
+		// it is held to FLEDGE_LISTEN_PORT.
+		spec.ListenAnyTCP = inNetns
+	}
+	return launch{prof: prof, spec: spec, tcp: tcp, port: port, inNetns: inNetns}, nil
+}
+
+// awaitReady waits for plugin_ready within policy's startup timeout. Any other ending
+// (an error line, a bad announcement, EOF, the timeout, a cancel) is recorded as a failed
+// start and the plugin is shut down.
+func (s *Session) awaitReady(ctx context.Context, l launch, program string) *Failure {
+	b, env, name, spec := s.b, s.h.Env, s.name, l.spec
+	startup := l.prof.Session.StartupTimeout
 	if startup <= 0 {
 		startup = 30 * time.Second
 	}
@@ -304,14 +338,14 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 		case ev := <-s.start:
 			switch ev.kind {
 			case TypeReady:
-				if tcp && s.conn == nil {
+				if l.tcp && s.conn == nil {
 					f = fail(reason.LaunchFailed, "plugin %s said it is ready before announcing its host and port", name)
 					break
 				}
 				s.mu.Lock()
 				s.ready = true
 				s.mu.Unlock()
-				return s, nil
+				return nil
 			case TypeError:
 				kind, _ := Classify(ev.msg)
 				if kind == "" {
@@ -319,7 +353,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 				}
 				f = fail(reason.LaunchFailed, "plugin %s failed to start (%s): %s", name, kind, clip.Bytes(ev.msg, 300))
 			case "hostport":
-				f = s.connect(ev.host, ev.port, port, spec.ListenTCP != nil && !spec.ListenAnyTCP, inNetns)
+				f = s.connect(ev.host, ev.port, l.port, spec.ListenTCP != nil && !spec.ListenAnyTCP, l.inNetns)
 			case "malformed":
 				f = fail(reason.LaunchFailed, "plugin %s sent a malformed line while starting: %s", name, ev.msg)
 			case "eof":
@@ -337,7 +371,7 @@ func Start(ctx context.Context, o Options) (*Session, *Failure) {
 			s.rec.Record(audit.EventPluginStart, audit.Error, f.Code, map[string]any{"protocol": plugin.ProtocolInvoke, "message": f.Msg, "ready": false}, true)
 			s.die(f)
 			s.shutdown(true)
-			return nil, f
+			return f
 		}
 	}
 }
@@ -666,27 +700,8 @@ func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMe
 	if s.b.Manifest.Plugin.Transport == "tcp" {
 		details["transport"] = "tcp"
 	}
-	if f := CheckRequest(typ, action); f != nil {
-		// Both are required (the seed): an empty one is refused, never sent as a request
-		// the plugin would have to guess about.
+	if f := s.admit(typ, action, details); f != nil {
 		out.Failure = f
-		s.rec.Record(audit.EventInvokeRequest, audit.Deny, f.Code, details, true)
-		return out
-	}
-	s.mu.Lock()
-	dead := s.dead
-	s.mu.Unlock()
-	if dead != nil {
-		out.Failure = dead
-		s.rec.Record(audit.EventInvokeRequest, audit.Deny, dead.Code, details, true)
-		return out
-	}
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		out.Failure = fail(reason.LimitExceeded, "%d requests are already in flight (the bound)", s.lim.InFlight)
-		details["limit"], details["limit_value"] = "requests_in_flight", s.lim.InFlight
-		s.rec.Record(audit.EventInvokeRequest, audit.Deny, reason.LimitExceeded, details, true)
 		return out
 	}
 	defer func() { <-s.slots }()
@@ -720,6 +735,42 @@ func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMe
 		out.Failure = dead
 		return out
 	}
+	s.await(ctx, r, out, sink)
+	return out
+}
+
+// admit refuses a request before it is sent (recording the denial): an empty type or
+// action, a dead plugin, or one more than the in-flight bound. Otherwise it has taken a
+// slot, which the caller gives back.
+func (s *Session) admit(typ, action string, details map[string]any) *Failure {
+	if f := CheckRequest(typ, action); f != nil {
+		// Both are required (the seed): an empty one is refused, never sent as a request
+		// the plugin would have to guess about.
+		s.rec.Record(audit.EventInvokeRequest, audit.Deny, f.Code, details, true)
+		return f
+	}
+	s.mu.Lock()
+	dead := s.dead
+	s.mu.Unlock()
+	if dead != nil {
+		s.rec.Record(audit.EventInvokeRequest, audit.Deny, dead.Code, details, true)
+		return dead
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	default:
+		f := fail(reason.LimitExceeded, "%d requests are already in flight (the bound)", s.lim.InFlight)
+		details["limit"], details["limit_value"] = "requests_in_flight", s.lim.InFlight
+		s.rec.Record(audit.EventInvokeRequest, audit.Deny, reason.LimitExceeded, details, true)
+		return f
+	}
+}
+
+// await passes the request's events to sink until it ends, fails, times out or is
+// cancelled, counting them into out.
+func (s *Session) await(ctx context.Context, r *request, out *Outcome, sink func(Event) error) {
+	id := r.id
 	timeout := s.timeout
 	if d, ok := tools.CallTimeout(ctx); ok {
 		timeout = d // the caller's --timeout, already within policy's maximum
@@ -729,40 +780,47 @@ func (s *Session) Invoke(ctx context.Context, typ, action string, req json.RawMe
 	for {
 		select {
 		case ev := <-r.ch:
-			if ev.Type == TypeResponse {
-				out.Chunks++
-			}
-			out.Bytes += int64(len(ev.Response))
-			if ev.Type == TypeError {
-				var body struct {
-					Error string `json:"error"`
-				}
-				_ = json.Unmarshal(ev.Response, &body)
-				if _, code := Classify(body.Error); code != reason.OK {
-					out.Failure = fail(code, "plugin %s: %s", s.name, clip.Bytes(body.Error, 300))
-				} else {
-					out.PluginError = body.Error
-					if out.PluginError == "" {
-						out.PluginError = "the plugin reported an error without a message"
-					}
-				}
-			}
+			s.count(ev, out)
 			if err := sink(ev); err != nil {
 				out.Failure = fail(reason.Cancelled, "the request's output could not be delivered: %v", err)
-				return out
+				return
 			}
 			if ev.Type == TypeEnd || ev.Type == TypeError {
-				return out
+				return
 			}
 		case <-r.failed:
 			out.Failure = r.failure
-			return out
+			return
 		case <-timer.C:
 			out.Failure = fail(reason.Timeout, "%s (request %s, %s)", TimeoutMessage, id, timeout)
-			return out
+			return
 		case <-ctx.Done():
 			out.Failure = fail(reason.Cancelled, "request %s cancelled", id)
-			return out
+			return
+		}
+	}
+}
+
+// count adds one event to out: its chunk and bytes and, for an error event, either a
+// failure fledge classifies or the plugin's own error message.
+func (s *Session) count(ev Event, out *Outcome) {
+	if ev.Type == TypeResponse {
+		out.Chunks++
+	}
+	out.Bytes += int64(len(ev.Response))
+	if ev.Type != TypeError {
+		return
+	}
+	var body struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(ev.Response, &body)
+	if _, code := Classify(body.Error); code != reason.OK {
+		out.Failure = fail(code, "plugin %s: %s", s.name, clip.Bytes(body.Error, 300))
+	} else {
+		out.PluginError = body.Error
+		if out.PluginError == "" {
+			out.PluginError = "the plugin reported an error without a message"
 		}
 	}
 }

@@ -130,23 +130,39 @@ type rawManifest struct {
 // [A-Za-z0-9][A-Za-z0-9_.-]*, and there are at most MaxTools tools, MaxParams parameters and
 // MaxHooks hooks.
 func ParseManifest(raw []byte) (*Manifest, error) {
-	bad := func(format string, a ...any) (*Manifest, error) {
-		return nil, fmt.Errorf("%w: "+format, append([]any{ErrManifest}, a...)...)
-	}
 	var r rawManifest
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(&r); err != nil {
-		return bad("result is not a manifest object: %s", clip.Bytes(err.Error(), 80))
+		return nil, badManifest("result is not a manifest object: %s", clip.Bytes(err.Error(), 80))
 	}
 	m := &Manifest{Version: DefaultVersion, Hooks: []string{}, Tools: []Tool{}, Priority: DefaultPriority}
+	if err := parseHeader(&r, m); err != nil {
+		return nil, err
+	}
+	if err := parseHooks(r.Hooks, m); err != nil {
+		return nil, err
+	}
+	if err := parseTools(r.Tools, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// badManifest wraps ErrManifest so every rejection matches errors.Is(err, ErrManifest).
+func badManifest(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrManifest}, a...)...)
+}
+
+// parseHeader checks the name, version, description and priority and fills them into m.
+func parseHeader(r *rawManifest, m *Manifest) error {
 	switch {
 	case r.Name == nil || *r.Name == "":
-		return bad("name is required")
+		return badManifest("name is required")
 	case strings.Contains(*r.Name, "_"):
-		return bad("name %q contains an underscore: plugin names must not contain underscores (the first _ after plugin_ separates the plugin from the tool)", clip.Bytes(*r.Name, 80))
+		return badManifest("name %q contains an underscore: plugin names must not contain underscores (the first _ after plugin_ separates the plugin from the tool)", clip.Bytes(*r.Name, 80))
 	case !plugin.ValidName(*r.Name):
-		return bad("name %q must match [a-z0-9][a-z0-9-]* and be at most %d characters", clip.Bytes(*r.Name, 80), plugin.MaxNameLen)
+		return badManifest("name %q must match [a-z0-9][a-z0-9-]* and be at most %d characters", clip.Bytes(*r.Name, 80), plugin.MaxNameLen)
 	}
 	m.Name = *r.Name
 	if r.Version != nil && *r.Version != "" {
@@ -156,42 +172,53 @@ func ParseManifest(raw []byte) (*Manifest, error) {
 		m.Description = *r.Description
 	}
 	if badText(m.Version) || badText(m.Description) {
-		return bad("version or description contains control characters or is longer than %d bytes", maxText)
+		return badManifest("version or description contains control characters or is longer than %d bytes", maxText)
 	}
 	if r.Priority != nil {
 		f, err := r.Priority.Float64()
 		if err != nil || f != math.Trunc(f) || math.Abs(f) > maxPriority {
-			return bad("priority %s must be an integer between -%d and %d", clip.Bytes(r.Priority.String(), 80), maxPriority, maxPriority)
+			return badManifest("priority %s must be an integer between -%d and %d", clip.Bytes(r.Priority.String(), 80), maxPriority, maxPriority)
 		}
 		m.Priority = int(f)
 	}
-	if len(r.Hooks) > MaxHooks {
-		return bad("%d hooks, more than the %d allowed", len(r.Hooks), MaxHooks)
+	return nil
+}
+
+// parseHooks checks the hook names and appends them to m, dropping repeats.
+func parseHooks(hooks []string, m *Manifest) error {
+	if len(hooks) > MaxHooks {
+		return badManifest("%d hooks, more than the %d allowed", len(hooks), MaxHooks)
 	}
 	seen := map[string]bool{}
-	for _, h := range r.Hooks {
+	for _, h := range hooks {
 		if h == "" || len(h) > maxName || badText(h) || strings.ContainsAny(h, " /") {
-			return bad("hook name %q is empty, too long or contains spaces, slashes or control characters", clip.Bytes(h, 80))
+			return badManifest("hook name %q is empty, too long or contains spaces, slashes or control characters", clip.Bytes(h, 80))
 		}
 		if !seen[h] {
 			seen[h] = true
 			m.Hooks = append(m.Hooks, h)
 		}
 	}
-	if len(r.Tools) > MaxTools {
-		return bad("%d tools, more than the %d allowed", len(r.Tools), MaxTools)
+	return nil
+}
+
+// parseTools checks each declared tool and appends it to m; a repeated name is an error
+// (unlike hooks) because two tools of one name would be ambiguous to call.
+func parseTools(raw []rawTool, m *Manifest) error {
+	if len(raw) > MaxTools {
+		return badManifest("%d tools, more than the %d allowed", len(raw), MaxTools)
 	}
 	toolSeen := map[string]bool{}
-	for i, rt := range r.Tools {
+	for i, rt := range raw {
 		if rt.Name == nil || len(*rt.Name) > maxName || !toolNameRe.MatchString(*rt.Name) {
 			name := "<missing>"
 			if rt.Name != nil {
 				name = *rt.Name
 			}
-			return bad("tool %d: name %q must match [A-Za-z0-9][A-Za-z0-9_.-]* and be at most %d characters", i+1, clip.Bytes(name, 80), maxName)
+			return badManifest("tool %d: name %q must match [A-Za-z0-9][A-Za-z0-9_.-]* and be at most %d characters", i+1, clip.Bytes(name, 80), maxName)
 		}
 		if toolSeen[*rt.Name] {
-			return bad("tool %q is declared twice", *rt.Name)
+			return badManifest("tool %q is declared twice", *rt.Name)
 		}
 		toolSeen[*rt.Name] = true
 		t := Tool{Name: *rt.Name, Parameters: []tools.Param{}}
@@ -199,42 +226,50 @@ func ParseManifest(raw []byte) (*Manifest, error) {
 			t.Description = *rt.Description
 		}
 		if badText(t.Description) {
-			return bad("tool %q: description contains control characters or is too long", t.Name)
+			return badManifest("tool %q: description contains control characters or is too long", t.Name)
 		}
-		if len(rt.Parameters) > MaxParams {
-			return bad("tool %q: %d parameters, more than the %d allowed", t.Name, len(rt.Parameters), MaxParams)
-		}
-		pSeen := map[string]bool{}
-		for j, rp := range rt.Parameters {
-			if rp.Name == nil || *rp.Name == "" || len(*rp.Name) > maxName || badText(*rp.Name) {
-				return bad("tool %q: parameter %d has no usable name", t.Name, j+1)
-			}
-			if pSeen[*rp.Name] {
-				return bad("tool %q: parameter %q is declared twice", t.Name, *rp.Name)
-			}
-			pSeen[*rp.Name] = true
-			p := tools.Param{Name: *rp.Name}
-			if rp.Type != nil {
-				p.Type = *rp.Type
-			}
-			if rp.Description != nil {
-				p.Description = *rp.Description
-			}
-			if badText(p.Type) || len(p.Type) > maxName || badText(p.Description) {
-				return bad("tool %q: parameter %q: type or description contains control characters or is too long", t.Name, p.Name)
-			}
-			if rp.Required != nil {
-				var req bool
-				if err := json.Unmarshal(*rp.Required, &req); err != nil {
-					return bad("tool %q: parameter %q: required must be true or false", t.Name, p.Name)
-				}
-				p.Required = req
-			}
-			t.Parameters = append(t.Parameters, p)
+		if err := parseParams(rt.Parameters, &t); err != nil {
+			return err
 		}
 		m.Tools = append(m.Tools, t)
 	}
-	return m, nil
+	return nil
+}
+
+// parseParams checks one tool's parameters and appends them to t.
+func parseParams(raw []rawParam, t *Tool) error {
+	if len(raw) > MaxParams {
+		return badManifest("tool %q: %d parameters, more than the %d allowed", t.Name, len(raw), MaxParams)
+	}
+	pSeen := map[string]bool{}
+	for j, rp := range raw {
+		if rp.Name == nil || *rp.Name == "" || len(*rp.Name) > maxName || badText(*rp.Name) {
+			return badManifest("tool %q: parameter %d has no usable name", t.Name, j+1)
+		}
+		if pSeen[*rp.Name] {
+			return badManifest("tool %q: parameter %q is declared twice", t.Name, *rp.Name)
+		}
+		pSeen[*rp.Name] = true
+		p := tools.Param{Name: *rp.Name}
+		if rp.Type != nil {
+			p.Type = *rp.Type
+		}
+		if rp.Description != nil {
+			p.Description = *rp.Description
+		}
+		if badText(p.Type) || len(p.Type) > maxName || badText(p.Description) {
+			return badManifest("tool %q: parameter %q: type or description contains control characters or is too long", t.Name, p.Name)
+		}
+		if rp.Required != nil {
+			var req bool
+			if err := json.Unmarshal(*rp.Required, &req); err != nil {
+				return badManifest("tool %q: parameter %q: required must be true or false", t.Name, p.Name)
+			}
+			p.Required = req
+		}
+		t.Parameters = append(t.Parameters, p)
+	}
+	return nil
 }
 
 func badText(s string) bool {

@@ -520,27 +520,42 @@ func (s *session) send(v any) error {
 	return err
 }
 
+// converse runs one session: the handshake, then, for an execute run, the tool call.
 func (s *session) converse(rs runSpec) *Outcome {
 	out := &Outcome{}
+	m, f := s.handshake(rs)
+	if f != nil {
+		out.Failure = f
+		return out
+	}
+	out.Manifest = m
+	if rs.phase != "execute" {
+		return out
+	}
+	s.execute(rs, out)
+	return out
+}
+
+// handshake sends the handshake, reads and checks the plugin's manifest, and records the
+// outcome either way (every handshake, failed or not, is on the audit record).
+func (s *session) handshake(rs runSpec) (*Manifest, *Failure) {
 	allow := rs.allow
 	if allow == nil {
 		allow = []string{}
 	}
 	if err := s.send(HandshakeRequest{Type: "handshake", ProtocolVersion: ProtocolVersion, Tool: rs.tool, Capabilities: allow}); err != nil {
 		// A plugin that is gone before the handshake was written: the read tells how.
-		if _, f := s.next("handshake"); f != nil {
-			out.Failure = f
-		} else {
-			out.Failure = fail(reason.HandshakeFailed, "the plugin did not take the handshake: %v", err)
+		_, f := s.next("handshake")
+		if f == nil {
+			f = fail(reason.HandshakeFailed, "the plugin did not take the handshake: %v", err)
 		}
-		s.recordHandshake(rs, nil, out.Failure)
-		return out
+		s.recordHandshake(rs, nil, f)
+		return nil, f
 	}
 	line, f := s.next("handshake")
 	if f != nil {
-		out.Failure = f
 		s.recordHandshake(rs, nil, f)
-		return out
+		return nil, f
 	}
 	var hs struct {
 		Type     string          `json:"type"`
@@ -562,16 +577,15 @@ func (s *session) converse(rs runSpec) *Outcome {
 		}
 	}
 	if f != nil {
-		out.Failure = f
 		s.recordHandshake(rs, &m, f)
-		return out
+		return nil, f
 	}
-	out.Manifest = &m
 	s.recordHandshake(rs, &m, nil)
-	if rs.phase != "execute" {
-		return out
-	}
+	return &m, nil
+}
 
+// execute records the tool call, sends it and fills out from the plugin's reply.
+func (s *session) execute(rs runSpec, out *Outcome) {
 	input := rs.input
 	if input == nil {
 		input = json.RawMessage("{}")
@@ -585,7 +599,7 @@ func (s *session) converse(rs runSpec) *Outcome {
 	}
 	if err != nil {
 		out.Failure = fail(reason.LaunchFailed, "the tool call was not sent: the audit log cannot record it: %v", err)
-		return out
+		return
 	}
 	if err := s.send(ExecuteRequest{Type: "execute", Tool: rs.tool, Input: input}); err != nil {
 		if _, f := s.next("response"); f != nil {
@@ -593,12 +607,12 @@ func (s *session) converse(rs runSpec) *Outcome {
 		} else {
 			out.Failure = fail(reason.Crashed, "the plugin did not take the execute request: %v", err)
 		}
-		return out
+		return
 	}
-	line, f = s.next("response")
+	line, f := s.next("response")
 	if f != nil {
 		out.Failure = f
-		return out
+		return
 	}
 	var resp struct {
 		Type   string          `json:"type"`
@@ -607,26 +621,25 @@ func (s *session) converse(rs runSpec) *Outcome {
 	}
 	if err := decodeObject(line, &resp); err != nil {
 		out.Failure = fail(reason.MalformedResponse, "the plugin's response is not valid: %v", err)
-		return out
+		return
 	}
 	switch resp.Type {
 	case "result":
 		if len(resp.Output) == 0 {
 			out.Failure = fail(reason.MalformedResponse, "the plugin's result has no output")
-			return out
+			return
 		}
 		out.Output = resp.Output
 	case "error":
 		var pe PluginError
 		if err := decodeObject(resp.Error, &pe); err != nil || pe.Code == "" {
 			out.Failure = fail(reason.MalformedResponse, "the plugin's error reply has no error object with a code")
-			return out
+			return
 		}
 		out.PluginError = &pe
 	default:
 		out.Failure = fail(reason.MalformedResponse, "expected a result or an error, the plugin sent type %q", clip.Bytes(resp.Type, 80))
 	}
-	return out
 }
 
 // expectEOF reads until the plugin's stdout ends: exactly one response was expected, so

@@ -182,58 +182,65 @@ func Profile(spec *sandbox.Spec, opts ProfileOptions) (string, error) {
 	default:
 		return "", fmt.Errorf("%w: %q", ErrBadKind, spec.Kind)
 	}
-
-	var entries []entry
-	add := func(list string, kind accessKind, paths ...string) error {
-		for _, p := range paths {
-			spellings, err := canonical(p, kind, opts.Resolve)
-			if err != nil {
-				return &PathError{List: list, Path: p, Err: err}
-			}
-			for _, s := range spellings {
-				entries = append(entries, entry{path: s, kind: kind})
-			}
-		}
-		return nil
+	entries, err := profileEntries(spec, opts)
+	if err != nil {
+		return "", err
 	}
-	steps := []struct {
-		list  string
-		kind  accessKind
-		paths []string
-	}{
+	entries = dedupe(entries)
+	denies := denyPaths(entries)
+	sortEntries(entries, denies)
+
+	var b strings.Builder
+	writeBaseline(&b, spec)
+	writeGranted(&b, entries, denies)
+	writeLine(&b, "")
+	writeNetwork(&b, spec)
+	return b.String(), nil
+}
+
+// entryList is one list of paths the profile grants or denies, named as errors name it.
+type entryList struct {
+	list  string
+	kind  accessKind
+	paths []string
+}
+
+// profileEntries turns every path of the spec and options into entries in their exact
+// spellings, refusing (as a *PathError) any path that cannot be expressed.
+func profileEntries(spec *sandbox.Spec, opts ProfileOptions) ([]entry, error) {
+	lists := []entryList{
 		{"read_only", kindReadOnly, spec.Access.ReadOnly},
 		{"read_exec", kindReadExec, spec.Access.ReadExec},
 		{"read_write", kindReadWrite, spec.Access.ReadWrite},
 		{"deny", kindDeny, spec.Access.Deny},
 	}
 	if opts.TempDir != "" {
-		steps = append(steps, struct {
-			list  string
-			kind  accessKind
-			paths []string
-		}{"temp", kindReadWrite, []string{opts.TempDir}})
+		lists = append(lists, entryList{"temp", kindReadWrite, []string{opts.TempDir}})
 	}
 	if opts.Stub != "" {
-		steps = append(steps, struct {
-			list  string
-			kind  accessKind
-			paths []string
-		}{"stub", kindExecFile, []string{opts.Stub}})
+		lists = append(lists, entryList{"stub", kindExecFile, []string{opts.Stub}})
 	}
 	if spec.Path != "" {
-		steps = append(steps, struct {
-			list  string
-			kind  accessKind
-			paths []string
-		}{"path", kindExecFile, []string{spec.Path}})
+		lists = append(lists, entryList{"path", kindExecFile, []string{spec.Path}})
 	}
-	for _, s := range steps {
-		if err := add(s.list, s.kind, s.paths...); err != nil {
-			return "", err
+	var entries []entry
+	for _, l := range lists {
+		for _, p := range l.paths {
+			spellings, err := canonical(p, l.kind, opts.Resolve)
+			if err != nil {
+				return nil, &PathError{List: l.list, Path: p, Err: err}
+			}
+			for _, s := range spellings {
+				entries = append(entries, entry{path: s, kind: l.kind})
+			}
 		}
 	}
-	entries = dedupe(entries)
-	denies := denyPaths(entries)
+	return entries, nil
+}
+
+// sortEntries orders entries by layer (see Profile), then shallower paths first, then by
+// path and kind so the output is the same bytes every time.
+func sortEntries(entries []entry, denies []string) {
 	layer := make(map[entry]int, len(entries))
 	for _, e := range entries {
 		layer[e] = layerOf(e, denies)
@@ -252,52 +259,64 @@ func Profile(spec *sandbox.Spec, opts ProfileOptions) (string, error) {
 		}
 		return entries[i].kind < entries[j].kind
 	})
+}
 
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("(version 1)")
-	w("; fledge %s profile for %s", spec.Kind, sanitizeComment(spec.Name))
-	w("(deny default)")
-	w("")
-	w("; processes: children inherit this profile; exec is limited by path below")
-	w("(allow process-fork)")
-	w("(allow signal (target same-sandbox))")
-	w("(allow process-info* (target self))")
-	w("(allow ipc-posix-sem)")
-	w("")
-	w("; mach services a shell and libc need")
-	writeMulti(&b, "(allow mach-lookup", "global-name", machServices)
-	w("")
-	w("; sysctl allow-list (the process table stays hidden)")
+// writeLine writes one formatted line of the profile.
+func writeLine(b *strings.Builder, format string, args ...any) {
+	fmt.Fprintf(b, format+"\n", args...)
+}
+
+// writeBaseline writes what every profile has, whatever the spec grants: the header, deny
+// default, the process, mach, sysctl and device baseline, and the system roots.
+func writeBaseline(b *strings.Builder, spec *sandbox.Spec) {
+	writeLine(b, "(version 1)")
+	writeLine(b, "; fledge %s profile for %s", spec.Kind, sanitizeComment(spec.Name))
+	writeLine(b, "(deny default)")
+	writeLine(b, "")
+	writeLine(b, "; processes: children inherit this profile; exec is limited by path below")
+	writeLine(b, "(allow process-fork)")
+	writeLine(b, "(allow signal (target same-sandbox))")
+	writeLine(b, "(allow process-info* (target self))")
+	writeLine(b, "(allow ipc-posix-sem)")
+	writeLine(b, "")
+	writeLine(b, "; mach services a shell and libc need")
+	writeMulti(b, "(allow mach-lookup", "global-name", machServices)
+	writeLine(b, "")
+	writeLine(b, "; sysctl allow-list (the process table stays hidden)")
 	b.WriteString("(allow sysctl-read")
 	for _, n := range sysctlNames {
-		fmt.Fprintf(&b, "\n  (sysctl-name %s)", mustQuote(n))
+		fmt.Fprintf(b, "\n  (sysctl-name %s)", mustQuote(n))
 	}
 	for _, n := range sysctlPrefixes {
-		fmt.Fprintf(&b, "\n  (sysctl-name-prefix %s)", mustQuote(n))
+		fmt.Fprintf(b, "\n  (sysctl-name-prefix %s)", mustQuote(n))
 	}
 	b.WriteString(")\n")
-	w("")
-	w("; devices and path resolution")
-	w(`(allow file-read* (literal "/"))`)
-	w(`(allow file-read-metadata (literal "/dev") (literal "/etc") (literal "/tmp") (literal "/var"))`)
-	w(`(allow file-read* file-write-data (literal "/dev/null") (literal "/dev/zero"))`)
-	w(`(allow file-read-data file-write-data (subpath "/dev/fd"))`)
-	w(`(allow file-read* file-write-data file-ioctl (literal "/dev/dtracehelper"))`)
-	w("")
-	w("; system roots")
+	writeLine(b, "")
+	writeLine(b, "; devices and path resolution")
+	writeLine(b, `(allow file-read* (literal "/"))`)
+	writeLine(b, `(allow file-read-metadata (literal "/dev") (literal "/etc") (literal "/tmp") (literal "/var"))`)
+	writeLine(b, `(allow file-read* file-write-data (literal "/dev/null") (literal "/dev/zero"))`)
+	writeLine(b, `(allow file-read-data file-write-data (subpath "/dev/fd"))`)
+	writeLine(b, `(allow file-read* file-write-data file-ioctl (literal "/dev/dtracehelper"))`)
+	writeLine(b, "")
+	writeLine(b, "; system roots")
 	for _, p := range SystemExec {
-		w(kindOps[kindReadExec], mustQuote(p))
+		writeLine(b, kindOps[kindReadExec], mustQuote(p))
 	}
 	for _, p := range SystemRead {
-		w(kindOps[kindReadOnly], mustQuote(p))
+		writeLine(b, kindOps[kindReadOnly], mustQuote(p))
 	}
 	b.WriteString("(allow file-read*")
 	for _, p := range systemReadFiles {
-		fmt.Fprintf(&b, "\n  (literal %s)", mustQuote(p))
+		fmt.Fprintf(b, "\n  (literal %s)", mustQuote(p))
 	}
 	b.WriteString(")\n")
 
+}
+
+// writeGranted writes the spec's own entries in order, with the metadata reads their
+// ancestors need and the unlink pins that keep a deny in place.
+func writeGranted(b *strings.Builder, entries []entry, denies []string) {
 	// Ancestors of granted paths get metadata-only reads (stat, not readdir) so realpath() and
 	// shells' $PWD checks work; the ones inside a Deny path are emitted after the nested allow
 	// that needs them, the rest once here before any deny.
@@ -316,14 +335,14 @@ func Profile(spec *sandbox.Spec, opts ProfileOptions) (string, error) {
 		}
 	}
 	sort.Strings(free)
-	w("")
-	w("; granted paths; denies after the allows they override (the last matching rule wins)")
+	writeLine(b, "")
+	writeLine(b, "; granted paths; denies after the allows they override (the last matching rule wins)")
 	if len(free) > 0 {
-		writeMulti(&b, "(allow file-read-metadata", "literal", free)
+		writeMulti(b, "(allow file-read-metadata", "literal", free)
 	}
 	writable := writablePaths(entries)
 	for _, e := range entries {
-		w(kindOps[e.kind], mustQuote(e.path))
+		writeLine(b, kindOps[e.kind], mustQuote(e.path))
 		if e.kind == kindDeny {
 			// A writable ancestor could be renamed away from under the deny rule (rules
 			// match paths, not vnodes), so its ancestors inside writable roots cannot be
@@ -335,7 +354,7 @@ func Profile(spec *sandbox.Spec, opts ProfileOptions) (string, error) {
 				}
 			}
 			if len(pin) > 0 {
-				writeMulti(&b, "(deny file-write-unlink", "literal", pin)
+				writeMulti(b, "(deny file-write-unlink", "literal", pin)
 			}
 			continue
 		}
@@ -347,32 +366,34 @@ func Profile(spec *sandbox.Spec, opts ProfileOptions) (string, error) {
 			}
 		}
 		if len(nested) > 0 {
-			writeMulti(&b, "(allow file-read-metadata", "literal", nested)
+			writeMulti(b, "(allow file-read-metadata", "literal", nested)
 		}
 	}
 
-	w("")
+}
+
+// writeNetwork writes the network rules: all IP, the granted loopback ports, or none.
+func writeNetwork(b *strings.Builder, spec *sandbox.Spec) {
 	if spec.Network {
-		w("; network: outbound IP anywhere, listening on loopback only; no unix sockets but DNS")
-		w(`(allow network-outbound (remote ip "*:*"))`)
-		w(`(allow network-outbound (literal "/private/var/run/mDNSResponder"))`)
-		w(`(allow network-bind network-inbound (local ip "localhost:*"))`)
-		w("(allow system-socket)")
-		writeMulti(&b, "(allow mach-lookup", "global-name", networkMachServices)
+		writeLine(b, "; network: outbound IP anywhere, listening on loopback only; no unix sockets but DNS")
+		writeLine(b, `(allow network-outbound (remote ip "*:*"))`)
+		writeLine(b, `(allow network-outbound (literal "/private/var/run/mDNSResponder"))`)
+		writeLine(b, `(allow network-bind network-inbound (local ip "localhost:*"))`)
+		writeLine(b, "(allow system-socket)")
+		writeMulti(b, "(allow mach-lookup", "global-name", networkMachServices)
 	} else if rules := seatbeltEgress(spec.Egress); len(rules) > 0 {
 		// Seatbelt's remote filter names only "localhost" or "*" as the host, so of a grant
 		// by destination only the loopback ports can be expressed; the rest gets nothing
 		// (docs/guarantees.md, "Network by destination").
-		w("; network: the granted loopback ports only")
+		writeLine(b, "; network: the granted loopback ports only")
 		for _, r := range rules {
-			w(r)
+			writeLine(b, r)
 		}
-		w("(allow system-socket)")
+		writeLine(b, "(allow system-socket)")
 	} else {
-		w("; network: none")
-		w("(deny network*)")
+		writeLine(b, "; network: none")
+		writeLine(b, "(deny network*)")
 	}
-	return b.String(), nil
 }
 
 // seatbeltEgress are the rules a grant by destination can be turned into on macOS: one per

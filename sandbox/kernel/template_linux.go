@@ -121,30 +121,18 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		return ErrTemplateUnfit
 	}
 	dir := filepath.Clean(v.Dir)
-	writable, grantedDir := false, v.Dir == ""
-	for _, m := range v.Mounts {
-		p := filepath.Clean(m.Path)
-		if v.Dir != "" && (dir == p || isBeneath(dir, p)) && (v.RunTmp == "" || p != filepath.Clean(v.RunTmp)) {
-			grantedDir = true
-			writable = writable || m.Writable
-		}
-	}
+	writable, grantedDir := templateDirGrant(v, dir)
 	if !grantedDir {
 		return ErrTemplateUnfit // a placeholder working directory: only a fresh view makes it
 	}
-	// The detached copies are taken in the host's namespace, before leaving it.
-	tree, dirNow := -1, ""
-	if dirfd >= 0 && v.Dir != "" {
-		fd, err := unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
-		if err != nil {
-			return fmt.Errorf("clone working directory: %w", err)
-		}
-		tree = fd
+	// The detached copies are taken in the host's namespace, before leaving it. Each is
+	// closed when this function returns, as the thread leaves for the fork.
+	tree, dirNow, err := cloneWorkDir(v, dirfd)
+	if err != nil {
+		return err
+	}
+	if tree >= 0 {
 		defer unix.Close(tree)
-		if err := noDevices(tree, ""); err != nil {
-			return fmt.Errorf("working directory: %w", err)
-		}
-		dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
 	}
 	// The working directory's tree, mounted on the template's, covers the files the
 	// template shows beneath it: they are shown again on top of it (rarely: a run whose
@@ -157,22 +145,12 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		}
 		defer closeFDs(files)
 	}
-	tmpTree := -1
-	if v.RunTmp != "" {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, v.RunTmp, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
-		if err != nil {
-			return fmt.Errorf("clone TMPDIR: %w", err)
-		}
-		tmpTree = fd
+	tmpTree, err := cloneRunTmp(t, v)
+	if err != nil {
+		return err
+	}
+	if tmpTree >= 0 {
 		defer unix.Close(tmpTree)
-		if err := noDevices(tmpTree, ""); err != nil {
-			return fmt.Errorf("TMPDIR: %w", err)
-		}
-		// Its mount point in the template's tmpfs (shared by every copy; the host removes
-		// it after the run).
-		if err := unix.Mkdirat(t.tmp, filepath.Base(v.RunTmp), 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("TMPDIR mount point: %w", err)
-		}
 	}
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare: %w", err)
@@ -184,6 +162,88 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		return fmt.Errorf("host namespace: %w", err)
 	}
 	defer unix.Close(host)
+	if err := enterTemplateCopy(t, v, tmpTree); err != nil {
+		return err
+	}
+	cwdfd := -1
+	if tree >= 0 {
+		fd, reopened, err := mountTemplateDir(v, tree, dirNow, writable, files, host)
+		if err != nil {
+			return err
+		}
+		if reopened {
+			defer unix.Close(fd)
+		}
+		cwdfd = fd
+	}
+	if err := unix.Mount("", "/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("read-only /tmp: %w", err)
+	}
+	if err := freshMqueue(""); err != nil {
+		return err
+	}
+	return enterDir(cwdfd, v, true)
+}
+
+// templateDirGrant reports whether a grant (other than the run's TMPDIR) covers the
+// working directory dir, and whether any such grant is writable.
+func templateDirGrant(v *View, dir string) (writable, granted bool) {
+	granted = v.Dir == ""
+	for _, m := range v.Mounts {
+		p := filepath.Clean(m.Path)
+		if v.Dir != "" && (dir == p || isBeneath(dir, p)) && (v.RunTmp == "" || p != filepath.Clean(v.RunTmp)) {
+			granted = true
+			writable = writable || m.Writable
+		}
+	}
+	return writable, granted
+}
+
+// cloneWorkDir takes a detached copy of the working directory's tree (-1 when there is
+// none to mount) and reads its current path while this thread still sees the host's /proc.
+// The caller closes the copy.
+func cloneWorkDir(v *View, dirfd int) (tree int, dirNow string, _ error) {
+	if dirfd < 0 || v.Dir == "" {
+		return -1, "", nil
+	}
+	fd, err := unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, "", fmt.Errorf("clone working directory: %w", err)
+	}
+	if err := noDevices(fd, ""); err != nil {
+		unix.Close(fd)
+		return -1, "", fmt.Errorf("working directory: %w", err)
+	}
+	dirNow, _ = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", dirfd))
+	return fd, dirNow, nil
+}
+
+// cloneRunTmp takes a detached copy of the run's TMPDIR (-1 when it has none) and makes
+// its mount point in the template's tmpfs. The caller closes the copy.
+func cloneRunTmp(t *Template, v *View) (int, error) {
+	if v.RunTmp == "" {
+		return -1, nil
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, v.RunTmp, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, fmt.Errorf("clone TMPDIR: %w", err)
+	}
+	if err := noDevices(fd, ""); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("TMPDIR: %w", err)
+	}
+	// Its mount point in the template's tmpfs (shared by every copy; the host removes
+	// it after the run).
+	if err := unix.Mkdirat(t.tmp, filepath.Base(v.RunTmp), 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("TMPDIR mount point: %w", err)
+	}
+	return fd, nil
+}
+
+// enterTemplateCopy moves this thread into a private copy of the template's namespace and
+// mounts the run's TMPDIR (tmpTree, when >= 0) there.
+func enterTemplateCopy(t *Template, v *View, tmpTree int) error {
 	if err := unix.Setns(t.ns, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template: %w", err)
 	}
@@ -196,57 +256,55 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 			return fmt.Errorf("mount TMPDIR: %w", err)
 		}
 	}
-	cwdfd := -1
-	if tree >= 0 {
-		var err error
-		// The path only: this thread's /proc is the view's now (maybe another pid
-		// namespace's), so the handle's current path was read before.
-		var where string
-		if dirHidesRoot(v) {
-			if err := idmapTree(tree, v.IDMap); err != nil {
-				return fmt.Errorf("working directory: %w", err)
-			}
-		}
-		if cwdfd, where, err = mountDirAt("", tree, func() []string { return []string{dirNow, v.Dir} }, v); err != nil {
-			if serr := unix.Setns(host, unix.CLONE_NEWNS); serr != nil {
-				return fmt.Errorf("%w (and back to the host's namespace: %w)", err, serr)
-			}
-			return ErrTemplateUnfit
-		}
-		// A working directory inside a protected directory (below its mount point, which
-		// the template has): read-only as the template has it there.
-		if !writable || readOnlyAt(v, where) {
-			if err := unix.MountSetattr(cwdfd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,
-				&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
-				return fmt.Errorf("read-only working directory: %w", err)
-			}
-		}
-		// The working directory's tree came from the host: the protected paths beneath it
-		// are protected again on top of it.
-		if err := protect("", v, where); err != nil {
-			return err
-		}
-		if err := attachFiles("", v.Files, files, where); err != nil {
-			return err
-		}
-		// As in EnterView (coveringCwd): a working directory that is or lies in a protected
-		// path must be entered through the read-only mount now on top of it.
-		if len(v.Pin)+len(v.Protected)+len(v.Writable) > 0 {
-			fd, err := reopenCwd(cwdfd, where)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			cwdfd = fd
+	return nil
+}
+
+// mountTemplateDir mounts the working directory's tree in the template copy with its
+// grant's rights, protects again what lies beneath it and returns the handle to enter.
+// reopened says the handle is a new one the caller must close once entered. A tree it
+// cannot mount takes the thread back to the host's namespace (host) and is
+// ErrTemplateUnfit.
+func mountTemplateDir(v *View, tree int, dirNow string, writable bool, files []int, host int) (cwdfd int, reopened bool, err error) {
+	// The path only: this thread's /proc is the view's now (maybe another pid
+	// namespace's), so the handle's current path was read before.
+	var where string
+	if dirHidesRoot(v) {
+		if err := idmapTree(tree, v.IDMap); err != nil {
+			return -1, false, fmt.Errorf("working directory: %w", err)
 		}
 	}
-	if err := unix.Mount("", "/tmp", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("read-only /tmp: %w", err)
+	if cwdfd, where, err = mountDirAt("", tree, func() []string { return []string{dirNow, v.Dir} }, v); err != nil {
+		if serr := unix.Setns(host, unix.CLONE_NEWNS); serr != nil {
+			return -1, false, fmt.Errorf("%w (and back to the host's namespace: %w)", err, serr)
+		}
+		return -1, false, ErrTemplateUnfit
 	}
-	if err := freshMqueue(""); err != nil {
-		return err
+	// A working directory inside a protected directory (below its mount point, which
+	// the template has): read-only as the template has it there.
+	if !writable || readOnlyAt(v, where) {
+		if err := unix.MountSetattr(cwdfd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,
+			&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}); err != nil {
+			return -1, false, fmt.Errorf("read-only working directory: %w", err)
+		}
 	}
-	return enterDir(cwdfd, v, true)
+	// The working directory's tree came from the host: the protected paths beneath it
+	// are protected again on top of it.
+	if err := protect("", v, where); err != nil {
+		return -1, false, err
+	}
+	if err := attachFiles("", v.Files, files, where); err != nil {
+		return -1, false, err
+	}
+	// As in EnterView (coveringCwd): a working directory that is or lies in a protected
+	// path must be entered through the read-only mount now on top of it.
+	if len(v.Pin)+len(v.Protected)+len(v.Writable) > 0 {
+		fd, err := reopenCwd(cwdfd, where)
+		if err != nil {
+			return -1, false, err
+		}
+		return fd, true, nil
+	}
+	return cwdfd, false, nil
 }
 
 func isBeneath(p, root string) bool {
