@@ -77,7 +77,7 @@ var (
 func verdictTable() (map[int]rule, map[int]traceCall) {
 	verdictOnce.Do(func() {
 		verdictTab = map[int]rule{}
-		for _, r := range denyTable(Filter{DenyUnix: true}) {
+		for _, r := range denyTable(Filter{DenyUnix: true, TCPOnly: true}) {
 			verdictTab[r.nr] = r
 		}
 		traceTab = map[int]traceCall{}
@@ -94,11 +94,16 @@ func (r rule) matches(args [6]uint64) bool {
 	switch r.check {
 	case anyBit:
 		return a(0)&r.values[0] != 0
+	case anyBitArg:
+		return a(r.modeArg)&r.values[0] != 0
 	case oneOf:
 		return slices.Contains(r.values, a(0))
 	case socketFamily:
 		if a(0) == unix.AF_NETLINK && slices.Contains(r.values, a(0)) {
 			return !slices.Contains(netlinkProtocols, a(2))
+		}
+		if (a(0) == unix.AF_INET || a(0) == unix.AF_INET6) && r.tcpOnly {
+			return a(1)&sockTypeMask != unix.SOCK_STREAM || (a(2) != 0 && a(2) != unix.IPPROTO_TCP)
 		}
 		return !slices.Contains(r.values, a(0))
 	case noneOf:

@@ -77,6 +77,9 @@ type Sandbox struct {
 	// egressErr: why a run's stub cannot build its network by destination here (stub
 	// launcher, unprivileged runs; nil: it can).
 	egressErr error
+	// proxyOnce, proxyErr: proxyEgress, decided once.
+	proxyOnce sync.Once
+	proxyErr  error
 	viewOff   bool // Options.DisableView
 	kernel    string
 	// ipcns: every run gets an IPC namespace of its own (root: unshared by the launch
@@ -503,7 +506,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				return nil, fmt.Errorf("%w: network by destination: %w", sandbox.ErrUnavailable, err)
 			}
 			mode.Degraded = append(mode.Degraded, "network by destination ("+err.Error()+"): the run gets no network at all")
-		} else {
+		} else if rg.proxy == nil {
 			mode.NetNS = true
 		}
 	}
@@ -550,13 +553,25 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			// checkAccess refused lists that cover these above; the ruleset checks again
 			// what it opens, which a symlink flipped meanwhile cannot change.
 			Deny:    spec.Access.Deny,
-			DenyNet: !spec.Network && rg == nil,
+			DenyNet: !spec.Network && (rg == nil || rg.proxy != nil),
 			BindTCP: spec.ListenTCP,
 			Scope:   true,
 			LogExec: true,
 		}
 		// Any TCP port only where the run gets its own network namespace (below).
-		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && s.netns
+		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && ownNetNS(spec, s.netns, rg)
+		if rg != nil && rg.proxy != nil {
+			pol.Landlock.ConnectTCP = []uint16{rg.proxy.Port()}
+		}
+	}
+	// Without a network namespace of its own a run's network bound is Landlock's TCP
+	// rules: every other IPv4/IPv6 socket is refused (UDP, so DNS too).
+	pol.TCPOnly = !spec.Network && !ownNetNS(spec, s.netns, rg) && s.abi >= 4 && kernel.SeccompSupported()
+	if rg != nil && rg.proxy != nil {
+		for _, kv := range rg.proxy.Env() {
+			k, v, _ := strings.Cut(kv, "=")
+			pol.Env = sandbox.WithEnv(pol.Env, k, v)
+		}
 	}
 	if s.view {
 		if pol.View, p.checkouts, err = buildView(spec, rw, s.nested); err != nil {
@@ -649,7 +664,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// by its stub, Policy.Net).
 		sys.Cloneflags |= unix.CLONE_NEWNET
 	}
-	if rg != nil && rg.eng != nil {
+	if rg != nil && rg.eng != nil && rg.proxy == nil {
 		pol.Net = rg.eng.Plan()
 		if s.userView {
 			egressCaps(sys)
@@ -672,7 +687,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
 			Sys: sys,
 		}
-		if rg != nil && rg.eng != nil {
+		if rg != nil && rg.eng != nil && rg.proxy == nil {
 			l.NetAttach = func(fds *kernel.EgressFDs) error {
 				detach, err := rg.eng.Attach(fds)
 				p.netDetach = detach
@@ -1067,7 +1082,7 @@ func (p *process) killTree() error {
 // ownNetNS says whether the run gets a network namespace of its own: no network, or its
 // network by destination (built by its stub). Otherwise it shares fledge's.
 func ownNetNS(spec *sandbox.Spec, netns bool, rg *runEgress) bool {
-	return !spec.Network && netns && (rg == nil || rg.eng != nil)
+	return !spec.Network && netns && (rg == nil || (rg.eng != nil && rg.proxy == nil))
 }
 
 // watch enforces the timeout and context cancellation: SIGTERM to all, KillGrace, SIGKILL.
