@@ -32,10 +32,13 @@ type Options struct {
 	// and for `doctor` what-ifs. They never add confinement.
 	DisableLandlock bool
 	DisableCgroups  bool
-	DisableNetNS    bool
-	DisableView     bool // no private filesystem view (Landlock alone)
-	DisablePidNS    bool // no pid namespace of the run's own (the host's /proc, read-only)
-	DisableIPCNS    bool // no IPC namespace of the run's own (the host's SysV IPC)
+	// DisableUserScope: an ordinary user without a writable cgroup does not ask a systemd
+	// user manager for a delegated scope (userscope_linux.go).
+	DisableUserScope bool
+	DisableNetNS     bool
+	DisableView      bool // no private filesystem view (Landlock alone)
+	DisablePidNS     bool // no pid namespace of the run's own (the host's /proc, read-only)
+	DisableIPCNS     bool // no IPC namespace of the run's own (the host's SysV IPC)
 	// DisableSystemIDMap shows system paths as they are (as on a filesystem that cannot be
 	// idmapped): a root fledge's commands pass root's owner bits there.
 	DisableSystemIDMap bool
@@ -161,6 +164,9 @@ func New(opts Options) (*Sandbox, error) {
 		sb.cg = &cgEnv{mode: CgroupNone, v1: map[string]string{}, v2Ctl: map[string]bool{}}
 	} else {
 		sb.cg = probeCgroups(opts.CgroupParent)
+		if !sb.cg.writable() && opts.CgroupParent == "" && os.Geteuid() != 0 && !opts.DisableUserScope {
+			sb.cg = userScopeCgroups(sb.cg)
+		}
 	}
 	if !opts.DisableNetNS {
 		sb.netns = canUnshareNet()
