@@ -377,6 +377,19 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 	require.NoError(t, <-waited, res.String())
 	t.Logf("plugin run:\n%s", res.String())
 	l := lines(res.String())
+	// One honest line for the degraded run: what is missing, why, the fix, where the detail is.
+	var warns []string
+	for _, w := range strings.Split(res.String(), "\n") {
+		if strings.Contains(w, "warning:") {
+			warns = append(warns, w)
+		}
+	}
+	require.Len(t, warns, 1, "one warning line:\n%s", res.String())
+	assert.Contains(t, warns[0], "no private filesystem view, pid and IPC namespaces (no user namespaces)")
+	assert.Contains(t, warns[0], "no memory/pids/cpu limits (no writable cgroup)")
+	assert.Contains(t, warns[0], "fix: allow unprivileged user namespaces")
+	assert.Contains(t, warns[0], "'fledge doctor' has the detail")
+	assert.NotContains(t, warns[0], "network by destination", "network by destination is enforced here")
 	assert.Equal(t, "ok granted-body", l["plugin-urllib-granted"])
 	assert.Equal(t, "ok granted-body", l["plugin-urllib-addr"], "127.0.0.1 as the namespace's loopback serves it")
 	assert.Equal(t, "fail HTTPError", l["plugin-urllib-port"])
@@ -433,6 +446,14 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 	assert.True(t, has("kernel_denied", "deny", "", 0, ""), "the refused UDP socket is recorded")
 	assert.NotContains(t, raw, boundValue)
 	assert.NotContains(t, raw, "network by destination (", "no run fell back to no network")
+	// The record keeps the whole list the one line sums up.
+	var missing []any
+	for _, r := range recs {
+		if r.Event == "sandbox_degraded" {
+			missing, _ = r.Details["missing"].([]any)
+		}
+	}
+	assert.Greater(t, len(missing), 2, "sandbox_degraded keeps every missing protection:\n%s", raw)
 }
 
 // installedDir is where fledge installed plugin name.
