@@ -201,6 +201,11 @@ for i in range(600):
     if os.path.exists(os.path.join(os.environ["FLEDGE_DATA_DIR"], "go")):
         break
     time.sleep(0.05)
+# Landlock's rule is a port: the proxy's port at another address is another destination.
+pp = urllib.parse.urlsplit(os.environ["HTTP_PROXY"]).port
+sock("plugin-proxy-port-elsewhere", lambda: socket.create_connection(("127.0.0.2", pp), timeout=5))
+sock("plugin-proxy-port-v6", lambda: socket.create_connection(("::1", pp), timeout=5))
+ex("exec-proxy-port-elsewhere", "curl -sS --max-time 5 --noproxy '*' http://127.0.0.2:%d/" % pp)
 out("done")
 `
 
@@ -351,6 +356,26 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 	}
 	require.NotZero(t, proxyPort, res.String())
 	proxyAddr := "127.0.0.1:" + strconv.Itoa(proxyPort)
+	// Listeners on the proxy's port at other addresses: a run may reach none of them.
+	var elsewhere atomic.Int64
+	for _, a := range []string{"127.0.0.2", "[::1]"} {
+		ln, err := net.Listen("tcp", a+":"+strconv.Itoa(proxyPort))
+		if err != nil {
+			t.Logf("no listener at %s: %v", a, err)
+			continue
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				elsewhere.Add(1)
+				c.Close()
+			}
+		}()
+	}
 
 	// A second plugin's session: its own credential, and no way to the first proxy's port.
 	require.NoError(t, os.WriteFile(filepath.Join(h.home, "ports"), nil, 0o644))
@@ -417,6 +442,10 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 	assert.NotContains(t, l["exec-getent"], "code=0")
 	assert.Equal(t, "[]", l["no-proxy"], "a user's NO_PROXY does not send programs past the proxy")
 	assert.Equal(t, "", l["done"])
+	assert.Equal(t, "fail PermissionError", l["plugin-proxy-port-elsewhere"], "the proxy's port at another address")
+	assert.Contains(t, l["plugin-proxy-port-v6"], "fail")
+	assert.NotContains(t, l["exec-proxy-port-elsewhere"], "code=0")
+	assert.Zero(t, elsewhere.Load(), "a run reached the proxy's port at another address")
 	assert.Zero(t, badHits.Load(), "nothing reached the ungranted port")
 	assert.Equal(t, before, okHits.Load(), "nothing reached the destination from outside the session")
 	assert.NotContains(t, res.String(), boundValue)
@@ -444,6 +473,7 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 	assert.True(t, has("net_connect", "deny", "", proxyPort, "proxy_auth"), "a connection without the credential is recorded")
 	assert.True(t, has("net_http", "allow", "localhost", tlsPort, ""), "bound secret request record")
 	assert.True(t, has("kernel_denied", "deny", "", 0, ""), "the refused UDP socket is recorded")
+	assert.Contains(t, raw, fmt.Sprintf("127.0.0.2:%d", proxyPort), "the refused connect to the proxy's port elsewhere is recorded")
 	assert.NotContains(t, raw, boundValue)
 	assert.NotContains(t, raw, "network by destination (", "no run fell back to no network")
 	// The record keeps the whole list the one line sums up.

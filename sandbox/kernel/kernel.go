@@ -56,6 +56,10 @@ type Filter struct {
 	// sees): for a run without a network namespace of its own, whose only network bound is
 	// Landlock's TCP rules (which see connect(2), and TCP only).
 	TCPOnly bool
+	// ConnectCheck sends every connect(2) to the listener (ServeNotifyConnect), which lets
+	// a TCP socket connect to the host's loopback on the allowed ports only: Landlock's
+	// rule is a port, at any address. Without a listener connect answers ENOSYS (closed).
+	ConnectCheck bool
 	// GateClone3 sends clone3 to a user-notification listener instead of answering ENOSYS
 	// at once (see InstallGatedFilter). Only the thread launcher sets it, when its own
 	// fork must be a clone3 (CLONE_INTO_CGROUP).

@@ -562,6 +562,10 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 			entries = append(entries, dispatchEntry{nr: uint32(t.nr), target: "ret_notif"})
 		}
 	}
+	if f.ConnectCheck && !ruled[unix.SYS_CONNECT] {
+		ruled[unix.SYS_CONNECT] = true
+		entries = append(entries, dispatchEntry{nr: uint32(unix.SYS_CONNECT), target: "ret_notif"})
+	}
 	if linearDispatchForTest {
 		for _, e := range entries {
 			a.jump(jeq, e.nr, e.target, "")
@@ -685,7 +689,7 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 	}
 	a.label("allow")
 	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
-	if f.Notify || f.Trace {
+	if f.Notify || f.Trace || f.ConnectCheck {
 		a.label("ret_notif")
 		a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
 	}

@@ -574,6 +574,10 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	// rules: every other IPv4/IPv6 socket is refused (UDP, so DNS too).
 	pol.TCPOnly = !spec.Network && !ownNetNS(spec, s.netns, rg) && s.abi >= 4 && kernel.SeccompSupported()
 	if rg != nil && rg.proxy != nil {
+		// Landlock's rule is a port, at any address: the host makes the run's connects
+		// itself, to 127.0.0.1 on that port only (kernel.ServeNotifyConnect). Without the
+		// listener every connect fails (ENOSYS): closed, never open.
+		pol.ConnectCheck = kernel.SeccompSupported()
 		for _, kv := range rg.proxy.Env() {
 			k, v, _ := strings.Cut(kv, "=")
 			pol.Env = sandbox.WithEnv(pol.Env, k, v)
