@@ -159,11 +159,11 @@ type NotifyServer struct {
 	// of the host's loopback only; nil: connect is not checked.
 	connectTCP []uint16
 	inflight   sync.WaitGroup // connects made for the run, answered when done
-	on       func(Notice)
-	stop     atomic.Bool
-	done     chan struct{}
-	err      error
-	served   atomic.Int64
+	on         func(Notice)
+	stop       atomic.Bool
+	done       chan struct{}
+	err        error
+	served     atomic.Int64
 }
 
 // notifyPoll is how often a server with nothing to do checks whether it was stopped.

@@ -37,8 +37,8 @@ type runNotify struct {
 	grants *kernel.Grants // nil: trace nothing
 	// connectTCP: the loopback ports the run may connect to (pol.ConnectCheck), nil: all.
 	connectTCP []uint16
-	pair   [2]int         // socket pair of a launch without gate (-1: none)
-	cancel chan struct{}  // closed when the launch failed
+	pair       [2]int        // socket pair of a launch without gate (-1: none)
+	cancel     chan struct{} // closed when the launch failed
 	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
 	stubEnd *os.File
 	// llSeen/llStop: the run's Landlock denials from the kernel's audit (nil: none).
