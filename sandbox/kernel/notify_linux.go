@@ -69,6 +69,7 @@ const (
 var (
 	verdictOnce sync.Once
 	verdictTab  map[int]rule
+	verdictTCP  map[int]rule // with the TCPOnly rows (Filter.TCPOnly)
 	traceTab    map[int]traceCall
 )
 
@@ -77,8 +78,12 @@ var (
 func verdictTable() (map[int]rule, map[int]traceCall) {
 	verdictOnce.Do(func() {
 		verdictTab = map[int]rule{}
-		for _, r := range denyTable(Filter{DenyUnix: true, TCPOnly: true}) {
+		for _, r := range denyTable(Filter{DenyUnix: true}) {
 			verdictTab[r.nr] = r
+		}
+		verdictTCP = map[int]rule{}
+		for _, r := range denyTable(Filter{DenyUnix: true, TCPOnly: true}) {
+			verdictTCP[r.nr] = r
 		}
 		traceTab = map[int]traceCall{}
 		for _, t := range traceCalls {
@@ -125,8 +130,14 @@ func (r rule) matches(args [6]uint64) bool {
 
 // verdict is the answer to a notified call: the errno of the row that refuses it, or 0
 // (continue: a traced call no row refuses).
-func verdict(nr int, args [6]uint64) (rule, unix.Errno) {
+func verdict(nr int, args [6]uint64) (rule, unix.Errno) { return verdictFor(false, nr, args) }
+
+// verdictFor is verdict for a filter with or without Filter.TCPOnly.
+func verdictFor(tcpOnly bool, nr int, args [6]uint64) (rule, unix.Errno) {
 	rules, _ := verdictTable()
+	if tcpOnly {
+		rules = verdictTCP
+	}
 	if r, ok := rules[nr]; ok && r.matches(args) {
 		return r, r.errno
 	}
@@ -158,6 +169,7 @@ type NotifyServer struct {
 	// connectTCP: connect(2) comes here (Filter.ConnectCheck) and may reach these ports
 	// of the host's loopback only; nil: connect is not checked.
 	connectTCP []uint16
+	tcpOnly    bool           // the filter has Filter.TCPOnly
 	inflight   sync.WaitGroup // connects made for the run, answered when done
 	on         func(Notice)
 	stop       atomic.Bool
@@ -175,16 +187,25 @@ const notifyPoll = 200 * time.Millisecond
 // grants (nil: trace nothing). on runs on the server's goroutine after the caller was
 // answered; it must not block for long (the run's next refused call waits meanwhile).
 func ServeNotify(listener int, grants *Grants, on func(Notice)) *NotifyServer {
-	return ServeNotifyConnect(listener, grants, nil, on)
+	return ServeNotifyWith(listener, NotifyConfig{Grants: grants}, on)
 }
 
-// ServeNotifyConnect is ServeNotify for a filter with ConnectCheck: the run's connects to
-// 127.0.0.1 on ports are made, every other connect of an IPv4/IPv6 socket is refused
-// (EACCES) and passed to on.
-func ServeNotifyConnect(listener int, grants *Grants, ports []uint16, on func(Notice)) *NotifyServer {
-	s := &NotifyServer{listener: listener, grants: grants, on: on, done: make(chan struct{})}
-	if ports != nil {
-		s.connectTCP = append([]uint16{}, ports...)
+// NotifyConfig is what a listener must know of the filter it serves.
+type NotifyConfig struct {
+	Grants *Grants // nil: trace nothing
+	// TCPOnly: the filter has Filter.TCPOnly (its rows refuse what they refuse).
+	TCPOnly bool
+	// ConnectTCP, for a filter with ConnectCheck: the run's connects to 127.0.0.1 on these
+	// ports are made, every other connect of an IPv4/IPv6 socket is refused (EACCES) and
+	// passed to on. nil: connect is not checked.
+	ConnectTCP []uint16
+}
+
+// ServeNotifyWith is ServeNotify for the filter c describes.
+func ServeNotifyWith(listener int, c NotifyConfig, on func(Notice)) *NotifyServer {
+	s := &NotifyServer{listener: listener, grants: c.Grants, tcpOnly: c.TCPOnly, on: on, done: make(chan struct{})}
+	if c.ConnectTCP != nil {
+		s.connectTCP = append([]uint16{}, c.ConnectTCP...)
 	}
 	go s.loop()
 	return s
@@ -247,7 +268,7 @@ func (s *NotifyServer) serveOne() error {
 		return s.serveConnect(&req)
 	}
 	resp := seccompNotifResp{ID: req.ID}
-	r, errno := verdict(nr, args)
+	r, errno := verdictFor(s.tcpOnly, nr, args)
 	if errno != 0 {
 		resp.Error = -int32(errno)
 		if err := answer(s.listener, &resp); err != nil {

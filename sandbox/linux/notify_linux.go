@@ -37,6 +37,7 @@ type runNotify struct {
 	grants *kernel.Grants // nil: trace nothing
 	// connectTCP: the loopback ports the run may connect to (pol.ConnectCheck), nil: all.
 	connectTCP []uint16
+	tcpOnly    bool          // pol.TCPOnly
 	pair       [2]int        // socket pair of a launch without gate (-1: none)
 	cancel     chan struct{} // closed when the launch failed
 	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
@@ -58,6 +59,7 @@ func newRunNotify(spec *sandbox.Spec, pol *stub.Policy) *runNotify {
 	trace := spec.Trace
 	rn.log = sandbox.NewDenialLog(spec.KernelDenials)
 	rn.late = spec.KernelDenialsLate
+	rn.tcpOnly = pol.TCPOnly
 	if pol.ConnectCheck && pol.Landlock != nil {
 		rn.connectTCP = append([]uint16{}, pol.Landlock.ConnectTCP...)
 	}
@@ -92,7 +94,7 @@ func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 		defer close(rn.ready)
 		select {
 		case fd := <-rn.ch:
-			rn.srv = kernel.ServeNotifyConnect(fd, rn.grants, rn.connectTCP, rn.add)
+			rn.srv = kernel.ServeNotifyWith(fd, kernel.NotifyConfig{Grants: rn.grants, TCPOnly: rn.tcpOnly, ConnectTCP: rn.connectTCP}, rn.add)
 		case <-rn.cancel:
 		case <-time.After(listenerWait):
 		}
