@@ -135,7 +135,10 @@ func (s *Sandbox) proxyEgress() error {
 			s.proxyErr = errors.New("a namespace per session")
 			return
 		}
-		if s.abi < 4 || !kernel.SeccompSupported() {
+		switch {
+		case s.noProxy:
+			s.proxyErr = errors.New("the session's proxy is disabled")
+		case s.abi < 4 || !kernel.SeccompSupported():
 			s.proxyErr = errNoProxyEgress
 		}
 	})

@@ -35,10 +35,13 @@ type Options struct {
 	// DisableUserScope: an ordinary user without a writable cgroup does not ask a systemd
 	// user manager for a delegated scope (userscope_linux.go).
 	DisableUserScope bool
-	DisableNetNS     bool
-	DisableView      bool // no private filesystem view (Landlock alone)
-	DisablePidNS     bool // no pid namespace of the run's own (the host's /proc, read-only)
-	DisableIPCNS     bool // no IPC namespace of the run's own (the host's SysV IPC)
+	// DisableEgressProxy: where no namespace can be made, network by destination is not
+	// given through the session's proxy either (the run gets no network at all).
+	DisableEgressProxy bool
+	DisableNetNS       bool
+	DisableView        bool // no private filesystem view (Landlock alone)
+	DisablePidNS       bool // no pid namespace of the run's own (the host's /proc, read-only)
+	DisableIPCNS       bool // no IPC namespace of the run's own (the host's SysV IPC)
 	// DisableSystemIDMap shows system paths as they are (as on a filesystem that cannot be
 	// idmapped): a root fledge's commands pass root's owner bits there.
 	DisableSystemIDMap bool
@@ -83,6 +86,7 @@ type Sandbox struct {
 	// proxyOnce, proxyErr: proxyEgress, decided once.
 	proxyOnce sync.Once
 	proxyErr  error
+	noProxy   bool // Options.DisableEgressProxy
 	viewOff   bool // Options.DisableView
 	kernel    string
 	// ipcns: every run gets an IPC namespace of its own (root: unshared by the launch
@@ -168,6 +172,7 @@ func New(opts Options) (*Sandbox, error) {
 			sb.cg = userScopeCgroups(sb.cg)
 		}
 	}
+	sb.noProxy = opts.DisableEgressProxy
 	if !opts.DisableNetNS {
 		sb.netns = canUnshareNet()
 	}
