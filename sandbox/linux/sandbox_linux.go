@@ -570,14 +570,14 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			LogExec: true,
 		}
 		// Any TCP port only where the run gets its own network namespace (below).
-		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && ownNetNS(spec, s.netns, rg)
+		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && inNetNS(spec, s.netns, rg)
 		if rg != nil && rg.proxy != nil {
 			pol.Landlock.ConnectTCP = []uint16{rg.proxy.Port()}
 		}
 	}
 	// Without a network namespace of its own a run's network bound is Landlock's TCP
 	// rules: every other IPv4/IPv6 socket is refused (UDP, so DNS too).
-	pol.TCPOnly = !spec.Network && !ownNetNS(spec, s.netns, rg) && s.abi >= 4 && kernel.SeccompSupported()
+	pol.TCPOnly = !spec.Network && !inNetNS(spec, s.netns, rg) && s.abi >= 4 && kernel.SeccompSupported()
 	if rg != nil && rg.proxy != nil {
 		// Landlock's rule is a port, at any address: the host makes the run's connects
 		// itself, to 127.0.0.1 on that port only (kernel.ServeNotifyConnect). Without the
@@ -1096,6 +1096,12 @@ func (p *process) killTree() error {
 
 // ownNetNS says whether the run gets a network namespace of its own: no network, or its
 // network by destination (built by its stub). Otherwise it shares fledge's.
+// inNetNS: the run is in a network namespace that is not the host's, its own or its
+// plugin session's (joined).
+func inNetNS(spec *sandbox.Spec, netns bool, rg *runEgress) bool {
+	return ownNetNS(spec, netns, rg) || (!spec.Network && rg != nil && rg.ns != nil)
+}
+
 func ownNetNS(spec *sandbox.Spec, netns bool, rg *runEgress) bool {
 	return !spec.Network && netns && (rg == nil || (rg.eng != nil && rg.proxy == nil))
 }
