@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
@@ -124,19 +125,27 @@ func delegatedScope(addr string) (string, error) {
 	return rel, nil
 }
 
+// userScope is the delegated scope of this process (delegatedScope, asked once).
+var userScope = sync.OnceValues(func() (string, error) {
+	addr, err := sessionBusAddress()
+	if err != nil {
+		return "", err
+	}
+	return delegatedScope(addr)
+})
+
 // userScopeCgroups is the cgroup environment of an ordinary user whose own cgroup is not
 // writable: a delegated scope's, or e with why there is none among its warnings.
+// Asked once per process: this process is then in the scope's leaf, and every later
+// sandbox of it makes its runs' groups in the same scope.
 func userScopeCgroups(e *cgEnv) *cgEnv {
-	addr, err := sessionBusAddress()
+	rel, err := userScope()
 	if err == nil {
-		var rel string
-		if rel, err = delegatedScope(addr); err == nil {
-			if s := probeCgroups(rel); s.writable() {
-				s.scope = rel
-				return s
-			}
-			err = errors.New("the delegated scope is not writable")
+		if s := probeCgroups(rel); s.writable() {
+			s.scope = rel
+			return s
 		}
+		err = errors.New("the delegated scope is not writable")
 	}
 	e.warnings = append(e.warnings, "no delegated cgroup from a systemd user manager ("+err.Error()+")")
 	return e
