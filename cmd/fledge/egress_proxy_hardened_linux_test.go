@@ -474,6 +474,7 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 	assert.True(t, has("net_http", "allow", "localhost", tlsPort, ""), "bound secret request record")
 	assert.True(t, has("kernel_denied", "deny", "", 0, ""), "the refused UDP socket is recorded")
 	assert.Contains(t, raw, fmt.Sprintf("127.0.0.2:%d", proxyPort), "the refused connect to the proxy's port elsewhere is recorded")
+	assert.Contains(t, raw, fmt.Sprintf("127.0.0.1:%d", ok), "the raw connect past the proxy (python, node's fetch) is recorded")
 	assert.NotContains(t, raw, boundValue)
 	assert.NotContains(t, raw, "network by destination (", "no run fell back to no network")
 	// The record keeps the whole list the one line sums up.
