@@ -286,9 +286,10 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 	require.Equal(t, 0, code, doc)
 	var rep struct {
 		Sandbox struct {
-			Egress string `json:"network_egress"`
-			UserNS bool   `json:"user_namespaces"`
-			View   string `json:"filesystem_view"`
+			Egress  string `json:"network_egress"`
+			NetDeny string `json:"network_deny"`
+			UserNS  bool   `json:"user_namespaces"`
+			View    string `json:"filesystem_view"`
 		} `json:"sandbox"`
 		Root bool `json:"root"`
 	}
@@ -300,6 +301,7 @@ func TestEgressViaProxyOnHardenedHost(t *testing.T) {
 		testutil.SkipUnlessSupported(t, false, "network by destination via the proxy: "+rep.Sandbox.Egress)
 	}
 	require.True(t, strings.HasPrefix(rep.Sandbox.Egress, "proxy"), rep.Sandbox.Egress)
+	assert.Contains(t, rep.Sandbox.NetDeny, "seccomp-tcp-only")
 	text, _ := h.run(t, "", "doctor")
 	assert.Contains(t, text, "network by destination: enforced via the session's proxy", text)
 

@@ -325,6 +325,10 @@ func (s *Sandbox) networkDeny() string {
 			parts[len(parts)-1] = "landlock-tcp-udp"
 		}
 	}
+	if !s.netns && s.abi >= 4 && kernel.SeccompSupported() {
+		// No namespace: every IPv4/IPv6 socket but TCP is refused too (stub.Policy.TCPOnly).
+		parts = append(parts, "seccomp-tcp-only")
+	}
 	if len(parts) == 0 {
 		return "none"
 	}
