@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,7 @@ type Proxy struct {
 	secret  string
 	basic   string // the Proxy-Authorization value
 	pending chan struct{}
+	uid     uint32 // this process's uid: the session's processes run as it
 }
 
 // ErrProxy: the session's proxy could not start.
@@ -76,7 +78,7 @@ func (e *Engine) StartProxy() (*Proxy, error) {
 		return nil, fmt.Errorf("%w: %w", ErrProxy, err)
 	}
 	p := &Proxy{e: e, ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), secret: hex.EncodeToString(b[:]),
-		pending: make(chan struct{}, maxProxyPending)}
+		pending: make(chan struct{}, maxProxyPending), uid: uint32(os.Getuid())}
 	p.basic = "Basic " + base64.StdEncoding.EncodeToString([]byte(ProxyUser+":"+p.secret))
 	e.proxy = p
 	e.wg.Add(1)
@@ -116,6 +118,14 @@ func (p *Proxy) serve() {
 				return
 			}
 			time.Sleep(10 * time.Millisecond) // out of fds: the next Accept may succeed
+			continue
+		}
+		if uid, ok := peerUID(c); ok && uid != p.uid {
+			// Another user's program: refused before it can hold a slot or try a
+			// credential (the credential alone would refuse it; this keeps other users
+			// from filling the slots of connections still to show theirs).
+			c.Close()
+			p.authFailed()
 			continue
 		}
 		select {
@@ -394,3 +404,36 @@ func bufferedConn(c net.Conn, br *bufio.Reader) net.Conn {
 	}
 	return &readConn{Conn: c, br: br}
 }
+
+// peerUID is the uid that owns the other end of c, a connection from this host's loopback,
+// as the kernel's socket tables say (/proc/net/tcp, tcp6); false when it cannot tell.
+func peerUID(c net.Conn) (uint32, bool) {
+	ra, ok1 := c.RemoteAddr().(*net.TCPAddr)
+	la, ok2 := c.LocalAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	want := fmt.Sprintf(":%04X", ra.Port)  // the peer's own port, its local address
+	peer := fmt.Sprintf(":%04X ", la.Port) // its remote: the proxy's port
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(table)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(io.LimitReader(f, maxSocketTable))
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 8 || !strings.HasSuffix(fields[1], want) || !strings.HasSuffix(fields[2]+" ", peer) {
+				continue
+			}
+			uid, err := strconv.ParseUint(fields[7], 10, 32)
+			f.Close()
+			return uint32(uid), err == nil
+		}
+		f.Close()
+	}
+	return 0, false
+}
+
+// maxSocketTable bounds what is read of one socket table.
+const maxSocketTable = 64 << 20

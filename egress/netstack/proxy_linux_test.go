@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/egress"
+	"github.com/fledgehq/fledge/internal/testing/testutil"
 )
 
 // proxyFixture is an engine with the session's proxy: api.test (and ssrf.test, which
@@ -194,7 +197,41 @@ func TestProxyAttackNoCredential(t *testing.T) {
 	_, _ = io.ReadFull(s, m[:])
 	s.Close()
 	assert.Equal(t, []byte{5, 0xff}, m[:])
+	s, err = net.Dial("tcp", f.addr())
+	require.NoError(t, err)
+	_, _ = s.Write([]byte{5, 1, 2})
+	_, _ = io.ReadFull(s, m[:])
+	_, _ = s.Write(append([]byte{1, byte(len(ProxyUser))}, append([]byte(ProxyUser), append([]byte{5}, "guess"...)...)...))
+	_, _ = io.ReadFull(s, m[:])
+	s.Close()
+	assert.Equal(t, []byte{1, 1}, m[:], "SOCKS5 with a wrong password")
 	assert.Zero(t, f.dials.Load(), "a connection without the credential was dialled")
 	assert.Zero(t, f.hits.Load())
+	assert.NotNil(t, f.rec.await(egress.EventConnect, "", false, ReasonProxyAuth))
+}
+
+// Another user's program is refused at once, before it can send anything (holding no slot
+// of the connections still to show their credential), even with the right credential.
+func TestProxyAttackOtherUser(t *testing.T) {
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "running a client as another user needs root")
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testutil.SkipUnlessSupported(t, false, "setpriv not installed")
+	}
+	f := newProxyFixture(t)
+	script := `import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+try:
+    s.sendall(sys.argv[2].encode()); print(repr(s.recv(100)))
+except OSError as e:
+    print(type(e).__name__)
+`
+	req := fmt.Sprintf("CONNECT api.test:%d HTTP/1.1\r\nHost: api.test\r\nProxy-Authorization: %s\r\n\r\n", f.port, f.auth())
+	out, err := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script,
+		fmt.Sprint(f.p.Port()), req).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.NotContains(t, string(out), "200", "another user's program got a tunnel: %s", out)
+	assert.NotContains(t, string(out), "407", "another user's program got as far as the credential: %s", out)
+	assert.Zero(t, f.dials.Load())
 	assert.NotNil(t, f.rec.await(egress.EventConnect, "", false, ReasonProxyAuth))
 }
