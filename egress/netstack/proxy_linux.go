@@ -406,7 +406,9 @@ func bufferedConn(c net.Conn, br *bufio.Reader) net.Conn {
 }
 
 // peerUID is the uid that owns the other end of c, a connection from this host's loopback,
-// as the kernel's socket tables say (/proc/net/tcp, tcp6); false when it cannot tell.
+// as the kernel's socket tables say; false when it cannot tell. The tables of this thread's
+// network namespace (thread-self): the listener's, which /proc/net, the main thread's, need
+// not be.
 func peerUID(c net.Conn) (uint32, bool) {
 	ra, ok1 := c.RemoteAddr().(*net.TCPAddr)
 	la, ok2 := c.LocalAddr().(*net.TCPAddr)
@@ -415,7 +417,7 @@ func peerUID(c net.Conn) (uint32, bool) {
 	}
 	want := fmt.Sprintf(":%04X", ra.Port)  // the peer's own port, its local address
 	peer := fmt.Sprintf(":%04X ", la.Port) // its remote: the proxy's port
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+	for _, table := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
 		f, err := os.Open(table)
 		if err != nil {
 			continue
