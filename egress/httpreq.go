@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -579,6 +580,23 @@ func (r *Request) Head(defaultHost string) []byte {
 	}
 	b.WriteString("\r\n")
 	return b.Bytes()
+}
+
+// Field is the value of the first header field named name (case-insensitive), "" when
+// there is none.
+func (r *Request) Field(name string) string {
+	for _, f := range r.fields {
+		if strings.EqualFold(f.name, name) {
+			return f.value
+		}
+	}
+	return ""
+}
+
+// Drop removes every header field named name (case-insensitive) from the head Head
+// returns: a proxy's own fields (Proxy-Authorization) are not passed on.
+func (r *Request) Drop(name string) {
+	r.fields = slices.DeleteFunc(r.fields, func(f field) bool { return strings.EqualFold(f.name, name) })
 }
 
 // HeadProgress says when a growing buffer is worth parsing again, so that a head sent a

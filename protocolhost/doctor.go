@@ -71,7 +71,7 @@ func (d *Doctor) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  cgroups:          %s (writable: %v) %s\n", rep.CgroupMode, rep.CgroupWritable, rep.CgroupPath)
 	fmt.Fprintf(w, "  user namespaces:  %v\n", rep.UserNamespaces)
 	fmt.Fprintf(w, "  network deny via: %s\n", rep.NetworkDeny)
-	fmt.Fprintf(w, "  network by destination: %s\n", rep.NetworkEgress)
+	fmt.Fprintf(w, "  network by destination: %s\n", egressText(rep.NetworkEgress))
 	if o := e.Config.NetworkOverride(); o != "" {
 		fmt.Fprintf(w, "  warning: %s\n", o)
 	}
@@ -130,6 +130,14 @@ func (d *Doctor) WriteText(w io.Writer) {
 	if d.refuses {
 		fmt.Fprintf(w, "  strict policy will REFUSE to run plugins here: %s\n", strings.Join(rep.Warnings, "; "))
 	}
+}
+
+// egressText names the mode network by destination is enforced in.
+func egressText(s string) string {
+	if rest, ok := strings.CutPrefix(s, "proxy "); ok {
+		return "enforced via the session's proxy " + rest
+	}
+	return s
 }
 
 // protectedText says what stays read-only inside writable roots, and what policy opted out.

@@ -209,19 +209,58 @@ func (h *Host) strictRefusal(err error) error {
 	return exitErr(ExitCannotRun, "%v (reason: %s; strict policy in %s)", err, reason.SandboxUnavailable, h.Env.Config.File)
 }
 
-// warnDegraded says once per session what the sandbox cannot enforce here.
+// warnDegraded says once per session, in one line, what the sandbox cannot enforce here
+// and the fix; `fledge doctor` has the detail and the session's sandbox_degraded record
+// the whole list.
 func (h *Host) warnDegraded(u ui.UI) {
 	rep := h.Env.Sandbox.Report()
 	if len(rep.Warnings) == 0 && rep.Confinement != "none" {
 		return
 	}
-	msg := "sandbox degraded: " + strings.Join(rep.Warnings, "; ")
-	if rep.Confinement == "none" {
-		msg = "no filesystem confinement on this system (confinement: none); " + strings.Join(rep.Warnings, "; ")
-	}
 	if h.Env.Config.Sandbox.Strict {
 		return // strict refuses at start instead; the error says why
 	}
 	// The session records it (sandbox_degraded, with its session id and plugin).
-	u.Warn(msg)
+	u.Warn(DegradedLine(rep))
+}
+
+// DegradedLine is the one line a degraded run prints: what is missing, why, and the fix.
+func DegradedLine(rep sandbox.Report) string {
+	var missing, fixes []string
+	known := 0
+	if rep.Confinement == "none" {
+		missing = append(missing, "filesystem confinement (no Landlock)")
+		fixes = append(fixes, "a kernel with Landlock (5.13 or later, lsm=landlock)")
+	}
+	if rep.OS == "linux" && rep.FilesystemView == "none" {
+		m := "private filesystem view, pid and IPC namespaces"
+		if !rep.UserNamespaces {
+			m += " (no user namespaces)"
+			fixes = append(fixes, "allow unprivileged user namespaces (Ubuntu: an AppArmor profile for fledge, or kernel.apparmor_restrict_unprivileged_userns=0)")
+		}
+		missing = append(missing, m)
+	}
+	if rep.CgroupMode == "none" || !rep.CgroupWritable {
+		missing = append(missing, "memory/pids/cpu limits (no writable cgroup)")
+		fixes = append(fixes, "run fledge in a systemd user session on cgroup v2")
+	}
+	if strings.HasPrefix(rep.NetworkEgress, "none") {
+		missing = append(missing, "network by destination (a plugin granted one gets no network)")
+	}
+	for _, w := range rep.Warnings {
+		if !strings.Contains(w, "cgroup") && !strings.Contains(w, "filesystem view") && !strings.Contains(w, "IPC namespace") {
+			known++ // said by doctor only
+		}
+	}
+	line := "sandbox degraded: no " + strings.Join(missing, "; no ")
+	if len(missing) == 0 {
+		line = "sandbox degraded"
+	}
+	if known > 0 {
+		line += fmt.Sprintf(" (and %d more)", known)
+	}
+	if len(fixes) > 0 {
+		line += "; fix: " + strings.Join(fixes, "; ")
+	}
+	return line + "; 'fledge doctor' has the detail"
 }

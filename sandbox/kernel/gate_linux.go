@@ -122,7 +122,11 @@ func AnswerClone3Ready(listener, tid int) (bool, error) {
 		// until the listener is back with the host, they get the answer the host would
 		// give, unrecorded (the child can reach them only in the moment between its
 		// fork and this gate's hand-back).
-		if _, errno := verdict(int(req.Data.Nr), req.Data.Args); errno != 0 {
+		if int(req.Data.Nr) == unix.SYS_CONNECT {
+			// Filter.ConnectCheck: a connect is made by the host's listener only; the
+			// launch thread, the one caller here, makes none.
+			resp.Error = -int32(unix.EACCES)
+		} else if _, errno := verdict(int(req.Data.Nr), req.Data.Args); errno != 0 {
 			resp.Error = -int32(errno)
 		} else {
 			resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE

@@ -28,6 +28,10 @@ type Landlock struct {
 	// BindAnyTCP leaves TCP bind unhandled under DenyNet (connect stays denied): set only for
 	// a run in its own network namespace, where any port it binds is out of everyone's reach.
 	BindAnyTCP bool `json:"bind_any_tcp,omitempty"`
+	// ConnectTCP are ports that may still be connected to under DenyNet (ABI >= 4): the
+	// session's proxy on the host's loopback, where a run has no network namespace.
+	// Landlock matches the port, not the address.
+	ConnectTCP []uint16 `json:"connect_tcp,omitempty"`
 	// Deny are paths no rule may cover (each in its lexical and its resolved form): every
 	// allowed path is checked where it was opened for its rule, so what is checked is what
 	// the rule grants, whatever a symlink on the way says a moment later.
@@ -49,6 +53,15 @@ type Landlock struct {
 type Filter struct {
 	// DenyUnix refuses to create AF_UNIX sockets (EACCES).
 	DenyUnix bool
+	// TCPOnly refuses IPv4 and IPv6 sockets other than TCP (UDP, ICMP, SCTP, MPTCP, raw)
+	// and a connect by sendto/sendmsg (TCP Fast Open's MSG_FASTOPEN, which no connect hook
+	// sees): for a run without a network namespace of its own, whose only network bound is
+	// Landlock's TCP rules (which see connect(2), and TCP only).
+	TCPOnly bool
+	// ConnectCheck sends every connect(2) to the listener (ServeNotifyConnect), which lets
+	// a TCP socket connect to the host's loopback on the allowed ports only: Landlock's
+	// rule is a port, at any address. Without a listener connect answers ENOSYS (closed).
+	ConnectCheck bool
 	// GateClone3 sends clone3 to a user-notification listener instead of answering ENOSYS
 	// at once (see InstallGatedFilter). Only the thread launcher sets it, when its own
 	// fork must be a clone3 (CLONE_INTO_CGROUP).

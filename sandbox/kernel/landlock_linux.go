@@ -181,6 +181,14 @@ func buildRuleset(l *Landlock) (int, []pathID, error) {
 			}
 		}
 	}
+	if l.DenyNet && abi >= 4 {
+		for _, port := range l.ConnectTCP {
+			rule := ll.NetPortAttr{AllowedAccess: ll.AccessNetConnectTCP, Port: uint64(port)}
+			if err := ll.LandlockAddNetPortRule(rfd, &rule, 0); err != nil {
+				return -1, nil, fmt.Errorf("add rule connect tcp %d: %w", port, err)
+			}
+		}
+	}
 	ok = true
 	return rfd, ids, nil
 }

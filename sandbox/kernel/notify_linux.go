@@ -71,6 +71,7 @@ const (
 var (
 	verdictOnce sync.Once
 	verdictTab  map[int]rule
+	verdictTCP  map[int]rule // with the TCPOnly rows (Filter.TCPOnly)
 	traceTab    map[int]traceCall
 )
 
@@ -81,6 +82,10 @@ func verdictTable() (map[int]rule, map[int]traceCall) {
 		verdictTab = map[int]rule{}
 		for _, r := range denyTable(Filter{DenyUnix: true}) {
 			verdictTab[r.nr] = r
+		}
+		verdictTCP = map[int]rule{}
+		for _, r := range denyTable(Filter{DenyUnix: true, TCPOnly: true}) {
+			verdictTCP[r.nr] = r
 		}
 		traceTab = map[int]traceCall{}
 		for _, t := range traceCalls {
@@ -96,11 +101,16 @@ func (r rule) matches(args [6]uint64) bool {
 	switch r.check {
 	case anyBit:
 		return a(0)&r.values[0] != 0
+	case anyBitArg:
+		return a(r.modeArg)&r.values[0] != 0
 	case oneOf:
 		return slices.Contains(r.values, a(0))
 	case socketFamily:
 		if a(0) == unix.AF_NETLINK && slices.Contains(r.values, a(0)) {
 			return !slices.Contains(netlinkProtocols, a(2))
+		}
+		if (a(0) == unix.AF_INET || a(0) == unix.AF_INET6) && r.tcpOnly {
+			return a(1)&sockTypeMask != unix.SOCK_STREAM || (a(2) != 0 && a(2) != unix.IPPROTO_TCP)
 		}
 		return !slices.Contains(r.values, a(0))
 	case noneOf:
@@ -122,8 +132,14 @@ func (r rule) matches(args [6]uint64) bool {
 
 // verdict is the answer to a notified call: the errno of the row that refuses it, or 0
 // (continue: a traced call no row refuses).
-func verdict(nr int, args [6]uint64) (rule, unix.Errno) {
+func verdict(nr int, args [6]uint64) (rule, unix.Errno) { return verdictFor(false, nr, args) }
+
+// verdictFor is verdict for a filter with or without Filter.TCPOnly.
+func verdictFor(tcpOnly bool, nr int, args [6]uint64) (rule, unix.Errno) {
 	rules, _ := verdictTable()
+	if tcpOnly {
+		rules = verdictTCP
+	}
 	if r, ok := rules[nr]; ok && r.matches(args) {
 		return r, r.errno
 	}
@@ -152,11 +168,16 @@ var ErrNotifyStopped = errors.New("seccomp listener: stopped")
 type NotifyServer struct {
 	listener int
 	grants   *Grants
-	on       func(Notice)
-	stop     atomic.Bool
-	done     chan struct{}
-	err      error
-	served   atomic.Int64
+	// connectTCP: connect(2) comes here (Filter.ConnectCheck) and may reach these ports
+	// of the host's loopback only; nil: connect is not checked.
+	connectTCP []uint16
+	tcpOnly    bool           // the filter has Filter.TCPOnly
+	inflight   sync.WaitGroup // connects made for the run, answered when done
+	on         func(Notice)
+	stop       atomic.Bool
+	done       chan struct{}
+	err        error
+	served     atomic.Int64
 }
 
 // notifyPoll is how often a server with nothing to do checks whether it was stopped.
@@ -168,7 +189,26 @@ const notifyPoll = 200 * time.Millisecond
 // grants (nil: trace nothing). on runs on the server's goroutine after the caller was
 // answered; it must not block for long (the run's next refused call waits meanwhile).
 func ServeNotify(listener int, grants *Grants, on func(Notice)) *NotifyServer {
-	s := &NotifyServer{listener: listener, grants: grants, on: on, done: make(chan struct{})}
+	return ServeNotifyWith(listener, NotifyConfig{Grants: grants}, on)
+}
+
+// NotifyConfig is what a listener must know of the filter it serves.
+type NotifyConfig struct {
+	Grants *Grants // nil: trace nothing
+	// TCPOnly: the filter has Filter.TCPOnly (its rows refuse what they refuse).
+	TCPOnly bool
+	// ConnectTCP, for a filter with ConnectCheck: the run's connects to 127.0.0.1 on these
+	// ports are made, every other connect of an IPv4/IPv6 socket is refused (EACCES) and
+	// passed to on. nil: connect is not checked.
+	ConnectTCP []uint16
+}
+
+// ServeNotifyWith is ServeNotify for the filter c describes.
+func ServeNotifyWith(listener int, c NotifyConfig, on func(Notice)) *NotifyServer {
+	s := &NotifyServer{listener: listener, grants: c.Grants, tcpOnly: c.TCPOnly, on: on, done: make(chan struct{})}
+	if c.ConnectTCP != nil {
+		s.connectTCP = append([]uint16{}, c.ConnectTCP...)
+	}
 	go s.loop()
 	return s
 }
@@ -192,6 +232,7 @@ func (s *NotifyServer) Done() <-chan struct{} { return s.done }
 func (s *NotifyServer) loop() {
 	defer close(s.done)
 	defer unix.Close(s.listener)
+	defer s.inflight.Wait() // their answers go to the listener
 	for !s.stop.Load() {
 		fds := []unix.PollFd{{Fd: int32(s.listener), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, int(notifyPoll/time.Millisecond))
@@ -225,8 +266,11 @@ func (s *NotifyServer) serveOne() error {
 	}
 	s.served.Add(1)
 	nr, args := int(req.Data.Nr), req.Data.Args
+	if nr == unix.SYS_CONNECT && s.connectTCP != nil {
+		return s.serveConnect(&req)
+	}
 	resp := seccompNotifResp{ID: req.ID}
-	r, errno := verdict(nr, args)
+	r, errno := verdictFor(s.tcpOnly, nr, args)
 	if errno != 0 {
 		resp.Error = -int32(errno)
 		if err := answer(s.listener, &resp); err != nil {
@@ -492,4 +536,110 @@ func ownThread(tid int) bool {
 	}
 	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid))
 	return err == nil
+}
+
+// connectWhen is the condition of a connect ConnectCheck refuses.
+const connectWhen = "a TCP connect to anything but the session's proxy (127.0.0.1, its port)"
+
+// serveConnect answers a connect(2) of a run whose TCP may reach the allowed loopback ports
+// only. Landlock lets that port through at any address, and what the caller's memory says
+// can change after it is read (another thread writes it), so an allowed connect is never
+// let go on: fledge takes the caller's socket (pidfd_getfd) and connects it itself to the
+// address it read and checked, then answers the caller with connect's result. A socket of
+// another family (unix, netlink) reaches no TCP destination: its connect goes on.
+func (s *NotifyServer) serveConnect(req *seccompNotif) error {
+	resp := seccompNotifResp{ID: req.ID}
+	pid, args := int(req.Pid), req.Data.Args
+	fd, sa, cont, errno, n := s.checkConnect(pid, req.ID, args)
+	switch {
+	case cont:
+		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+	case sa != nil:
+		// Made off the server's goroutine: a connect may wait (a full backlog), and the
+		// run's other calls must not wait behind it.
+		s.inflight.Add(1)
+		go func() {
+			defer s.inflight.Done()
+			defer unix.Close(fd)
+			if err := unix.Connect(fd, sa); err != nil {
+				e, ok := err.(unix.Errno)
+				if !ok {
+					e = unix.ECONNREFUSED
+				}
+				resp.Error = -int32(e)
+			}
+			_ = answer(s.listener, &resp)
+		}()
+		return nil
+	default:
+		resp.Error = -int32(errno)
+	}
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if err := answer(s.listener, &resp); err != nil {
+		return err
+	}
+	if n != nil && s.on != nil {
+		s.on(*n)
+	}
+	return nil
+}
+
+// checkConnect decides one connect: go on (cont: not an IP socket), make it to sa on the
+// caller's socket fd (a copy the caller shares), or refuse with errno (n: the record).
+func (s *NotifyServer) checkConnect(pid int, id uint64, args [6]uint64) (fd int, sa unix.Sockaddr, cont bool, errno unix.Errno, n *Notice) {
+	fd = -1
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fd, nil, false, unix.EACCES, nil
+	}
+	defer unix.Close(pidfd)
+	if fd, err = unix.PidfdGetfd(pidfd, int(int32(args[0])), 0); err != nil {
+		if errors.Is(err, unix.EBADF) {
+			return -1, nil, false, unix.EBADF, nil
+		}
+		return -1, nil, false, unix.EACCES, nil
+	}
+	dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	if err != nil {
+		return fd, nil, false, unix.ENOTSOCK, nil
+	}
+	if dom != unix.AF_INET && dom != unix.AF_INET6 {
+		return fd, nil, true, 0, nil
+	}
+	mem, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fd, nil, false, unix.EACCES, nil
+	}
+	defer unix.Close(mem)
+	buf := make([]byte, min(int(uint32(args[2])), maxTraceAddr))
+	k, err := unix.Pread(mem, buf, int64(args[1]))
+	if err != nil || k < 2 {
+		return fd, nil, false, unix.EFAULT, nil
+	}
+	buf = buf[:k]
+	var ip netip.Addr
+	var port uint16
+	switch fam := binary.NativeEndian.Uint16(buf); {
+	case fam == unix.AF_INET && len(buf) >= 8:
+		ip, port = netip.AddrFrom4([4]byte(buf[4:8])), binary.BigEndian.Uint16(buf[2:4])
+	case fam == unix.AF_INET6 && len(buf) >= 24:
+		ip, port = netip.AddrFrom16([16]byte(buf[8:24])), binary.BigEndian.Uint16(buf[2:4])
+	}
+	if ip.Unmap() != netip.AddrFrom4([4]byte{127, 0, 0, 1}) || !slices.Contains(s.connectTCP, port) {
+		addr, _ := sockaddrString(buf)
+		if !idValid(s.listener, id) || ownThread(pid) {
+			return fd, nil, false, unix.EACCES, nil
+		}
+		return fd, nil, false, unix.EACCES, &Notice{Pid: pid, Syscall: "connect", Denied: true,
+			Errno: unix.ErrnoName(unix.EACCES), When: connectWhen, Address: addr}
+	}
+	if !idValid(s.listener, id) {
+		return fd, nil, false, unix.EACCES, nil // the caller is gone: its pid may be another's
+	}
+	if dom == unix.AF_INET6 {
+		return fd, &unix.SockaddrInet6{Port: int(port), Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}).As16()}, false, 0, nil
+	}
+	return fd, &unix.SockaddrInet4{Port: int(port), Addr: [4]byte{127, 0, 0, 1}}, false, 0, nil
 }

@@ -96,6 +96,7 @@ const (
 	socketPair                // socketpair: as socketFamily, AF_UNIX only as a stream/seqpacket pair when Filter.DenyUnix
 	denyClone3                // clone3: ENOSYS, or the gate
 	enosysAlways              // ENOSYS unconditionally (openat2)
+	anyBitArg                 // deny when argument modeArg & values[0] != 0
 )
 
 // rule is one row of the deny table.
@@ -106,20 +107,25 @@ type rule struct {
 	values []uint32
 	errno  unix.Errno
 	why    string
-	// modeArg/flagsArg for setIDMode (flagsArg >= 0: only with O_CREAT in that argument).
+	// modeArg/flagsArg for setIDMode (flagsArg >= 0: only with O_CREAT in that argument);
+	// modeArg is anyBitArg's argument too.
 	modeArg, flagsArg int
+	// tcpOnly: the socket row lets AF_INET and AF_INET6 make TCP stream sockets only
+	// (Filter.TCPOnly).
+	tcpOnly bool
 }
 
 const (
-	whyNS      = "new namespaces and mounts: a user namespace hands the command every capability over a fresh kernel surface, and mounts would rearrange its filesystem view"
-	whyKeys    = "kernel keyrings are not namespaced: a command could read or plant keys in the user's session keyring"
-	whyURing   = "io_uring: a large, often-exploited kernel surface whose submitted operations the filter cannot see"
-	whyModule  = "loading or unloading kernel code"
-	whyKexec   = "replacing the running kernel"
-	whyVM      = "reads or writes another process's memory"
-	whyAdmin   = "host administration, never needed by a project command"
-	whyMountFD = "the new mount API (fsopen/fsmount/...): mounts without mount(2)"
-	whyFamily  = "other socket families are protocol code any uid reaches (AF_ALG, TIPC, RDS, CAN, ..., often a module loaded for the asking); AF_VSOCK reaches the hypervisor's and the host's vsock services past any network namespace"
+	whyNS       = "new namespaces and mounts: a user namespace hands the command every capability over a fresh kernel surface, and mounts would rearrange its filesystem view"
+	whyKeys     = "kernel keyrings are not namespaced: a command could read or plant keys in the user's session keyring"
+	whyURing    = "io_uring: a large, often-exploited kernel surface whose submitted operations the filter cannot see"
+	whyModule   = "loading or unloading kernel code"
+	whyKexec    = "replacing the running kernel"
+	whyVM       = "reads or writes another process's memory"
+	whyAdmin    = "host administration, never needed by a project command"
+	whyMountFD  = "the new mount API (fsopen/fsmount/...): mounts without mount(2)"
+	whyFastOpen = "without a network namespace of its own a run's network bound is Landlock's TCP rules, which see connect(2): MSG_FASTOPEN connects by sendto/sendmsg, past them"
+	whyFamily   = "other socket families are protocol code any uid reaches (AF_ALG, TIPC, RDS, CAN, ..., often a module loaded for the asking); AF_VSOCK reaches the hypervisor's and the host's vsock services past any network namespace"
 )
 
 // socketFamilies are the socket(2) domains a command may create: IPv4, IPv6, netlink
@@ -249,7 +255,7 @@ func socketWhy(f Filter) string {
 func denyTable(f Filter) []rule {
 	rules := []rule{
 		{name: "socket", nr: unix.SYS_SOCKET, check: socketFamily, values: socketFamilies(f), errno: unix.EACCES,
-			why: socketWhy(f)},
+			why: socketWhy(f), tcpOnly: f.TCPOnly},
 		{name: "socketpair", nr: unix.SYS_SOCKETPAIR, check: socketPair, values: socketFamilies(f), errno: unix.EACCES,
 			why: "a pair of a family socket(2) refuses reaches the same protocol code; an AF_UNIX datagram pair can sendto or connect any pathname socket it sees (unless the policy allows unix sockets), while connected stream and seqpacket pairs reach no one and stay allowed"},
 		{name: "openat2", nr: unix.SYS_OPENAT2, check: enosysAlways, errno: unix.ENOSYS,
@@ -316,6 +322,16 @@ func denyTable(f Filter) []rule {
 		rules = append(rules, rule{name: m.name, nr: m.nr, check: setIDMode, errno: unix.EPERM, modeArg: m.modeArg, flagsArg: m.flagsArg,
 			why: "setting S_ISUID/S_ISGID would plant a set-id program (ordinary modes are untouched)"})
 	}
+	if f.TCPOnly {
+		for _, r := range []struct {
+			name string
+			nr   int
+			arg  int
+		}{{"sendto", unix.SYS_SENDTO, 3}, {"sendmsg", unix.SYS_SENDMSG, 2}, {"sendmmsg", unix.SYS_SENDMMSG, 3}} {
+			rules = append(rules, rule{name: r.name, nr: r.nr, check: anyBitArg, values: []uint32{unix.MSG_FASTOPEN},
+				modeArg: r.arg, errno: unix.EACCES, why: whyFastOpen})
+		}
+	}
 	out := rules[:0]
 	for _, r := range rules {
 		if r.nr < 0 || (r.check == denyClone3 && f.AllowClone3) {
@@ -331,6 +347,8 @@ func (r rule) when() string {
 	switch r.check {
 	case anyBit:
 		return "flags include CLONE_NEW* (" + hex(r.values[0]) + ")"
+	case anyBitArg:
+		return "flags include MSG_FASTOPEN"
 	case oneOf:
 		return "request is PTRACE_ATTACH or PTRACE_SEIZE"
 	case noneOf:
@@ -356,6 +374,9 @@ func (r rule) when() string {
 				protos = append(protos, netlinkName(v))
 			}
 			s += ", or is AF_NETLINK and protocol is none of " + strings.Join(protos, ", ")
+			if r.tcpOnly {
+				s += ", or is AF_INET or AF_INET6 and is not a TCP stream socket"
+			}
 		}
 		if r.check == socketPair {
 			if !slices.Contains(r.values, unix.AF_UNIX) {
@@ -543,6 +564,10 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 			entries = append(entries, dispatchEntry{nr: uint32(t.nr), target: "ret_notif"})
 		}
 	}
+	if f.ConnectCheck && !ruled[unix.SYS_CONNECT] {
+		ruled[unix.SYS_CONNECT] = true
+		entries = append(entries, dispatchEntry{nr: uint32(unix.SYS_CONNECT), target: "ret_notif"})
+	}
 	if linearDispatchForTest {
 		for _, e := range entries {
 			a.jump(jeq, e.nr, e.target, "")
@@ -574,6 +599,9 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		case anyBit:
 			a.stmt(ld, argLow(0))
 			a.jump(jset, r.values[0], deny, allow)
+		case anyBitArg:
+			a.stmt(ld, argLow(r.modeArg))
+			a.jump(jset, r.values[0], deny, allow)
 		case oneOf, noneOf:
 			a.stmt(ld, argLow(0))
 			match, miss := deny, allow
@@ -599,6 +627,7 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 			// not in values) apart. socketpair of AF_UNIX is checked on its type.
 			unixPair := fmt.Sprint("rule", i, "_unixpair")
 			netlink := fmt.Sprint("rule", i, "_netlink")
+			inet := fmt.Sprint("rule", i, "_inet")
 			a.stmt(ld, argLow(0))
 			if !slices.Contains(r.values, unix.AF_UNIX) {
 				to := unixDeny
@@ -611,6 +640,9 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 				to := allow
 				if v == unix.AF_NETLINK && r.check == socketFamily {
 					to = netlink // and then its protocol (a pair of it the kernel refuses)
+				}
+				if (v == unix.AF_INET || v == unix.AF_INET6) && r.tcpOnly {
+					to = inet // and then its type and protocol
 				}
 				if j < len(r.values)-1 {
 					a.jump(jeq, v, to, "")
@@ -628,6 +660,17 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 						a.jump(jeq, v, allow, deny)
 					}
 				}
+			}
+			if r.tcpOnly {
+				// A TCP stream socket only: type SOCK_STREAM, protocol 0 or IPPROTO_TCP
+				// (SOCK_STREAM with IPPROTO_SCTP or IPPROTO_MPTCP is no TCP to Landlock).
+				a.label(inet)
+				a.stmt(ld, argLow(1))
+				a.stmt(and, sockTypeMask)
+				a.jump(jeq, unix.SOCK_STREAM, "", deny)
+				a.stmt(ld, argLow(2))
+				a.jump(jeq, 0, allow, "")
+				a.jump(jeq, unix.IPPROTO_TCP, allow, deny)
 			}
 			if r.check == socketPair && !slices.Contains(r.values, unix.AF_UNIX) {
 				// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
@@ -648,7 +691,7 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 	}
 	a.label("allow")
 	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
-	if f.Notify || f.Trace {
+	if f.Notify || f.Trace || f.ConnectCheck {
 		a.label("ret_notif")
 		a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
 	}

@@ -159,7 +159,7 @@ func TestSocketFilterDecidesAsVerdict(t *testing.T) {
 		protos = append(protos, p, 1<<32|p)
 	}
 	protos = append(protos, 0xffffffff)
-	for _, f := range []Filter{{DenyUnix: true}, {DenyUnix: true, Notify: true}} {
+	for _, f := range []Filter{{DenyUnix: true}, {DenyUnix: true, Notify: true}, {DenyUnix: true, TCPOnly: true}} {
 		prog, err := buildFilter(f)
 		require.NoError(t, err)
 		data := make([]byte, 64)
@@ -174,7 +174,7 @@ func TestSocketFilterDecidesAsVerdict(t *testing.T) {
 							binary.NativeEndian.PutUint64(data[offArgs+8*j:], a)
 						}
 						ret, _ := runBPF(t, prog, data)
-						_, errno := verdict(nr, args)
+						_, errno := verdictFor(f.TCPOnly, nr, args)
 						if (ret != unix.SECCOMP_RET_ALLOW) != (errno != 0) {
 							t.Fatalf("%+v: nr %d args %#x: filter %#x, verdict %v", f, nr, args[:3], ret, errno)
 						}

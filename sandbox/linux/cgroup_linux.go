@@ -68,6 +68,7 @@ type cgEnv struct {
 	v2Ctl    map[string]bool   // controllers enabled for children of unified (pure v2)
 	v1       map[string]string // controller -> parent dir (hybrid/legacy), writable ones only
 	ownV1    map[string]string // controller -> the host's own v1 group (to leave a run group)
+	scope    string            // the systemd user manager's delegated scope it is in ("": none)
 	warnings []string
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/sandbox/kernel"
 	"github.com/fledgehq/fledge/sandbox/netstack"
 )
 
@@ -28,8 +29,9 @@ var errEgressMixed = errors.New("the session's network was started by another la
 // launcher joins the session's namespace (ns); the stub builds a namespace of the run's
 // own and hands it to the session's engine (eng, Plan and Attach).
 type runEgress struct {
-	ns  *os.File
-	eng *netstack.Engine
+	ns    *os.File
+	eng   *netstack.Engine
+	proxy *netstack.Proxy // no namespace here: the session's proxy, the one port reachable
 }
 
 // egressFor returns the run's network by destination, starting the session's engine on
@@ -40,7 +42,8 @@ type runEgress struct {
 // record stream per session); a command never gets more network than its plugin.
 func (s *Sandbox) egressFor(spec *sandbox.Spec) (*runEgress, error) {
 	stubBuilt := s.launch == LaunchStub || s.userView
-	if stubBuilt && s.egressErr != nil {
+	viaProxy := s.proxyEgress() == nil
+	if stubBuilt && s.egressErr != nil && !viaProxy {
 		return nil, s.egressErr
 	}
 	eg, ok := spec.Egress.(*egress.Session)
@@ -54,7 +57,7 @@ func (s *Sandbox) egressFor(spec *sandbox.Spec) (*runEgress, error) {
 		}
 		cfg := netstack.Config{Policy: eg.Policy, Limits: eg.Limits, Record: eg.Record, CA: ca}
 		var e *netstack.Engine
-		if stubBuilt {
+		if stubBuilt || viaProxy {
 			e, err = netstack.NewShared(cfg)
 		} else {
 			e, err = netstack.Start(cfg)
@@ -62,12 +65,25 @@ func (s *Sandbox) egressFor(spec *sandbox.Spec) (*runEgress, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		if viaProxy {
+			if _, err := e.StartProxy(); err != nil {
+				e.Close()
+				return nil, nil, err
+			}
+		}
 		return e, e.Close, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	e := st.(*netstack.Engine)
+	if viaProxy {
+		p, err := e.StartProxy() // the one the session started
+		if err != nil {
+			return nil, err
+		}
+		return &runEgress{proxy: p}, nil
+	}
 	if stubBuilt {
 		if e.NetNS() != nil {
 			return nil, errEgressMixed
@@ -99,8 +115,46 @@ func (s *Sandbox) egressSupport() error {
 // start. What this process may do does not change while it runs.
 var netstackSupported = sync.OnceValue(netstack.Supported)
 
+// errNoProxyEgress: no namespace here, and the session's proxy cannot be the only way out
+// either.
+var errNoProxyEgress = errors.New("no network namespace here, and no Landlock TCP rules (ABI 4, Linux 6.7) or seccomp filter to make the session's proxy the only way out")
+
+// proxyEgress says whether runs here get their network by destination through the
+// session's proxy (nil) instead of a namespace: where no namespace can be made (no user
+// namespaces, or none with a TUN device), Landlock's TCP rules let a run connect to the
+// proxy's port only and the seccomp filter refuses every other IPv4/IPv6 socket (UDP, so
+// DNS too: the proxy resolves). A namespace, where one can be made, is always preferred.
+// Decided once per process: what it may do does not change while it runs.
+func (s *Sandbox) proxyEgress() error {
+	s.proxyOnce.Do(func() {
+		switch {
+		case s.launch == LaunchStub || s.userView:
+			if s.egressErr == nil {
+				s.proxyErr = errors.New("a namespace per run")
+				return
+			}
+		case netstackSupported() == nil:
+			s.proxyErr = errors.New("a namespace per session")
+			return
+		}
+		switch {
+		case s.noProxy:
+			s.proxyErr = errors.New("the session's proxy is disabled")
+		case s.abi < 4 || !kernel.SeccompSupported():
+			s.proxyErr = errNoProxyEgress
+		}
+	})
+	return s.proxyErr
+}
+
+// ProxyReport is the network_egress line of the proxy mode.
+const ProxyReport = "proxy (no network namespace here): the plugin and its commands may connect to one TCP port only (Landlock), their plugin session's proxy on the host's loopback (HTTP CONNECT, plain HTTP and SOCKS5, each connection authenticated by the session's credential in the proxy variables they get), which decides every connection by name and port as the namespace does; UDP (so DNS: the proxy resolves) and every other IPv4/IPv6 socket refused (seccomp); programs that ignore HTTP_PROXY/HTTPS_PROXY/ALL_PROXY reach nothing"
+
 // egressReport says how network by destination is enforced here (doctor).
 func (s *Sandbox) egressReport() string {
+	if s.proxyEgress() == nil {
+		return ProxyReport
+	}
 	if s.launch == LaunchStub || s.userView {
 		if s.egressErr != nil {
 			return "none: " + s.egressErr.Error()

@@ -113,7 +113,7 @@ func testEgressShared(t *testing.T, launch string) {
 // refuses the run, and otherwise the run goes on with no network at all, never more, and
 // says so in its mode.
 func TestEgressUnavailableStrictOrNoNetwork(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchStub, DisableNetNS: true})
+	sb := newSandbox(t, Options{Launch: LaunchStub, DisableNetNS: true, DisableEgressProxy: true})
 	require.ErrorIs(t, sb.egressErr, errEgressNoNetNS)
 	var hits int
 	var mu sync.Mutex
@@ -223,4 +223,77 @@ func TestEgressHandOffFailureRunsNothing(t *testing.T) {
 	require.ErrorIs(t, err, stub.ErrStubFailed)
 	assert.Contains(t, err.Error(), "network")
 	assert.NoFileExists(t, marker)
+}
+
+// Where no namespace can be made (the stub launcher without network namespaces, as an
+// ordinary user's run where the kernel refuses user namespaces), network by destination
+// goes through the session's proxy: curl, given the proxy variables, reaches the granted
+// port and not another; curl ignoring them, and a connect to the proxy's port at another
+// loopback address, reach nothing; the records are the engine's.
+func TestEgressViaProxyWithoutNetns(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchStub, DisableNetNS: true})
+	require.ErrorIs(t, sb.egressErr, errEgressNoNetNS)
+	if err := sb.proxyEgress(); err != nil {
+		testutil.SkipUnlessSupported(t, false, "the session's proxy: "+err.Error())
+	}
+	assert.Equal(t, ProxyReport, sb.Report().NetworkEgress)
+	var hits [2]int
+	var mu sync.Mutex
+	srv := func(i int) string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hits[i]++
+			mu.Unlock()
+			fmt.Fprint(w, "ok", i)
+		}))
+		t.Cleanup(s.Close)
+		return s.URL[strings.LastIndex(s.URL, ":")+1:]
+	}
+	okPort, badPort := srv(0), srv(1)
+	pol, err := egress.NewPolicy(false, []string{"localhost:" + okPort})
+	require.NoError(t, err)
+	var recMu sync.Mutex
+	var recs []egress.Event
+	eg := egress.NewSession(pol, egress.Limits{})
+	eg.SetRecord(func(ev egress.Event) { recMu.Lock(); recs = append(recs, ev); recMu.Unlock() })
+	defer eg.Close()
+	e := newEnv(t)
+	curl := func(args ...string) (int, string) {
+		spec := e.spec("")
+		spec.Egress = eg
+		spec.Path, spec.Args = "/usr/bin/curl", append([]string{"curl", "-sS", "--max-time", "5"}, args...)
+		res, out, errOut := run(t, sb, spec)
+		assert.False(t, res.Mode.NetNS)
+		assert.NotContains(t, strings.Join(res.Mode.Degraded, "; "), "network by destination")
+		return res.ExitCode, out + errOut
+	}
+	code, out := curl("http://localhost:" + okPort + "/")
+	assert.Equal(t, 0, code, out)
+	assert.Equal(t, "ok0", out)
+	code, out = curl("-f", "http://localhost:"+badPort+"/")
+	assert.NotEqual(t, 0, code, out)
+	code, out = curl("--noproxy", "*", "http://localhost:"+okPort+"/")
+	assert.NotEqual(t, 0, code, out)
+	st, err := eg.State(func() (any, func() error, error) { return nil, nil, errNoSession })
+	require.NoError(t, err)
+	p, err := st.(*netstack.Engine).StartProxy()
+	require.NoError(t, err)
+	code, out = curl("--noproxy", "*", fmt.Sprintf("http://127.0.0.2:%d/", p.Port()))
+	assert.NotEqual(t, 0, code, out)
+	mu.Lock()
+	assert.Equal(t, [2]int{1, 0}, hits)
+	mu.Unlock()
+	recMu.Lock()
+	defer recMu.Unlock()
+	var allow, deny int
+	for _, r := range recs {
+		if r.Kind == egress.EventConnect && r.Allow {
+			allow++
+		}
+		if r.Kind == egress.EventConnect && !r.Allow && r.Reason == egress.ReasonNotGranted {
+			deny++
+		}
+	}
+	assert.Equal(t, 1, allow, "%+v", recs)
+	assert.Equal(t, 1, deny, "%+v", recs)
 }

@@ -37,8 +37,11 @@ type runNotify struct {
 	srv    *kernel.NotifyServer
 	log    *sandbox.DenialLog
 	grants *kernel.Grants // nil: trace nothing
-	pair   [2]int         // socket pair of a launch without gate (-1: none)
-	cancel chan struct{}  // closed when the launch failed
+	// connectTCP: the loopback ports the run may connect to (pol.ConnectCheck), nil: all.
+	connectTCP []uint16
+	tcpOnly    bool          // pol.TCPOnly
+	pair       [2]int        // socket pair of a launch without gate (-1: none)
+	cancel     chan struct{} // closed when the launch failed
 	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
 	stubEnd *os.File
 	// llSeen/llStop: the run's Landlock denials from the kernel's audit (nil: none).
@@ -51,13 +54,17 @@ type runNotify struct {
 // newRunNotify prepares spec's recording for pol (nil when spec asks for none or this
 // kernel has no user notification).
 func newRunNotify(spec *sandbox.Spec, pol *stub.Policy) *runNotify {
-	if spec.KernelDenials == nil || !kernel.NotifySupported() {
+	if (spec.KernelDenials == nil && !pol.ConnectCheck) || !kernel.NotifySupported() {
 		return nil
 	}
 	rn := &runNotify{ch: make(chan int, 1), ready: make(chan struct{}), pair: [2]int{-1, -1}, cancel: make(chan struct{})}
 	trace := spec.Trace
 	rn.log = sandbox.NewDenialLog(spec.KernelDenials)
 	rn.late = spec.KernelDenialsLate
+	rn.tcpOnly = pol.TCPOnly
+	if pol.ConnectCheck && pol.Landlock != nil {
+		rn.connectTCP = append([]uint16{}, pol.Landlock.ConnectTCP...)
+	}
 	if trace && pol.Landlock != nil {
 		rn.grants = &kernel.Grants{ReadWrite: pol.Landlock.ReadWrite, ReadOnly: pol.Landlock.ReadOnly,
 			ReadExec: pol.Landlock.ReadExec, Network: spec.Network}
@@ -89,7 +96,7 @@ func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 		defer close(rn.ready)
 		select {
 		case fd := <-rn.ch:
-			rn.srv = kernel.ServeNotify(fd, rn.grants, rn.add)
+			rn.srv = kernel.ServeNotifyWith(fd, kernel.NotifyConfig{Grants: rn.grants, TCPOnly: rn.tcpOnly, ConnectTCP: rn.connectTCP}, rn.add)
 		case <-rn.cancel:
 		case <-time.After(listenerWait):
 		}

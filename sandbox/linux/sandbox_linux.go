@@ -34,10 +34,16 @@ type Options struct {
 	// and for `doctor` what-ifs. They never add confinement.
 	DisableLandlock bool
 	DisableCgroups  bool
-	DisableNetNS    bool
-	DisableView     bool // no private filesystem view (Landlock alone)
-	DisablePidNS    bool // no pid namespace of the run's own (the host's /proc, read-only)
-	DisableIPCNS    bool // no IPC namespace of the run's own (the host's SysV IPC)
+	// DisableUserScope: an ordinary user without a writable cgroup does not ask a systemd
+	// user manager for a delegated scope (userscope_linux.go).
+	DisableUserScope bool
+	// DisableEgressProxy: where no namespace can be made, network by destination is not
+	// given through the session's proxy either (the run gets no network at all).
+	DisableEgressProxy bool
+	DisableNetNS       bool
+	DisableView        bool // no private filesystem view (Landlock alone)
+	DisablePidNS       bool // no pid namespace of the run's own (the host's /proc, read-only)
+	DisableIPCNS       bool // no IPC namespace of the run's own (the host's SysV IPC)
 	// DisableSystemIDMap shows system paths as they are (as on a filesystem that cannot be
 	// idmapped): a root fledge's commands pass root's owner bits there.
 	DisableSystemIDMap bool
@@ -79,6 +85,10 @@ type Sandbox struct {
 	// egressErr: why a run's stub cannot build its network by destination here (stub
 	// launcher, unprivileged runs; nil: it can).
 	egressErr error
+	// proxyOnce, proxyErr: proxyEgress, decided once.
+	proxyOnce sync.Once
+	proxyErr  error
+	noProxy   bool // Options.DisableEgressProxy
 	viewOff   bool // Options.DisableView
 	kernel    string
 	// ipcns: every run gets an IPC namespace of its own (root: unshared by the launch
@@ -160,7 +170,11 @@ func New(opts Options) (*Sandbox, error) {
 		sb.cg = &cgEnv{mode: CgroupNone, v1: map[string]string{}, v2Ctl: map[string]bool{}}
 	} else {
 		sb.cg = probeCgroups(opts.CgroupParent)
+		if !sb.cg.writable() && opts.CgroupParent == "" && os.Geteuid() != 0 && !opts.DisableUserScope {
+			sb.cg = userScopeCgroups(sb.cg)
+		}
 	}
+	sb.noProxy = opts.DisableEgressProxy
 	if !opts.DisableNetNS {
 		sb.netns = canUnshareNet()
 	}
@@ -312,6 +326,10 @@ func (s *Sandbox) networkDeny() string {
 		if s.abi >= 10 {
 			parts[len(parts)-1] = "landlock-tcp-udp"
 		}
+	}
+	if !s.netns && s.abi >= 4 && kernel.SeccompSupported() {
+		// No namespace: every IPv4/IPv6 socket but TCP is refused too (stub.Policy.TCPOnly).
+		parts = append(parts, "seccomp-tcp-only")
 	}
 	if len(parts) == 0 {
 		return "none"
@@ -505,7 +523,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				return nil, fmt.Errorf("%w: network by destination: %w", sandbox.ErrUnavailable, err)
 			}
 			mode.Degraded = append(mode.Degraded, "network by destination ("+err.Error()+"): the run gets no network at all")
-		} else {
+		} else if rg.proxy == nil {
 			mode.NetNS = true
 		}
 	}
@@ -552,13 +570,29 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			// checkAccess refused lists that cover these above; the ruleset checks again
 			// what it opens, which a symlink flipped meanwhile cannot change.
 			Deny:    spec.Access.Deny,
-			DenyNet: !spec.Network && rg == nil,
+			DenyNet: !spec.Network && (rg == nil || rg.proxy != nil),
 			BindTCP: spec.ListenTCP,
 			Scope:   true,
 			LogExec: true,
 		}
 		// Any TCP port only where the run gets its own network namespace (below).
-		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && s.netns
+		pol.Landlock.BindAnyTCP = spec.ListenAnyTCP && !spec.Network && inNetNS(spec, s.netns, rg)
+		if rg != nil && rg.proxy != nil {
+			pol.Landlock.ConnectTCP = []uint16{rg.proxy.Port()}
+		}
+	}
+	// Without a network namespace of its own a run's network bound is Landlock's TCP
+	// rules: every other IPv4/IPv6 socket is refused (UDP, so DNS too).
+	pol.TCPOnly = !spec.Network && !inNetNS(spec, s.netns, rg) && s.abi >= 4 && kernel.SeccompSupported()
+	if rg != nil && rg.proxy != nil {
+		// Landlock's rule is a port, at any address: the host makes the run's connects
+		// itself, to 127.0.0.1 on that port only (kernel.ServeNotifyConnect). Without the
+		// listener every connect fails (ENOSYS): closed, never open.
+		pol.ConnectCheck = kernel.SeccompSupported()
+		for _, kv := range rg.proxy.Env() {
+			k, v, _ := strings.Cut(kv, "=")
+			pol.Env = sandbox.WithEnv(pol.Env, k, v)
+		}
 	}
 	if s.view {
 		if pol.View, p.checkouts, err = buildView(spec, rw, s.nested); err != nil {
@@ -651,7 +685,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		// by its stub, Policy.Net).
 		sys.Cloneflags |= unix.CLONE_NEWNET
 	}
-	if rg != nil && rg.eng != nil {
+	if rg != nil && rg.eng != nil && rg.proxy == nil {
 		pol.Net = rg.eng.Plan()
 		if s.userView {
 			egressCaps(sys)
@@ -674,7 +708,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			Stdin:    p.stdio.Files[0], Stdout: p.stdio.Files[1], Stderr: p.stdio.Files[2],
 			Sys: sys,
 		}
-		if rg != nil && rg.eng != nil {
+		if rg != nil && rg.eng != nil && rg.proxy == nil {
 			l.NetAttach = func(fds *kernel.EgressFDs) error {
 				detach, err := rg.eng.Attach(fds)
 				p.netDetach = detach
@@ -1068,8 +1102,14 @@ func (p *process) killTree() error {
 
 // ownNetNS says whether the run gets a network namespace of its own: no network, or its
 // network by destination (built by its stub). Otherwise it shares fledge's.
+// inNetNS: the run is in a network namespace that is not the host's, its own or its
+// plugin session's (joined).
+func inNetNS(spec *sandbox.Spec, netns bool, rg *runEgress) bool {
+	return ownNetNS(spec, netns, rg) || (!spec.Network && rg != nil && rg.ns != nil)
+}
+
 func ownNetNS(spec *sandbox.Spec, netns bool, rg *runEgress) bool {
-	return !spec.Network && netns && (rg == nil || rg.eng != nil)
+	return !spec.Network && netns && (rg == nil || (rg.eng != nil && rg.proxy == nil))
 }
 
 // watch enforces the timeout and context cancellation: SIGTERM to all, KillGrace, SIGKILL.

@@ -264,8 +264,8 @@ func (tl *threadLaunch) onThread() (int, error) {
 	// The filter goes on in the private table, so a gate listener exists nowhere else.
 	listener := -1
 	if kernel.SeccompSupported() {
-		f := kernel.Filter{DenyUnix: tl.pol.DenyUnix}
-		notify := kernel.Filter{DenyUnix: f.DenyUnix, Notify: tl.notify, Trace: tl.trace}
+		f := kernel.Filter{DenyUnix: tl.pol.DenyUnix, TCPOnly: tl.pol.TCPOnly, ConnectCheck: tl.pol.ConnectCheck}
+		notify := kernel.Filter{DenyUnix: f.DenyUnix, TCPOnly: f.TCPOnly, ConnectCheck: f.ConnectCheck, Notify: tl.notify, Trace: tl.trace}
 		switch {
 		case sys.UseCgroupFD && tl.gate != nil && tl.notify:
 			// One listener for both: the watchdog passes our clone3 and hands it back.

@@ -62,6 +62,8 @@ type Engine struct {
 	trs      map[transportKey]*http.Transport // intercept_linux.go
 	tlsCache tls.ClientSessionCache
 	upstream upPool // roundtrip_linux.go
+
+	proxy *Proxy // the session's proxy (proxy_linux.go), nil without one
 }
 
 // Stats counts what the engine did (for tests and benchmarks).
@@ -232,8 +234,12 @@ func (e *Engine) Close() error {
 	}
 	links := e.links
 	e.links = map[*link]bool{}
+	proxy := e.proxy
 	e.linkMu.Unlock()
 	e.cancel()
+	if proxy != nil {
+		proxy.close()
+	}
 	for l := range links {
 		l.stop()
 	}
@@ -512,7 +518,7 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 		select {
 		case e.dnsSem <- struct{}{}:
 		default:
-			e.deny(r, egress.Event{Address: dst.String(), Port: port, Reason: egress.ReasonLimit})
+			e.refuseNow(egress.Event{Address: dst.String(), Port: port, Reason: egress.ReasonLimit}, func() { r.Complete(true) })
 			return
 		}
 		if c := e.accept(r); c != nil {
@@ -526,17 +532,50 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 	select {
 	case e.sem <- struct{}{}:
 	default:
-		e.deny(r, egress.Event{Address: dst.String(), Port: port, Reason: egress.ReasonLimit})
+		e.refuseNow(egress.Event{Address: dst.String(), Port: port, Reason: egress.ReasonLimit}, func() { r.Complete(true) })
 		return
 	}
-	release := func() { <-e.sem }
 	name, isFake := e.fake.name(dst)
+	e.connect(connReq{name: name, byName: isFake, addr: dst, port: port,
+		accept: func() net.Conn { return e.accept(r) },
+		refuse: func() { r.Complete(true) }})
+}
+
+// connReq is one TCP connection a program asked for, however it asked: a connect in its
+// namespace (a gVisor endpoint, answered by accept or a reset) or a request to the
+// session's proxy (a CONNECT, a SOCKS5 CONNECT, a proxied HTTP request, answered in that
+// protocol). Every way in is decided by connect, the one function that decides.
+type connReq struct {
+	name   string     // the name asked for (byName: "" when a session address has none)
+	byName bool       // asked by name: a name fledge answered, or a proxy request naming one
+	addr   netip.Addr // the address asked for when not by name
+	port   uint16
+	// proxied: the program's side is a plain HTTP proxy connection whose every request
+	// must name this authority (host:port as asked); its proxy credential is not passed on.
+	proxied string
+	// accept tells the program its connection is made and returns its side (nil: gone).
+	accept func() net.Conn
+	// refuse tells the program its connection is refused (after the record).
+	refuse func()
+}
+
+// loopback is the host's loopback address a granted localhost port is reached at.
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// connect decides one connection and, allowed, dials and serves it: the grant by name and
+// port (the name resolved on the host, no SSRF by name), by address, or a granted host
+// loopback port; a bound secret's or ruled destination read by fledge; every decision
+// recorded before anything is dialled. The caller holds a slot of e.sem: connect frees it.
+func (e *Engine) connect(r connReq) {
+	release := func() { <-e.sem }
+	name, port := r.name, r.port
 	var target netip.Addr
 	ev := egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: name, Port: port}
+	checkName := r.byName && name != ""
 	switch {
-	case isFake && name == "":
-		ev.Address, ev.Reason = dst.String(), egress.ReasonNotGranted
-	case isFake:
+	case r.byName && name == "":
+		ev.Address, ev.Reason = r.addr.String(), egress.ReasonNotGranted
+	case r.byName:
 		if !e.cfg.Policy.NameAndPort(name, port) {
 			ev.Reason = egress.ReasonNotGranted
 			break
@@ -554,21 +593,31 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 				break
 			}
 		}
+	case r.addr == loopback:
+		// A granted host loopback port, as the namespace's own loopback serves it: by its
+		// address, or as "localhost".
+		ev.Host, ev.Address, target = "localhost", loopback.String(), loopback
+		if ev.Allow, ev.Reason = e.cfg.Policy.DecideAddr(loopback, port); !ev.Allow {
+			ev.Allow, ev.Reason = e.cfg.Policy.DecideName("localhost", loopback, port, true)
+		}
 	default:
-		ev.Address = dst.String()
-		ev.Allow, ev.Reason = e.cfg.Policy.DecideAddr(dst, port)
-		target = dst
+		ev.Address = r.addr.String()
+		ev.Allow, ev.Reason = e.cfg.Policy.DecideAddr(r.addr, port)
+		target = r.addr
 	}
 	if !ev.Allow {
 		release()
-		e.deny(r, ev)
+		e.stats.Denied.Add(1)
+		ev.Kind, ev.Proto = egress.EventConnect, "tcp"
+		e.emit(ev) // recorded first: a program that exits on the refusal must not outrun it
+		r.refuse()
 		return
 	}
 	e.emit(ev) // the decision is recorded before anything is dialled
 	start := time.Now()
-	if isFake && e.cfg.Policy.Intercept(name, port) {
+	if checkName && e.cfg.Policy.Intercept(name, port) {
 		// fledge reads this destination's requests: it dials per request, after reading.
-		c := e.accept(r)
+		c := r.accept()
 		if c == nil {
 			release()
 			return
@@ -589,13 +638,13 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 	cancel()
 	if err != nil {
 		release()
-		r.Complete(true)
+		r.refuse()
 		e.stats.Denied.Add(1)
-		e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: name, Port: port, Address: target.String(),
+		e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: ev.Host, Port: port, Address: target.String(),
 			Reason: egress.ReasonDialFailed, Duration: time.Since(start)})
 		return
 	}
-	c := e.accept(r)
+	c := r.accept()
 	if c == nil {
 		release()
 		up.Close()
@@ -608,7 +657,7 @@ func (e *Engine) handleTCP(r *tcp.ForwarderRequest) {
 		defer e.wg.Done()
 		defer release()
 		defer e.stats.Open.Add(-1)
-		e.splice(c, up, ev, name != "", start)
+		e.splice(c, up, ev, spliceMode{checkName: checkName || r.proxied != "", proxied: r.proxied}, start)
 	}()
 }
 
@@ -625,14 +674,12 @@ func (e *Engine) accept(r *tcp.ForwarderRequest) net.Conn {
 	return gonet.NewTCPConn(&wq, ep)
 }
 
-// deny records the refusal, then refuses the connection at once (RST: the program's
-// connect fails fast). Recorded first: a program that exits on the refusal (and a session
-// that ends with it) must not outrun its record.
-func (e *Engine) deny(r *tcp.ForwarderRequest, ev egress.Event) {
+// refuseNow records a refusal made before any decision (a bound), then refuses.
+func (e *Engine) refuseNow(ev egress.Event, refuse func()) {
 	e.stats.Denied.Add(1)
 	ev.Kind, ev.Proto, ev.Allow = egress.EventConnect, "tcp", false
 	e.emit(ev)
-	r.Complete(true)
+	refuse()
 }
 
 func (e *Engine) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
@@ -688,7 +735,15 @@ func (e *Engine) resolve(name string) ([]netip.Addr, error) {
 
 // splice copies both ways until both are done, an idle timeout or the byte bound, then
 // records the connection's close.
-func (e *Engine) splice(c, up net.Conn, ev egress.Event, checkName bool, start time.Time) {
+// splice says how a spliced connection is read: checkName, message by message (flow);
+// proxied, as a plain HTTP proxy connection.
+type spliceMode struct {
+	checkName bool
+	// proxied: the authority every request of a plain HTTP proxy connection must name.
+	proxied string
+}
+
+func (e *Engine) splice(c, up net.Conn, ev egress.Event, how spliceMode, start time.Time) {
 	var in, out atomic.Int64
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
@@ -725,8 +780,9 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, checkName bool, start t
 	}()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	if checkName {
+	if how.checkName {
 		f := newFlow(e, c, up, ev, &in, &out, &last, setReason, closeAll)
+		f.proxied = how.proxied
 		go func() { defer wg.Done(); f.requests() }()
 		go func() { defer wg.Done(); f.responses() }()
 	} else {
@@ -812,7 +868,7 @@ func halfClose(c net.Conn) {
 func (e *Engine) serveLoopback(l net.Listener) {
 	defer e.wg.Done()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	lo := netip.MustParseAddr("127.0.0.1")
+	lo := loopback
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -826,34 +882,10 @@ func (e *Engine) serveLoopback(l net.Listener) {
 			e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: "localhost", Port: port, Address: lo.String(), Reason: egress.ReasonLimit})
 			continue
 		}
-		ev := egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: "localhost", Port: port, Address: lo.String()}
-		if ev.Allow, ev.Reason = e.cfg.Policy.DecideAddr(lo, port); !ev.Allow {
-			ev.Allow, ev.Reason = e.cfg.Policy.DecideName("localhost", lo, port, true)
-		}
-		e.emit(ev)
-		if !ev.Allow {
-			<-e.sem
-			c.Close()
-			continue
-		}
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			defer func() { <-e.sem }()
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(e.ctx, e.lim.DialTimeout)
-			up, err := e.dial(ctx, netip.AddrPortFrom(lo, port))
-			cancel()
-			if err != nil {
-				c.Close()
-				e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: "localhost", Port: port, Address: lo.String(),
-					Reason: egress.ReasonDialFailed, Duration: time.Since(start)})
-				return
-			}
-			e.stats.Allowed.Add(1)
-			e.stats.Open.Add(1)
-			defer e.stats.Open.Add(-1)
-			e.splice(c, up, ev, false, start)
+			e.connect(connReq{addr: lo, port: port, accept: func() net.Conn { return c }, refuse: func() { c.Close() }})
 		}()
 	}
 }

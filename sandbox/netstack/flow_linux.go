@@ -75,6 +75,9 @@ type flow struct {
 	queue   []*pendingReq
 	lost    bool   // the answers are no longer followed (not HTTP, or unreadable)
 	lastRec string // the last host:port recorded on this connection
+	// proxied: a plain HTTP proxy connection (the session's proxy); every request must
+	// name this authority, the one connect decided.
+	proxied string
 }
 
 func newFlow(e *Engine, c, up net.Conn, ev egress.Event, in, out, last *atomic.Int64, setReason func(string), closeAll func()) *flow {
@@ -196,8 +199,14 @@ func (f *flow) raw(br *bufio.Reader) {
 
 // readHead reads one request head (with its bound and deadline).
 func (f *flow) readHead(br *bufio.Reader) (*egress.Request, error) {
-	_ = f.c.SetReadDeadline(time.Now().Add(headTimeout))
-	defer f.c.SetReadDeadline(time.Time{})
+	return readRequestHead(f.c, br)
+}
+
+// readRequestHead reads one request head from br, c's reader, within headTimeout and
+// egress.MaxRequestHead (a program's own requests and its requests to the proxy alike).
+func readRequestHead(c net.Conn, br *bufio.Reader) (*egress.Request, error) {
+	_ = c.SetReadDeadline(time.Now().Add(headTimeout))
+	defer c.SetReadDeadline(time.Time{})
 	var progress egress.HeadProgress
 	for {
 		buf, _ := br.Peek(br.Buffered())
@@ -238,7 +247,16 @@ func (f *flow) httpRequests(br *bufio.Reader, name string, port uint16, depth in
 		if host == "" {
 			host = name // HTTP/1.0 without Host: the server's site for this connection's name
 		}
-		if ok, why := f.decide(req, host, p); !ok {
+		if f.proxied != "" {
+			// Decided already, by connect, for this authority: a request naming another
+			// would go to this connection's destination all the same.
+			if req.Form != egress.AbsoluteForm || req.Host+":"+itoa(p) != f.proxied {
+				f.refuse(host, p, egress.ReasonNameMismatch)
+				return
+			}
+			req.Drop("Proxy-Authorization")
+			req.Drop("Proxy-Connection")
+		} else if ok, why := f.decide(req, host, p); !ok {
 			f.refuse(host, p, why)
 			return
 		}

@@ -84,6 +84,12 @@ type Policy struct {
 	// DenyUnix refuses to create AF_UNIX sockets (seccomp, Linux): no connecting to
 	// docker.sock, D-Bus or systemd sockets.
 	DenyUnix bool `json:"deny_unix,omitempty"`
+	// TCPOnly refuses IPv4/IPv6 sockets other than TCP and TCP Fast Open's connect by
+	// sendto (kernel.Filter.TCPOnly): a run without a network namespace of its own.
+	TCPOnly bool `json:"tcp_only,omitempty"`
+	// ConnectCheck sends connect(2) to the host's listener (kernel.Filter.ConnectCheck):
+	// a run whose one TCP destination is the session's proxy.
+	ConnectCheck bool `json:"connect_check,omitempty"`
 
 	// Notify (Linux): the deny-list's refusals go to a seccomp listener the stub sends to
 	// the host over fd 8 (Launch.Notify) before it execs; Trace adds the path and connect

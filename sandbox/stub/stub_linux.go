@@ -49,7 +49,7 @@ func cloexecFrom(first int) error {
 // listener goes to the host over fdNotify first (the stub keeps no copy: a host that is
 // gone makes the kernel answer the refused calls ENOSYS, still refused).
 func installFilter(pol *Policy) error {
-	f := kernel.Filter{DenyUnix: pol.DenyUnix}
+	f := kernel.Filter{DenyUnix: pol.DenyUnix, TCPOnly: pol.TCPOnly, ConnectCheck: pol.ConnectCheck}
 	if !pol.Notify && !pol.Trace {
 		return kernel.InstallFilter(f)
 	}
