@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fledgehq/fledge/audit"
@@ -31,8 +33,6 @@ const (
 	DefaultMaxSessions = 8
 	// DefaultSessionIdle ends a client session that sent no request for this long.
 	DefaultSessionIdle = 30 * time.Minute
-	// sessionConnectWait bounds how long a new client session waits for the SDK to connect.
-	sessionConnectWait = 10 * time.Second
 	// shutdownWait bounds the graceful end of the listener before its connections are cut.
 	shutdownWait = 5 * time.Second
 )
@@ -146,7 +146,15 @@ type httpServer struct {
 
 // slot is a reserved place for a new client session, carried to newServer in the
 // request's context.
-type slot struct{ used bool }
+type slot struct {
+	used bool
+	// srv is the session's server: the SDK handler asks for it more than once per
+	// request (for its protocol versions, then to connect it).
+	srv *mcpsdk.Server
+	// served is closed once the SDK handler answered the request that opened the
+	// session: by then it has connected the session's server (or failed to).
+	served chan struct{}
+}
 
 type slotKey struct{}
 
@@ -168,8 +176,27 @@ func (h *httpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.sdk.ServeHTTP(w, r)
 		return
 	}
-	// A POST without a session id opens a client session: a place is reserved first, so
-	// the bound holds however many arrive at once.
+	// A POST without a session id opens a client session, and only an initialize does:
+	// the body is read here (bounded) so nothing else starts a session's plugins.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			http.Error(w, fmt.Sprintf("fledge: a request body is at most %d bytes (line_max)", mbe.Limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "fledge: the request body could not be read", http.StatusBadRequest)
+		return
+	}
+	if msg, derr := jsonrpc.DecodeMessage(body); derr != nil {
+		http.Error(w, "fledge: a new MCP session starts with an initialize request", http.StatusBadRequest)
+		return
+	} else if req, ok := msg.(*jsonrpc.Request); !ok || req.Method != "initialize" {
+		http.Error(w, "fledge: a new MCP session starts with an initialize request", http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	// A place is reserved first, so the bound holds however many arrive at once.
 	h.mu.Lock()
 	if h.live >= h.o.MaxSessions {
 		h.mu.Unlock()
@@ -178,8 +205,9 @@ func (h *httpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.live++
 	h.mu.Unlock()
-	s := &slot{}
+	s := &slot{served: make(chan struct{})}
 	h.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, s)))
+	close(s.served)
 	if !s.used {
 		h.release()
 	}
@@ -208,7 +236,10 @@ func (h *httpServer) authorized(r *http.Request) bool {
 func (h *httpServer) newServer(r *http.Request) *mcpsdk.Server {
 	s, _ := r.Context().Value(slotKey{}).(*slot)
 	if s == nil {
-		return nil
+		return nil // a request of a session that exists: the SDK's own versions apply
+	}
+	if s.used {
+		return s.srv
 	}
 	s.used = true
 	cat, so, done, err := h.o.Session()
@@ -224,7 +255,7 @@ func (h *httpServer) newServer(r *http.Request) *mcpsdk.Server {
 	sctx, cancel := context.WithCancel(h.ctx)
 	so.Run = func(_ context.Context, srv *mcpsdk.Server) error {
 		got <- srv
-		return h.run(sctx, cancel, srv, id, remote)
+		return h.run(sctx, cancel, srv, s.served, id, remote)
 	}
 	h.wg.Add(1)
 	go func() {
@@ -238,30 +269,27 @@ func (h *httpServer) newServer(r *http.Request) *mcpsdk.Server {
 		done()
 	}()
 	select {
-	case srv := <-got:
-		return srv
+	case s.srv = <-got:
 	case <-ended:
-		return nil
 	}
+	return s.srv
 }
 
 // run waits for the SDK to connect srv to the client's session, records its start, and
 // waits for its end (or ctx's), which it records too.
-func (h *httpServer) run(ctx context.Context, cancel context.CancelFunc, srv *mcpsdk.Server, id, remote string) error {
+func (h *httpServer) run(ctx context.Context, cancel context.CancelFunc, srv *mcpsdk.Server, served <-chan struct{}, id, remote string) error {
 	defer cancel() // calls still in flight end with the session
+	select {
+	case <-served:
+	case <-ctx.Done():
+		return nil
+	}
 	var ss *mcpsdk.ServerSession
-	deadline := time.Now().Add(sessionConnectWait)
-	for ss == nil {
-		for s := range srv.Sessions() {
-			ss = s
-		}
-		if ss != nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil // the handler did not connect it: nothing was served
-		}
-		time.Sleep(5 * time.Millisecond)
+	for s := range srv.Sessions() {
+		ss = s
+	}
+	if ss == nil {
+		return nil // not connected, or its initialize failed and it was closed at once
 	}
 	start := time.Now()
 	h.record(audit.EventClientSessionStart, id, map[string]any{"transport": "streamable-http", "remote": remote})
