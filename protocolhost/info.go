@@ -53,7 +53,7 @@ func (h *Host) Info(name string) (*PluginInfo, error) {
 		handshake: recordedHandshake(en, pi.Dir),
 	}
 	switch en.Protocol {
-	case plugin.ProtocolMCP, plugin.ProtocolJSONRPC:
+	case plugin.ProtocolMCP, plugin.ProtocolMCPRemote, plugin.ProtocolJSONRPC:
 		info.pins = &pinState{}
 		if pf, err := pins.Load(e.ConfigDir, en.Name); err != nil {
 			info.pins.Error = err.Error()

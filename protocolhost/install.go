@@ -85,6 +85,13 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 	if plugin.IsPackageSource(o.Source) {
 		return in.runPackage(ctx, &o, base, nil, nil)
 	}
+	if remoteSource(o.Source) {
+		// An http(s) URL is a remote MCP server when it answers initialize, else a git
+		// remote as before (install_remote.go).
+		if handled, err := in.runRemote(ctx, &o, base); handled {
+			return err
+		}
+	}
 	if o.Protocol != "" || o.FromDir != "" {
 		return in.runSelfDescribing(ctx, &o, base)
 	}

@@ -112,6 +112,9 @@ type session struct {
 	// log is the server's stderr; userErr where its end is shown when the server failed.
 	log     *core.PluginLog
 	userErr io.Writer
+	// remote is set for a protocol = "mcp-remote" plugin (remote.go): proc, conn and log
+	// are nil then.
+	remote *remoteState
 }
 
 func (p *Provider) stderr() io.Writer {
@@ -129,7 +132,7 @@ func (p *Provider) session(ctx context.Context, b *core.Binding) (*session, erro
 	defer p.mu.Unlock()
 	if s, ok := p.sessions[b.Entry.Name]; ok {
 		select {
-		case <-s.proc.Done():
+		case <-s.done():
 			// The server ended (crash, bound): close it properly and start a fresh one.
 			s.close("exited")
 			delete(p.sessions, b.Entry.Name)
@@ -146,6 +149,9 @@ func (p *Provider) session(ctx context.Context, b *core.Binding) (*session, erro
 }
 
 func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error) {
+	if b.Manifest.Plugin.Protocol == plugin.ProtocolMCPRemote {
+		return p.startRemote(ctx, b)
+	}
 	env := p.host.Env
 	if len(b.Manifest.Commands) == 0 {
 		return nil, fmt.Errorf("plugin %s declares no [[commands]] to start its MCP server", b.Entry.Name)
@@ -334,11 +340,19 @@ func (p *Provider) answered(s *session) {
 // explain turns an SDK error into what happened: a bound fledge enforced, a timeout, or
 // the server exiting.
 func (s *session) explain(ctx context.Context, err error, timeoutMsg string) error {
-	if cause := s.conn.Cause(); cause != nil {
+	if cause := s.cause(); cause != nil {
 		return cause
 	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, timeoutMsg)
+	}
+	if s.remote != nil {
+		select {
+		case <-s.remote.gone:
+			return fmt.Errorf("%w: the remote session ended: %v", ErrServerGone, err)
+		default:
+		}
+		return err
 	}
 	select {
 	case <-s.proc.Done():
@@ -357,7 +371,7 @@ func (s *session) endStart(rc reason.Code, err error) {
 	s.exitMu.Lock()
 	s.exitNote = map[string]any{"handshake_error": err.Error()}
 	s.exitMu.Unlock()
-	if errors.Is(err, context.DeadlineExceeded) || s.conn.Cause() != nil {
+	if errors.Is(err, context.DeadlineExceeded) || s.cause() != nil {
 		// A bound ended the handshake (its timeout, a line, a flood): on record as such.
 		s.rec.Record(audit.EventLimit, audit.Deny, rc, map[string]any{audit.DetailMessage: err.Error(), audit.DetailLimit: "handshake"}, false)
 	}
@@ -368,6 +382,10 @@ func (s *session) endStart(rc reason.Code, err error) {
 // does not leave by itself, and its plugin_exit record.
 func (s *session) close(by string) {
 	s.closeOnce.Do(func() {
+		if s.remote != nil {
+			s.closeRemote(by)
+			return
+		}
 		s.closing.Store(true)
 		// It failed when fledge ended it for a reason of its own, or when it ended before
 		// fledge shut it down.
@@ -432,7 +450,7 @@ pages:
 			schemas[t.Name] = resolved
 			list = append(list, tools.Tool{
 				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
-				Protocol: plugin.ProtocolMCP, Description: safeText(clip(t.Description, plugin.MaxFieldLen)),
+				Protocol: b.Manifest.Plugin.Protocol, Description: safeText(clip(t.Description, plugin.MaxFieldLen)),
 				InputSchema: schema, Params: schemaParams(schema),
 			})
 		}
@@ -648,7 +666,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		}
 		out["error"] = msg.Error()
 		s.rec.Record(audit.EventToolOutcome, audit.Error, rc, out, true)
-		if s.conn.Cause() != nil {
+		if s.cause() != nil {
 			// fledge ended this connection for a bound or a protocol violation: the
 			// server goes now (the ladder), not at the end of the invocation.
 			p.retire(s)

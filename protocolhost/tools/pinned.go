@@ -36,7 +36,7 @@ type InstructionsProvider interface {
 
 // pinned are the protocols whose plugins describe their own tools at run time, so a
 // definition can change after the user approved the plugin.
-var pinned = map[string]bool{plugin.ProtocolMCP: true, plugin.ProtocolJSONRPC: true}
+var pinned = map[string]bool{plugin.ProtocolMCP: true, plugin.ProtocolMCPRemote: true, plugin.ProtocolJSONRPC: true}
 
 // vet is every listing's one gate: descriptions bounded and stripped of terminal control
 // sequences, and (for self-describing protocols) each definition checked against its pin.
