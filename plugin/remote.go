@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -22,8 +23,8 @@ var ErrRemoteURL = errors.New("not a remote MCP server URL fledge connects to")
 type Remote struct {
 	// URL is the server's Streamable HTTP endpoint (https://, or http:// on loopback).
 	URL string `toml:"url"`
-	// TokenSecret names the secret (fledge secrets) sent as its bearer token; it must be
-	// declared in [capabilities] secrets bound to the URL's destination.
+	// TokenSecret names the secret (fledge secrets) fledge sends as its bearer token, to
+	// the URL's origin only; it must be declared (and granted) in [capabilities] secrets.
 	TokenSecret string `toml:"token_secret,omitempty"`
 }
 
@@ -88,21 +89,11 @@ func (m *Manifest) checkRemote() error {
 	if len(m.Commands) > 0 {
 		return fmt.Errorf("protocol = %q runs no command: fledge connects to [remote] url", ProtocolMCPRemote)
 	}
-	dest, err := CheckRemoteURL(r.URL)
-	if err != nil {
+	if _, err := CheckRemoteURL(r.URL); err != nil {
 		return fmt.Errorf("[remote] url: %w", err)
 	}
-	if r.TokenSecret != "" {
-		want := policy.SecretEntry(r.TokenSecret, []string{dest})
-		found := false
-		for _, e := range m.Capabilities.Secrets {
-			if e == want {
-				found = true
-			}
-		}
-		if !found {
-			return fmt.Errorf("[remote] token_secret %q must be declared in [capabilities] secrets as %q", clip(r.TokenSecret), want)
-		}
+	if r.TokenSecret != "" && !slices.Contains(m.Capabilities.Secrets, r.TokenSecret) {
+		return fmt.Errorf("[remote] token_secret %q must be declared in [capabilities] secrets", clip(r.TokenSecret))
 	}
 	return nil
 }
@@ -134,7 +125,8 @@ func WriteRemoteManifest(dir string, r RemoteRequest) (*Manifest, error) {
 		if !policy.ValidSecretName(r.TokenSecret) {
 			return nil, fmt.Errorf("%w: %q", ErrSecretName, r.TokenSecret)
 		}
-		caps.Secrets = []string{policy.SecretEntry(r.TokenSecret, []string{dest})}
+		// No process holds it: fledge sends it to the URL's origin, and only there.
+		caps.Secrets = []string{r.TokenSecret}
 	}
 	m := struct {
 		Plugin       Meta         `toml:"plugin"`

@@ -101,9 +101,14 @@ func (in *installer) runRemote(ctx context.Context, o *InstallRequest, base plug
 	return true, nil
 }
 
-// remoteSource: an http(s) URL that is not obviously a git repository (…​.git).
+// remoteSource: an https URL, or an http one to loopback, that is not obviously a git
+// repository (….git). A plain http:// URL elsewhere is never asked anything in clear: it
+// is a git remote as before.
 func remoteSource(s string) bool {
 	if !plugin.IsHTTPURL(s) {
+		return false
+	}
+	if _, err := plugin.CheckRemoteURL(s); err != nil {
 		return false
 	}
 	path := s

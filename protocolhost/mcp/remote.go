@@ -175,7 +175,7 @@ func (p *Provider) startRemote(ctx context.Context, b *core.Binding) (*session, 
 	}
 	token := ""
 	if ts := b.Manifest.Remote.TokenSecret; ts != "" {
-		if !slices.Contains(g.Secrets, policy.SecretEntry(ts, []string{dest})) {
+		if !slices.Contains(policy.SecretNames(g.Secrets), ts) {
 			err := fmt.Errorf("%w: plugin %s's token secret %s is not granted", ErrRemoteNotGranted, b.Entry.Name, ts)
 			rec.Record(audit.EventPluginStart, audit.Deny, reason.CapabilityNotGranted, withErr(details, err), true)
 			return nil, err
