@@ -125,6 +125,11 @@ func exportFixtureRecords() []*Record {
 		&Record{Session: "s9", Plugin: p, Event: EventToolsApproved, Decision: Allow, Reason: "ok",
 			Details: map[string]any{"tools": []map[string]string{{"tool": "echo", "old_hash": "sha256:" + strings.Repeat("ab", 32),
 				"new_hash": "sha256:" + strings.Repeat("ef", 32)}}}},
+		&Record{Session: "s10", Event: EventClientSessionStart, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"transport": "streamable-http", "remote": "127.0.0.1:50938"}},
+		&Record{Session: "s10", Event: EventClientSessionEnd, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"transport": "streamable-http", "remote": "127.0.0.1:50938", "ended": "closed",
+				"duration_ms": 1520, "client_name": "claude-code", "client_version": "2.1.0"}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {
