@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -36,6 +37,9 @@ var (
 
 // probeWait bounds how long a URL has to answer initialize at install.
 const probeWait = 15 * time.Second
+
+// probeMaxBody bounds an answer to the install's initialize.
+const probeMaxBody = 1 << 20
 
 // maxRedirects bounds same-origin redirects of one request to a remote server.
 const maxRedirects = 5
@@ -69,7 +73,7 @@ func (s *session) cause() error {
 // remoteClient is the HTTP client fledge talks to one remote server with: the token goes
 // in requests to the server's own origin only, a redirect to another origin is not
 // followed, no proxy from the environment is used (the token would go through it).
-func remoteClient(rawURL, token string) (*http.Client, error) {
+func remoteClient(rawURL, token string, maxBody int64) (*http.Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -80,7 +84,7 @@ func remoteClient(rawURL, token string) (*http.Client, error) {
 	base.ResponseHeaderTimeout = 0
 	base.MaxResponseHeaderBytes = 64 << 10
 	return &http.Client{
-		Transport: &tokenTransport{base: base, origin: origin, token: token},
+		Transport: &tokenTransport{base: base, origin: origin, token: token, maxBody: maxBody},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if origin != originOf(req.URL) {
 				return fmt.Errorf("%w (%s)", ErrCrossOriginRedirect, originOf(req.URL))
@@ -106,9 +110,10 @@ func originOf(u *url.URL) string {
 
 // tokenTransport puts the bearer token in requests to origin, and only there.
 type tokenTransport struct {
-	base   http.RoundTripper
-	origin string
-	token  string
+	base    http.RoundTripper
+	origin  string
+	token   string
+	maxBody int64
 }
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -120,13 +125,52 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.Clone(req.Context())
 		req.Header.Set("Authorization", "Bearer "+t.token)
 	}
-	return t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	// The SDK reads a JSON answer (and an error's body) whole: bounded here, as a stdio
+	// line is; an event stream's events are bounded by MaxEventSize.
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" && t.maxBody > 0 {
+		resp.Body = &cappedBody{r: resp.Body, left: t.maxBody}
+	}
+	return resp, nil
 }
+
+// ErrResponseTooLarge: a remote server's answer is over line_max.
+var ErrResponseTooLarge = errors.New("remote MCP server's answer is over line_max")
+
+// cappedBody fails a read past its bound instead of holding more.
+type cappedBody struct {
+	r    io.ReadCloser
+	left int64
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, ErrResponseTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	if c.left <= 0 && err == nil {
+		// One byte more tells a body that ends exactly at the bound from a longer one.
+		var one [1]byte
+		if m, _ := c.r.Read(one[:]); m > 0 {
+			return n, ErrResponseTooLarge
+		}
+	}
+	return n, err
+}
+
+func (c *cappedBody) Close() error { return c.r.Close() }
 
 // ProbeRemote asks rawURL for MCP's initialize (with the token when one is given) and
 // returns the server's implementation; ErrNotMCPServer when it does not answer as one.
 func ProbeRemote(ctx context.Context, rawURL, token string) (*mcpsdk.Implementation, string, error) {
-	hc, err := remoteClient(rawURL, token)
+	hc, err := remoteClient(rawURL, token, probeMaxBody)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %v", ErrNotMCPServer, err)
 	}
@@ -198,7 +242,7 @@ func (p *Provider) startRemote(ctx context.Context, b *core.Binding) (*session, 
 	if terr != nil {
 		p.warn(fmt.Sprintf("plugin %s: %v", b.Entry.Name, terr))
 	}
-	hc, err := remoteClient(rawURL, token)
+	hc, err := remoteClient(rawURL, token, int64(lim.LineMax))
 	if err != nil {
 		return nil, err
 	}

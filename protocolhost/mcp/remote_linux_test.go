@@ -253,4 +253,47 @@ func TestRemoteEverythingServerInstalledByURL(t *testing.T) {
 	assert.Contains(t, callText(r.Calls[1]), "5")
 	outs := f.records(audit.EventToolOutcome)
 	assert.Len(t, outs, 3, "every call is on record")
+
+	// The MCP Inspector's CLI over Streamable HTTP, through `fledge serve --mcp --listen`
+	// to the remote server: two HTTP hops, fledge's token on the first.
+	insp := npmInstall(t, pkgInspector)
+	s := startHTTPServe(t, c, f.project)
+	launcher := filepath.Join(insp, "node_modules", "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js")
+	inspect := func(args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, nodePath(t), append([]string{launcher, "--cli", s.url, "--transport", "http", "--header", "Authorization: Bearer " + s.token}, args...)...)
+		cmd.Dir, cmd.Env = f.project, c.env()
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "inspector: %s\nserve: %s", out, s.log())
+		return string(out)
+	}
+	assert.Contains(t, inspect("--method", "tools/list"), `"name": "plugin_everything_echo"`)
+	assert.Contains(t, inspect("--method", "tools/call", "--tool-name", "plugin_everything_echo", "--tool-arg", "message=via the inspector"), "Echo: via the inspector")
+	require.Eventually(t, func() bool { return len(f.records(audit.EventToolOutcome)) == 4 }, 10*time.Second, 50*time.Millisecond)
+}
+
+// A remote server whose answer is longer than line_max is cut off, as an over-long stdio
+// line is: fledge never holds it (the SDK alone would read it whole).
+func TestRemoteServerAnswerBounded(t *testing.T) {
+	f := newFixture(t, func(c *policy.Config) { c.Limits.LineMax = 64 << 10 })
+	var sent atomic.Int64
+	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"pad":"`))
+		chunk := []byte(strings.Repeat("x", 32<<10))
+		for i := 0; i < 256; i++ { // 8 MiB
+			n, err := w.Write(chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+		_, _ = w.Write([]byte(`"}}`))
+	}))
+	t.Cleanup(big.Close)
+	f.installRemote("big", big.URL+"/mcp", "")
+	cat := f.catalogue()
+	assert.Nil(t, findListed(cat.List(context.Background()), "plugin_big_echo"))
+	assert.Contains(t, cat.Errors["big"], "over line_max")
 }
