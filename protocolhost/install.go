@@ -136,8 +136,12 @@ func (in *installer) installOne(ctx context.Context, io plugin.InstallOptions) e
 	if in.update != "" {
 		done = "updated"
 	}
+	commands := strings.Join(entry.Commands, ", ")
+	if commands == "" {
+		commands = "none" // a remote MCP server runs nothing here
+	}
 	fmt.Fprintf(in.out, "%s %s %s (commands: %s; granted: %s)\n", done,
-		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.ConfigDir, entry))
+		entry.Name, entry.Version, commands, installedGrantText(e.ConfigDir, entry))
 	return nil
 }
 
