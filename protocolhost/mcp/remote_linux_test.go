@@ -237,6 +237,14 @@ func TestRemoteEverythingServerInstalledByURL(t *testing.T) {
 	assert.Contains(t, string(reg), `protocol = "mcp-remote"`)
 	assert.Contains(t, string(reg), strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://"), "its destination is granted")
 
+	out, errOut, err = c.run(f.project, "plugins", "info", "everything")
+	require.NoError(t, err, errOut)
+	assert.Contains(t, out, "no plugin process runs here")
+	assert.NotContains(t, out, "plugin process may", "no sandbox lines for a plugin that runs no process")
+	out, errOut, err = c.run(f.project, "--ni", "plugins", "update", "everything")
+	require.NoError(t, err, errOut)
+	assert.Contains(t, out, "nothing to fetch", "its URL is no git source")
+
 	out, errOut, err = c.run(f.project, "tools", "call", "plugin_everything_echo", "message=from the CLI")
 	require.NoError(t, err, errOut)
 	assert.Equal(t, "Echo: from the CLI\n", out)
