@@ -246,6 +246,8 @@ func TestServeMCPOverHTTPRefusals(t *testing.T) {
 	assert.Equal(t, 403, code, body)
 	code, body = do(initBody, "Authorization: Bearer s3cret-token", "Origin: "+strings.TrimSuffix(s.url, "/mcp")+".evil.example")
 	assert.Equal(t, 403, code, body)
+	code, body = do(initBody, "Authorization: Bearer s3cret-token", "Host: rebound.evil.example")
+	assert.Equal(t, 403, code, "a loopback request for another host name (DNS rebinding): %s", body)
 	big := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pad":"` + strings.Repeat("x", 70<<10) + `"}}`
 	code, body = do(big, "Authorization: Bearer s3cret-token")
 	assert.Equal(t, 413, code, body)
