@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -102,7 +103,9 @@ func ServeHTTP(ctx context.Context, o HTTPOptions) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          nil,
+		// A client's broken TLS handshake or request is its own business: nothing of it
+		// reaches fledge's stderr.
+		ErrorLog: log.New(io.Discard, "", 0),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	srvDone := make(chan error, 1)
