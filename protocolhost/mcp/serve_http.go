@@ -105,8 +105,8 @@ func ServeHTTP(ctx context.Context, o HTTPOptions) error {
 		IdleTimeout:       2 * time.Minute,
 		// A client's broken TLS handshake or request is its own business: nothing of it
 		// reaches fledge's stderr.
-		ErrorLog: log.New(io.Discard, "", 0),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:    log.New(io.Discard, "", 0),
+		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	srvDone := make(chan error, 1)
 	go func() {
