@@ -4,10 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,4 +289,51 @@ func TestServeMCPListenPublicNeedsTLS(t *testing.T) {
 		assert.Equal(t, 2, ee.ExitCode(), "%v: %s", args, stderr)
 		assert.NotContains(t, stderr, "serving MCP", args)
 	}
+}
+
+// With --tls-cert and --tls-key the listener speaks HTTPS (here on loopback, where TLS is
+// allowed though not required): curl reaches it over TLS with the token, and plain HTTP
+// to it gets nowhere.
+func TestServeMCPOverHTTPS(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed (.ci/run installs it)")
+	}
+	fledge := buildFledge(t)
+	f := newFixture(t, nil)
+	c := &fledgeCLI{t: t, f: f, fledge: fledge}
+	certFile, keyFile := selfSigned(t, f.base)
+	s := startHTTPServe(t, c, f.project, "--tls-cert", certFile, "--tls-key", keyFile)
+	require.True(t, strings.HasPrefix(s.url, "https://127.0.0.1:"), s.url)
+	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`
+	out, err := exec.Command(curl, "-sS", "--cacert", certFile, "--max-time", "20", "-X", "POST",
+		"-H", "Authorization: Bearer "+s.token, "-H", "Content-Type: application/json",
+		"-H", "Accept: application/json, text/event-stream", "--data-binary", initBody, s.url).CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), `"serverInfo":{"name":"fledge"`)
+	plain := "http://" + strings.TrimPrefix(s.url, "https://")
+	out, _ = exec.Command(curl, "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+		"-H", "Authorization: Bearer "+s.token, "--data-binary", initBody, plain).CombinedOutput()
+	assert.NotContains(t, string(out), "200", "plain HTTP is not served")
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key (PEM) under dir.
+func selfSigned(t *testing.T, dir string) (string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kb, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	return certFile, keyFile
 }
