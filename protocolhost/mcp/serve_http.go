@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -256,9 +257,20 @@ func (h *httpServer) newServer(r *http.Request) *mcpsdk.Server {
 	got := make(chan *mcpsdk.Server, 1)
 	ended := make(chan struct{})
 	sctx, cancel := context.WithCancel(h.ctx)
+	var calls atomic.Int64
 	so.Run = func(_ context.Context, srv *mcpsdk.Server) error {
+		// How many tool calls the client made is on its session's end record (each call
+		// is on record in its plugin's session too).
+		srv.AddReceivingMiddleware(func(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+			return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+				if method == "tools/call" {
+					calls.Add(1)
+				}
+				return next(ctx, method, req)
+			}
+		})
 		got <- srv
-		return h.run(sctx, cancel, srv, s.served, id, remote)
+		return h.run(sctx, cancel, srv, s.served, id, remote, &calls)
 	}
 	h.wg.Add(1)
 	go func() {
@@ -280,7 +292,7 @@ func (h *httpServer) newServer(r *http.Request) *mcpsdk.Server {
 
 // run waits for the SDK to connect srv to the client's session, records its start, and
 // waits for its end (or ctx's), which it records too.
-func (h *httpServer) run(ctx context.Context, cancel context.CancelFunc, srv *mcpsdk.Server, served <-chan struct{}, id, remote string) error {
+func (h *httpServer) run(ctx context.Context, cancel context.CancelFunc, srv *mcpsdk.Server, served <-chan struct{}, id, remote string, calls *atomic.Int64) error {
 	defer cancel() // calls still in flight end with the session
 	select {
 	case <-served:
@@ -306,7 +318,7 @@ func (h *httpServer) run(ctx context.Context, cancel context.CancelFunc, srv *mc
 		_ = ss.Close()
 		<-waitc
 	}
-	d := map[string]any{"transport": "streamable-http", "remote": remote, "ended": how, "duration_ms": time.Since(start).Milliseconds()}
+	d := map[string]any{"transport": "streamable-http", "remote": remote, "ended": how, "duration_ms": time.Since(start).Milliseconds(), "tool_calls": calls.Load()}
 	if p := ss.InitializeParams(); p != nil && p.ClientInfo != nil {
 		d["client_name"] = clip(p.ClientInfo.Name, 128)
 		d["client_version"] = clip(p.ClientInfo.Version, 64)

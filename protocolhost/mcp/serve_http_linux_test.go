@@ -197,6 +197,7 @@ func TestServeMCPOverHTTPSessionsEachWithItsProject(t *testing.T) {
 		assert.Equal(t, "fledge-ts-http-test", r.Details["client_name"])
 		assert.Equal(t, "closed", r.Details["ended"])
 		assert.Equal(t, "streamable-http", r.Details["transport"])
+		assert.Equal(t, "2", fmt.Sprint(r.Details["tool_calls"]))
 	}
 	assert.NotEqual(t, starts[0].Session, starts[1].Session)
 	assert.Len(t, f.records(audit.EventToolOutcome), 4, "every call is on record")
