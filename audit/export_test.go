@@ -129,7 +129,7 @@ func exportFixtureRecords() []*Record {
 			Details: map[string]any{"transport": "streamable-http", "remote": "127.0.0.1:50938"}},
 		&Record{Session: "s10", Event: EventClientSessionEnd, Decision: Allow, Reason: "ok",
 			Details: map[string]any{"transport": "streamable-http", "remote": "127.0.0.1:50938", "ended": "closed",
-				"duration_ms": 1520, "client_name": "claude-code", "client_version": "2.1.0"}},
+				"duration_ms": 1520, "tool_calls": 3, "client_name": "claude-code", "client_version": "2.1.0"}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {
