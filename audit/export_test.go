@@ -138,6 +138,11 @@ func exportFixtureRecords() []*Record {
 		&Record{Session: "s10", Plugin: p, Event: EventToolRules, Decision: Allow, Reason: "ok", ManagedPolicy: strings.Repeat("5a", 32),
 			Details: map[string]any{"allow_added": []string{}, "deny_added": []string{"write_*"}, "reset": false,
 				"previous": map[string]any{"allow": []string{}, "deny": []string{}}, "rules": map[string]any{"allow": []string{}, "deny": []string{"write_*"}}}},
+		&Record{Session: "s10", Event: EventClientSessionStart, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"transport": "streamable-http", "remote": "127.0.0.1:50938"}},
+		&Record{Session: "s10", Event: EventClientSessionEnd, Decision: Allow, Reason: "ok",
+			Details: map[string]any{"transport": "streamable-http", "remote": "127.0.0.1:50938", "ended": "closed",
+				"duration_ms": 1520, "tool_calls": 3, "client_name": "claude-code", "client_version": "2.1.0"}},
 	)
 	prev := ZeroHash
 	for i, r := range recs {

@@ -73,6 +73,7 @@ plugin_src=$work/src/fledge-bench
 "$GO" build -o "$plugin_src/fledge-bench" ./bench/plugin
 "$GO" build -o "$work/measure" ./bench/measure
 "$GO" build -o "$work/rpcdrive" ./bench/rpcdrive
+"$GO" build -o "$work/mcphttp" ./bench/mcphttp
 mkdir -p "$work/src/rpc"
 "$GO" build -o "$work/src/rpc/bench-rpc" ./bench/rpcplugin
 cat >"$plugin_src/plugin.toml" <<'EOF'
@@ -216,8 +217,41 @@ for ((i = 0; i < reps; i++)); do
 	"$work/rpcdrive" -n "$rpcN" -tool echo -- "$work/rpcdrive" -relay -- "$work/src/rpc/bench-rpc" >>"$work/out/rpc-relay.txt"
 	"$work/rpcdrive" -n "$rpcN" -fsync-floor "$(dirname "$FLEDGE_AUDIT_LOG")" >>"$work/out/rpc-fsync-floor.txt"
 done
+# MCP over Streamable HTTP: an echo server (official Go SDK) on loopback, called directly,
+# and through `fledge serve --mcp --listen` with the server installed as a remote plugin.
+log "mcp over HTTP: $rpcN tool calls through fledge serve --mcp --listen (a remote plugin), and to the same server directly"
+: >"$work/out/mcp-direct.txt"
+: >"$work/out/mcp-serve.txt"
+"$work/mcphttp" -serve 127.0.0.1:0 >"$work/mcp-server.txt" 2>&1 &
+mcp_server=$!
+mcp_serve=
+stop_mcp() {
+	[[ -n $mcp_serve ]] && kill "$mcp_serve" 2>/dev/null && wait "$mcp_serve" 2>/dev/null
+	kill "$mcp_server" 2>/dev/null && wait "$mcp_server" 2>/dev/null
+	return 0
+}
+for _ in $(seq 50); do grep -q '^url=' "$work/mcp-server.txt" && break; sleep 0.1; done
+mcp_url=$(sed -n 's/^url=//p' "$work/mcp-server.txt")
+if [[ -n $mcp_url ]] && "$fledge" --ni plugins install "$mcp_url" --yes --name bench-mcp >"$work/install-mcp.log" 2>&1; then
+	printf 'bench-token-%s\n' "$RANDOM$RANDOM" >"$work/mcp-token"
+	"$fledge" serve --mcp --listen 127.0.0.1:0 --token-file "$work/mcp-token" 2>"$work/mcp-serve.log" &
+	mcp_serve=$!
+	for _ in $(seq 100); do grep -q 'serving MCP' "$work/mcp-serve.log" && break; sleep 0.1; done
+	fledge_url=$(sed -n 's/.*Streamable HTTP at \([^ ]*\) .*/\1/p' "$work/mcp-serve.log")
+	for ((i = 0; i < reps; i++)); do
+		"$work/mcphttp" -n "$rpcN" -url "$mcp_url" >>"$work/out/mcp-direct.txt"
+		"$work/mcphttp" -n "$rpcN" -url "$fledge_url" -tool plugin_bench-mcp_echo -token-file "$work/mcp-token" >>"$work/out/mcp-serve.txt"
+	done
+else
+	log "mcp over HTTP: n/a ($(tail -1 "$work/install-mcp.log" 2>/dev/null))"
+fi
+stop_mcp
+
 cd "$repo"
 
+mcp_direct=$(mfield mcp-direct median_ns)
+mcp_serve_ns=$(mfield mcp-serve median_ns)
+mcp_first=$(mfield mcp-serve first_ns)
 rpc_direct=$(mfield rpc-direct median_ns)
 rpc_serve=$(mfield rpc-serve median_ns)
 rpc_nofsync=$(mfield rpc-serve-nofsync median_ns)
@@ -287,6 +321,8 @@ row 7a "  audit fsync off" "$(fmt_ms "$rpc_nofsync")" "same plugin direct $(fmt_
 row 7b "  first call (starts the plugin, handshake)" "$(fmt_ms "$rpc_first")" "-" "-" "-" "-"
 row 7c "  floor: relay + a call's audit disk I/O" "$(fmt_ms "$rpc_floor_total")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_floor_total" "$rpc_direct")" "-" "-"
 row 7d "  floor: bare relay (2 more pipe hops)" "$(fmt_ms "$rpc_relay")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_relay" "$rpc_direct")" "-" "-"
+row 7e "MCP tool call via serve --mcp over HTTP, median" "$(fmt_ms "$mcp_serve_ns")" "same server direct (HTTP) $(fmt_ms "$mcp_direct")" "$(ratio "$mcp_serve_ns" "$mcp_direct")" "-" "-"
+row 7f "  first call (connects the remote plugin)" "$(fmt_ms "$mcp_first")" "-" "-" "-" "-"
 row 8a "WASM plugin cold start, first compile, median" "$(fmt_ms "$wasm_first")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_first" "$wasm_native_cold")" "-" "-"
 row 8b "WASM plugin cold start, cached compile, median" "$(fmt_ms "$wasm_cached")" "native plugin, confined $(fmt_ms "$wasm_native_cold")" "$(ratio "$wasm_cached" "$wasm_native_cold")" "<=15 ms" "$(meets "$wasm_cached_ms" 15)"
 row 8d "WASM start, compiled in a long-lived serve, median" "$(fmt_ms "$wasm_live")" "new process, cached $(fmt_ms "$wasm_cached")" "$(ratio "$wasm_live" "$wasm_cached")" "<=2 ms" "$(meets "$wasm_live_ms" 2)"
@@ -306,6 +342,7 @@ awk -v a="$exec_fledge" -v b="$exec_nofsync" 'BEGIN {printf "The exec decision f
 echo "Times are medians (per exec / per start) of $count rounds; cold start is spawn to first message received."
 echo "Row 7: a host sends $rpcN tool/execute calls one after another; through fledge serve each is an audit decision (durable) and an outcome, and two more pipe hops; the first call is left out (row 7b)."
 awk -v f="$rpc_floor" -v r="$rpc_relay" 'BEGIN { if (f != "" && r != "") printf "Rows 7c-7d: the floors under row 7 on this machine: a bare Go line relay in the middle (%.3f ms), plus the audit log disk I/O of one call with nothing else (a decision line appended and fsynced, the head slot, an outcome line: %.3f ms), which a durable decision per call cannot go below when calls come one at a time.\n", r / 1e6, f / 1e6 }'
+echo "Rows 7e-7f: an MCP client (official Go SDK) makes $rpcN echo calls one after another over Streamable HTTP to an echo server on loopback, directly, and through fledge serve --mcp --listen with that server installed as a remote (mcp-remote) plugin: the bearer check, the catalogue and pins, a durable audit decision and an outcome per call, and a second HTTP hop."
 echo "Rows 8a-8d (WASM): the Go SDK guest (sandbox/wasm/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a new process's start on a warm cache dir (nothing compiled in memory), 8d a start in a process that already compiled the module (a new runtime handle and audit description per start, as each tool call through fledge serve); each beside the figure measured right before it."
 echo "Rows 9a-9c: the sandbox alone (no protocol), each run alternating with its baseline; 9c builds with a fresh GOCACHE each time, so the compiler and linker run and every file they open is a traced call."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."

@@ -75,6 +75,8 @@ type Manifest struct {
 	Hooks        map[string]any `toml:"hooks"` // raw, shown at install, run only when asked
 	Capabilities Capabilities   `toml:"capabilities"`
 	Tools        []ToolDecl     `toml:"tools"`
+	// Remote is [remote]: where a protocol = "mcp-remote" plugin's server is (remote.go).
+	Remote Remote `toml:"remote"`
 
 	raw []byte
 	// fsMentioned: [capabilities] names filesystem (even as "none"); when it does not, a
@@ -103,10 +105,13 @@ const (
 	ProtocolRuntime  = "runtime-v1"
 	ProtocolInvoke   = "invoke-v1"
 	ProtocolMCP      = "mcp"
+	// ProtocolMCPRemote is an MCP server reached over Streamable HTTP at [remote] url:
+	// fledge itself connects to it; no process of the plugin's runs (remote.go).
+	ProtocolMCPRemote = "mcp-remote"
 )
 
 // Protocols are the protocol values a manifest may declare.
-var Protocols = []string{ProtocolFledgeV1, ProtocolJSONRPC, ProtocolRuntime, ProtocolInvoke, ProtocolMCP}
+var Protocols = []string{ProtocolFledgeV1, ProtocolJSONRPC, ProtocolRuntime, ProtocolInvoke, ProtocolMCP, ProtocolMCPRemote}
 
 // KnownProtocol reports whether p is "" (legacy) or one of Protocols.
 func KnownProtocol(p string) bool {
@@ -439,7 +444,10 @@ func (m *Manifest) validate() error {
 	if !policy.ValidFilesystem(m.Capabilities.Filesystem) {
 		return bad("[capabilities] filesystem = %q: expected \"none\", \"plugin\", \"project\" or \"project-rw\"", clip.Bytes(m.Capabilities.Filesystem, 80))
 	}
-	if len(m.Commands) == 0 {
+	if err := m.checkRemote(); err != nil {
+		return bad("%v", err)
+	}
+	if len(m.Commands) == 0 && p.Protocol != ProtocolMCPRemote {
 		return bad("no [[commands]] declared")
 	}
 	if len(m.Commands) > MaxCommands {

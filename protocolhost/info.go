@@ -63,7 +63,7 @@ func (h *Host) Info(name string) (*PluginInfo, error) {
 		info.over = ce.Items
 	}
 	switch en.Protocol {
-	case plugin.ProtocolMCP, plugin.ProtocolJSONRPC:
+	case plugin.ProtocolMCP, plugin.ProtocolMCPRemote, plugin.ProtocolJSONRPC:
 		info.pins = &pinState{}
 		if pf, err := pins.Load(e.ConfigDir, en.Name); err != nil {
 			info.pins.Error = err.Error()
@@ -154,6 +154,20 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  OVER THE MANAGED CEILING: %s (%s): runs are refused until it is revoked\n", v.Item, v.Rule)
 	}
 	fmt.Fprintf(w, "  protocol:  %s\n", ProtocolName(en.Protocol))
+	if en.Protocol == plugin.ProtocolMCPRemote {
+		// No process of it runs: the sandbox lines would describe nothing.
+		url := ""
+		if pi.Manifest != nil {
+			url = policy.StripURLCredentials(pi.Manifest.Remote.URL)
+		}
+		fmt.Fprintf(w, "  remote:    %s (fledge connects to it itself; no plugin process runs here)\n", url)
+		fmt.Fprintf(w, "  network:   %s\n", cfg.NetworkText(en.Granted))
+		if pi.Manifest != nil && pi.Manifest.Remote.TokenSecret != "" {
+			fmt.Fprintf(w, "  token:     secret %s, sent to that origin only\n", pi.Manifest.Remote.TokenSecret)
+		}
+		p.writePins(w)
+		return
+	}
 	fmt.Fprintf(w, "  sandbox:   confinement=%s landlock_abi=%d cgroup=%s tree_kill=%s strict=%v\n",
 		rep.Confinement, rep.LandlockABI, rep.CgroupMode, rep.TreeKill, cfg.Sandbox.Strict)
 	if p.wasm != nil {
@@ -177,6 +191,12 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 	if p.handshake != nil {
 		showHandshakeInfo(w, p.handshake)
 	}
+	p.writePins(w)
+}
+
+// writePins says how a self-describing plugin's tools stand against their pins.
+func (p *PluginInfo) writePins(w io.Writer) {
+	en := &p.pi.Entry
 	switch {
 	case p.pins == nil:
 	case p.pins.Error != "":

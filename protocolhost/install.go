@@ -94,6 +94,13 @@ func (h *Host) Install(ctx context.Context, o InstallRequest) error {
 	if plugin.IsPackageSource(o.Source) {
 		return in.runPackage(ctx, &o, base, nil, nil)
 	}
+	if remoteSource(o.Source) {
+		// An http(s) URL is a remote MCP server when it answers initialize, else a git
+		// remote as before (install_remote.go).
+		if handled, err := in.runRemote(ctx, &o, base); handled {
+			return err
+		}
+	}
 	if o.Protocol != "" || o.FromDir != "" {
 		return in.runSelfDescribing(ctx, &o, base)
 	}
@@ -138,8 +145,12 @@ func (in *installer) installOne(ctx context.Context, io plugin.InstallOptions) e
 	if in.update != "" {
 		done = "updated"
 	}
+	commands := strings.Join(entry.Commands, ", ")
+	if commands == "" {
+		commands = "none" // a remote MCP server runs nothing here
+	}
 	fmt.Fprintf(in.out, "%s %s %s (commands: %s; granted: %s)\n", done,
-		entry.Name, entry.Version, strings.Join(entry.Commands, ", "), installedGrantText(e.ConfigDir, entry))
+		entry.Name, entry.Version, commands, installedGrantText(e.ConfigDir, entry))
 	return nil
 }
 

@@ -304,6 +304,15 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 		return exitErr(ExitFailure, "no plugin named %q is installed", o.Name)
 	}
 	old := *en
+	if old.Protocol == plugin.ProtocolMCPRemote {
+		// Its URL is not a source to fetch (git would be asked for it): what it serves is
+		// listed, and checked against its pins, at every connection.
+		if h.opts.Streams.Out == nil {
+			return nil
+		}
+		fmt.Fprintf(h.opts.Streams.Out, "%s is a remote MCP server: nothing to fetch (its tools are checked against their pins at each connection; 'fledge plugins review %s' shows a change)\n", old.Name, old.Name)
+		return nil
+	}
 	log, err := h.auditLog()
 	if err != nil {
 		return err

@@ -24,6 +24,11 @@ type ServeOptions struct {
 	// MCP (--mcp) is --protocol mcp; Tools (--tools) limits what it exposes (serve_mcp.go).
 	MCP   bool
 	Tools []string
+	// Listen (--listen) serves MCP over Streamable HTTP instead of stdio, with
+	// --listen-public, --tls-cert/--tls-key, --token-file and --max-sessions (serve_mcp.go).
+	Listen, TLSCert, TLSKey, TokenFile string
+	ListenPublic                       bool
+	MaxSessions                        int
 }
 
 // servers are the protocols `fledge serve` speaks on stdin/stdout.
@@ -34,7 +39,7 @@ var servers = map[string]func(ctx context.Context, o *ServeOptions, t *protocolh
 func newServeCmd(g *Globals) *cobra.Command {
 	o := &ServeOptions{g: g}
 	c := &cobra.Command{
-		Use:   "serve --protocol P | --mcp [--tools a,b]",
+		Use:   "serve --protocol P | --mcp [--tools a,b] [--listen HOST:PORT]",
 		Short: "Be one plugin of another host on stdin/stdout, running every installed plugin confined behind it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -133,6 +133,9 @@ type session struct {
 	// log is the server's stderr; userErr where its end is shown when the server failed.
 	log     *core.PluginLog
 	userErr io.Writer
+	// remote is set for a protocol = "mcp-remote" plugin (remote.go): proc, conn and log
+	// are nil then.
+	remote *remoteState
 }
 
 func (p *Provider) stderr() io.Writer {
@@ -150,7 +153,7 @@ func (p *Provider) session(ctx context.Context, b *core.Binding) (*session, erro
 	defer p.mu.Unlock()
 	if s, ok := p.sessions[b.Entry.Name]; ok {
 		select {
-		case <-s.proc.Done():
+		case <-s.done():
 			// The server ended (crash, bound): close it properly and start a fresh one.
 			s.close("exited")
 			delete(p.sessions, b.Entry.Name)
@@ -167,6 +170,9 @@ func (p *Provider) session(ctx context.Context, b *core.Binding) (*session, erro
 }
 
 func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error) {
+	if b.Manifest.Plugin.Protocol == plugin.ProtocolMCPRemote {
+		return p.startRemote(ctx, b)
+	}
 	env := p.host.Env
 	if len(b.Manifest.Commands) == 0 {
 		return nil, fmt.Errorf("plugin %s declares no [[commands]] to start its MCP server", b.Entry.Name)
@@ -250,55 +256,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	// The project is the server's one root when there is one (a filesystem server needs no
 	// arguments then); without one it has none. The sandbox still decides what it reaches.
 	offerRoot := b.Project != nil && b.Entry.Granted.ReadsProject()
-	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
-		Capabilities: caps,
-		// A server that says its tools changed is listed again (one listing at a time,
-		// bounded); the catalogue checks the new definitions against their pins.
-		ToolListChangedHandler: func(context.Context, *mcpsdk.ToolListChangedRequest) {
-			if !s.ready.Load() {
-				return
-			}
-			// A notification during a listing is not dropped: that listing may have been
-			// answered before the change it announces, so it goes round once more.
-			s.relistAgain.Store(true)
-			if s.relisting.CompareAndSwap(false, true) {
-				go p.relist(s, b, lim.ExecTimeoutDefault)
-			}
-		},
-		// Prompts and resources said to have changed are listed again; the watcher
-		// (serve --mcp) offers the new listing, checked against the pins.
-		PromptListChangedHandler: func(context.Context, *mcpsdk.PromptListChangedRequest) {
-			if s.ready.Load() {
-				p.relistFeatures(s, lim.ExecTimeoutDefault)
-			}
-		},
-		ResourceListChangedHandler: func(context.Context, *mcpsdk.ResourceListChangedRequest) {
-			if s.ready.Load() {
-				p.relistFeatures(s, lim.ExecTimeoutDefault)
-			}
-		},
-		ResourceUpdatedHandler: func(ctx context.Context, req *mcpsdk.ResourceUpdatedNotificationRequest) {
-			if up := p.up.Load(); up != nil && up.resourceUpdated != nil && req.Params != nil && wrappable(s.name, req.Params.URI, false) {
-				up.resourceUpdated(ctx, wrapURI(s.name, req.Params.URI))
-			}
-		},
-		LoggingMessageHandler: func(ctx context.Context, req *mcpsdk.LoggingMessageRequest) {
-			p.onLog(ctx, s, req.Params)
-		},
-		ProgressNotificationHandler: func(ctx context.Context, req *mcpsdk.ProgressNotificationClientRequest) {
-			s.onProgress(ctx, req.Params)
-		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	// A server's sampling and elicitation requests: passed on only as granted, on record.
-	client.AddReceivingMiddleware(func(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
-		return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
-			if method == "sampling/createMessage" || method == "elicitation/create" {
-				return p.clientRequest(ctx, s, method, req)
-			}
-			return next(ctx, method, req)
-		}
-	})
+	client := p.newClient(s, b, lim.ExecTimeoutDefault, caps)
 	if offerRoot {
 		addRoot(client, fileURI(b.Project.Root), b.Project.Name)
 	}
@@ -354,6 +312,63 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	return s, nil
 }
 
+// newClient is fledge's MCP client of one plugin's server, local or remote: list changes
+// followed (tools against their pins; prompts and resources offered anew), resource
+// updates, log messages and progress passed on, and the server's sampling and elicitation
+// requests passed on only as granted.
+func (p *Provider) newClient(s *session, b *core.Binding, timeout time.Duration, caps *mcpsdk.ClientCapabilities) *mcpsdk.Client {
+	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "fledge", Version: core.FledgeVersion()}, &mcpsdk.ClientOptions{
+		Capabilities: caps,
+		// A server that says its tools changed is listed again (one listing at a time,
+		// bounded); the catalogue checks the new definitions against their pins.
+		ToolListChangedHandler: func(context.Context, *mcpsdk.ToolListChangedRequest) {
+			if !s.ready.Load() {
+				return
+			}
+			// A notification during a listing is not dropped: that listing may have been
+			// answered before the change it announces, so it goes round once more.
+			s.relistAgain.Store(true)
+			if s.relisting.CompareAndSwap(false, true) {
+				go p.relist(s, b, timeout)
+			}
+		},
+		// Prompts and resources said to have changed are listed again; the watcher
+		// (serve --mcp) offers the new listing, checked against the pins.
+		PromptListChangedHandler: func(context.Context, *mcpsdk.PromptListChangedRequest) {
+			if s.ready.Load() {
+				p.relistFeatures(s, timeout)
+			}
+		},
+		ResourceListChangedHandler: func(context.Context, *mcpsdk.ResourceListChangedRequest) {
+			if s.ready.Load() {
+				p.relistFeatures(s, timeout)
+			}
+		},
+		ResourceUpdatedHandler: func(ctx context.Context, req *mcpsdk.ResourceUpdatedNotificationRequest) {
+			if up := p.up.Load(); up != nil && up.resourceUpdated != nil && req.Params != nil && wrappable(s.name, req.Params.URI, false) {
+				up.resourceUpdated(ctx, wrapURI(s.name, req.Params.URI))
+			}
+		},
+		LoggingMessageHandler: func(ctx context.Context, req *mcpsdk.LoggingMessageRequest) {
+			p.onLog(ctx, s, req.Params)
+		},
+		ProgressNotificationHandler: func(ctx context.Context, req *mcpsdk.ProgressNotificationClientRequest) {
+			s.onProgress(ctx, req.Params)
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	// A server's sampling and elicitation requests: passed on only as granted, on record.
+	client.AddReceivingMiddleware(func(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+		return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+			if method == "sampling/createMessage" || method == "elicitation/create" {
+				return p.clientRequest(ctx, s, method, req)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	return client
+}
+
 // relist lists a server's tools again after its tools/list_changed, as long as more of
 // them come, then tells a watcher (serve --mcp lists the catalogue again: the new
 // definitions meet their pins at once, and its client hears of what changed).
@@ -404,11 +419,19 @@ func (p *Provider) answered(s *session) {
 // explain turns an SDK error into what happened: a bound fledge enforced, a timeout, or
 // the server exiting.
 func (s *session) explain(ctx context.Context, err error, timeoutMsg string) error {
-	if cause := s.conn.Cause(); cause != nil {
+	if cause := s.cause(); cause != nil {
 		return cause
 	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, timeoutMsg)
+	}
+	if s.remote != nil {
+		select {
+		case <-s.remote.gone:
+			return fmt.Errorf("%w: the remote session ended: %v", ErrServerGone, err)
+		default:
+		}
+		return err
 	}
 	select {
 	case <-s.proc.Done():
@@ -427,7 +450,7 @@ func (s *session) endStart(rc reason.Code, err error) {
 	s.exitMu.Lock()
 	s.exitNote = map[string]any{"handshake_error": err.Error()}
 	s.exitMu.Unlock()
-	if errors.Is(err, context.DeadlineExceeded) || s.conn.Cause() != nil {
+	if errors.Is(err, context.DeadlineExceeded) || s.cause() != nil {
 		// A bound ended the handshake (its timeout, a line, a flood): on record as such.
 		s.rec.Record(audit.EventLimit, audit.Deny, rc, map[string]any{audit.DetailMessage: err.Error(), audit.DetailLimit: "handshake"}, false)
 	}
@@ -438,6 +461,10 @@ func (s *session) endStart(rc reason.Code, err error) {
 // does not leave by itself, and its plugin_exit record.
 func (s *session) close(by string) {
 	s.closeOnce.Do(func() {
+		if s.remote != nil {
+			s.closeRemote(by)
+			return
+		}
 		s.closing.Store(true)
 		// It failed when fledge ended it for a reason of its own, or when it ended before
 		// fledge shut it down.
@@ -507,7 +534,7 @@ pages:
 			extra[t.Name] = extraOf(t)
 			list = append(list, tools.Tool{
 				Name: tools.PublicName(b.Entry.Name, t.Name), Plugin: b.Entry.Name, Tool: t.Name,
-				Protocol: plugin.ProtocolMCP, Description: safeText(clip.Bytes(t.Description, plugin.MaxFieldLen)),
+				Protocol: b.Manifest.Plugin.Protocol, Description: safeText(clip.Bytes(t.Description, plugin.MaxFieldLen)),
 				InputSchema: schema, Params: schemaParams(schema),
 			})
 		}
@@ -725,7 +752,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		}
 		out["error"] = msg.Error()
 		s.rec.Record(audit.EventToolOutcome, audit.Error, rc, out, true)
-		if s.conn.Cause() != nil {
+		if s.cause() != nil {
 			// fledge ended this connection for a bound or a protocol violation: the
 			// server goes now (the ladder), not at the end of the invocation.
 			p.retire(s)

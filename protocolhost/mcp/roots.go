@@ -6,11 +6,17 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"path/filepath"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+// errRejected is the SDK's "rejected by transport" (its jsonrpc2.ErrRejected code).
+var errRejected = &jsonrpc.Error{Code: -32005}
 
 // declareRoots makes fledge's client say it lists roots.
 func declareRoots(caps *mcpsdk.ClientCapabilities) { caps.RootsV2 = &mcpsdk.RootCapabilities{} }
@@ -31,6 +37,16 @@ func offersRoots(ss *mcpsdk.ServerSession) bool {
 // ("" for none).
 func clientRoot(ctx context.Context, ss *mcpsdk.ServerSession) (string, error) {
 	res, err := ss.ListRoots(ctx, nil)
+	// Over Streamable HTTP a request to the client travels on the stream the client
+	// opens (GET) once initialized: until then the transport rejects it, and it is
+	// asked again until ctx (rootsWait) ends.
+	for err != nil && errors.Is(err, errRejected) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+			res, err = ss.ListRoots(ctx, nil)
+		}
+	}
 	if err != nil || res == nil {
 		return "", err
 	}

@@ -39,6 +39,9 @@ type ServeOptions struct {
 	Rebind func(root string) (*tools.Catalogue, error)
 	// NoRoots, when set, is warned once when the client offers no file:// root.
 	NoRoots string
+	// Run, when set, runs the server instead of stdio (in and out unused): serve_http.go
+	// hands it to the Streamable HTTP handler as one client session's server.
+	Run func(ctx context.Context, srv *mcpsdk.Server) error
 }
 
 // rootsWait bounds how long the server waits for the client's roots (and a tools/list or
@@ -356,8 +359,12 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 			return next(ctx, method, req)
 		}
 	})
-	tr := &mcpsdk.IOTransport{Reader: in, Writer: out, MaxLineLength: o.LineMax}
-	err := srv.Run(ctx, tr)
+	var err error
+	if o.Run != nil {
+		err = o.Run(ctx, srv)
+	} else {
+		err = srv.Run(ctx, &mcpsdk.IOTransport{Reader: in, Writer: out, MaxLineLength: o.LineMax})
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, mcpsdk.ErrConnectionClosed) || errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -51,7 +51,7 @@ func (c *Catalogue) Held(plugin, name string) bool {
 
 // pinned are the protocols whose plugins describe their own tools at run time, so a
 // definition can change after the user approved the plugin.
-var pinned = map[string]bool{plugin.ProtocolMCP: true, plugin.ProtocolJSONRPC: true}
+var pinned = map[string]bool{plugin.ProtocolMCP: true, plugin.ProtocolMCPRemote: true, plugin.ProtocolJSONRPC: true}
 
 // vet is every listing's one gate: descriptions bounded and stripped of terminal control
 // sequences, (for self-describing protocols) each definition checked against its pin, and
