@@ -55,6 +55,8 @@ var rules = []rule{
 		never: []string{"sandbox/linux", "sandbox/darwin", "sandbox/fallback"}},
 	{why: "the audit log depends on nothing of fledge but reason codes",
 		from: "audit", never: []string{"..."}, except: []string{"reason"}},
+	{why: "the OTLP shipper reads the log and nothing else of fledge",
+		from: "audit/otlp", never: []string{"..."}, except: []string{"audit", "reason"}},
 	{why: "the auditor's page reads the log and nothing else of fledge",
 		from: "audit/report", never: []string{"..."}, except: []string{"audit", "reason"}},
 	{why: "the sandbox interface depends on nothing of fledge",

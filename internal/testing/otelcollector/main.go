@@ -6,7 +6,7 @@
 //
 // It lives in a module of its own so fledge's go.mod does not carry the collector.
 //
-//	otelcollector -listen 127.0.0.1:PORT -out FILE
+//	otelcollector -listen 127.0.0.1:PORT -out FILE [-header NAME]
 //
 // It prints "ready" on stdout once it accepts requests and runs until SIGTERM/SIGINT (or
 // is killed). Each line written is flushed (and fsynced) before the receiver answers, so a
@@ -20,9 +20,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
+	"go.opentelemetry.io/collector/client"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/config/configgrpc"
 	"go.opentelemetry.io/collector/config/configoptional"
@@ -41,11 +43,14 @@ type received struct {
 	Scope      string         `json:"scope"`
 	TimeNanos  int64          `json:"time_unix_nano"`
 	Severity   string         `json:"severity"`
+	// Header is the value of the -header request header the record came with.
+	Header string `json:"header,omitempty"`
 }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:4318", "host:port to listen on (loopback)")
 	out := flag.String("out", "", "file the received log records are appended to")
+	header := flag.String("header", "", "a request header to record with each log record (the receiver's include_metadata)")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "otelcollector: -out is required")
@@ -57,8 +62,12 @@ func main() {
 		os.Exit(1)
 	}
 	var mu sync.Mutex
-	sink, err := consumer.NewLogs(func(_ context.Context, ld plog.Logs) error {
+	sink, err := consumer.NewLogs(func(ctx context.Context, ld plog.Logs) error {
 		var buf []byte
+		hv := ""
+		if *header != "" {
+			hv = strings.Join(client.FromContext(ctx).Metadata.Get(*header), ",")
+		}
 		rls := ld.ResourceLogs()
 		for i := 0; i < rls.Len(); i++ {
 			rl := rls.At(i)
@@ -76,6 +85,7 @@ func main() {
 						Scope:      sl.Scope().Name(),
 						TimeNanos:  int64(lr.Timestamp()),
 						Severity:   lr.SeverityText(),
+						Header:     hv,
 					})
 					if err != nil {
 						return err
@@ -101,6 +111,7 @@ func main() {
 	cfg.Protocols.GRPC = configoptional.None[configgrpc.ServerConfig]()
 	http := cfg.Protocols.HTTP.GetOrInsertDefault()
 	http.ServerConfig.NetAddr.Endpoint = *listen
+	http.ServerConfig.IncludeMetadata = *header != ""
 	ctx := context.Background()
 	rcv, err := fact.CreateLogs(ctx, receivertest.NewNopSettings(fact.Type()), cfg, sink)
 	if err != nil {
