@@ -27,7 +27,7 @@ var (
 )
 
 // Binary builds internal/testing/otelcollector once per test binary.
-func Binary(t *testing.T) string {
+func Binary(t testing.TB) string {
 	t.Helper()
 	collectorOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fledge-otelcol-")
@@ -56,7 +56,7 @@ func Binary(t *testing.T) string {
 
 // collector is one running collector process.
 type Collector struct {
-	t    *testing.T
+	t    testing.TB
 	bin  string
 	addr string
 	out  string
@@ -66,7 +66,7 @@ type Collector struct {
 	Header string
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,10 +77,10 @@ func freeAddr(t *testing.T) string {
 }
 
 // Start runs a collector on a free loopback port, writing to a file in t's temp dir.
-func Start(t *testing.T) *Collector { return StartWithHeader(t, "") }
+func Start(t testing.TB) *Collector { return StartWithHeader(t, "") }
 
 // StartWithHeader is Start, recording the request header named header with each record.
-func StartWithHeader(t *testing.T, header string) *Collector {
+func StartWithHeader(t testing.TB, header string) *Collector {
 	t.Helper()
 	c := &Collector{t: t, bin: Binary(t), addr: freeAddr(t), out: filepath.Join(t.TempDir(), "received.jsonl"), Header: header}
 	c.start()

@@ -1,0 +1,59 @@
+package fledgev1
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/audit/otlp"
+	"github.com/fledgehq/fledge/internal/testing/collectortest"
+)
+
+// BenchmarkExecExportAB: the exec round trip of `true` with [audit] export on against off,
+// in sessions of 20 execs that alternate, so a load spike hits both alike. "On" is the
+// background exporter a fledge process runs, sending to a real OpenTelemetry Collector
+// (internal/testing/otelcollector) every 100 ms, ten times as often as the default, so the
+// figure is pessimistic. Reports on-ns/op and off-ns/op (medians of the sessions' medians)
+// and how many records reached the collector during the run.
+func BenchmarkExecExportAB(b *testing.B) {
+	bin := benchPlugin(b)
+	col := collectortest.Start(b)
+	off := newBenchEnv(b, bin, audit.FsyncDurable)
+	on := newBenchEnv(b, bin, audit.FsyncDurable)
+	c, err := otlp.NewClient(otlp.Config{URL: col.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	exp := otlp.NewExporter(on.auditPath, c, otlp.Options{Interval: 100 * time.Millisecond})
+	exp.Start()
+	const per = 20
+	rounds := max(b.N/per, 1)
+	var onT, offT []int64
+	b.ResetTimer()
+	for i := 0; i < rounds; i++ {
+		for _, side := range []struct {
+			e   *benchEnv
+			out *[]int64
+		}{{off, &offT}, {on, &onT}} {
+			var rep execReport
+			side.e.run(b, &rep, "exec", strconv.Itoa(per))
+			if rep.N != per {
+				b.Fatalf("plugin ran %d execs, want %d", rep.N, per)
+			}
+			*side.out = append(*side.out, rep.Median)
+		}
+	}
+	b.StopTimer()
+	exp.Close(5 * time.Second)
+	med := func(v []int64) float64 {
+		s := slices.Clone(v)
+		slices.Sort(s)
+		return float64(s[len(s)/2])
+	}
+	b.ReportMetric(med(onT), "on-ns/op")
+	b.ReportMetric(med(offT), "off-ns/op")
+	b.ReportMetric(med(onT)/med(offT), "ratio")
+	b.ReportMetric(float64(len(col.Received())), "exported")
+}
