@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -180,15 +181,23 @@ func (s *snapshot) inoOf(i int) uint64 {
 	return fileIno(fi)
 }
 
+// maxCursorBytes bounds what is read of a cursor file (one small JSON object).
+const maxCursorBytes = 4 << 10
+
 // CursorPath is where the export cursor of the log at path is kept.
 func CursorPath(path string) string { return path + ".export" }
 
 // ReadCursor returns the stored export cursor (the zero Position when there is none).
 func ReadCursor(path string) (Position, error) {
-	b, err := os.ReadFile(CursorPath(path))
+	f, err := openReadOnly(CursorPath(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Position{}, nil
 	}
+	if err != nil {
+		return Position{}, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCursorBytes))
 	if err != nil {
 		return Position{}, err
 	}

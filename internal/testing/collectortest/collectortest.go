@@ -26,10 +26,18 @@ var (
 	collectorErr  error
 )
 
-// Binary builds internal/testing/otelcollector once per test binary.
+// Binary builds internal/testing/otelcollector once per test binary, or returns
+// FLEDGE_TEST_OTELCOL when that names one already built (.ci/run builds it first).
 func Binary(t testing.TB) string {
 	t.Helper()
 	collectorOnce.Do(func() {
+		if p := os.Getenv("FLEDGE_TEST_OTELCOL"); p != "" {
+			collectorBin = p
+			if _, err := os.Stat(p); err != nil {
+				collectorErr = fmt.Errorf("FLEDGE_TEST_OTELCOL: %w", err)
+			}
+			return
+		}
 		dir, err := os.MkdirTemp("", "fledge-otelcol-")
 		if err != nil {
 			collectorErr = err
