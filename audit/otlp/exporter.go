@@ -41,6 +41,7 @@ type Exporter struct {
 	mu      sync.Mutex
 	started bool
 	lastErr string
+	closeBy time.Time // set by Close: the last round ends by then
 	stop    chan struct{}
 	done    chan struct{}
 	ctx     context.Context
@@ -110,6 +111,9 @@ func (e *Exporter) Close(wait time.Duration) {
 		e.cancel()
 		return
 	}
+	e.mu.Lock()
+	e.closeBy = time.Now().Add(wait)
+	e.mu.Unlock()
 	timer := time.AfterFunc(wait, e.cancel)
 	defer timer.Stop()
 	close(e.stop)
@@ -124,9 +128,16 @@ func (e *Exporter) Flush(ctx context.Context) (int, error) { return e.flush(ctx,
 func (e *Exporter) flush(ctx context.Context, waitLock bool) (int, error) {
 	wait := time.Duration(0)
 	if waitLock {
+		// Another process sending the same log is waited for, within the round's bound.
 		wait = time.Second
+		e.mu.Lock()
+		by := e.closeBy
+		e.mu.Unlock()
 		if d, ok := ctx.Deadline(); ok {
-			wait = max(time.Until(d), 0)
+			by = d
+		}
+		if !by.IsZero() {
+			wait = max(time.Until(by), 0)
 		}
 	}
 	ob, err := audit.AcquireOutbox(e.path, wait)

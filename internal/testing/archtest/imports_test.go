@@ -162,6 +162,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 		{ImportPath: mod + "sandbox/platform", Imports: []string{mod + "sandbox/linux"}},
 		{ImportPath: mod + "audit", Imports: []string{mod + "reason"}},
 		{ImportPath: mod + "audit/report", Imports: []string{mod + "audit"}},
+		{ImportPath: mod + "audit/otlp", Imports: []string{mod + "audit"}},
 		{ImportPath: mod + "sandbox"},
 		{ImportPath: mod + "plugin", Imports: []string{mod + "policy", mod + "protocolhost/fledgev1/protocol"}},
 	}
@@ -181,6 +182,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 		{"protocolhost/core", "sandbox/linux", "only sandbox/platform"},
 		{"sandbox", "sandbox/kernel", "sandbox interface"}, // a parent importing its child
 		{"audit", "ui", "audit log"},
+		{"audit/otlp", "policy", "OTLP shipper"},
 		{"protocolhost/mcp", "internal/testing/testutil", "test helpers"},
 		{"plugin", "protocolhost/core", "plugin store"},
 	} {
