@@ -53,6 +53,10 @@ type Entry struct {
 // Gap says records after a position are no longer in the log: seqs First..Last.
 type Gap struct{ First, Last uint64 }
 
+// ErrCursorAhead: a position names a seq the log never reached (the log was deleted and
+// begun again since); a sender starts again from the oldest record.
+var ErrCursorAhead = errors.New("audit: the export cursor is ahead of the log")
+
 // ErrStopRead is returned by a ReadAfter callback to stop the walk without an error.
 var ErrStopRead = errors.New("audit: stop reading")
 
@@ -77,11 +81,16 @@ func ReadAfter(path string, pos Position, fn func(Entry) error) (*Gap, error) {
 			fromFile = snap.fileFor(pos.Seq + 1)
 		}
 	}
-	gap, err := snap.readAfter(fromFile, fromOff, pos.Seq, fn)
+	gap, maxSeen, err := snap.readAfter(fromFile, fromOff, pos.Seq, fn)
+	if err == nil && pos.Seq > 0 && maxSeen > 0 && maxSeen < pos.Seq {
+		// Every record read is older than the position: this log is not the one the
+		// position was taken in (deleted and begun again).
+		return nil, fmt.Errorf("%w: it names seq %d, the log ends at seq %d", ErrCursorAhead, pos.Seq, maxSeen)
+	}
 	if gap != nil && hinted {
 		// The hint named a file that no longer holds what followed (an inode reused after a
 		// prune): look the place up again by seq.
-		gap, err = snap.readAfter(snap.fileFor(pos.Seq+1), 0, pos.Seq, fn)
+		gap, _, err = snap.readAfter(snap.fileFor(pos.Seq+1), 0, pos.Seq, fn)
 	}
 	return gap, err
 }
@@ -124,15 +133,14 @@ func (s *snapshot) fileFor(seq uint64) int {
 	return idx
 }
 
-func (s *snapshot) readAfter(fromFile int, fromOff int64, after uint64, fn func(Entry) error) (*Gap, error) {
-	var gap *Gap
+func (s *snapshot) readAfter(fromFile int, fromOff int64, after uint64, fn func(Entry) error) (gap *Gap, maxSeen uint64, err error) {
 	checked := false
 	var st struct {
 		idx int
 		ino uint64
 	}
 	st.idx = -1
-	err := s.walk(fromFile, fromOff, 1, func(ln *line) error {
+	err = s.walk(fromFile, fromOff, 1, func(ln *line) error {
 		if !ln.terminated || !json.Valid(ln.data) {
 			return nil
 		}
@@ -140,6 +148,7 @@ func (s *snapshot) readAfter(fromFile int, fromOff int64, after uint64, fn func(
 		if err != nil {
 			return &LineError{ln.file, ln.no, fmt.Errorf("%w: %v", ErrBadRecord, err)}
 		}
+		maxSeen = max(maxSeen, r.Seq)
 		if r.Seq <= after {
 			return nil
 		}
@@ -163,7 +172,7 @@ func (s *snapshot) readAfter(fromFile int, fromOff int64, after uint64, fn func(
 	if errors.Is(err, ErrStopRead) {
 		err = nil
 	}
-	return gap, err
+	return gap, maxSeen, err
 }
 
 func (s *snapshot) inoOf(i int) uint64 {

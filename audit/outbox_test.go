@@ -99,3 +99,15 @@ func TestOutboxIsExclusive(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 9, c.Seq)
 }
+
+func TestReadAfterCursorAhead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := Open(path, Options{Fsync: FsyncNever})
+	require.NoError(t, err)
+	defer l.Close()
+	for i := 0; i < 3; i++ {
+		require.NoError(t, l.Append(&Record{Event: EventExecDecision, Decision: Allow, Reason: "ok"}, false))
+	}
+	_, err = ReadAfter(path, Position{Seq: 50}, func(Entry) error { return nil })
+	require.ErrorIs(t, err, ErrCursorAhead)
+}

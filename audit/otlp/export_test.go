@@ -285,3 +285,37 @@ func TestExportGapRecordedWhenPruned(t *testing.T) {
 		require.True(t, seen[seq], "kept seq %d never arrived", seq)
 	}
 }
+
+// A log deleted and begun again (its seqs start over) is sent whole: the old cursor, ahead
+// of every record, does not hold the new records back.
+func TestExportLogBegunAgain(t *testing.T) {
+	col := collectortest.Start(t)
+	l, path := openLog(t, audit.Options{})
+	appendRecords(t, l, 10, "old")
+	c, err := otlp.NewClient(otlp.Config{URL: col.URL()})
+	require.NoError(t, err)
+	e := otlp.NewExporter(path, c, otlp.Options{})
+	_, err = e.Flush(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	matches, err := filepath.Glob(path + "*")
+	require.NoError(t, err)
+	for _, m := range matches {
+		if m != audit.CursorPath(path) {
+			require.NoError(t, os.Remove(m))
+		}
+	}
+	l2, err := audit.Open(path, audit.Options{Fsync: audit.FsyncNever})
+	require.NoError(t, err)
+	defer l2.Close()
+	appendRecords(t, l2, 3, "new")
+	st, err := otlp.ReadState(path)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.Backlog)
+	n, err := e.Flush(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	got := col.Received()
+	require.Len(t, got, 13)
+	assert.Equal(t, "new", got[12].Attributes["fledge.session"])
+}

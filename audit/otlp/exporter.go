@@ -196,6 +196,14 @@ func Drain(ctx context.Context, path string, ob *audit.Outbox, c *Client, append
 		if errors.Is(err, audit.ErrNoLog) {
 			return sent, nil
 		}
+		if errors.Is(err, audit.ErrCursorAhead) {
+			// A new log: send it whole (at least once beats never).
+			cur = audit.Position{}
+			if err := ob.Ack(cur); err != nil {
+				return sent, err
+			}
+			continue
+		}
 		if err != nil {
 			return sent, err
 		}
@@ -277,11 +285,16 @@ func ReadState(path string) (State, error) {
 		return s, err
 	}
 	s.Acked, s.LastSeq = cur, cur.Seq
-	_, err = audit.ReadAfter(path, cur, func(en audit.Entry) error {
+	count := func(en audit.Entry) error {
 		s.Backlog++
 		s.LastSeq = en.Record.Seq
 		return nil
-	})
+	}
+	_, err = audit.ReadAfter(path, cur, count)
+	if errors.Is(err, audit.ErrCursorAhead) {
+		// The next sender starts the log again from its oldest record.
+		_, err = audit.ReadAfter(path, audit.Position{}, count)
+	}
 	if err != nil && !errors.Is(err, audit.ErrNoLog) {
 		return s, err
 	}

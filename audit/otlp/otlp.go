@@ -51,11 +51,11 @@ const (
 
 var (
 	// ErrConfig: the export settings are unusable.
-	ErrConfig = errors.New("otlp export: bad configuration")
+	ErrConfig = errors.New("bad OTLP export configuration")
 	// ErrRefused: the collector answered, but not with success.
-	ErrRefused = errors.New("otlp export: the collector refused the records")
+	ErrRefused = errors.New("the collector refused the records")
 	// ErrUnreachable: no answer (connection refused, timeout, broken connection).
-	ErrUnreachable = errors.New("otlp export: the collector did not answer")
+	ErrUnreachable = errors.New("the collector did not answer")
 )
 
 // Config is where and how records are sent.
