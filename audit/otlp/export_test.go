@@ -319,3 +319,25 @@ func TestExportLogBegunAgain(t *testing.T) {
 	require.Len(t, got, 13)
 	assert.Equal(t, "new", got[12].Attributes["fledge.session"])
 }
+
+// Two senders of one log (two fledge processes: each opens the lock file itself, and flock
+// locks belong to the open file) share the cursor: every record is sent, none twice.
+func TestExportTwoSendersShareTheCursor(t *testing.T) {
+	col := collectortest.Start(t)
+	l, path := openLog(t, audit.Options{})
+	c, err := otlp.NewClient(otlp.Config{URL: col.URL()})
+	require.NoError(t, err)
+	a := otlp.NewExporter(path, c, otlp.Options{Interval: 5 * time.Millisecond})
+	b := otlp.NewExporter(path, c, otlp.Options{Interval: 7 * time.Millisecond})
+	a.Start()
+	b.Start()
+	for i := 0; i < 30; i++ {
+		appendRecords(t, l, 20, "one", "two")
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.Close(10 * time.Second)
+	b.Close(10 * time.Second)
+	got := col.Received()
+	require.Zero(t, checkDelivery(t, path, got), "a record was sent twice")
+	require.Len(t, got, 600)
+}
