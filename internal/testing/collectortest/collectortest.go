@@ -46,8 +46,7 @@ func Binary(t testing.TB) string {
 		collectorBin = filepath.Join(dir, "otelcollector")
 		_, file, _, _ := runtime.Caller(0)
 		src := filepath.Join(filepath.Dir(file), "..", "otelcollector")
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		cmd := exec.Command(gobin, "build", "-o", collectorBin, ".")
+		cmd := exec.Command("go", "build", "-o", collectorBin, ".")
 		cmd.Dir = src
 		// Its own module: the main module's -mod or workspace settings do not apply.
 		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
