@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,8 +140,10 @@ func TestAuditExportFromShortLivedProcesses(t *testing.T) {
 	e.config("[audit]\nexport = \"otlp\"\notlp_protocol = \"http/json\"\notlp_headers = { \"x-api-key\" = \"OTLP_KEY\" }\n")
 	e.install("OTEL_EXPORTER_OTLP_ENDPOINT=" + base)
 	got = seqSet(col.Received())
-	for seq := uint64(1); seq <= e.lastSeq(); seq++ {
-		require.Contains(t, got, seq, "seq %d (backlog up to %d) never arrived", seq, down)
+	for seq, end := uint64(1), e.lastSeq(); seq <= end; seq++ {
+		if _, ok := got[seq]; !ok {
+			t.Fatalf("seq %d (backlog up to %d) never arrived", seq, down)
+		}
 	}
 
 	// By hand: a range is sent again, and the cursor stays.
@@ -189,4 +192,61 @@ func TestAuditExportHungCollectorBoundedWait(t *testing.T) {
 	assert.Less(t, took, 5*time.Second, "the process waited past the bound")
 	x := e.doctorExport()
 	assert.EqualValues(t, e.lastSeq(), x["backlog"])
+}
+
+// fledge killed with -9 while it sends a backlog at exit: nothing is lost, the next
+// processes send the rest from the cursor.
+func TestAuditExportFledgeKilledMidExport(t *testing.T) {
+	col := collectortest.Start(t)
+	e := newExportEnv(t)
+	// A backlog: records written while export was off.
+	l, err := audit.Open(e.log, audit.Options{Fsync: audit.FsyncNever})
+	require.NoError(t, err)
+	for i := 0; i < 20000; i++ {
+		require.NoError(t, l.Append(&audit.Record{Event: audit.EventExecDecision, Decision: audit.Allow, Reason: "ok",
+			Session: "backlog", Details: map[string]any{"command": "true"}}, false))
+	}
+	require.NoError(t, l.Close())
+	e.config("[audit]\nexport = \"otlp\"\notlp_endpoint = \"" + col.URL() + "\"\n")
+
+	e.n++
+	src := filepath.Join(e.home, "src", "killed")
+	require.NoError(t, os.MkdirAll(src, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "plugin.toml"), []byte("[plugin]\nname = \"killed\"\nversion = \"1.0.0\"\nprotocol = \"fledge-v1\"\n\n[[commands]]\nname = \"killed\"\nbinary = \"run.sh\"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	cmd := exec.Command(e.fledge, "--ni", "plugins", "install", src)
+	cmd.Env = e.env
+	require.NoError(t, cmd.Start())
+	var cur audit.Position
+	deadline := time.Now().Add(30 * time.Second)
+	for cur.Seq == 0 && time.Now().Before(deadline) {
+		cur, _ = audit.ReadCursor(e.log)
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	cur, err = audit.ReadCursor(e.log)
+	require.NoError(t, err)
+	last := e.lastSeq()
+	require.NotZero(t, cur.Seq, "fledge acknowledged nothing within 30s")
+	require.Less(t, cur.Seq, last, "fledge sent everything before the kill: the test proves nothing")
+	t.Logf("killed with the cursor at seq %d of %d", cur.Seq, last)
+
+	// The next fledge processes send the rest (each within its bounded wait at exit).
+	runs := 0
+	for runs < 10 {
+		runs++
+		e.install()
+		if x := e.doctorExport(); x["backlog"] == float64(0) {
+			break
+		}
+	}
+	t.Logf("%d more fledge processes sent the rest", runs)
+	assert.EqualValues(t, 0, e.doctorExport()["backlog"])
+	got := seqSet(col.Received())
+	for seq, end := uint64(1), e.lastSeq(); seq <= end; seq++ {
+		if _, ok := got[seq]; !ok {
+			t.Fatalf("seq %d never arrived", seq)
+		}
+	}
 }
