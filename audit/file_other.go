@@ -36,3 +36,5 @@ func flockWait(*os.File, int, time.Duration) error {
 func funlock(*os.File) error { return fmt.Errorf("%w on this OS", ErrUnsupported) }
 
 func syncDir(string) error { return fmt.Errorf("%w on this OS", ErrUnsupported) }
+
+func fileIno(os.FileInfo) uint64 { return 0 }

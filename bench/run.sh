@@ -159,6 +159,9 @@ log "kernel refusal records and trace mode ($execN exec pairs, 3 go build pairs)
 	./sandbox/linux/ >"$work/out/kernel.txt" 2>&1 || { cat "$work/out/kernel.txt" >&2; exit 1; }
 "$GO" test -run '^$' -bench 'KernelRecordAB/trace-gobuild' -benchtime 3x -count 1 \
 	./sandbox/linux/ >>"$work/out/kernel.txt" 2>&1 || { cat "$work/out/kernel.txt" >&2; exit 1; }
+log "audit export over OTLP: exec round trip with export on vs off ($((execN * 5)) execs each, alternating; builds the test collector)"
+"$GO" test -run '^$' -bench 'ExecExportAB' -benchtime "$((execN * 5))x" -count "$count" \
+	./protocolhost/fledgev1/ >"$work/out/export.txt" 2>&1 || { cat "$work/out/export.txt" >&2; exit 1; }
 log "audit appends"
 "$GO" test -run '^$' -bench 'AppendFsync$|AppendNoFsync$' -benchtime 500x -count "$count" \
 	./audit/ >"$work/out/audit.txt" 2>&1 || { cat "$work/out/audit.txt" >&2; exit 1; }
@@ -316,6 +319,10 @@ row 4 "64 execs of true pipelined, total" "$(fmt_ms "$pipe_par")" "64 one after 
 row 5 "plugin cold start, confined, median" "$(fmt_ms "$cold_conf")" "unconfined os/exec $(fmt_ms "$cold_unconf")" "$(ratio "$cold_conf" "$cold_unconf")" "<=1.5x" "$(meets "$cold_ratio" 1.5)"
 row 6a "audit appends/s, fsync on" "$(fmt_rate "$audit_on")" "fsync off $(fmt_rate "$audit_off")" "$(ratio "$audit_on" "$audit_off")" "-" "-"
 row 6b "exec round trip, audit default (fsync), median" "$(fmt_ms "$exec_fledge")" "audit fsync never $(fmt_ms "$exec_nofsync")" "$(ratio "$exec_fledge" "$exec_nofsync")" "-" "-"
+export_on=$(metric "$work/out/export.txt" BenchmarkExecExportAB on-ns/op)
+export_off=$(metric "$work/out/export.txt" BenchmarkExecExportAB off-ns/op)
+export_ratio=$(metric "$work/out/export.txt" BenchmarkExecExportAB ratio)
+row 6c "exec round trip, audit export OTLP on, median" "$(fmt_ms "$export_on")" "export off $(fmt_ms "$export_off")" "$([[ -n $export_ratio ]] && printf '%.2fx' "$export_ratio" || echo n/a)" "<=1.05x" "$(meets "$export_ratio" 1.05)"
 row 7 "jsonrpc tool/execute via fledge serve, median" "$(fmt_ms "$rpc_serve")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_serve" "$rpc_direct")" "<=3x" "$(meets "$rpc_ratio" 3)"
 row 7a "  audit fsync off" "$(fmt_ms "$rpc_nofsync")" "same plugin direct $(fmt_ms "$rpc_direct")" "$(ratio "$rpc_nofsync" "$rpc_direct")" "-" "-"
 row 7b "  first call (starts the plugin, handshake)" "$(fmt_ms "$rpc_first")" "-" "-" "-" "-"
@@ -345,6 +352,7 @@ awk -v f="$rpc_floor" -v r="$rpc_relay" 'BEGIN { if (f != "" && r != "") printf 
 echo "Rows 7e-7f: an MCP client (official Go SDK) makes $rpcN echo calls one after another over Streamable HTTP to an echo server on loopback, directly, and through fledge serve --mcp --listen with that server installed as a remote (mcp-remote) plugin: the bearer check, the catalogue and pins, a durable audit decision and an outcome per call, and a second HTTP hop."
 echo "Rows 8a-8d (WASM): the Go SDK guest (sandbox/wasm/testdata/guests/benchguest, ~4 MB of wasm) in wazero; first compile is an empty compilation cache, cached a new process's start on a warm cache dir (nothing compiled in memory), 8d a start in a process that already compiled the module (a new runtime handle and audit description per start, as each tool call through fledge serve); each beside the figure measured right before it."
 echo "Rows 9a-9c: the sandbox alone (no protocol), each run alternating with its baseline; 9c builds with a fresh GOCACHE each time, so the compiler and linker run and every file they open is a traced call."
+echo "Row 6c: sessions of 20 execs alternate between export off and on; on, the background exporter (default 1 s interval) sends to a real OpenTelemetry Collector (its OTLP receiver, testkit/otelcollector); the ratio is the median of each back-to-back pair's ratio."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 to install bwrap/firejail). Raw outputs: FLEDGE_BENCH_KEEP=1."
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -169,7 +170,24 @@ type AuditConfig struct {
 	// rewrite it: "journald", "syslog" (optionally ":SOCKET"), or "exec:/path/to/program
 	// args" (run with the last checkpoint on stdin when fledge closes the log). "" = none.
 	Witness string
+	// Export ships the log: "otlp" sends every record to an OpenTelemetry collector
+	// (audit/otlp); "" = the log stays on this machine.
+	Export string
+	// OTLPEndpoint is the collector's OTLP/HTTP URL ("" = OTEL_EXPORTER_OTLP_ENDPOINT, else
+	// http://localhost:4318); a URL without a path gets /v1/logs.
+	OTLPEndpoint string
+	// OTLPProtocol is "http/protobuf" (default) or "http/json".
+	OTLPProtocol string
+	// OTLPHeaders maps a request header to the name of a secret in fledge's secrets store
+	// (fledge secrets set NAME) whose value it carries, such as an API key.
+	OTLPHeaders map[string]string
 }
+
+// Export values of [audit] export.
+const (
+	ExportNone = ""
+	ExportOTLP = "otlp"
+)
 
 // [audit] defaults and bounds. They mirror core.DefaultSessionBytes, core.Min/MaxSessionBytes,
 // audit.DefaultRotateBytes, audit.DefaultMaxTotalBytes and audit.DefaultMaxRecordBytes
@@ -413,6 +431,10 @@ func (p *cfgParser) tableFields(table string, c *Config) (map[string]setter, boo
 			"max_total_bytes":      sizeField(&a.MaxTotalBytes, 0, 1<<50, 0),
 			"tool_argument_values": boolField(&a.ToolArgumentValues),
 			"witness":              witnessField(&a.Witness),
+			"export":               enumField(&a.Export, ExportNone, ExportOTLP),
+			"otlp_endpoint":        endpointField(&a.OTLPEndpoint),
+			"otlp_protocol":        enumField(&a.OTLPProtocol, "http/protobuf", "http/json"),
+			"otlp_headers":         headersField(&a.OTLPHeaders),
 		}, true
 	case "serve":
 		var n int64
@@ -501,6 +523,47 @@ func floatField(dst *float64, lo, hi float64) setter {
 			return fmt.Sprintf("must be between %v and %v, got %v", lo, hi, f)
 		}
 		*dst = f
+		return ""
+	}
+}
+
+// endpointField is [audit] otlp_endpoint: an http:// or https:// URL without user info
+// (audit/otlp.Endpoint resolves it; policy does not import the exporter).
+func endpointField(dst *string) setter {
+	return func(v any) string {
+		s, ok := v.(string)
+		if !ok {
+			return "expected a URL such as \"http://collector.example:4318\", got " + tomlType(v)
+		}
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return fmt.Sprintf("expected an http:// or https:// URL with a host and no user info, got %s", showValue(v))
+		}
+		*dst = s
+		return ""
+	}
+}
+
+// headersField is [audit] otlp_headers: a table of header name = secret name. The values
+// are names in the secrets store, never the secret itself, so config.toml holds no key.
+func headersField(dst *map[string]string) setter {
+	return func(v any) string {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "expected a table of header = \"SECRET_NAME\", got " + tomlType(v)
+		}
+		out := make(map[string]string, len(m))
+		for k, x := range m {
+			name, ok := x.(string)
+			if k == "" || strings.ContainsAny(k, " :\r\n\t") {
+				return fmt.Sprintf("header name %q is not a valid HTTP header name", k)
+			}
+			if !ok || !ValidSecretName(name) {
+				return fmt.Sprintf("header %s: expected the name of a stored secret (fledge secrets set NAME), got %s", k, showValue(x))
+			}
+			out[k] = name
+		}
+		*dst = out
 		return ""
 	}
 }

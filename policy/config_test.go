@@ -454,3 +454,32 @@ func TestWasmSection(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "[wasm] memory")
 }
+
+func TestConfigAuditExport(t *testing.T) {
+	c, err := Parse("/cfg/config.toml", []byte(`[audit]
+export = "otlp"
+otlp_endpoint = "https://collector.example:4318"
+otlp_protocol = "http/json"
+otlp_headers = { "x-api-key" = "OTLP_KEY", "Authorization" = "OTLP_BEARER" }
+`), "/cfg", "/home/u")
+	require.NoError(t, err)
+	assert.Equal(t, ExportOTLP, c.Audit.Export)
+	assert.Equal(t, "https://collector.example:4318", c.Audit.OTLPEndpoint)
+	assert.Equal(t, "http/json", c.Audit.OTLPProtocol)
+	assert.Equal(t, map[string]string{"x-api-key": "OTLP_KEY", "Authorization": "OTLP_BEARER"}, c.Audit.OTLPHeaders)
+	assert.Empty(t, Default().Audit.Export, "export is off unless asked for")
+
+	for src, want := range map[string]string{
+		"export = \"kafka\"\n":                                `[audit] export: expected one of ["" "otlp"]`,
+		"otlp_endpoint = \"collector:4318\"\n":                `[audit] otlp_endpoint: expected an http:// or https:// URL`,
+		"otlp_endpoint = \"http://u:pw@c:4318\"\n":            `[audit] otlp_endpoint: expected an http:// or https:// URL with a host and no user info`,
+		"otlp_protocol = \"grpc\"\n":                          `[audit] otlp_protocol: expected one of ["http/protobuf" "http/json"]`,
+		"otlp_headers = { \"x-api-key\" = \"sk-123 456\" }\n": `[audit] otlp_headers: header x-api-key: expected the name of a stored secret`,
+		"otlp_headers = { \"bad name\" = \"KEY\" }\n":         `[audit] otlp_headers: header name "bad name" is not a valid HTTP header name`,
+		"otlp_headers = \"KEY\"\n":                            `[audit] otlp_headers: expected a table of header = "SECRET_NAME"`,
+	} {
+		_, err := Parse("/cfg/config.toml", []byte("[audit]\n"+src), "/cfg", "/home/u")
+		require.Error(t, err, src)
+		assert.Contains(t, err.Error(), want, src)
+	}
+}

@@ -50,6 +50,7 @@ func (d *Doctor) JSON() map[string]any {
 		"config_file":      e.Config.File,
 		"managed_policy":   managedJSON(e.Config.Managed),
 		"audit_log":        e.AuditPath,
+		"audit_export":     d.exportJSON(),
 		"exec": map[string]any{
 			"limits": limitsJSON(e.Config.ExecLimits()), "network": e.Config.NetworkAllowed(),
 			"unprotect": unprotectJSON(e.Config),
@@ -102,6 +103,7 @@ func (d *Doctor) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  a wasm plugin:    %s\n", fledgev1.WasmInfoText(fledgev1.WasmInfo(e, nil, "")))
 	fmt.Fprintf(w, "  config:           %s\n  audit log:        %s\n", e.ConfigDir, e.AuditPath)
 	writeManaged(w, e.Config.Managed)
+	fmt.Fprintf(w, "  audit export:     %s\n", d.exportText())
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", warn)
 	}

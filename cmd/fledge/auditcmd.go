@@ -20,7 +20,7 @@ func newAuditCmd(g *Globals) *cobra.Command {
 		Use:   "audit",
 		Short: "Read and verify the tamper-evident audit log",
 	}
-	c.AddCommand(newAuditShowCmd(g), newAuditVerifyCmd(g), newAuditSessionsCmd(g), newAuditReportCmd(g), newAuditUICmd(g))
+	c.AddCommand(newAuditShowCmd(g), newAuditVerifyCmd(g), newAuditSessionsCmd(g), newAuditReportCmd(g), newAuditUICmd(g), newAuditExportCmd(g))
 	return c
 }
 

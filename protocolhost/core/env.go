@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/audit/otlp"
 	"github.com/fledgehq/fledge/egress"
 	"github.com/fledgehq/fledge/internal/safefs"
 	"github.com/fledgehq/fledge/plugin"
@@ -51,6 +52,7 @@ type Env struct {
 	// (OpenServerLog).
 	ServerStderr bool
 	log          *audit.Log
+	export       *otlp.Exporter // [audit] export's background sender; nil when off
 
 	redactOnce sync.Once
 	redactor   *audit.Redactor
@@ -99,6 +101,11 @@ func (e *Env) Audit() (*audit.Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s: %w", e.AuditPath, err)
 	}
+	if err := e.startExport(l); err != nil {
+		// A misconfigured export must not go unnoticed, nor stop the log: the records stay
+		// in it and are sent once the configuration is fixed.
+		fmt.Fprintf(os.Stderr, "fledge: warning: %v (records stay in the log)\n", err)
+	}
 	e.log = l
 	return l, nil
 }
@@ -111,6 +118,12 @@ func (e *Env) Close() error {
 		if cerr := c.Close(); cerr != nil {
 			err = fmt.Errorf("sandbox cleanup: %w", cerr)
 		}
+	}
+	if e.export != nil {
+		// What this process wrote (and any backlog) goes now if the collector answers
+		// within the bound; the rest is for the next process.
+		e.export.Close(otlp.DefaultExitWait)
+		e.export = nil
 	}
 	if e.log != nil {
 		_ = e.log.Close()

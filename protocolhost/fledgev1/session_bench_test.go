@@ -57,9 +57,10 @@ func (u *firstOutputUI) Output(text string) {
 }
 
 type benchEnv struct {
-	opts   Options
-	stdout *syncBuffer
-	stderr *syncBuffer
+	auditPath string
+	opts      Options
+	stdout    *syncBuffer
+	stderr    *syncBuffer
 }
 
 // newBenchEnv lays out a throwaway home, config dir, project and installed plugin the way
@@ -110,7 +111,7 @@ func newBenchEnv(b *testing.B, pluginBin string, fsync audit.FsyncPolicy) *bench
 		UserPATH: []string{"/usr/local/bin", "/usr/bin", "/bin"}, Home: home,
 	}
 	environ := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "LANG=C.UTF-8"}
-	e := &benchEnv{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	e := &benchEnv{auditPath: auditPath, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	e.opts = Options{
 		SessionID:     "bench",
 		FledgeVersion: "bench",

@@ -57,6 +57,8 @@ var rules = []rule{
 		never: []string{"sandbox/linux", "sandbox/darwin", "sandbox/fallback"}},
 	{why: "the audit log depends on nothing of fledge but reason codes and the one clipping rule",
 		from: "audit", never: []string{"..."}, except: []string{"reason", "ui/clip"}},
+	{why: "the OTLP shipper reads the log and nothing else of fledge",
+		from: "audit/otlp", never: []string{"..."}, except: []string{"audit", "reason", "ui/clip"}},
 	{why: "the auditor's page reads the log and nothing else of fledge",
 		from: "audit/report", never: []string{"..."}, except: []string{"audit", "reason", "ui/clip"}},
 	{why: "the clipping rule is a leaf every package may use",
@@ -170,6 +172,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 		{ImportPath: mod + "sandbox/platform", Imports: []string{mod + "sandbox/linux"}},
 		{ImportPath: mod + "audit", Imports: []string{mod + "reason"}},
 		{ImportPath: mod + "audit/report", Imports: []string{mod + "audit"}},
+		{ImportPath: mod + "audit/otlp", Imports: []string{mod + "audit"}},
 		{ImportPath: mod + "sandbox"},
 		{ImportPath: mod + "ui/clip"},
 		{ImportPath: mod + "plugin", Imports: []string{mod + "policy", mod + "protocol"}},
@@ -201,6 +204,7 @@ func TestCheckFindsBreaks(t *testing.T) {
 		{"audit", "ui", "audit log"},
 		{"ui/clip", "reason", "clipping rule"},
 		{"protocolhost/mcp", "testkit/testutil", "test helpers"},
+		{"audit/otlp", "policy", "OTLP shipper"},
 		{"plugin", "protocolhost/core", "plugin store"},
 	} {
 		g := append([]pkg{}, ok...)
