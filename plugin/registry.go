@@ -51,6 +51,9 @@ type Entry struct {
 	// state, never in the plugin dir, which the package's install scripts can write. Not in
 	// JSON output: an environment value may be a token.
 	NPM *NPMRequest `toml:"npm,omitempty" json:"-"`
+	// OCI is how an image plugin was asked for and the manifest digest it is pinned to
+	// (PinnedDigest); nil for other sources. Not in JSON output, as NPM.
+	OCI *OCIRecord `toml:"oci,omitempty" json:"-"`
 }
 
 // Capabilities is the granted set in the shape the init message carries.
