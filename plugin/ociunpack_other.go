@@ -13,5 +13,5 @@ func newUnpacker(string, ImageBounds) (*unpacker, error) {
 	return nil, fmt.Errorf("%w: oci: images are unpacked and run on Linux only (openat2, a private filesystem view)", ErrSourceUnsupported)
 }
 
-func (u *unpacker) close()                    {}
+func (u *unpacker) close()                     {}
 func (u *unpacker) applyLayer(io.Reader) error { return nil }

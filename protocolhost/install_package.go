@@ -46,6 +46,9 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	if err != nil {
 		return exitErr(ExitUsage, "%v", err)
 	}
+	if kind == "oci" || kind == "oci-archive" {
+		return in.runImage(ctx, o, base, keep, nil)
+	}
 	if kind != "npm" {
 		err := fmt.Errorf("%w: %s: sources need %s, which fledge does not drive yet (docs/protocols.md says what is missing); install the server into a dir with a plugin.toml instead",
 			plugin.ErrSourceUnsupported, kind, map[string]string{"pypi": "uvx", "oci": "an OCI runtime"}[kind])
@@ -330,6 +333,9 @@ func (h *Host) Update(ctx context.Context, o UpdateRequest) error {
 func (h *Host) update(ctx context.Context, in *installer, base plugin.InstallOptions, old *plugin.Entry, o UpdateRequest) error {
 	if !plugin.IsPackageSource(old.Source) {
 		return in.installOne(ctx, base)
+	}
+	if isImageSource(old.Source) {
+		return h.updateImage(ctx, in, base, old, o)
 	}
 	req, approved, err := npmRecord(h.Env.ConfigDir, old)
 	if err != nil {

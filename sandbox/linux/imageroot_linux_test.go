@@ -1,0 +1,101 @@
+package linux
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fledgehq/fledge/internal/testing/testutil"
+	"github.com/fledgehq/fledge/sandbox"
+)
+
+// imageRootfs is a small "image": the host's /bin/sh and the libraries it loads, copied to
+// the same paths, and /etc/marker.
+func imageRootfs(t *testing.T) string {
+	t.Helper()
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	require.NoError(t, err)
+	out, err := exec.Command("ldd", sh).Output()
+	testutil.SkipUnlessSupported(t, err == nil, "needs ldd to copy /bin/sh's libraries")
+	files := []string{sh}
+	for _, m := range regexp.MustCompile(`(/[^ \t\n]+)`).FindAllString(string(out), -1) {
+		files = append(files, m)
+	}
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(root, f)
+		require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+		require.NoError(t, os.WriteFile(dst, b, 0o755))
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "bin"), 0o755))
+	if sh != "/bin/sh" {
+		_ = os.Symlink(sh, filepath.Join(root, "bin", "sh"))
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "etc", "marker"), []byte("from the image\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "app"), 0o755))
+	return root
+}
+
+// An image as the root of the view: the program runs from it, sees its files and not the
+// host's system paths, writes nothing into it, and sees the granted project on top. The
+// image has symlinks where the grants' mount points go (its first element, leading into
+// the host's tree as it is reached while the view is built, /oldroot): the view is built
+// without following them, and nothing is made through them.
+func TestImageRootView(t *testing.T) {
+	for _, l := range viewLaunchers {
+		t.Run(l.name, func(t *testing.T) {
+			sb := newSandbox(t, l.opts)
+			requireView(t, sb)
+			e := newEnv(t)
+			root := imageRootfs(t)
+			require.NoError(t, os.WriteFile(filepath.Join(e.project, "file"), []byte("project file\n"), 0o644))
+			top := strings.Split(strings.TrimPrefix(e.project, "/"), "/")[0]
+			require.NoError(t, os.Symlink("/oldroot"+e.outside, filepath.Join(root, top)))
+			if top != "tmp" {
+				require.NoError(t, os.Symlink("/oldroot"+e.outside, filepath.Join(root, "tmp")))
+			}
+			require.NoError(t, os.Symlink("/oldroot"+e.outside, filepath.Join(root, "dev")))
+			// Shell builtins only: the image has nothing but sh.
+			spec := e.spec(`read l < /etc/marker && echo "$l"; test -e /etc/passwd && echo HOST-ETC; read p < "$0"/file && echo "$p"
+(: > /app/x) 2>/dev/null && echo ROOT-WRITABLE; (: > "$0"/written) && echo PROJECT-WRITABLE; pwd; echo /*`, e.project)
+			spec.Access.ReadExec = nil
+			spec.Root, spec.RootDir = root, "/app"
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, "stdout: %s\nstderr: %s", out, errOut)
+			assert.Contains(t, out, "from the image")
+			assert.NotContains(t, out, "HOST-ETC")
+			assert.Contains(t, out, "project file")
+			assert.NotContains(t, out, "ROOT-WRITABLE")
+			assert.Contains(t, out, "PROJECT-WRITABLE")
+			assert.Contains(t, out, "\n/app\n", "the image's working dir")
+			assert.NoFileExists(t, filepath.Join(root, "app", "x"))
+			ents, err := os.ReadDir(e.outside)
+			require.NoError(t, err)
+			assert.Empty(t, ents, "nothing is made through the image's symlinks")
+			assert.NoFileExists(t, filepath.Join(root, "etc", "x"))
+		})
+	}
+}
+
+// A Root this sandbox cannot take is refused, not run against the host's files.
+func TestImageRootRefusedWhenUnusable(t *testing.T) {
+	sb := newSandbox(t, Options{})
+	requireView(t, sb)
+	e := newEnv(t)
+	spec := e.spec("true")
+	spec.Root = filepath.Join(t.TempDir(), "a,b")
+	require.NoError(t, os.Mkdir(spec.Root, 0o755))
+	_, err := sb.Start(t.Context(), spec)
+	require.ErrorIs(t, err, sandbox.ErrInvalidSpec)
+}
