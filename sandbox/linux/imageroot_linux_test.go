@@ -23,10 +23,7 @@ func imageRootfs(t *testing.T) string {
 	require.NoError(t, err)
 	out, err := exec.Command("ldd", sh).Output()
 	testutil.SkipUnlessSupported(t, err == nil, "needs ldd to copy /bin/sh's libraries")
-	files := []string{sh}
-	for _, m := range regexp.MustCompile(`(/[^ \t\n]+)`).FindAllString(string(out), -1) {
-		files = append(files, m)
-	}
+	files := append([]string{sh}, regexp.MustCompile(`(/[^ \t\n]+)`).FindAllString(string(out), -1)...)
 	root := filepath.Join(t.TempDir(), "rootfs")
 	for _, f := range files {
 		b, err := os.ReadFile(f)
