@@ -52,37 +52,71 @@ func implicitReadOnlyFor(spec *sandbox.Spec) []string {
 	return out
 }
 
-// imageTop are the image's top-level entries as paths of the view (where Landlock gives
-// them read and execute; the rules are opened inside the view, so they name the image's
-// files, never the host's): everything but /proc, /dev and /tmp, which the view covers.
-func imageTop(root string) ([]string, error) {
-	f, err := os.Open(root)
-	if err != nil {
-		return nil, fmt.Errorf("%w: image root: %w", sandbox.ErrLaunch, err)
-	}
-	defer f.Close()
-	ents, err := f.ReadDir(maxImageTop + 1)
-	if err != nil && len(ents) == 0 {
-		return nil, nil
-	}
-	if len(ents) > maxImageTop {
-		return nil, fmt.Errorf("%w: image root has more than %d top-level entries", sandbox.ErrLaunch, maxImageTop)
-	}
-	out := make([]string, 0, len(ents))
-	for _, e := range ents {
-		// A symlink is left out: its rule would be opened through it, inside the view, and
-		// could name a granted place (the data dir) with rights the grant did not give.
-		// What a link such as /lib -> usr/lib leads to is covered by its own entry.
-		if !e.IsDir() && !e.Type().IsRegular() {
-			continue
+// imageRules are the image's own files as paths of the view, for Landlock's read and
+// execute rules (opened inside the view, so they name the image's files, never the
+// host's): its top-level entries but /proc, /dev and /tmp, which the view covers. An entry
+// on the way to a place the spec names (a grant's mount point, a denied path such as the
+// config dir under an image's /root) is not named whole, which would cover that place
+// too: its own entries are, one level down, and so on. Symlinks are left out: a rule is
+// opened through it and could name a granted place with rights the grant did not give;
+// what a link such as /lib -> usr/lib leads to is covered by its own entry.
+func imageRules(root string, avoid []string) ([]string, error) {
+	var out []string
+	seen := 0
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		f, err := os.Open(filepath.Join(root, rel))
+		if err != nil {
+			return nil // gone, or not a directory: nothing of it is named
 		}
-		switch e.Name() {
-		case "proc", "dev", "tmp":
-			continue
+		ents, err := f.ReadDir(maxImageTop + 1)
+		f.Close()
+		if err != nil && len(ents) == 0 {
+			return nil
 		}
-		out = append(out, "/"+e.Name())
+		seen += len(ents)
+		if seen > maxImageTop {
+			return fmt.Errorf("%w: the image root has more than %d entries on the way to the run's grants", sandbox.ErrLaunch, maxImageTop)
+		}
+		for _, e := range ents {
+			if !e.IsDir() && !e.Type().IsRegular() {
+				continue
+			}
+			p := filepath.Join("/", rel, e.Name())
+			if rel == "" && (p == "/proc" || p == "/dev" || p == "/tmp") {
+				continue
+			}
+			// at: p is such a place or inside one; on: p leads to one.
+			on, at := false, false
+			for _, a := range avoid {
+				a = filepath.Clean(a)
+				at = at || a == p || strings.HasPrefix(p, a+"/")
+				on = on || strings.HasPrefix(a, p+"/")
+			}
+			switch {
+			case at:
+			case on && e.IsDir():
+				if err := walk(filepath.Join(rel, e.Name())); err != nil {
+					return err
+				}
+			case !on:
+				out = append(out, p)
+			}
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// imageAvoid are the places of spec an image rule must not cover: every path its access
+// names (grants, denied paths) and the writable ones the run adds (rw).
+func imageAvoid(spec *sandbox.Spec, rw []string) []string {
+	a := spec.Access
+	out := append(append(append(append([]string{}, a.ReadOnly...), a.ReadExec...), a.Deny...), rw...)
+	return append(out, implicitReadOnlyFor(spec)...)
 }
 
 // imageView sets the view's root and working directory for a spec with an image root.

@@ -96,3 +96,18 @@ func TestImageRootRefusedWhenUnusable(t *testing.T) {
 	_, err := sb.Start(t.Context(), spec)
 	require.ErrorIs(t, err, sandbox.ErrInvalidSpec)
 }
+
+// The image's Landlock rules name its own files, never a whole directory on the way to a
+// grant or a denied path: an image's /root holds the config dir of a root fledge (denied),
+// its /home the project.
+func TestImageRulesStopShortOfGrantsAndDeniedPaths(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"usr/bin", "root/.config/other", "home/node/app", "proc", "tmp", "etc"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(root, "root", ".bashrc"), nil, 0o644))
+	require.NoError(t, os.Symlink("/root/.config", filepath.Join(root, "cfg")))
+	got, err := imageRules(root, []string{"/root/.config/fledge", "/home/u/project", "/etc"})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"/usr", "/root/.bashrc", "/root/.config/other", "/home/node"}, got)
+}

@@ -548,7 +548,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		readExec := spec.Access.ReadExec
 		if spec.Root != "" {
 			// The image's own files, by their paths in the view (the rules are opened there).
-			top, err := imageTop(spec.Root)
+			top, err := imageRules(spec.Root, imageAvoid(spec, rw))
 			if err != nil {
 				return nil, err
 			}
