@@ -24,7 +24,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/fledgehq/fledge/policy"
 )
@@ -231,15 +230,17 @@ func FetchOCI(ctx context.Context, o OCIOptions) (*OCIPackage, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			cancel()
+			pk.Close()
 		}
 	}()
 	var img v1.Image
 	var err error
 	if r.Archive {
-		if img, err = tarball.ImageFromPath(r.Ref, nil); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrOCIFetch, clip(r.Ref), err)
+		var cleanup func()
+		if img, cleanup, err = archiveImage(r.Ref, b); err != nil {
+			return nil, err
 		}
+		pk.cancel = func() { cancel(); cleanup() }
 		pk.Pinned = r.Ref
 	} else {
 		if img, err = pk.resolve(cctx, o); err != nil {
@@ -488,6 +489,23 @@ func (pk *OCIPackage) Close() {
 	if pk.cancel != nil {
 		pk.cancel()
 	}
+}
+
+// cleanName is a layer entry's name relative to the rootfs ("" for the root itself).
+func cleanName(name string) (string, bool) {
+	if strings.ContainsRune(name, 0) || len(name) > 4096 {
+		return "", false
+	}
+	for _, e := range strings.Split(name, "/") {
+		if e == ".." {
+			return "", false
+		}
+	}
+	c := path.Clean("/" + name)
+	if c == "/" {
+		return "", true
+	}
+	return c[1:], true
 }
 
 func hashString(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }

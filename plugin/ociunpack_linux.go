@@ -31,6 +31,8 @@ type unpacker struct {
 	setid int
 	layer map[string]bool
 	index int // the layer being applied (1-based), for errors
+	// plain refuses everything but files and directories (an OCI layout's tar).
+	plain bool
 }
 
 func newUnpacker(dir string, b ImageBounds) (*unpacker, error) {
@@ -45,23 +47,6 @@ func (u *unpacker) close() { unix.Close(u.root) }
 
 func (u *unpacker) refuse(name, format string, a ...any) error {
 	return &UnsafeImageError{Layer: u.index, Path: name, Why: fmt.Sprintf(format, a...)}
-}
-
-// cleanName is a layer entry's name relative to the rootfs ("" for the root itself).
-func cleanName(name string) (string, bool) {
-	if strings.ContainsRune(name, 0) || len(name) > 4096 {
-		return "", false
-	}
-	for _, e := range strings.Split(name, "/") {
-		if e == ".." {
-			return "", false
-		}
-	}
-	c := path.Clean("/" + name)
-	if c == "/" {
-		return "", true
-	}
-	return c[1:], true
 }
 
 // applyLayer applies one layer's tar stream.
@@ -96,6 +81,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	dir, base := path.Split(rel)
 	dir = strings.TrimSuffix(dir, "/")
+	if u.plain && hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeDir {
+		return u.refuse(rel, "an OCI layout archive holds files and directories only")
+	}
 	if strings.HasPrefix(base, ".wh.") {
 		return u.whiteout(dir, base)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -318,4 +319,60 @@ func TestOCIFetchArchive(t *testing.T) {
 
 	_, err = FetchOCI(context.Background(), OCIOptions{Request: OCIRequest{Ref: filepath.Join(dir, "none.tar"), Archive: true}, Dir: fetch})
 	require.True(t, errors.Is(err, ErrOCIFetch), "%v", err)
+}
+
+// tarDir writes the tree at dir into a tar file (an OCI layout as `tar -C dir -cf`).
+func tarDir(t *testing.T, dir, out string) {
+	t.Helper()
+	f, err := os.Create(out)
+	require.NoError(t, err)
+	tw := tar.NewWriter(f)
+	require.NoError(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		require.NoError(t, err)
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		h, err := tar.FileInfoHeader(info, "")
+		require.NoError(t, err)
+		h.Name = filepath.ToSlash(rel)
+		require.NoError(t, tw.WriteHeader(h))
+		if info.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			require.NoError(t, err)
+			_, err = tw.Write(b)
+			require.NoError(t, err)
+		}
+		return nil
+	}))
+	require.NoError(t, tw.Close())
+	require.NoError(t, f.Close())
+}
+
+func TestOCIFetchArchiveOCILayout(t *testing.T) {
+	img := testImage(t, []string{"/server"}, layerFromEntries(t, tarEntry{name: "server", body: "x", mode: 0o755}))
+	want, err := img.Digest()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	lp, err := layout.Write(filepath.Join(dir, "layout"), empty.Index)
+	require.NoError(t, err)
+	require.NoError(t, lp.AppendImage(img, layout.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})))
+	archive := filepath.Join(dir, "server.tar")
+	tarDir(t, filepath.Join(dir, "layout"), archive)
+
+	fetch := filepath.Join(dir, "fetch")
+	require.NoError(t, os.Mkdir(fetch, 0o755))
+	pk, err := FetchOCI(context.Background(), OCIOptions{Request: OCIRequest{Ref: archive, Archive: true}, Dir: fetch})
+	require.NoError(t, err)
+	require.Equal(t, want.String(), pk.Digest)
+	require.NoError(t, pk.Unpack(context.Background(), filepath.Join(dir, "rootfs")))
+	require.FileExists(t, filepath.Join(dir, "rootfs", "server"))
+	left, _ := filepath.Glob(filepath.Join(os.TempDir(), "fledge-oci-layout-*"))
+	require.Empty(t, left, "the unpacked layout is removed")
+
+	// A layout tar with a symlink (a blob that would be read from elsewhere) is refused.
+	require.NoError(t, os.Symlink("/etc/passwd", filepath.Join(dir, "layout", "blobs", "link")))
+	tarDir(t, filepath.Join(dir, "layout"), archive)
+	_, err = FetchOCI(context.Background(), OCIOptions{Request: OCIRequest{Ref: archive, Archive: true}, Dir: fetch})
+	require.ErrorIs(t, err, ErrUnsafeImage)
 }

@@ -7,7 +7,10 @@ import (
 	"io"
 )
 
-type unpacker struct{ index, setid int }
+type unpacker struct {
+	index, setid int
+	plain        bool
+}
 
 func newUnpacker(string, ImageBounds) (*unpacker, error) {
 	return nil, fmt.Errorf("%w: oci: images are unpacked and run on Linux only (openat2, a private filesystem view)", ErrSourceUnsupported)
