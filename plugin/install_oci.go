@@ -158,7 +158,13 @@ type OCIOptions struct {
 	// ~/.docker/config.json and its helpers), read by fledge, never by the plugin.
 	Keychain authn.Keychain
 	Bounds   ImageBounds
+	// Digest, when set, is the manifest digest the image must be (a lock file's): the
+	// reference is fetched by it, and anything else is ErrDigestMismatch.
+	Digest string
 }
+
+// ErrDigestMismatch: the image is not the digest it was asked to be (OCIOptions.Digest).
+var ErrDigestMismatch = errors.New("the image is not the pinned digest")
 
 // OCIPackage is a resolved, pinned image whose manifest and config were checked.
 type OCIPackage struct {
@@ -252,6 +258,9 @@ func FetchOCI(ctx context.Context, o OCIOptions) (*OCIPackage, error) {
 		return nil, fmt.Errorf("%w: manifest: %v", ErrOCIImage, err)
 	}
 	pk.Digest = d.String()
+	if o.Digest != "" && o.Digest != pk.Digest {
+		return nil, fmt.Errorf("%w: %s is %s, and %s was asked for; nothing was installed", ErrDigestMismatch, clip(r.Ref), pk.Digest, clip(o.Digest))
+	}
 	if r.Archive {
 		pk.Version = ""
 	}
@@ -377,6 +386,16 @@ func (pk *OCIPackage) resolve(ctx context.Context, o OCIOptions) (v1.Image, erro
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc),
 		remote.WithTransport(ociTransport{base: remote.DefaultTransport}),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})}
+	if o.Digest != "" {
+		if !digestRe.MatchString(o.Digest) {
+			return nil, fmt.Errorf("%w: digest %q is not sha256:<64 hex digits>", ErrBadSource, clip(o.Digest))
+		}
+		// Asked for by digest: that is what is fetched (and checked), whatever a tag says now.
+		if t, ok := ref.(name.Tag); ok {
+			pk.Version = t.TagStr()
+		}
+		ref = ref.Context().Digest(o.Digest)
+	}
 	desc, err := remote.Get(ref, ropts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrOCIFetch, clip(r.Ref), clipN(err.Error(), 600))
@@ -390,7 +409,7 @@ func (pk *OCIPackage) resolve(ctx context.Context, o OCIOptions) (v1.Image, erro
 		return nil, fmt.Errorf("%w: %s: %v", ErrOCIImage, clip(r.Ref), err)
 	}
 	pinned := ref.Context().Digest(d.String())
-	if t, ok := ref.(name.Tag); ok {
+	if t, ok := ref.(name.Tag); ok && pk.Version == "" {
 		pk.Version = t.TagStr()
 	}
 	pk.Pinned = pinned.String()

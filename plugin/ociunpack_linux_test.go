@@ -164,6 +164,20 @@ func TestOCIUnpackAppliesWhiteoutsAndPinsTheDigest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want.String(), pk2.Digest)
 	require.Equal(t, "", pk2.Version)
+
+	// A lock's digest (OCIOptions.Digest): the image is fetched by it, whatever the tag
+	// names now; a digest the registry does not have is refused.
+	other := testImage(t, []string{"/other"}, base)
+	pushImage(t, host, "test/server:v1", other)
+	fetch := filepath.Join(t.TempDir(), "fetch")
+	require.NoError(t, os.Mkdir(fetch, 0o755))
+	pk3, err := FetchOCI(context.Background(), OCIOptions{Request: OCIRequest{Ref: ref}, Dir: fetch, Digest: want.String()})
+	require.NoError(t, err)
+	pk3.Close()
+	require.Equal(t, want.String(), pk3.Digest, "the lock's digest, not what the tag names now")
+	require.Equal(t, "v1", pk3.Version)
+	_, err = FetchOCI(context.Background(), OCIOptions{Request: OCIRequest{Ref: ref}, Dir: fetch, Digest: "sha256:" + strings.Repeat("0", 64)})
+	require.ErrorIs(t, err, ErrOCIFetch, "a digest the registry does not have")
 }
 
 // outsideOf is a directory next to nothing of the test's install (where an escaping entry

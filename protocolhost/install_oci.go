@@ -75,7 +75,7 @@ func (in *installer) runImage(ctx context.Context, o *InstallRequest, base plugi
 	}
 	start := time.Now()
 	fmt.Fprintf(in.errOut, "Resolving image %s (no image code runs in this step)...\n", req.Ref)
-	pk, err := plugin.FetchOCI(ctx, plugin.OCIOptions{Request: req, Dir: tmp})
+	pk, err := plugin.FetchOCI(ctx, plugin.OCIOptions{Request: req, Dir: tmp, Digest: p.Digest})
 	if err != nil {
 		code := ExitFailure
 		switch {

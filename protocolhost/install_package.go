@@ -29,6 +29,9 @@ type PackageRequest struct {
 	// Force keeps the plugin when its server does not complete the MCP handshake at
 	// install (default: the install is rolled back).
 	Force bool
+	// Digest (oci: only) is the manifest digest the image must be, as a lock file gives
+	// it: fetched by that digest; any other is refused (plugin.ErrDigestMismatch).
+	Digest string
 }
 
 // ErrNotMCPServer: an npm package's server did not complete the MCP handshake (and list

@@ -167,7 +167,9 @@ func TestOCIImageServerInstalledPinnedAndConfined(t *testing.T) {
 		out, errOut, err := c.run(f.project, append([]string{"--project", f.project, "tools", "call", tool}, args...)...)
 		return out + errOut, err
 	}
+	began = time.Now()
 	got, err := call("plugin_probe_read", "path=/etc/image-marker")
+	t.Logf("a tools call (the server started in its image view, one call, ended): %s", time.Since(began))
 	require.NoError(t, err, got)
 	assert.Contains(t, got, "one", "the image is the root of the server's view")
 	got, _ = call("plugin_probe_read", "path=/etc/removed")
@@ -255,6 +257,33 @@ func TestOCIImageServerInstalledPinnedAndConfined(t *testing.T) {
 	assert.Contains(t, got, "one")
 	got, _ = call("plugin_probe-archive_read", "path="+filepath.Join(f.project, "README.md"))
 	assert.NotContains(t, got, "hello from the project", "filesystem = none: no project in the view")
+
+	// A hostile image through the CLI: a file through an absolute symlink out of the image.
+	outside := filepath.Join(f.base, "outside")
+	require.NoError(t, os.Mkdir(outside, 0o755))
+	hostile, err := mutate.AppendLayers(one, ociLayer(t,
+		layerFile{name: "evil", typ: tar.TypeSymlink, link: outside},
+		layerFile{name: "evil/planted", body: "x"}))
+	require.NoError(t, err)
+	href, err := name.ParseReference(host + "/fledge/hostile:1")
+	require.NoError(t, err)
+	require.NoError(t, remote.Write(href, hostile))
+	out, errOut, err = c.run(f.project, "--ni", "plugins", "install", "oci:"+host+"/fledge/hostile:1", "--yes")
+	require.Error(t, err, "stdout: %s", out)
+	assert.Contains(t, errOut, "unsafe image layer: layer 3: evil/planted: it is reached through a symlink that leads out of the image root")
+	ents, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, ents, "nothing is written outside the plugin dir")
+	assert.NoDirExists(t, filepath.Join(f.configDir, "plugins", "hostile"))
+	leftovers, _ = filepath.Glob(filepath.Join(f.configDir, "plugins", ".*"))
+	assert.Empty(t, leftovers, "no staging or fetch dir stays behind")
+	var refused bool
+	for _, r := range f.records(audit.EventInstall) {
+		if r.Decision == audit.Deny && strings.Contains(r.Details["error"].(string), "unsafe image layer") {
+			refused = true
+		}
+	}
+	assert.True(t, refused, "the refused install is on record")
 
 	// remove takes the image with it.
 	_, errOut, err = c.run(f.project, "plugins", "remove", "probe-archive")
