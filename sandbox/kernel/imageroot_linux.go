@@ -71,6 +71,20 @@ func imageRoot(v *View, mounts []ViewMount) error {
 			return fmt.Errorf("image skeleton %s: %w", p, err)
 		}
 	}
+	// The files shown over the image (the host's resolv.conf, a session CA at the system
+	// bundle paths) get a file of the skeleton to be shown on, image or not.
+	for _, f := range v.Files {
+		p := filepath.Clean(f.Path)
+		if !filepath.IsAbs(p) || p == "/" {
+			continue
+		}
+		if err := dir(filepath.Dir(p)); err != nil {
+			return err
+		}
+		if err := unix.Mknod(skelBase+p, unix.S_IFREG|0o644, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("image skeleton %s: %w", p, err)
+		}
+	}
 	if d := filepath.Clean(v.Dir); v.Dir != "" && d != "/" {
 		if err := dir(d); err != nil {
 			return err

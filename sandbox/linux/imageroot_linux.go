@@ -129,4 +129,15 @@ func imageView(v *kernel.View, spec *sandbox.Spec) {
 	if v.Dir == "" {
 		v.Dir = "/"
 	}
+	// The host's resolver configuration, as every plugin has it through /etc: an image's
+	// own names a nameserver of the container runtime it was built for (or none), and the
+	// network by destination answers the host's.
+	if r, err := filepath.EvalSymlinks(hostResolvConf); err == nil {
+		if st, err := os.Stat(r); err == nil && st.Mode().IsRegular() {
+			v.Files = append(v.Files, kernel.ViewFile{Path: hostResolvConf, Source: r})
+		}
+	}
 }
+
+// hostResolvConf is the resolver configuration shown in an image's view.
+const hostResolvConf = "/etc/resolv.conf"

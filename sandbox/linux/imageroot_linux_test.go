@@ -65,7 +65,7 @@ func TestImageRootView(t *testing.T) {
 			require.NoError(t, os.Symlink("/oldroot"+e.outside, filepath.Join(root, "dev")))
 			// Shell builtins only: the image has nothing but sh.
 			spec := e.spec(`read l < /etc/marker && echo "$l"; test -e /etc/passwd && echo HOST-ETC; read p < "$0"/file && echo "$p"
-(: > /app/x) 2>/dev/null && echo ROOT-WRITABLE; (: > "$0"/written) && echo PROJECT-WRITABLE; pwd; echo /*`, e.project)
+(: > /app/x) 2>/dev/null && echo ROOT-WRITABLE; (: > "$0"/written) && echo PROJECT-WRITABLE; pwd; echo /*; read r < /etc/resolv.conf && echo "RESOLV $r"`, e.project)
 			spec.Access.ReadExec = nil
 			spec.Root, spec.RootDir = root, "/app"
 			res, out, errOut := run(t, sb, spec)
@@ -76,6 +76,10 @@ func TestImageRootView(t *testing.T) {
 			assert.NotContains(t, out, "ROOT-WRITABLE")
 			assert.Contains(t, out, "PROJECT-WRITABLE")
 			assert.Contains(t, out, "\n/app\n", "the image's working dir")
+			if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+				first, _, _ := strings.Cut(string(b), "\n")
+				assert.Contains(t, out, "RESOLV "+strings.TrimSpace(first), "the host's resolver configuration")
+			}
 			assert.NoFileExists(t, filepath.Join(root, "app", "x"))
 			ents, err := os.ReadDir(e.outside)
 			require.NoError(t, err)
