@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -55,6 +56,10 @@ func (in *installer) runImage(ctx context.Context, o *InstallRequest, base plugi
 	}
 	if err := req.Check(); err != nil {
 		return refuse(ExitUsage, reason.LaunchFailed, err)
+	}
+	if runtime.GOOS != "linux" {
+		// Unpacked with openat2 and run with the image as the root of a private view.
+		return refuse(ExitCannotRun, reason.LaunchFailed, fmt.Errorf("%w: an image plugin runs on Linux only (it needs the private filesystem view)", plugin.ErrSourceUnsupported))
 	}
 	if keep == nil {
 		if err := plugin.DecideBeforeOCIFetch(base, req); err != nil {
