@@ -486,7 +486,9 @@ func (pk *OCIPackage) Unpack(ctx context.Context, dst string) error {
 		err = u.applyLayer(io.TeeReader(rc, h))
 		if err == nil {
 			// The tar's end is not the blob's: what follows is read (bounded) and hashed too.
-			_, err = io.Copy(h, io.LimitReader(rc, 1<<20))
+			if _, cerr := io.Copy(h, io.LimitReader(rc, 1<<20)); cerr != nil {
+				err = fmt.Errorf("%w: layer %d: %v; nothing was installed", ErrOCIImage, i+1, cerr)
+			}
 		}
 		cerr := rc.Close()
 		if err != nil {

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -389,4 +391,54 @@ func TestOCIFetchArchiveOCILayout(t *testing.T) {
 	tarDir(t, filepath.Join(dir, "layout"), archive)
 	_, err = FetchOCI(context.Background(), OCIOptions{Request: OCIRequest{Ref: archive, Archive: true}, Dir: fetch})
 	require.ErrorIs(t, err, ErrUnsafeImage)
+}
+
+// swapBlob serves the registry, handing out other bytes for the blob named by digest (a
+// valid layer of its own: only the digests tell them apart).
+type swapBlob struct {
+	next   http.Handler
+	digest string
+	body   []byte
+}
+
+func (f swapBlob) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/blobs/"+f.digest) {
+		f.next.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.(http.Flusher).Flush() // chunked: no length to give it away before its bytes do
+	_, _ = w.Write(f.body)
+}
+
+func TestOCIUnpackRefusesATamperedBlob(t *testing.T) {
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	layer := layerFromEntries(t, tarEntry{name: "server", body: "the real server", mode: 0o755})
+	d, err := layer.Digest()
+	require.NoError(t, err)
+	size, err := layer.Size()
+	require.NoError(t, err)
+	// Another layer of the same compressed size: only the digest tells them apart.
+	var body []byte
+	for i := 0; i < 5000 && int64(len(body)) != size; i++ {
+		evil := layerFromEntries(t, tarEntry{name: "server", body: fmt.Sprintf("planted %d", i), mode: 0o755})
+		rc, err := evil.Compressed()
+		require.NoError(t, err)
+		body, err = io.ReadAll(rc)
+		require.NoError(t, err)
+	}
+	require.Equal(t, size, int64(len(body)))
+	srv := httptest.NewServer(swapBlob{next: reg, digest: d.String(), body: body})
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := testImage(t, []string{"/server"}, layer)
+	ref, err := name.ParseReference(host + "/tampered/img:1")
+	require.NoError(t, err)
+	require.NoError(t, remote.Write(ref, img))
+
+	_, _, err = installImage(t, host+"/tampered/img:1", DefaultImageBounds)
+	require.Error(t, err, "a blob that is not the bytes its digest names is refused")
+	require.True(t, errors.Is(err, ErrOCIImage) || errors.Is(err, ErrOCIFetch), "%v", err)
+	require.Contains(t, err.Error(), "error verifying sha256 checksum")
+	require.Contains(t, err.Error(), "nothing was installed")
 }
