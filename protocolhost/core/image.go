@@ -59,7 +59,8 @@ func imageEnv(image, host, secrets []string, home string) []string {
 		set(kv)
 	}
 	for _, kv := range host {
-		if k, _, _ := strings.Cut(kv, "="); fledgeVar(k, secrets) {
+		// FLEDGE_PLUGIN_DIR is left out: the plugin dir is not in an image's view.
+		if k, _, _ := strings.Cut(kv, "="); fledgeVar(k, secrets) && k != "FLEDGE_PLUGIN_DIR" {
 			set(kv)
 		}
 	}

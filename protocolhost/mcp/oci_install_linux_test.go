@@ -194,6 +194,8 @@ func TestOCIImageServerInstalledPinnedAndConfined(t *testing.T) {
 	require.NoError(t, err, got)
 	assert.Contains(t, got, "cwd=/app\n", "the image's WORKDIR")
 	assert.Contains(t, got, "IMAGE_VAR=from-the-image", "the image's ENV")
+	assert.Contains(t, got, "FLEDGE_DATA_DIR="+core.Resolved(data))
+	assert.NotContains(t, got, "FLEDGE_PLUGIN_DIR=", "its plugin dir is not in its view")
 	assert.Contains(t, got, "HOME="+core.Resolved(data))
 	assert.Contains(t, got, "uid="+strconv.Itoa(os.Getuid())+"\n", "USER 1000 runs as the user who runs fledge")
 	assert.NotContains(t, got, "xx_HOST", "the host's environment (LANG here) is not the image's")
