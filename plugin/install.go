@@ -97,6 +97,11 @@ type InstallOptions struct {
 	PreviousAsked policy.Grants
 	// NPM is how an npm plugin was asked for, recorded in its entry (Entry.NPM).
 	NPM *NPMRequest
+	// OCI is how an image plugin was asked for and what it was pinned to (Entry.OCI).
+	OCI *OCIRecord
+	// Unpack, when set, fills the staged copy after the grants were decided and the
+	// source tree copied into it (an image's layers, into rootfs/; too large for the copy).
+	Unpack func(ctx context.Context, stage string) error
 	// Verify, when set, checks the installed plugin once it is in place and in plugins.toml
 	// (an npm package's server must complete the MCP handshake), while the copy it replaces
 	// is still kept aside. An error rolls the install back: the previous copy and entry (or
@@ -216,6 +221,11 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 			fmt.Fprintf(out, "warning: %s in the source is host-owned; not copied\n", s)
 		}
 	}
+	if o.Unpack != nil {
+		if err := o.Unpack(ctx, stage); err != nil {
+			return nil, err
+		}
+	}
 	if o.RunHooks && len(hooks) > 0 {
 		if o.RunHook == nil {
 			return nil, fmt.Errorf("%w: no hook runner configured", ErrHooks)
@@ -276,7 +286,7 @@ func Install(ctx context.Context, o InstallOptions) (*Entry, error) {
 	entry := Entry{
 		Name: name, Source: source, Version: m.Plugin.Version, Installed: now().UTC().Truncate(time.Second),
 		Commands: m.CommandNames(), Granted: granted, ManifestSHA256: m.SHA256(), Protocol: m.Plugin.Protocol,
-		NPM: o.NPM, PyPI: o.PyPI, Digest: digest,
+		NPM: o.NPM, PyPI: o.PyPI, OCI: o.OCI, Digest: digest,
 	}
 	unlock, err := lockRegistry(o.ConfigDir)
 	if err != nil {

@@ -116,7 +116,7 @@ type NPMPackage struct {
 // IsPackageSource reports whether s names a package (npm:, pypi:, oci:) rather than a dir
 // or git URL.
 func IsPackageSource(s string) bool {
-	for _, p := range []string{SourceNPM, SourcePyPI, SourceOCI} {
+	for _, p := range []string{SourceNPM, SourcePyPI, SourceOCI, SourceOCIArchive} {
 		if strings.HasPrefix(s, p) {
 			return true
 		}
@@ -666,13 +666,13 @@ func ReadLegacyNPMRequest(configDir, name string) (*NPMRequest, error) {
 // ParsePackageSource splits "npm:@scope/pkg@1.2.3" into the package and a version (the
 // version may also come from --version; giving both is an error).
 func ParsePackageSource(src string) (kind, pkg, version string, err error) {
-	for _, p := range []string{SourceNPM, SourcePyPI, SourceOCI} {
+	for _, p := range []string{SourceNPM, SourcePyPI, SourceOCI, SourceOCIArchive} {
 		if strings.HasPrefix(src, p) {
 			kind, pkg = strings.TrimSuffix(p, ":"), strings.TrimPrefix(src, p)
 		}
 	}
 	if kind == "" {
-		return "", "", "", fmt.Errorf("%w: %q is not a package source (npm:, pypi:, oci:)", ErrBadSource, clip.Bytes(src, 80))
+		return "", "", "", fmt.Errorf("%w: %q is not a package source (npm:, pypi:, oci:, oci-archive:)", ErrBadSource, clip.Bytes(src, 80))
 	}
 	if kind == "npm" {
 		if i := strings.LastIndex(pkg, "@"); i > 0 {

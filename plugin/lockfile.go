@@ -63,6 +63,8 @@ type LockEntry struct {
 	Tools map[string]string `toml:"tools,omitempty"`
 	NPM   *NPMRequest       `toml:"npm,omitempty"`
 	PyPI  *PyPIRequest      `toml:"pypi,omitempty"`
+	// OCI is an image plugin's request and the manifest digest it runs (sync fetches by it).
+	OCI *OCIRecord `toml:"oci,omitempty"`
 }
 
 // ReadLock reads dir/fledge.lock (bounded, never through a symlink).

@@ -76,7 +76,8 @@ type Manifest struct {
 	Capabilities Capabilities   `toml:"capabilities"`
 	Tools        []ToolDecl     `toml:"tools"`
 	// Remote is [remote]: where a protocol = "mcp-remote" plugin's server is (remote.go).
-	Remote Remote `toml:"remote"`
+	Remote Remote       `toml:"remote"`
+	Image  *ImageConfig `toml:"image"` // runtime = "oci" only (manifest_image.go)
 
 	raw []byte
 	// fsMentioned: [capabilities] names filesystem (even as "none"); when it does not, a
@@ -418,8 +419,18 @@ func (m *Manifest) validate() error {
 		if p.Protocol != protocol.Version {
 			return bad("[plugin] runtime = %q needs protocol = %q", RuntimeWasm, protocol.Version)
 		}
+	case RuntimeOCI:
+		if p.Protocol != ProtocolMCP {
+			return bad("[plugin] runtime = %q needs protocol = %q", RuntimeOCI, ProtocolMCP)
+		}
+		if err := m.Image.check(); err != nil {
+			return bad("%v", err)
+		}
 	default:
-		return bad("[plugin] runtime = %q: this fledge runs native plugins (no runtime) and runtime = %q", clip.Bytes(p.Runtime, 80), RuntimeWasm)
+		return bad("[plugin] runtime = %q: this fledge runs native plugins (no runtime), runtime = %q and runtime = %q", clip.Bytes(p.Runtime, 80), RuntimeWasm, RuntimeOCI)
+	}
+	if m.Image != nil && p.Runtime != RuntimeOCI {
+		return bad("[image] needs [plugin] runtime = %q", RuntimeOCI)
 	}
 	if nc := m.Capabilities.Network; nc.bad != "" {
 		return bad("plugin.toml: [capabilities] network %s", nc.bad)

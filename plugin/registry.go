@@ -64,6 +64,9 @@ type Entry struct {
 	// fledge pins by content (pypi:); checked before each start of such a plugin, at update
 	// and at sync. "" = not recorded.
 	Digest string `toml:"digest,omitempty" json:"digest,omitempty"`
+	// OCI is how an image plugin was asked for and the manifest digest it is pinned to
+	// (PinnedDigest); nil for other sources. Not in JSON output, as NPM.
+	OCI *OCIRecord `toml:"oci,omitempty" json:"-"`
 }
 
 // Capabilities is the granted set in the shape the init message carries.

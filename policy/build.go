@@ -136,6 +136,8 @@ type ProfileInput struct {
 	// hold of them under their names (worthless anywhere else).
 	Bound        []egress.Secret
 	Placeholders map[string]string
+	// Image: the plugin is a container image, the root of its view (ImageAccess).
+	Image bool
 }
 
 // Build is the one call that turns policy, grants and paths into a Profile.
@@ -162,6 +164,9 @@ func (c *Config) Build(in ProfileInput) Profile {
 	if read := readGrants(in.Read, p); len(read) > 0 {
 		pluginAccess.ReadOnly = append(pluginAccess.ReadOnly, read...)
 		execAccess.ReadOnly = append(execAccess.ReadOnly, read...)
+	}
+	if in.Image {
+		pluginAccess = ImageAccess(p, in.Grants, c, in.Read)
 	}
 	return Profile{
 		Plugin: sandbox.Spec{

@@ -62,6 +62,9 @@ func (h *Host) Info(name string) (*PluginInfo, error) {
 	if ce := (*policy.CeilingError)(nil); errors.As(e.Config.Managed.CheckPlugin(en.Name, en.Protocol == "", en.Granted, en.Read), &ce) {
 		info.over = ce.Items
 	}
+	if pi.Manifest != nil && pi.Manifest.IsImage() {
+		info.pa = policy.ImageAccess(paths, en.Granted, e.Config, en.Read)
+	}
 	switch en.Protocol {
 	case plugin.ProtocolMCP, plugin.ProtocolMCPRemote, plugin.ProtocolJSONRPC:
 		info.pins = &pinState{}
@@ -86,11 +89,15 @@ func (h *Host) Info(name string) (*PluginInfo, error) {
 
 // EntryJSON is one installed plugin as `plugins list --json` and `info --json` show it.
 func EntryJSON(en *plugin.Entry) map[string]any {
-	return map[string]any{
+	out := map[string]any{
 		"name": en.Name, "version": en.Version, "source": en.Source,
 		"installed": en.Installed.UTC().Format(time.RFC3339), "commands": en.Commands,
 		"granted": en.Granted, "manifest_sha256": en.ManifestSHA256, "protocol": en.Protocol,
 	}
+	if d := en.PinnedDigest(); d != "" {
+		out["digest"] = d
+	}
+	return out
 }
 
 // JSON is the description as `plugins info --json` prints it.
@@ -153,6 +160,9 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 	for _, v := range p.over {
 		fmt.Fprintf(w, "  OVER THE MANAGED CEILING: %s (%s): runs are refused until it is revoked\n", v.Item, v.Rule)
 	}
+	if d := en.PinnedDigest(); d != "" {
+		fmt.Fprintf(w, "  digest:    %s (every start runs this image; plugins update re-resolves)\n", d)
+	}
 	fmt.Fprintf(w, "  protocol:  %s\n", ProtocolName(en.Protocol))
 	if en.Protocol == plugin.ProtocolMCPRemote {
 		// No process of it runs: the sandbox lines would describe nothing.
@@ -173,6 +183,10 @@ func (p *PluginInfo) WriteText(w io.Writer) {
 	if p.wasm != nil {
 		fmt.Fprintf(w, "  runtime:   wasm: %s\n", fledgev1.WasmInfoText(p.wasm))
 	} else {
+		if pi.Manifest != nil && pi.Manifest.IsImage() {
+			fmt.Fprintf(w, "  runtime:   oci: its image is the root of its view (no host system path); runs %s in %s\n",
+				strings.Join(pi.Manifest.Image.Argv, " "), pi.Manifest.Image.WorkDir)
+		}
 		fmt.Fprintf(w, "  plugin process may write: %s\n", strings.Join(p.pa.ReadWrite, ", "))
 		fmt.Fprintf(w, "  plugin process may read:  %s\n", strings.Join(p.pa.ReadOnly, ", "))
 		fmt.Fprintf(w, "  network (plugin and its commands): %s\n", cfg.NetworkText(en.Granted))

@@ -138,7 +138,11 @@ func (in *installer) installOne(ctx context.Context, io plugin.InstallOptions) e
 		return exitErr(installExit(err), "%s: %v", in.what(src), err)
 	}
 	rec := e.NewRecorder(in.log, entryRef(entry), nil)
-	_ = rec.RecordNow(audit.EventInstall, audit.Allow, reason.OK, map[string]any{"source": entry.Source, "commands": entry.Commands})
+	details := map[string]any{"source": entry.Source, "commands": entry.Commands}
+	if d := entry.PinnedDigest(); d != "" {
+		details["digest"] = d // the image it is pinned to
+	}
+	_ = rec.RecordNow(audit.EventInstall, audit.Allow, reason.OK, details)
 	_ = rec.RecordNow(audit.EventGrant, audit.Allow, reason.OK, map[string]any{audit.DetailCapabilities: entry.Granted.Names()})
 	fledgev1.PrecompileWasm(ctx, e, entry.Name, in.errOut)
 	done := "installed"

@@ -35,6 +35,9 @@ type PackageRequest struct {
 	// builds a package without a wheel from its sdist, confined.
 	Python     string
 	AllowSdist bool
+	// Digest (oci: only) is the manifest digest the image must be, as a lock file gives
+	// it: fetched by that digest; any other is refused (plugin.ErrDigestMismatch).
+	Digest string
 }
 
 // ErrNotMCPServer: an npm package's server did not complete the MCP handshake (and list
@@ -54,6 +57,9 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 	}
 	if kind == "pypi" {
 		return in.runPyPI(ctx, o, base, keep, pkg, version)
+	}
+	if kind == "oci" || kind == "oci-archive" {
+		return in.runImage(ctx, o, base, keep, nil)
 	}
 	if kind != "npm" {
 		err := fmt.Errorf("%w: %s: sources need %s, which fledge does not drive yet (docs/protocols.md says what is missing); install the server into a dir with a plugin.toml instead",
@@ -371,6 +377,9 @@ func (h *Host) update(ctx context.Context, in *installer, base plugin.InstallOpt
 			Secrets: req.Secrets, Force: o.Force, Python: req.Python, AllowSdist: req.AllowSdist}}
 		_, pkg, _, _ := plugin.ParsePackageSource(old.Source)
 		return in.runPyPI(ctx, ir, base, old, pkg, "")
+	}
+	if isImageSource(old.Source) {
+		return h.updateImage(ctx, in, base, old, o)
 	}
 	req, approved, err := npmRecord(h.Env.ConfigDir, old)
 	if err != nil {

@@ -124,6 +124,10 @@ func lockEntry(configDir string, en *plugin.Entry) (*plugin.LockEntry, error) {
 		r.Version = en.Version
 		le.PyPI = &r
 	}
+	if en.OCI != nil {
+		r := *en.OCI
+		le.OCI = &r
+	}
 	return le, nil
 }
 
@@ -269,9 +273,18 @@ func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry
 		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Version: le.Version, Name: le.Name, Bin: r.Bin,
 			Env: r.Env, Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets}}
 		ierr = in.runPackage(ctx, ir, base, nil, nil)
+	case strings.HasPrefix(le.Source, plugin.SourceOCI) || strings.HasPrefix(le.Source, plugin.SourceOCIArchive):
+		r := le.OCI
+		if r == nil || r.Digest == "" {
+			return refuse(fmt.Errorf("%w: no [plugin.oci] record with its digest", plugin.ErrBadLock))
+		}
+		// Fetched by the pinned manifest digest: a registry serving anything else under the
+		// tag is refused (plugin.ErrDigestMismatch) before anything is unpacked.
+		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Name: le.Name, Env: r.Env,
+			Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets, Digest: r.Digest}}
+		ierr = in.runImage(ctx, ir, base, nil, nil)
 	case plugin.IsPackageSource(le.Source):
-		// Another package source (an image): its own sync goes here.
-		ierr = in.runPackage(ctx, &InstallRequest{Source: le.Source}, base, nil, nil)
+		return refuse(fmt.Errorf("%w: source %s cannot be synced", plugin.ErrBadLock, le.Source))
 	default:
 		var listed []tools.Tool
 		base.Handshake = in.handshakeHook(nil)

@@ -148,6 +148,17 @@ type Spec struct {
 	// run's true counts were reported; KernelDenials may be called until then. Nil: Wait
 	// waits for them itself.
 	KernelDenialsLate func(settled <-chan struct{})
+	// Root, when set, is the absolute path of a directory on the host (an unpacked
+	// container image) shown as the root of the run's private filesystem view, read-only,
+	// nosuid, nodev: no system path of the host is shown then, only what Access grants
+	// (bound at its host path on top of the image), /proc, the harmless devices and the
+	// private /tmp. Path is looked up inside it (through Env's PATH when it has no "/").
+	// Only a backend with a private filesystem view (Linux) can do it; the others refuse
+	// such a spec (ErrUnavailable) rather than run the program against the host's files.
+	Root string
+	// RootDir is the working directory inside Root (absolute, "" = "/"); Dir is then only
+	// opened, never entered.
+	RootDir string
 	// Trace observes every path and connect syscall of the run and reports those the
 	// grants do not cover (KernelDenials): observation only, every call continues and the
 	// kernel decides it as without trace. Costs a round trip to the host per such call.
@@ -173,6 +184,10 @@ var SystemCABundles = []string{
 type Egress interface {
 	Close() error
 }
+
+// ErrNoImageRoot: a spec with a Root on a backend that cannot show a directory as the root
+// of a private filesystem view.
+var ErrNoImageRoot = fmt.Errorf("%w: an image as the filesystem root needs the Linux private filesystem view", ErrUnavailable)
 
 // RunBeforeExec calls spec.BeforeExec if set; sandboxes call it right before launching.
 func RunBeforeExec(spec *Spec) error {

@@ -52,14 +52,14 @@ func (a uiAsker) Confirm(question string, def bool) (bool, error) {
 func newInstallCmd(g *Globals) *cobra.Command {
 	o := &InstallOptions{g: g}
 	c := &cobra.Command{
-		Use:   "install <dir|git-url> | npm:PKG [--version V] [-- ARGS...] | pypi:PKG[==V] [-- ARGS...] | <executable> --protocol P | --from-dir DIR --protocol P",
+		Use:   "install <dir|git-url> | npm:PKG [--version V] [-- ARGS...] | pypi:PKG[==V] [-- ARGS...] | oci:IMAGE | oci-archive:FILE | <executable> --protocol P | --from-dir DIR --protocol P",
 		Short: "Install a plugin, granting only the capabilities you approve",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				args, o.Package.ServerArgs = args[:dash], args[dash:]
 				if len(args) != 1 || !plugin.IsPackageSource(args[0]) {
-					return exitErr(ExitUsage, "arguments after -- are a package server's (npm:PKG -- ARGS...)")
+					return exitErr(ExitUsage, "arguments after -- are a package server's (npm:PKG -- ARGS..., oci:IMAGE -- ARGS...)")
 				}
 			}
 			if len(args) > 1 {

@@ -335,7 +335,8 @@ func (e *Env) Bind(entry *plugin.Entry, proj *project.Info) (*Binding, error) {
 
 // Program resolves the binary of a command of the bound plugin; a refusal is recorded.
 func (e *Env) Program(b *Binding, rel string) (string, error) {
-	p, err := BinaryPath(b.Dir, rel, !b.Manifest.IsWasm())
+	// A WebAssembly module and an image's config are data for their runtime.
+	p, err := BinaryPath(b.Dir, rel, b.Manifest.Plugin.Runtime == "")
 	if err != nil {
 		e.Refuse(b.Ref, audit.RefusalBinaryUnusable, "", err.Error())
 		return "", err
@@ -364,6 +365,7 @@ func (e *Env) Profile(b *Binding, environ []string, pluginEnv, legacyEnv map[str
 		Paths: b.Paths, Grants: b.Entry.Granted, Environ: environ, PluginEnv: pluginEnv, LegacyEnv: legacyEnv,
 		Read:    resolvedReads(b.Entry.Read),
 		Secrets: b.secrets, Bound: b.bound, Placeholders: b.placeholders,
+		Image: b.Manifest.IsImage(),
 	})
 	trustSessionCA(&prof, environ, b.placeholders) // ca.go
 	return prof

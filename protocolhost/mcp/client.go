@@ -207,6 +207,7 @@ func (p *Provider) start(ctx context.Context, b *core.Binding) (*session, error)
 	spec.Name = b.Entry.Name
 	spec.Path = program
 	spec.Args = []string{program}
+	core.ImageRun(b, &spec) // an image plugin: its argv, inside its image
 	// The server's stderr is no word to the user: its log, shown when it fails (and -v).
 	errLog := env.OpenServerLog(b.Entry.Name, p.stderr())
 	proc, err := core.Spawn(core.SpawnOptions{

@@ -109,6 +109,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if spec == nil || spec.Path == "" || len(spec.Args) == 0 {
 		return nil, fmt.Errorf("%w: no program", sandbox.ErrInvalidSpec)
 	}
+	if spec.Root != "" {
+		return nil, sandbox.ErrNoImageRoot
+	}
 	mode := sandbox.Mode{Confinement: "seatbelt", Cgroup: "none", TreeKill: "pgroup"}
 	mode.Degraded = append(mode.Degraded, "no_new_privs")
 	if spec.Limits.MemoryBytes > 0 {

@@ -70,6 +70,9 @@ func (s *Sandbox) Report() sandbox.Report {
 
 // Start runs spec in restricted mode; Strict specs are refused.
 func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Process, error) {
+	if spec.Root != "" {
+		return nil, sandbox.ErrNoImageRoot
+	}
 	if spec.Strict {
 		return nil, fmt.Errorf("%w: no OS sandbox on %s (%v)", sandbox.ErrUnavailable, runtime.GOOS, Degraded)
 	}

@@ -150,6 +150,12 @@ type View struct {
 	// is not a regular file in the view (not granted, gone, reached through a symlink) is
 	// skipped: nothing is shown there that the grants did not show.
 	Files []ViewFile `json:"files,omitempty"`
+	// Root, when set, is a directory of the host (an unpacked image) shown as the view's
+	// root instead of an empty tmpfs: a read-only overlay whose upper layer is a skeleton
+	// of fledge's own (a directory for every mount point, /proc, /dev, /tmp), so no mount
+	// point is ever looked up through the image's symlinks and nothing is written into it.
+	// Dir is then a path inside the image, entered by path (DirDev and DirIno zero).
+	Root string `json:"root,omitempty"`
 }
 
 // ErrUnsupported: the primitive does not exist on this operating system.

@@ -64,6 +64,9 @@ func BuildTemplate(v *View) (*Template, error) {
 // templateFits: the run's TMPDIR lies directly in /tmp, which is the view's private tmpfs
 // (no grant covers /tmp itself).
 func templateFits(v *View) bool {
+	if v.Root != "" {
+		return false // an image root is built afresh for each run
+	}
 	if v.RunTmp != "" && filepath.Dir(filepath.Clean(v.RunTmp)) != "/tmp" {
 		return false
 	}

@@ -51,7 +51,7 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 	// handle's mount is still in this thread's namespace (open_tree refuses foreign ones).
 	tree := -1
 	var dirNow string // where the handle's directory is right now (it may have moved)
-	if dirfd >= 0 && v.Dir != "" {
+	if dirfd >= 0 && v.Dir != "" && v.Root == "" {
 		fd, err := unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
 		if err != nil {
 			return fmt.Errorf("clone working directory: %w", err)
@@ -108,6 +108,11 @@ func enterView(v *View, dirfd int, tmpl *Template) error {
 
 	mounts := append([]ViewMount{}, v.Mounts...)
 	sort.Slice(mounts, func(i, j int) bool { return mounts[i].Path < mounts[j].Path })
+	if v.Root != "" {
+		if err := imageRoot(v, mounts); err != nil {
+			return err
+		}
+	}
 	var done []ViewMount
 	tmpDone := false
 	for _, m := range mounts {

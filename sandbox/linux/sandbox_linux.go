@@ -509,6 +509,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if err := checkTrustBundle(spec); err != nil {
 		return nil, err
 	}
+	if err := s.checkImageRoot(spec); err != nil {
+		return nil, err
+	}
 	mode, err := s.plan(spec)
 	if err != nil {
 		return nil, err
@@ -562,11 +565,20 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	pol := &stub.Policy{Path: spec.Path, Args: spec.Args, Env: env, NoFile: spec.Limits.NoFile,
 		DenyUnix: !spec.UnixSockets && kernel.UnixSocketFilterSupported()}
 	if s.abi > 0 {
+		readExec := spec.Access.ReadExec
+		if spec.Root != "" {
+			// The image's own files, by their paths in the view (the rules are opened there).
+			top, err := imageRules(spec.Root, imageAvoid(spec, rw))
+			if err != nil {
+				return nil, err
+			}
+			readExec = append(append([]string{}, readExec...), top...)
+		}
 		pol.Landlock = &kernel.Landlock{
 			ABI:       s.abi,
 			ReadWrite: append(rw, implicitReadWrite...),
-			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnly...)),
-			ReadExec:  spec.Access.ReadExec,
+			ReadOnly:  expandEtc(append(append([]string{}, spec.Access.ReadOnly...), implicitReadOnlyFor(spec)...)),
+			ReadExec:  readExec,
 			// checkAccess refused lists that cover these above; the ruleset checks again
 			// what it opens, which a symlink flipped meanwhile cannot change.
 			Deny:    spec.Access.Deny,

@@ -97,7 +97,9 @@ type threadLaunch struct {
 // start launches on a fresh thread, or on the spare's parked thread when sp is set.
 func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	tl.ruleset = -1
-	if tl.pol.Landlock != nil {
+	// With an image as the root, the rules name the image's paths: they are opened on the
+	// launch thread once it is in the view (restrictLaunch), never here in the host's tree.
+	if tl.pol.Landlock != nil && (tl.pol.View == nil || tl.pol.View.Root == "") {
 		fd, err := kernel.LandlockRuleset(tl.pol.Landlock)
 		if err != nil && sp != nil {
 			// The launch is consumed before its thread is: let the parked thread go, or
@@ -244,7 +246,11 @@ func (tl *threadLaunch) onThread() (int, error) {
 			// it execs.
 			_ = kernel.SetThreadName(tl.pol.AuditName)
 		}
-		if err := kernel.RestrictLandlock(tl.pol.Landlock, tl.ruleset); err != nil {
+		restrict := func() error { return kernel.RestrictLandlock(tl.pol.Landlock, tl.ruleset) }
+		if tl.ruleset < 0 {
+			restrict = func() error { return kernel.ApplyLandlock(tl.pol.Landlock) }
+		}
+		if err := restrict(); err != nil {
 			return 0, threadStep("landlock", err)
 		}
 	}

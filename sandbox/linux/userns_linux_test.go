@@ -136,6 +136,11 @@ func runUserNSHelper(root, m string) int {
 	kd.KernelDenials = func(d sandbox.KernelDenial) { kdenials = append(kdenials, d.Kind+" "+d.Syscall+" "+d.Path) }
 	report("kernel-denied", kd, nil)
 	report("kernel-denied-list", spec("true"), nil)
+	// An image as the root of the view (the test copied /bin/sh and its libraries there).
+	img := spec(`read l < /etc/marker && echo "$l"; test -e /etc/passwd && echo HOST-ETC; (: > /x) 2>/dev/null && echo ROOT-WRITABLE; pwd`)
+	img.Access.ReadExec = nil
+	img.Root, img.RootDir = filepath.Join(root, "image"), "/"
+	report("image-root", img, nil)
 	report("secret", spec(`test -e "$HOME/.ssh/id_rsa" && echo exists || echo absent
 		chmod 0666 "$HOME/.ssh/id_rsa" 2>/dev/null && echo chmod-ok
 		touch -d 2001-01-01 "$HOME/.ssh/id_rsa" 2>/dev/null && echo touch-ok
@@ -253,6 +258,8 @@ func prepareNobody(t *testing.T) (string, nsEnv) {
 	require.NoError(t, os.WriteFile(exe, data, 0o755))
 
 	e := newNSEnv(filepath.Join(base, "user"))
+	require.NoError(t, os.MkdirAll(e.root, 0o755))
+	require.NoError(t, os.Rename(imageRootfs(t), filepath.Join(e.root, "image")))
 	require.NoError(t, os.MkdirAll(filepath.Dir(e.key), 0o700))
 	require.NoError(t, os.MkdirAll(e.project, 0o755))
 	require.NoError(t, os.WriteFile(e.key, []byte("SECRET-KEY"), 0o600))
@@ -306,6 +313,14 @@ func TestUserNamespaceView(t *testing.T) {
 		uid = nobody
 	}
 
+	t.Run("an image as the root", func(t *testing.T) {
+		r := runs["image-root"]
+		require.Empty(t, r.Err, "stderr: %s", r.Stderr)
+		assert.Equal(t, 0, r.Exit, "stderr: %s", r.Stderr)
+		assert.Contains(t, r.Stdout, "from the image")
+		assert.NotContains(t, r.Stdout, "HOST-ETC")
+		assert.NotContains(t, r.Stdout, "ROOT-WRITABLE")
+	})
 	t.Run("kernel refusals recorded", func(t *testing.T) {
 		r := runs["kernel-denied"]
 		require.Empty(t, r.Err)

@@ -29,7 +29,7 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 	add(rw, true)
 	add(implicitReadWrite, true)
 	add(spec.Access.ReadOnly, false)
-	add(implicitReadOnly, false)
+	add(implicitReadOnlyFor(spec), false)
 	add(spec.Access.ReadExec, false)
 	protected, writable := spec.Access.Protected, []string(nil)
 	var checkouts []*indexedCheckout
@@ -64,6 +64,7 @@ func buildView(spec *sandbox.Spec, rw []string, store *nestedStore) (*kernel.Vie
 		}
 		v.Dir, v.DirDev, v.DirIno = dir, st.Dev, st.Ino
 	}
+	imageView(v, spec)
 	return v, checkouts, nil
 }
 
