@@ -289,6 +289,27 @@ func TestOCIImageServerInstalledPinnedAndConfined(t *testing.T) {
 	}
 	assert.True(t, refused, "the refused install is on record")
 
+	// fledge.lock pins the image plugins by their manifest digest; sync on a config that
+	// lacks them installs exactly those digests, whatever the tag names by then.
+	out, errOut, err = c.run(f.project, "plugins", "lock")
+	require.NoError(t, err, "lock: %s %s", out, errOut)
+	lock, err := os.ReadFile(filepath.Join(f.project, "fledge.lock"))
+	require.NoError(t, err)
+	assert.Contains(t, string(lock), digestOf(t, two))
+	push(probeImage(t, server, "three"))
+	for _, n := range []string{"probe", "probe-pinned"} {
+		_, errOut, err = c.run(f.project, "plugins", "remove", n)
+		require.NoError(t, err, errOut)
+	}
+	out, errOut, err = c.run(f.project, "--ni", "plugins", "sync")
+	require.NoError(t, err, "sync: %s %s", out, errOut)
+	got, err = call("plugin_probe_read", "path=/etc/image-marker")
+	require.NoError(t, err, got)
+	assert.Contains(t, got, "two", "sync installs the locked digest, not what the tag names now")
+	out, _, err = c.run(f.project, "plugins", "info", "probe")
+	require.NoError(t, err)
+	assert.Contains(t, out, "digest:    "+digestOf(t, two))
+
 	// remove takes the image with it.
 	_, errOut, err = c.run(f.project, "plugins", "remove", "probe-archive")
 	require.NoError(t, err, errOut)
