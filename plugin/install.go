@@ -438,7 +438,7 @@ func decideGrants(o InstallOptions, m *Manifest, out io.Writer) (policy.Grants, 
 	if o.Grant != nil {
 		client = o.Grant.ClientCapabilities()
 		if !client.Empty() {
-			if m.Plugin.Protocol != ProtocolMCP {
+			if !SpeaksMCP(m.Plugin.Protocol) {
 				return policy.Grants{Filesystem: policy.FilesystemNone}, fmt.Errorf("%w: %s (plugin %s speaks %s)", policy.ErrClientCapability, client.String(), m.Plugin.Name, orDefault(m.Plugin.Protocol))
 			}
 			rest := o.Grant.WithoutClientCapabilities()

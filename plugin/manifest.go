@@ -111,6 +111,13 @@ const (
 	ProtocolMCPRemote = "mcp-remote"
 )
 
+// SpeaksMCP reports whether a plugin of this protocol is an MCP server, local (mcp) or
+// remote (mcp-remote): its tools' results, prompts and resources pass through as MCP's, and
+// it may be granted the MCP client capabilities (sampling, elicitation).
+func SpeaksMCP(protocol string) bool {
+	return protocol == ProtocolMCP || protocol == ProtocolMCPRemote
+}
+
 // Protocols are the protocol values a manifest may declare.
 var Protocols = []string{ProtocolFledgeV1, ProtocolJSONRPC, ProtocolRuntime, ProtocolInvoke, ProtocolMCP, ProtocolMCPRemote}
 

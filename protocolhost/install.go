@@ -408,7 +408,7 @@ func (h *Host) ChangeGrant(name, item string, revoke bool) (*GrantChange, error)
 	}
 	verb, event := "grant", audit.EventGrant
 	change := func(m *plugin.Manifest, cur policy.Grants) (policy.Change, error) {
-		if policy.ClientCapability(item) && m.Plugin.Protocol != plugin.ProtocolMCP {
+		if policy.ClientCapability(item) && !plugin.SpeaksMCP(m.Plugin.Protocol) {
 			return policy.Change{}, fmt.Errorf("%w: %s", policy.ErrClientCapability, strings.TrimSpace(item))
 		}
 		c, err := policy.GrantOne(cur, m.Declared(), m.Asked(), item)

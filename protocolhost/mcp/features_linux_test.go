@@ -22,7 +22,9 @@ import (
 
 // tsFeatures runs testdata/ts_features.mjs (the official TypeScript client walking every
 // MCP feature) against `fledge serve --mcp` from dir, and returns what it saw.
-func tsFeatures(t *testing.T, f *fixture, c *fledgeCLI, sdk, dir, pluginName string) map[string]any {
+// over is "" for stdio (the client starts `fledge serve --mcp`), or "URL TOKEN" of a
+// `fledge serve --mcp --listen` to reach over Streamable HTTP.
+func tsFeatures(t *testing.T, f *fixture, c *fledgeCLI, sdk, dir, pluginName, over string) map[string]any {
 	t.Helper()
 	clientDir := filepath.Join(f.base, "client-features")
 	if _, err := os.Stat(clientDir); err != nil {
@@ -31,7 +33,11 @@ func tsFeatures(t *testing.T, f *fixture, c *fledgeCLI, sdk, dir, pluginName str
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, nodePath(t), filepath.Join(clientDir, "ts_features.mjs"), c.fledge, `["serve","--mcp"]`, pluginName)
+	target, args := c.fledge, `["serve","--mcp"]`
+	if over != "" {
+		target, args, _ = strings.Cut(over, " ")
+	}
+	cmd := exec.CommandContext(ctx, nodePath(t), filepath.Join(clientDir, "ts_features.mjs"), target, args, pluginName)
 	cmd.Dir, cmd.Env = dir, c.env()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -88,7 +94,45 @@ func TestEverythingServerWholeProtocolThroughServeMCP(t *testing.T) {
 	assert.Contains(t, out, "sampling,elicitation")
 	assert.Contains(t, out, "plugin_server-everything_trigger-sampling-request", "listed and pinned at install under the sampling it is granted")
 
-	r := tsFeatures(t, f, c, sdk, f.project, name)
+	r := tsFeatures(t, f, c, sdk, f.project, name, "")
+	checkEverything(t, f, name, r)
+}
+
+// TestEverythingServerWholeProtocolOverHTTP is the same walk by the same TypeScript client
+// over Streamable HTTP, through `fledge serve --mcp --listen`.
+func TestEverythingServerWholeProtocolOverHTTP(t *testing.T) {
+	sdk := npmInstall(t, pkgSDK)
+	fledge := buildFledge(t)
+	f := newFixture(t, nil)
+	c := &fledgeCLI{t: t, f: f, fledge: fledge}
+	const name = "server-everything"
+	out, errOut, err := c.run("/", "--ni", "plugins", "install", "npm:"+strings.TrimSuffix(pkgEverything, "@2026.8.31"),
+		"--version", "2026.8.31", "--yes", "--grant", "sampling,elicitation")
+	require.NoError(t, err, "stdout: %s\nstderr: %s", out, errOut)
+	s := startHTTPServe(t, c, f.project)
+	checkEverything(t, f, name, tsFeatures(t, f, c, sdk, f.project, name, s.url+" "+s.token))
+}
+
+// TestEverythingServerWholeProtocolAsRemote walks the everything server run as a remote
+// server (its own Streamable HTTP mode on loopback), installed by URL with sampling and
+// elicitation granted, through `fledge serve --mcp`: a remote server's prompts, resources,
+// logs, progress and requests to the client pass as a local one's.
+func TestEverythingServerWholeProtocolAsRemote(t *testing.T) {
+	sdk := npmInstall(t, pkgSDK)
+	everything := npmInstall(t, pkgEverything)
+	fledge := buildFledge(t)
+	f := newFixture(t, nil)
+	c := &fledgeCLI{t: t, f: f, fledge: fledge}
+	url := startEverythingHTTP(t, everything)
+	out, errOut, err := c.run(f.project, "--ni", "plugins", "install", url, "--yes", "--grant", "sampling,elicitation")
+	require.NoError(t, err, "stdout: %s\nstderr: %s", out, errOut)
+	checkEverything(t, f, "everything", tsFeatures(t, f, c, sdk, f.project, "everything", ""))
+}
+
+// checkEverything holds what the TypeScript client saw of the everything server through
+// fledge (ts_features.mjs's report) and the audit log to every feature.
+func checkEverything(t *testing.T, f *fixture, name string, r map[string]any) {
+	t.Helper()
 	assert.Empty(t, r["errors"].(map[string]any)["ping"])
 
 	// Capabilities: everything, as one server.

@@ -291,7 +291,7 @@ func TestOCIImageServerInstalledPinnedAndConfined(t *testing.T) {
 
 	// fledge.lock pins the image plugins by their manifest digest; sync on a config that
 	// lacks them installs exactly those digests, whatever the tag names by then.
-	out, errOut, err = c.run(f.project, "plugins", "lock")
+	out, errOut, err = c.run(f.project, "--project", f.project, "plugins", "lock")
 	require.NoError(t, err, "lock: %s %s", out, errOut)
 	lock, err := os.ReadFile(filepath.Join(f.project, "fledge.lock"))
 	require.NoError(t, err)
@@ -301,7 +301,7 @@ func TestOCIImageServerInstalledPinnedAndConfined(t *testing.T) {
 		_, errOut, err = c.run(f.project, "plugins", "remove", n)
 		require.NoError(t, err, errOut)
 	}
-	out, errOut, err = c.run(f.project, "--ni", "plugins", "sync")
+	out, errOut, err = c.run(f.project, "--ni", "--project", f.project, "plugins", "sync")
 	require.NoError(t, err, "sync: %s %s", out, errOut)
 	got, err = call("plugin_probe_read", "path=/etc/image-marker")
 	require.NoError(t, err, got)

@@ -47,7 +47,9 @@ const probeMaxBody = 1 << 20
 const maxRedirects = 5
 
 func init() {
-	tools.Register(plugin.ProtocolMCPRemote, func(h *tools.Host) tools.Provider { return NewProvider(h) })
+	// One provider for local and remote servers: serve --mcp's prompts, resources and
+	// logging see every MCP session of the invocation.
+	tools.RegisterAlias(plugin.ProtocolMCPRemote, plugin.ProtocolMCP)
 }
 
 // remoteState is what a remote server's session has instead of a process.

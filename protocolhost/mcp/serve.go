@@ -124,7 +124,7 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 			}
 			// An MCP server's result as it gave it (structured content, images, audio,
 			// links, embedded resources), unless a hook changed it.
-			if slot.res != nil && t != nil && t.Protocol == plugin.ProtocolMCP {
+			if slot.res != nil && t != nil && plugin.SpeaksMCP(t.Protocol) {
 				if out, _ := resultOutput(slot.res); res.Success == !slot.res.IsError && bytes.Equal(out, res.Output) {
 					return passResult(t.Plugin, slot.res), nil
 				}
@@ -160,7 +160,7 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				continue
 			}
 			def := &mcpsdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema}
-			if t.Protocol == plugin.ProtocolMCP {
+			if plugin.SpeaksMCP(t.Protocol) {
 				if mp := mcpProvider(cur); mp != nil {
 					x := mp.toolExtra(t.Plugin, t.Tool)
 					def.Title, def.Annotations = x.title, x.annotations

@@ -113,7 +113,17 @@ type Factory func(h *Host) Provider
 var (
 	regMu     sync.Mutex
 	factories = map[string]Factory{}
+	aliases   = map[string]string{}
 )
+
+// RegisterAlias makes protocol served by the provider of another (called from the adapter
+// package's init): one provider instance for both, so what it keeps per invocation (its
+// sessions, their prompts and resources) is one set.
+func RegisterAlias(protocol, to string) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	aliases[protocol] = to
+}
 
 // Register makes protocol's adapter available (called from the adapter package's init).
 func Register(protocol string, f Factory) {
@@ -161,6 +171,11 @@ func NewCatalogue(h *Host, reg *plugin.Registry) *Catalogue {
 }
 
 func (c *Catalogue) provider(protocol string) Provider {
+	regMu.Lock()
+	if to, ok := aliases[protocol]; ok {
+		protocol = to
+	}
+	regMu.Unlock()
 	if p, ok := c.providers[protocol]; ok {
 		return p
 	}

@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 // The official TypeScript MCP client against `fledge serve --mcp` in front of the official
 // everything server: node ts_features.mjs <fledge binary> <json array of fledge args>
-// <plugin name>. It offers sampling and elicitation (canned answers), walks every MCP
+// <plugin name>, or node ts_features.mjs <http URL of fledge serve --mcp --listen> <bearer
+// token> <plugin name>. It offers sampling and elicitation (canned answers), walks every MCP
 // feature through fledge, and prints one JSON object of what it saw.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import {
   CreateMessageRequestSchema,
   ElicitRequestSchema,
@@ -14,7 +16,9 @@ import {
 
 const [fledge, argsJSON, plugin] = process.argv.slice(2);
 const tool = (n) => `plugin_${plugin}_${n}`;
-const transport = new StdioClientTransport({ command: fledge, args: JSON.parse(argsJSON), env: process.env, stderr: 'inherit' });
+const transport = fledge.startsWith('http')
+  ? new StreamableHTTPClientTransport(new URL(fledge), { requestInit: { headers: { Authorization: `Bearer ${argsJSON}` } } })
+  : new StdioClientTransport({ command: fledge, args: JSON.parse(argsJSON), env: process.env, stderr: 'inherit' });
 const client = new Client({ name: 'fledge-ts-features', version: '1.0.0' }, { capabilities: { sampling: {}, elicitation: { form: {} } } });
 const out = { sampled: [], elicited: [], logs: [], updated: [], errors: {} };
 client.setRequestHandler(CreateMessageRequestSchema, async (req) => {
