@@ -543,6 +543,14 @@ func (m *Managed) Constrain(c *Config) error {
 		}
 		c.Audit.Witness = m.RequireWitness
 	}
+	if m.RequireExport != "" {
+		// The log leaves the machine whatever the user's config says; the user still picks
+		// the collector (otlp_endpoint, or OTEL_EXPORTER_OTLP_ENDPOINT) and its headers.
+		if c.set["audit.export"] && c.Audit.Export != m.RequireExport {
+			return refuse("audit.export", fmt.Sprintf("= %q", c.Audit.Export), m.Rule("require.export", fmt.Sprintf("%q", m.RequireExport)))
+		}
+		c.Audit.Export = m.RequireExport
+	}
 	return nil
 }
 

@@ -158,6 +158,7 @@ func TestManagedRefusesUserLoosenings(t *testing.T) {
 		{"[sandbox]\nlegacy = \"unconfined\"\n", "[sandbox] legacy", "[limits] exec = true"},
 		{"[sandbox]\nstrict = false\n", "[sandbox] strict", "[require] strict = true"},
 		{"[audit]\nwitness = \"syslog\"\n", "[audit] witness", "[require] witness = \"journald\""},
+		{"[audit]\nexport = \"\"\n", "[audit] export", "[require] export = \"otlp\""},
 	} {
 		cfg, err := Parse("/home/u/.config/fledge/config.toml", []byte(c.cfg), "", "/home/u")
 		require.NoError(t, err, c.cfg)
@@ -173,6 +174,7 @@ func TestManagedRefusesUserLoosenings(t *testing.T) {
 	require.NoError(t, m.Constrain(cfg))
 	assert.True(t, cfg.Sandbox.Strict)
 	assert.Equal(t, "journald", cfg.Audit.Witness)
+	assert.Equal(t, ExportOTLP, cfg.Audit.Export, "the required export is on")
 	assert.Equal(t, NetworkDeny, cfg.Sandbox.Network)
 	assert.Same(t, m, cfg.Managed)
 }
