@@ -465,32 +465,41 @@ func (m *Manifest) validate() error {
 	if err := m.checkRemote(); err != nil {
 		return bad("%v", err)
 	}
-	if len(m.Commands) == 0 && p.Protocol != ProtocolMCPRemote {
-		return bad("no [[commands]] declared")
+	if err := m.checkCommands(); err != nil {
+		return bad("%v", err)
+	}
+	for name, v := range m.Hooks {
+		if badText(name) || badText(hookCommand(v)) {
+			return bad("[hooks] %q contains control characters or is too long", clip.Bytes(name, 80))
+		}
+	}
+	return nil
+}
+
+// checkCommands checks [[commands]]: at least one (but for a remote MCP server, which runs
+// none), bounded, each named validly and once, its binary a relative path inside the plugin.
+func (m *Manifest) checkCommands() error {
+	if len(m.Commands) == 0 && m.Plugin.Protocol != ProtocolMCPRemote {
+		return errors.New("no [[commands]] declared")
 	}
 	if len(m.Commands) > MaxCommands {
-		return bad("%d commands, more than the %d allowed", len(m.Commands), MaxCommands)
+		return fmt.Errorf("%d commands, more than the %d allowed", len(m.Commands), MaxCommands)
 	}
 	seen := map[string]bool{}
 	for i, c := range m.Commands {
 		switch {
 		case !ValidName(c.Name):
-			return bad("command %d: name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", i+1, clip.Bytes(c.Name, 80), MaxNameLen)
+			return fmt.Errorf("command %d: name %q must match [a-z0-9][a-z0-9_-]* and be at most %d characters", i+1, clip.Bytes(c.Name, 80), MaxNameLen)
 		case reservedCommands[c.Name]:
-			return bad("command %q is one of fledge's own commands", c.Name)
+			return fmt.Errorf("command %q is one of fledge's own commands", c.Name)
 		case seen[c.Name]:
-			return bad("command %q is declared twice", c.Name)
+			return fmt.Errorf("command %q is declared twice", c.Name)
 		case badText(c.Description):
-			return bad("command %q: description contains control characters or is too long", c.Name)
+			return fmt.Errorf("command %q: description contains control characters or is too long", c.Name)
 		}
 		seen[c.Name] = true
 		if err := checkBinaryPath(c.Binary); err != nil {
-			return bad("command %q: %v", c.Name, err)
-		}
-	}
-	for name, v := range m.Hooks {
-		if badText(name) || badText(hookCommand(v)) {
-			return bad("[hooks] %q contains control characters or is too long", clip.Bytes(name, 80))
+			return fmt.Errorf("command %q: %v", c.Name, err)
 		}
 	}
 	return nil

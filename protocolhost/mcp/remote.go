@@ -221,25 +221,9 @@ func (p *Provider) startRemote(ctx context.Context, b *core.Binding) (*session, 
 		rec.Record(audit.EventPluginStart, audit.Deny, reason.CapabilityNotGranted, withErr(details, err), true)
 		return nil, err
 	}
-	token := ""
-	if ts := b.Manifest.Remote.TokenSecret; ts != "" {
-		if !slices.Contains(policy.SecretNames(g.Secrets), ts) {
-			err := fmt.Errorf("%w: plugin %s's token secret %s is not granted", ErrRemoteNotGranted, b.Entry.Name, ts)
-			rec.Record(audit.EventPluginStart, audit.Deny, reason.CapabilityNotGranted, withErr(details, err), true)
-			return nil, err
-		}
-		v, ok, err := plugin.LookupSecret(env.StateDir, ts)
-		if err != nil || !ok {
-			if err == nil {
-				err = fmt.Errorf("secret %s is not set (fledge secrets set %s)", ts, ts)
-			}
-			rec.Record(audit.EventPluginStart, audit.Deny, reason.LaunchFailed, withErr(details, err), true)
-			return nil, err
-		}
-		// Its value is written nowhere: records and messages name it [secret:NAME].
-		_ = env.Redactor().Add(ts, v)
-		token = v
-		details["token_secret"] = ts
+	token, err := p.remoteToken(b, rec, details)
+	if err != nil {
+		return nil, err
 	}
 	lim := env.Config.SessionLimits()
 	callTimeout, terr := policy.CallTimeout(b.Manifest.Plugin.Timeout, lim)
@@ -304,6 +288,33 @@ func (p *Provider) startRemote(ctx context.Context, b *core.Binding) (*session, 
 		s.setLogLevel(ictx, *lvl)
 	}
 	return s, nil
+}
+
+// remoteToken is the value of a remote plugin's bound token secret ("" when it has none),
+// refused and recorded when the secret is not granted or not set. Its value is written
+// nowhere: records and messages name it [secret:NAME].
+func (p *Provider) remoteToken(b *core.Binding, rec *core.Recorder, details map[string]any) (string, error) {
+	ts := b.Manifest.Remote.TokenSecret
+	if ts == "" {
+		return "", nil
+	}
+	env := p.host.Env
+	if !slices.Contains(policy.SecretNames(b.Entry.Granted.Secrets), ts) {
+		err := fmt.Errorf("%w: plugin %s's token secret %s is not granted", ErrRemoteNotGranted, b.Entry.Name, ts)
+		rec.Record(audit.EventPluginStart, audit.Deny, reason.CapabilityNotGranted, withErr(details, err), true)
+		return "", err
+	}
+	v, ok, err := plugin.LookupSecret(env.StateDir, ts)
+	if err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("secret %s is not set (fledge secrets set %s)", ts, ts)
+		}
+		rec.Record(audit.EventPluginStart, audit.Deny, reason.LaunchFailed, withErr(details, err), true)
+		return "", err
+	}
+	_ = env.Redactor().Add(ts, v)
+	details["token_secret"] = ts
+	return v, nil
 }
 
 // closeRemote ends a remote session (the SDK's DELETE of it) and records its end.
