@@ -247,49 +247,10 @@ func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry
 			return false, exitErr(ExitCannotRun, "sync %s: %v", le.Name, err)
 		}
 	}
-	var ierr error
-	switch {
-	case strings.HasPrefix(le.Source, plugin.SourcePyPI):
-		r := le.PyPI
-		if r == nil {
-			return refuse(fmt.Errorf("%w: no [plugin.pypi] record", plugin.ErrBadLock))
-		}
-		if r.Python != "" {
-			// pip runs on it unconfined, and the lock comes with the repository.
-			if err := plugin.TrustedPython(r.Python, root); err != nil {
-				return refuse(err)
-			}
-		}
-		_, pkg, _, _ := plugin.ParsePackageSource(le.Source)
-		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Version: le.Version, Name: le.Name, Bin: r.Bin,
-			Env: r.Env, Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets,
-			Python: r.Python, AllowSdist: r.AllowSdist}}
-		ierr = in.runPyPI(ctx, ir, base, nil, pkg, "")
-	case strings.HasPrefix(le.Source, plugin.SourceNPM):
-		r := le.NPM
-		if r == nil {
-			return refuse(fmt.Errorf("%w: no [plugin.npm] record", plugin.ErrBadLock))
-		}
-		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Version: le.Version, Name: le.Name, Bin: r.Bin,
-			Env: r.Env, Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets}}
-		ierr = in.runPackage(ctx, ir, base, nil, nil)
-	case strings.HasPrefix(le.Source, plugin.SourceOCI) || strings.HasPrefix(le.Source, plugin.SourceOCIArchive):
-		r := le.OCI
-		if r == nil || r.Digest == "" {
-			return refuse(fmt.Errorf("%w: no [plugin.oci] record with its digest", plugin.ErrBadLock))
-		}
-		// Fetched by the pinned manifest digest: a registry serving anything else under the
-		// tag is refused (plugin.ErrDigestMismatch) before anything is unpacked.
-		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Name: le.Name, Env: r.Env,
-			Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets, Digest: r.Digest}}
-		ierr = in.runImage(ctx, ir, base, nil, nil)
-	case plugin.IsPackageSource(le.Source):
-		return refuse(fmt.Errorf("%w: source %s cannot be synced", plugin.ErrBadLock, le.Source))
-	default:
-		var listed []tools.Tool
-		base.Handshake = in.handshakeHook(nil)
-		base.Verify = in.syncVerify(&listed)
-		ierr = in.installOne(ctx, base)
+	refused, ierr := in.syncInstall(ctx, base, le, root)
+	if refused != nil {
+		restorePins()
+		return refuse(refused)
 	}
 	if ierr != nil {
 		restorePins()
@@ -301,6 +262,55 @@ func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry
 		}
 	}
 	return true, nil
+}
+
+// syncInstall installs one lock entry from its source, pinned: refused is a lock entry that
+// cannot be installed as written (recorded by the caller as a sync refusal), err the
+// install's own failure.
+func (in *installer) syncInstall(ctx context.Context, base plugin.InstallOptions, le *plugin.LockEntry, root string) (refused, err error) {
+	switch {
+	case strings.HasPrefix(le.Source, plugin.SourcePyPI):
+		r := le.PyPI
+		if r == nil {
+			return fmt.Errorf("%w: no [plugin.pypi] record", plugin.ErrBadLock), nil
+		}
+		if r.Python != "" {
+			// pip runs on it unconfined, and the lock comes with the repository.
+			if err := plugin.TrustedPython(r.Python, root); err != nil {
+				return err, nil
+			}
+		}
+		_, pkg, _, _ := plugin.ParsePackageSource(le.Source)
+		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Version: le.Version, Name: le.Name, Bin: r.Bin,
+			Env: r.Env, Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets,
+			Python: r.Python, AllowSdist: r.AllowSdist}}
+		return nil, in.runPyPI(ctx, ir, base, nil, pkg, "")
+	case strings.HasPrefix(le.Source, plugin.SourceNPM):
+		r := le.NPM
+		if r == nil {
+			return fmt.Errorf("%w: no [plugin.npm] record", plugin.ErrBadLock), nil
+		}
+		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Version: le.Version, Name: le.Name, Bin: r.Bin,
+			Env: r.Env, Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets}}
+		return nil, in.runPackage(ctx, ir, base, nil, nil)
+	case strings.HasPrefix(le.Source, plugin.SourceOCI) || strings.HasPrefix(le.Source, plugin.SourceOCIArchive):
+		r := le.OCI
+		if r == nil || r.Digest == "" {
+			return fmt.Errorf("%w: no [plugin.oci] record with its digest", plugin.ErrBadLock), nil
+		}
+		// Fetched by the pinned manifest digest: a registry serving anything else under the
+		// tag is refused (plugin.ErrDigestMismatch) before anything is unpacked.
+		ir := &InstallRequest{Source: le.Source, Package: PackageRequest{Name: le.Name, Env: r.Env,
+			Network: r.Network, Filesystem: r.Filesystem, ServerArgs: r.Args, Secrets: r.Secrets, Digest: r.Digest}}
+		return nil, in.runImage(ctx, ir, base, nil, nil)
+	case plugin.IsPackageSource(le.Source):
+		return fmt.Errorf("%w: source %s cannot be synced", plugin.ErrBadLock, le.Source), nil
+	default:
+		var listed []tools.Tool
+		base.Handshake = in.handshakeHook(nil)
+		base.Verify = in.syncVerify(&listed)
+		return nil, in.installOne(ctx, base)
+	}
 }
 
 // sameGrants: the entry holds exactly the lock's grants (read grants included).
