@@ -68,18 +68,11 @@ func (in *installer) runImage(ctx context.Context, o *InstallRequest, base plugi
 			return refuse(installExit(err), reason.Code(installReason(err)), err)
 		}
 	}
-	pluginsDir := filepath.Join(e.ConfigDir, "plugins")
-	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(pluginsDir, ".fetch-oci-")
+	tmp, err := fetchDir(e.ConfigDir)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
 	start := time.Now()
 	fmt.Fprintf(in.errOut, "Resolving image %s (no image code runs in this step)...\n", req.Ref)
 	pk, err := plugin.FetchOCI(ctx, plugin.OCIOptions{Request: req, Dir: tmp, Digest: p.Digest})
@@ -112,16 +105,7 @@ func (in *installer) runImage(ctx context.Context, o *InstallRequest, base plugi
 	base.Handshake = nil
 	base.RunHooks = false
 	base.OCI = &plugin.OCIRecord{OCIRequest: pk.Request, Digest: pk.Digest}
-	base.Unpack = func(ctx context.Context, stage string) error {
-		fmt.Fprintf(in.errOut, "Unpacking %d layers (whiteouts applied; no device, setuid bit, or path out of the image)...\n", pk.Layers)
-		if err := pk.Unpack(ctx, filepath.Join(stage, plugin.ImageRootDir)); err != nil {
-			return err
-		}
-		if pk.SetIDDropped > 0 {
-			_ = ui.HostLine(in.errOut, fmt.Sprintf("fledge: %d setuid/setgid bits of the image were dropped (its files run with the rights of whoever runs fledge)", pk.SetIDDropped))
-		}
-		return nil
-	}
+	base.Unpack = in.unpackImage(pk)
 	var listed []tools.Tool
 	base.Verify = in.verifyServer(keep != nil, p.Force, &listed)
 	if err := in.installOne(ctx, base); err != nil {
@@ -132,6 +116,39 @@ func (in *installer) runImage(ctx context.Context, o *InstallRequest, base plugi
 		in.showTools(pk.Name, listed)
 	}
 	return nil
+}
+
+// fetchDir makes the directory an image is fetched into, beside the plugins (so the staged
+// copy is renamed into place on the same filesystem); the caller removes it.
+func fetchDir(configDir string) (string, error) {
+	pluginsDir := filepath.Join(configDir, "plugins")
+	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(pluginsDir, ".fetch-oci-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		_ = os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// unpackImage is the install's Unpack step: the layers into the staged copy's image root,
+// once the grants were decided, and the user told of the setuid/setgid bits dropped.
+func (in *installer) unpackImage(pk *plugin.OCIPackage) func(ctx context.Context, stage string) error {
+	return func(ctx context.Context, stage string) error {
+		fmt.Fprintf(in.errOut, "Unpacking %d layers (whiteouts applied; no device, setuid bit, or path out of the image)...\n", pk.Layers)
+		if err := pk.Unpack(ctx, filepath.Join(stage, plugin.ImageRootDir)); err != nil {
+			return err
+		}
+		if pk.SetIDDropped > 0 {
+			_ = ui.HostLine(in.errOut, fmt.Sprintf("fledge: %d setuid/setgid bits of the image were dropped (its files run with the rights of whoever runs fledge)", pk.SetIDDropped))
+		}
+		return nil
+	}
 }
 
 // approveImage has the user approve an update of an image plugin that would run another
