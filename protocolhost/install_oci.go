@@ -68,7 +68,7 @@ func (in *installer) runImage(ctx context.Context, o *InstallRequest, base plugi
 			return refuse(installExit(err), reason.Code(installReason(err)), err)
 		}
 	}
-	tmp, err := fetchDir(e.ConfigDir)
+	tmp, err := fetchDir(e.ConfigDir, ".fetch-oci-")
 	if err != nil {
 		return err
 	}
@@ -116,24 +116,6 @@ func (in *installer) runImage(ctx context.Context, o *InstallRequest, base plugi
 		in.showTools(pk.Name, listed)
 	}
 	return nil
-}
-
-// fetchDir makes the directory an image is fetched into, beside the plugins (so the staged
-// copy is renamed into place on the same filesystem); the caller removes it.
-func fetchDir(configDir string) (string, error) {
-	pluginsDir := filepath.Join(configDir, "plugins")
-	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
-		return "", err
-	}
-	tmp, err := os.MkdirTemp(pluginsDir, ".fetch-oci-")
-	if err != nil {
-		return "", err
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		_ = os.RemoveAll(tmp)
-		return "", err
-	}
-	return tmp, nil
 }
 
 // unpackImage is the install's Unpack step: the layers into the staged copy's image root,

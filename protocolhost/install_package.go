@@ -67,6 +67,13 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 		_ = e.NewRecorder(in.log, nil, nil).RecordNow(audit.EventInstall, audit.Deny, reason.LaunchFailed, map[string]any{"source": o.Source, "error": err.Error()})
 		return exitErr(ExitCannotRun, "%s: %v", in.what(o.Source), err)
 	}
+	return in.runNPM(ctx, o, base, keep, approved, pkg, version)
+}
+
+// runNPM installs (or, with keep, updates) an npm: package: fetched with the user's npm, no
+// package code run by the fetch, its install scripts run confined in the staged copy.
+func (in *installer) runNPM(ctx context.Context, o *InstallRequest, base plugin.InstallOptions, keep *plugin.Entry, approved *plugin.NPMRequest, pkg, version string) error {
+	e := in.h.Env
 	p := o.Package
 	if version != "" && p.Version != "" {
 		return exitErr(ExitUsage, "install %s: give the version once (in the source or with --version)", o.Source)
@@ -91,21 +98,14 @@ func (in *installer) runPackage(ctx context.Context, o *InstallRequest, base plu
 			return exitErr(installExit(err), "install %s: %v", src, err)
 		}
 	}
-	pluginsDir := filepath.Join(e.ConfigDir, "plugins")
-	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
-		return err
-	}
 	// Fetched next to the plugins (same file system) and removed whatever happens: Install
 	// copies it into its own staging dir and renames that into place, so a failure at any
 	// step leaves nothing installed.
-	tmp, err := os.MkdirTemp(pluginsDir, ".fetch-npm-")
+	tmp, err := fetchDir(e.ConfigDir, ".fetch-npm-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
 	fmt.Fprintf(in.errOut, "Fetching npm package %s with npm (no package code runs in this step)...\n", pkg)
 	pk, err := plugin.FetchNPM(ctx, plugin.NPMOptions{Request: req, Dir: tmp})
 	if err != nil {
@@ -422,4 +422,22 @@ func npmRecord(configDir string, en *plugin.Entry) (req *plugin.NPMRequest, appr
 	r.Package, r.Name = pkg, en.Name
 	r.Filesystem, r.Network, r.Secrets = m.Capabilities.Filesystem, m.Capabilities.Network.All, m.Capabilities.Secrets
 	return r, nil, nil
+}
+
+// fetchDir makes the directory a package is fetched into, beside the plugins (so the staged
+// copy is renamed into place on the same filesystem); the caller removes it.
+func fetchDir(configDir, prefix string) (string, error) {
+	pluginsDir := filepath.Join(configDir, "plugins")
+	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(pluginsDir, prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		_ = os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/fledgehq/fledge/audit"
@@ -68,18 +67,11 @@ func (in *installer) runRemote(ctx context.Context, o *InstallRequest, base plug
 	if !plugin.ValidName(name) {
 		return true, exitErr(ExitUsage, "install %s: --name %q is not a plugin name", src, name)
 	}
-	pluginsDir := filepath.Join(e.ConfigDir, "plugins")
-	if err := os.MkdirAll(pluginsDir, 0o700); err != nil {
-		return true, err
-	}
-	tmp, err := os.MkdirTemp(pluginsDir, ".fetch-remote-")
+	tmp, err := fetchDir(e.ConfigDir, ".fetch-remote-")
 	if err != nil {
 		return true, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return true, err
-	}
 	desc := "the remote MCP server at " + src
 	if info.Title != "" {
 		desc = info.Title + " (" + desc + ")"
