@@ -64,59 +64,19 @@ func (in *installer) runPyPI(ctx context.Context, o *InstallRequest, base plugin
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	fo := plugin.PyPIOptions{Request: req, Dir: tmp}
-	if in.sync != nil {
-		// Exactly the wheels fledge.lock pins, or nothing.
-		fo.Pinned = []plugin.Wheel{}
-		if in.sync.PyPI != nil {
-			fo.Pinned = append(fo.Pinned, in.sync.PyPI.Wheels...)
-		}
-	}
-	fmt.Fprintf(in.errOut, "Fetching PyPI package %s with your pip or uv (wheels only: no package code runs in this step)...\n", pkg)
-	pk, err := plugin.FetchPyPI(ctx, fo)
+	pk, err := in.fetchPyPI(ctx, req, tmp, pkg)
 	if err != nil {
-		code := ExitFailure
-		switch {
-		case errors.Is(err, plugin.ErrNoPip), errors.Is(err, plugin.ErrPythonInHome):
-			code = ExitCannotRun
-		case errors.Is(err, plugin.ErrBadSource):
-			code = ExitUsage
-		}
-		return deny(code, err)
+		return deny(pypiFetchExit(err), err)
 	}
-	if pk.Build {
-		reach := "no network"
-		if pk.Index != "" {
-			reach = "network only to the index, " + pk.Index
-		}
-		fmt.Fprintf(in.errOut, "%s has no wheel for this platform; --allow-sdist: its build backend runs as an install hook, confined (the staged plugin dir its only writable place, no project, no home, %s).\n", pkg, reach)
-		base.RunHooks = true
-		base.HooksOffline = true
-		if pk.Index != "" {
-			base.HooksNetworkTo = []string{pk.Index}
-		}
-	} else {
-		fmt.Fprintf(in.errOut, "Fetched %s %s with %s (console script %s); %d wheels pinned by sha256:\n", pkg, pk.Version, pk.Tool, pk.Script, len(pk.Request.Wheels))
-		for _, w := range pk.Request.Wheels {
-			_ = ui.HostLine(in.errOut, fmt.Sprintf("  %s %s  sha256:%s", w.Name, w.Version, w.SHA256))
-		}
-	}
+	in.announcePyPI(pkg, pk, &base)
 	base.Source = tmp
 	base.RecordSource = src
 	base.Handshake = nil
 	base.RecordDigest = true
 	if keep != nil {
-		if err := in.approveChanges(keep.Name, keep.PyPI == nil, pk.Request.Changes(keep.PyPI), base); err != nil {
-			rc := reason.NonInteractive
-			if errors.Is(err, errDeclined) {
-				rc = reason.Cancelled
-			}
-			_ = e.NewRecorder(in.log, entryRef(keep), nil).RecordNow(audit.EventInstall, audit.Deny, rc,
-				map[string]any{"source": src, "error": err.Error()})
-			return exitErr(ExitCannotRun, "update %s: %v", keep.Name, err)
+		if err := in.approvePyPIUpdate(keep, src, pk, &base); err != nil {
+			return err
 		}
-		base.KeepGrants = &keep.Granted
-		base.PreviousAsked = plugin.ApprovedAsked(e.ConfigDir, keep)
 	}
 	rec := pk.Request
 	base.PyPI = &rec
@@ -131,6 +91,74 @@ func (in *installer) runPyPI(ctx context.Context, o *InstallRequest, base plugin
 	if listed != nil {
 		in.showTools(pk.Name, listed)
 	}
+	return nil
+}
+
+// fetchPyPI has the user's pip or uv fetch the package's wheels into tmp; on a sync, exactly
+// the wheels fledge.lock pins.
+func (in *installer) fetchPyPI(ctx context.Context, req plugin.PyPIRequest, tmp, pkg string) (*plugin.PyPIPackage, error) {
+	fo := plugin.PyPIOptions{Request: req, Dir: tmp}
+	if in.sync != nil {
+		// Exactly the wheels fledge.lock pins, or nothing.
+		fo.Pinned = []plugin.Wheel{}
+		if in.sync.PyPI != nil {
+			fo.Pinned = append(fo.Pinned, in.sync.PyPI.Wheels...)
+		}
+	}
+	fmt.Fprintf(in.errOut, "Fetching PyPI package %s with your pip or uv (wheels only: no package code runs in this step)...\n", pkg)
+	return plugin.FetchPyPI(ctx, fo)
+}
+
+// pypiFetchExit is the exit status of a failed fetch: no usable pip or Python is the
+// machine's, a bad source the user's, anything else a plain failure.
+func pypiFetchExit(err error) int {
+	code := ExitFailure
+	switch {
+	case errors.Is(err, plugin.ErrNoPip), errors.Is(err, plugin.ErrPythonInHome):
+		code = ExitCannotRun
+	case errors.Is(err, plugin.ErrBadSource):
+		code = ExitUsage
+	}
+	return code
+}
+
+// announcePyPI says what was fetched: the pinned wheels, or, for a package built from its
+// sdist, that its build runs as a confined install hook (which it turns on in base).
+func (in *installer) announcePyPI(pkg string, pk *plugin.PyPIPackage, base *plugin.InstallOptions) {
+	if pk.Build {
+		reach := "no network"
+		if pk.Index != "" {
+			reach = "network only to the index, " + pk.Index
+		}
+		fmt.Fprintf(in.errOut, "%s has no wheel for this platform; --allow-sdist: its build backend runs as an install hook, confined (the staged plugin dir its only writable place, no project, no home, %s).\n", pkg, reach)
+		base.RunHooks = true
+		base.HooksOffline = true
+		if pk.Index != "" {
+			base.HooksNetworkTo = []string{pk.Index}
+		}
+		return
+	}
+	fmt.Fprintf(in.errOut, "Fetched %s %s with %s (console script %s); %d wheels pinned by sha256:\n", pkg, pk.Version, pk.Tool, pk.Script, len(pk.Request.Wheels))
+	for _, w := range pk.Request.Wheels {
+		_ = ui.HostLine(in.errOut, fmt.Sprintf("  %s %s  sha256:%s", w.Name, w.Version, w.SHA256))
+	}
+}
+
+// approvePyPIUpdate asks the user to approve what an update of keep changes (recording a
+// refusal) and carries keep's grants and answers over into base.
+func (in *installer) approvePyPIUpdate(keep *plugin.Entry, src string, pk *plugin.PyPIPackage, base *plugin.InstallOptions) error {
+	e := in.h.Env
+	if err := in.approveChanges(keep.Name, keep.PyPI == nil, pk.Request.Changes(keep.PyPI), *base); err != nil {
+		rc := reason.NonInteractive
+		if errors.Is(err, errDeclined) {
+			rc = reason.Cancelled
+		}
+		_ = e.NewRecorder(in.log, entryRef(keep), nil).RecordNow(audit.EventInstall, audit.Deny, rc,
+			map[string]any{"source": src, "error": err.Error()})
+		return exitErr(ExitCannotRun, "update %s: %v", keep.Name, err)
+	}
+	base.KeepGrants = &keep.Granted
+	base.PreviousAsked = plugin.ApprovedAsked(e.ConfigDir, keep)
 	return nil
 }
 

@@ -30,49 +30,9 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 		ctx = context.Background()
 	}
 	e := h.Env
-	reg, err := h.registry()
+	entry, b, program, log, err := h.bindCommand(command)
 	if err != nil {
 		return err
-	}
-	entry, err := reg.FindCommand(command)
-	if err != nil {
-		if errors.Is(err, plugin.ErrUnknownCommand) {
-			return exitErr(ExitUnknownCmd, "unknown command %q: no installed plugin provides it (see 'fledge plugins list')", command)
-		}
-		return exitErr(ExitCannotRun, "%v", err)
-	}
-	proj, err := h.project()
-	if err != nil {
-		return err
-	}
-	h.noteProject(proj)
-	log, err := h.auditLog()
-	if err != nil {
-		return err
-	}
-	b, err := e.Bind(entry, proj)
-	if err != nil {
-		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
-	}
-	cmdSpec := b.Manifest.Command(command)
-	if cmdSpec == nil {
-		e.Refuse(b.Ref, audit.RefusalOther, command, "the plugin no longer declares this command")
-		return exitErr(ExitUnknownCmd, "plugin %s no longer declares command %q; reinstall it", entry.Name, command)
-	}
-	program, err := e.Program(b, cmdSpec.Binary)
-	if err != nil {
-		return exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
-	}
-	switch b.Manifest.Plugin.Protocol {
-	case "", protocol.Version:
-	case plugin.ProtocolJSONRPC:
-		return exitErr(ExitUsage, "plugin %s speaks jsonrpc-2.0: run its tools with 'fledge tools call' (see 'fledge tools list') and its hooks with 'fledge hooks run'", entry.Name)
-	case plugin.ProtocolMCP:
-		e.Refuse(b.Ref, audit.RefusalOther, command, "an MCP server is not run as a command")
-		return exitErr(ExitCannotRun, "plugin %s is an MCP server: its tools run with 'fledge tools call' or through 'fledge serve --mcp', not as a command", entry.Name)
-	default:
-		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
-		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", entry.Name, b.Manifest.Plugin.Protocol, protocol.Version)
 	}
 
 	st := h.opts.Streams
@@ -97,19 +57,78 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	if b.Manifest.Plugin.Protocol == "" {
 		return h.runLegacy(ctx, u, rec, b, prof, program, args, wd, sigs)
 	}
+	return h.runFledgeV1(ctx, u, rec, log, entry, b, prof, command, program, args, wd, sigs)
+}
 
-	var store fledgev1.StateStore
-	if entry.Granted.Store {
-		s, err := plugin.OpenStore(plugin.StatePath(e.ConfigDir, entry.Name), plugin.DefaultStoreLimits)
-		if err != nil {
-			u.Warn(fmt.Sprintf("plugin storage unavailable: %v", err))
-		} else {
-			for _, w := range s.Warnings() {
-				u.Warn(w)
-			}
-			store = s
-		}
+// bindCommand finds the plugin that provides command and binds it to the project: its entry,
+// binding, program and the audit log, or the exit error of why the command cannot run.
+// Nothing of the plugin starts here.
+func (h *Host) bindCommand(command string) (*plugin.Entry, *core.Binding, string, *audit.Log, error) {
+	e := h.Env
+	reg, err := h.registry()
+	if err != nil {
+		return nil, nil, "", nil, err
 	}
+	entry, err := reg.FindCommand(command)
+	if err != nil {
+		if errors.Is(err, plugin.ErrUnknownCommand) {
+			return nil, nil, "", nil, exitErr(ExitUnknownCmd, "unknown command %q: no installed plugin provides it (see 'fledge plugins list')", command)
+		}
+		return nil, nil, "", nil, exitErr(ExitCannotRun, "%v", err)
+	}
+	proj, err := h.project()
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	h.noteProject(proj)
+	log, err := h.auditLog()
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	b, err := e.Bind(entry, proj)
+	if err != nil {
+		return nil, nil, "", nil, exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+	}
+	cmdSpec := b.Manifest.Command(command)
+	if cmdSpec == nil {
+		e.Refuse(b.Ref, audit.RefusalOther, command, "the plugin no longer declares this command")
+		return nil, nil, "", nil, exitErr(ExitUnknownCmd, "plugin %s no longer declares command %q; reinstall it", entry.Name, command)
+	}
+	program, err := e.Program(b, cmdSpec.Binary)
+	if err != nil {
+		return nil, nil, "", nil, exitErr(ExitCannotRun, "plugin %s: %v", entry.Name, err)
+	}
+	if err := h.commandProtocol(b, entry.Name, command); err != nil {
+		return nil, nil, "", nil, err
+	}
+	return entry, b, program, log, nil
+}
+
+// commandProtocol refuses a plugin whose protocol is not run as a command (its tools and
+// hooks have their own commands); nil for fledge-v1 and legacy plugins.
+func (h *Host) commandProtocol(b *core.Binding, name, command string) error {
+	e := h.Env
+	switch b.Manifest.Plugin.Protocol {
+	case "", protocol.Version:
+	case plugin.ProtocolJSONRPC:
+		return exitErr(ExitUsage, "plugin %s speaks jsonrpc-2.0: run its tools with 'fledge tools call' (see 'fledge tools list') and its hooks with 'fledge hooks run'", name)
+	case plugin.ProtocolMCP:
+		e.Refuse(b.Ref, audit.RefusalOther, command, "an MCP server is not run as a command")
+		return exitErr(ExitCannotRun, "plugin %s is an MCP server: its tools run with 'fledge tools call' or through 'fledge serve --mcp', not as a command", name)
+	default:
+		e.Refuse(b.Ref, audit.RefusalOther, command, "protocol "+b.Manifest.Plugin.Protocol+" is not run as a command")
+		return exitErr(ExitCannotRun, "plugin %s speaks protocol %q, but this fledge only speaks %q: upgrade fledge", name, b.Manifest.Plugin.Protocol, protocol.Version)
+	}
+	return nil
+}
+
+// runFledgeV1 runs a fledge-v1 plugin's command through its session (native or WebAssembly)
+// and turns the outcome into fledge's exit status.
+func (h *Host) runFledgeV1(ctx context.Context, u ui.UI, rec *core.Recorder, log *audit.Log, entry *plugin.Entry,
+	b *core.Binding, prof policy.Profile, command, program string, args []string, wd string, sigs chan os.Signal) error {
+	e := h.Env
+	st := h.opts.Streams
+	store := h.commandStore(u, entry)
 
 	stderr, flushStderr := pluginStream(st.Err)
 	defer flushStderr()
@@ -144,6 +163,23 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 		return err
 	}
 	return pluginExit(entry.Name, out.ExitCode, out.Result)
+}
+
+// commandStore opens the plugin's storage when it is granted; nil (and a warning) when it
+// cannot be opened, since a plugin runs without its storage rather than not at all.
+func (h *Host) commandStore(u ui.UI, entry *plugin.Entry) fledgev1.StateStore {
+	if !entry.Granted.Store {
+		return nil
+	}
+	s, err := plugin.OpenStore(plugin.StatePath(h.Env.ConfigDir, entry.Name), plugin.DefaultStoreLimits)
+	if err != nil {
+		u.Warn(fmt.Sprintf("plugin storage unavailable: %v", err))
+		return nil
+	}
+	for _, w := range s.Warnings() {
+		u.Warn(w)
+	}
+	return s
 }
 
 // interpreterExit explains a 126/127 exit the sandbox caused: the plugin's interpreter (or a

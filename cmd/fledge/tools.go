@@ -154,24 +154,9 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if o.Params != "" && len(o.Pairs) > 0 {
-		return exitErr(ExitUsage, "give the arguments either as --params JSON or as name=value pairs, not both")
-	}
-	var timeout time.Duration
-	if o.Timeout != "" {
-		d, err := time.ParseDuration(o.Timeout)
-		if err != nil || d <= 0 {
-			return exitErr(ExitUsage, "--timeout %q: a positive duration such as 30s", o.Timeout)
-		}
-		timeout = d
-	}
-	var args map[string]any
-	if o.Params != "" {
-		m, err := decodeObject(o.Params)
-		if err != nil {
-			return exitErr(ExitUsage, "--params: %v", err)
-		}
-		args = m
+	timeout, args, err := o.parseFlags()
+	if err != nil {
+		return err
 	}
 	t, done, err := openTools(o.g)
 	if err != nil {
@@ -180,21 +165,7 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 	defer done()
 	tool, b, err := t.Catalogue.Find(ctx, o.Tool)
 	if err != nil {
-		if errors.Is(err, tools.ErrUnknownTool) {
-			return exitErr(ExitUnknownCmd, "%v", err)
-		}
-		// Listing the tools ran the plugin (a runtime-v1 handshake without [[tools]]): its
-		// failure has a reason, and the reason its exit status, as for a failed call.
-		var f *reason.Failure
-		if errors.As(err, &f) {
-			if o.JSON {
-				_ = writeJSON(o.g.Streams.Out, map[string]any{
-					"tool": o.Tool, "success": false, "result": nil, "reason": f.Code, "message": f.Msg,
-				})
-			}
-			return &ExitError{Code: ReasonExit(f.Code), Msg: fmt.Sprintf("tool %s: %s (reason: %s)", o.Tool, f.Msg, f.Code)}
-		}
-		return exitErr(ExitCannotRun, "%v", err)
+		return o.findError(err)
 	}
 	if args == nil {
 		if args, err = pairArgs(tool, o.Pairs); err != nil {
@@ -208,14 +179,9 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		return exitErr(ExitUsage, "%v (see 'fledge tools list')", err)
 	}
 	if timeout > 0 {
-		d, clamped, err := t.CallTimeout(timeout)
-		if err != nil {
-			return exitErr(ExitUsage, "--timeout: %v", err)
+		if timeout, err = o.policyTimeout(t, timeout); err != nil {
+			return err
 		}
-		if clamped {
-			fmt.Fprintf(o.g.Streams.Err, "fledge: warning: --timeout %s is over the policy maximum; using %s\n", o.Timeout, d)
-		}
-		timeout = d
 	}
 	ctx, stop := protocolhost.NotifyContext(ctx)
 	defer stop()
@@ -226,6 +192,68 @@ func (o *ToolsCallOptions) Run(ctx context.Context) error {
 		}
 		return exitErr(ExitCannotRun, "%v", err)
 	}
+	return o.report(tool, res)
+}
+
+// parseFlags reads --timeout and --params; it runs before the host opens, so a usage error
+// opens nothing. args is nil when the arguments come as name=value pairs, which need the
+// tool's declared types.
+func (o *ToolsCallOptions) parseFlags() (time.Duration, map[string]any, error) {
+	if o.Params != "" && len(o.Pairs) > 0 {
+		return 0, nil, exitErr(ExitUsage, "give the arguments either as --params JSON or as name=value pairs, not both")
+	}
+	var timeout time.Duration
+	if o.Timeout != "" {
+		d, err := time.ParseDuration(o.Timeout)
+		if err != nil || d <= 0 {
+			return 0, nil, exitErr(ExitUsage, "--timeout %q: a positive duration such as 30s", o.Timeout)
+		}
+		timeout = d
+	}
+	var args map[string]any
+	if o.Params != "" {
+		m, err := decodeObject(o.Params)
+		if err != nil {
+			return 0, nil, exitErr(ExitUsage, "--params: %v", err)
+		}
+		args = m
+	}
+	return timeout, args, nil
+}
+
+// findError turns a failure to find the tool into its exit status.
+func (o *ToolsCallOptions) findError(err error) error {
+	if errors.Is(err, tools.ErrUnknownTool) {
+		return exitErr(ExitUnknownCmd, "%v", err)
+	}
+	// Listing the tools ran the plugin (a runtime-v1 handshake without [[tools]]): its
+	// failure has a reason, and the reason its exit status, as for a failed call.
+	var f *reason.Failure
+	if errors.As(err, &f) {
+		if o.JSON {
+			_ = writeJSON(o.g.Streams.Out, map[string]any{
+				"tool": o.Tool, "success": false, "result": nil, "reason": f.Code, "message": f.Msg,
+			})
+		}
+		return &ExitError{Code: ReasonExit(f.Code), Msg: fmt.Sprintf("tool %s: %s (reason: %s)", o.Tool, f.Msg, f.Code)}
+	}
+	return exitErr(ExitCannotRun, "%v", err)
+}
+
+// policyTimeout holds the requested --timeout to the policy maximum, warning when it cuts it.
+func (o *ToolsCallOptions) policyTimeout(t *protocolhost.ToolSet, timeout time.Duration) (time.Duration, error) {
+	d, clamped, err := t.CallTimeout(timeout)
+	if err != nil {
+		return 0, exitErr(ExitUsage, "--timeout: %v", err)
+	}
+	if clamped {
+		fmt.Fprintf(o.g.Streams.Err, "fledge: warning: --timeout %s is over the policy maximum; using %s\n", o.Timeout, d)
+	}
+	return d, nil
+}
+
+// report prints the call's result (JSON, or the plugin's text) and turns it into the exit status.
+func (o *ToolsCallOptions) report(tool *tools.Tool, res *tools.Result) error {
 	if res.Reason == "" {
 		res.Reason = reason.OK
 	}

@@ -132,67 +132,17 @@ func spawn(o SpawnOptions) (*Proc, error) {
 	if s, ok := spec.Egress.(*egress.Session); ok && s != nil {
 		s.SetRecord(netRecorder(rec)) // core/egress.go
 	}
-	var closeAfter []*os.File
-	closeAll := func(fs []*os.File) {
-		for _, f := range fs {
-			f.Close()
-		}
-	}
 	warn := o.Warn
 	if warn == nil {
 		warn = func(m string) { _ = ui.HostLine(os.Stderr, "fledge: "+m) } // sanitised on a terminal
 	}
 	p := &Proc{egress: spec.Egress, rec: rec, warn: warn, ladder: o.Ladder, drain: o.DrainTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
-	var keep []*os.File
-	if o.Pipes {
-		inR, inW, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
-		}
-		outR, outW, err := os.Pipe()
-		if err != nil {
-			closeAll([]*os.File{inR, inW})
-			return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
-		}
-		spec.Stdin, spec.Stdout = inR, outW
-		closeAfter = append(closeAfter, inR, outW)
-		keep = append(keep, inW, outR)
-		p.Stdin, p.Stdout = inW, outR
-	}
-	errR, errW, err := os.Pipe()
+	closeAfter, keep, err := p.openFiles(&o, &spec)
 	if err != nil {
-		closeAll(closeAfter)
-		closeAll(keep)
-		return nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+		return nil, err
 	}
-	spec.Stderr = errW
-	closeAfter = append(closeAfter, errW)
-	keep = append(keep, errR)
-	p.stderrR = errR
 
-	cwd, err := os.Open(o.Cwd)
-	if err != nil {
-		closeAll(closeAfter)
-		closeAll(keep)
-		return nil, fmt.Errorf("%w: working directory: %w", ErrLaunch, err)
-	}
-	closeAfter = append(closeAfter, cwd)
-	spec.Dir, spec.DirPath = cwd, o.Cwd
-
-	var rep sandbox.Report
-	if o.Report != nil {
-		rep = *o.Report
-	} else {
-		rep = o.Sandbox.Report()
-	}
-	rec.Degraded(rep, spec.Strict)
-	details := map[string]any{
-		"program": spec.Path, audit.DetailArgv: spec.Args, audit.DetailCwdResolved: o.Cwd,
-		"profile": ProfileDetails(&spec),
-	}
-	for k, v := range o.StartDetails {
-		details[k] = v
-	}
+	details := startDetails(&o, &spec, rec)
 	// The record is written while the sandbox prepares the start (its cgroups, view and
 	// filters), and the launch waits for it, written and synced, right before the plugin
 	// runs (BeforeExec): a record that cannot be written fails the launch there.
@@ -211,58 +161,139 @@ func spawn(o SpawnOptions) (*Proc, error) {
 			_ = proc.Kill()
 			_, _ = proc.Wait()
 		}
-		closeAll(closeAfter)
-		closeAll(keep)
+		closeFiles(closeAfter)
+		closeFiles(keep)
 		return nil, fmt.Errorf("%w: %w: %w", ErrLaunch, ErrAudit, aerr)
 	}
-	closeAll(closeAfter)
+	closeFiles(closeAfter)
 	if err != nil {
-		closeAll(keep)
-		code := reason.LaunchFailed
-		wrapped := fmt.Errorf("%w: %w", ErrLaunch, err)
-		if errors.Is(err, ErrSandbox) {
-			code = reason.SandboxUnavailable
-			wrapped = err // already "sandbox unavailable: why"
-		}
-		// The start decision is on record; this says it did not happen.
-		rec.Record(audit.EventPluginExit, audit.Error, code, map[string]any{
-			"program": spec.Path, "started": false, "error": err.Error(),
-		}, true)
-		if code == reason.SandboxUnavailable && rec.log != nil {
-			// A strict policy refused to run here: on file as a refusal, like any other.
-			_ = audit.RecordRefusal(rec.log, audit.Refusal{
-				Session: rec.session, Plugin: rec.plugin, Sandbox: rec.sb,
-				Kind: audit.RefusalSandboxUnavailable, Message: err.Error(),
-			})
-		}
-		return nil, wrapped
+		closeFiles(keep)
+		return nil, launchFailed(rec, &spec, err)
 	}
 	p.proc = proc
-	go func() {
-		defer close(p.stderrDone)
-		// Whatever the adapter passed: a terminal gets the plugin's bytes only sanitised.
-		dst, flush := ui.PluginStream(o.Stderr)
-		if dst == nil {
-			dst = io.Discard
-		}
-		buf := make([]byte, 32<<10)
-		if _, err := io.CopyBuffer(dst, errR, buf); err != nil {
-			// The user's stderr is gone (its reader closed): the plugin's stderr is still
-			// read, so a plugin writing to it never blocks on the way to its end.
-			_, _ = io.CopyBuffer(io.Discard, errR, buf)
-		}
-		flush()
-	}()
-	go func() {
-		p.res, p.waitErr = proc.Wait()
-		p.stopMu.Lock()
-		for _, t := range p.stopTimer {
-			t.Stop()
-		}
-		p.stopMu.Unlock()
-		close(p.done)
-	}()
+	go p.pumpStderr(o.Stderr)
+	go p.waitExit(proc)
 	return p, nil
+}
+
+// closeFiles closes every file of fs.
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// openFiles opens what the plugin gets as its stdio and working directory and puts them in
+// spec (and fledge's ends in p). closeAfter are the plugin's ends, closed once it started;
+// keep are fledge's. On an error everything opened is closed again.
+func (p *Proc) openFiles(o *SpawnOptions, spec *sandbox.Spec) (closeAfter, keep []*os.File, err error) {
+	if o.Pipes {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			closeFiles([]*os.File{inR, inW})
+			return nil, nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+		}
+		spec.Stdin, spec.Stdout = inR, outW
+		closeAfter = append(closeAfter, inR, outW)
+		keep = append(keep, inW, outR)
+		p.Stdin, p.Stdout = inW, outR
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeFiles(closeAfter)
+		closeFiles(keep)
+		return nil, nil, fmt.Errorf("%w: %w", ErrLaunch, err)
+	}
+	spec.Stderr = errW
+	closeAfter = append(closeAfter, errW)
+	keep = append(keep, errR)
+	p.stderrR = errR
+
+	cwd, err := os.Open(o.Cwd)
+	if err != nil {
+		closeFiles(closeAfter)
+		closeFiles(keep)
+		return nil, nil, fmt.Errorf("%w: working directory: %w", ErrLaunch, err)
+	}
+	closeAfter = append(closeAfter, cwd)
+	spec.Dir, spec.DirPath = cwd, o.Cwd
+	return closeAfter, keep, nil
+}
+
+// startDetails records what the sandbox cannot enforce here and returns the plugin_start
+// record's details: the program, argv, cwd and profile, and the caller's StartDetails.
+func startDetails(o *SpawnOptions, spec *sandbox.Spec, rec *Recorder) map[string]any {
+	var rep sandbox.Report
+	if o.Report != nil {
+		rep = *o.Report
+	} else {
+		rep = o.Sandbox.Report()
+	}
+	rec.Degraded(rep, spec.Strict)
+	details := map[string]any{
+		"program": spec.Path, audit.DetailArgv: spec.Args, audit.DetailCwdResolved: o.Cwd,
+		"profile": ProfileDetails(spec),
+	}
+	for k, v := range o.StartDetails {
+		details[k] = v
+	}
+	return details
+}
+
+// launchFailed records that a start already on record did not happen (and a strict
+// policy's refusal as a refusal) and returns the error Spawn gives.
+func launchFailed(rec *Recorder, spec *sandbox.Spec, err error) error {
+	code := reason.LaunchFailed
+	wrapped := fmt.Errorf("%w: %w", ErrLaunch, err)
+	if errors.Is(err, ErrSandbox) {
+		code = reason.SandboxUnavailable
+		wrapped = err // already "sandbox unavailable: why"
+	}
+	// The start decision is on record; this says it did not happen.
+	rec.Record(audit.EventPluginExit, audit.Error, code, map[string]any{
+		"program": spec.Path, "started": false, "error": err.Error(),
+	}, true)
+	if code == reason.SandboxUnavailable && rec.log != nil {
+		// A strict policy refused to run here: on file as a refusal, like any other.
+		_ = audit.RecordRefusal(rec.log, audit.Refusal{
+			Session: rec.session, Plugin: rec.plugin, Sandbox: rec.sb,
+			Kind: audit.RefusalSandboxUnavailable, Message: err.Error(),
+		})
+	}
+	return wrapped
+}
+
+// pumpStderr forwards the plugin's stderr to w until it closes; it runs on its own
+// goroutine so the plugin never blocks writing to it.
+func (p *Proc) pumpStderr(w io.Writer) {
+	defer close(p.stderrDone)
+	// Whatever the adapter passed: a terminal gets the plugin's bytes only sanitised.
+	dst, flush := ui.PluginStream(w)
+	if dst == nil {
+		dst = io.Discard
+	}
+	buf := make([]byte, 32<<10)
+	if _, err := io.CopyBuffer(dst, p.stderrR, buf); err != nil {
+		// The user's stderr is gone (its reader closed): the plugin's stderr is still
+		// read, so a plugin writing to it never blocks on the way to its end.
+		_, _ = io.CopyBuffer(io.Discard, p.stderrR, buf)
+	}
+	flush()
+}
+
+// waitExit waits for the plugin's end, stops the ladder's timers and closes p.done.
+func (p *Proc) waitExit(proc sandbox.Process) {
+	p.res, p.waitErr = proc.Wait()
+	p.stopMu.Lock()
+	for _, t := range p.stopTimer {
+		t.Stop()
+	}
+	p.stopMu.Unlock()
+	close(p.done)
 }
 
 // LaunchReason is the reason code of an error of Spawn: sandbox_unavailable when a strict

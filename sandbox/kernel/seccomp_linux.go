@@ -498,51 +498,98 @@ func (a *asm) search(es []dispatchEntry, miss string, n *int) {
 // retLabel names the return instruction for errno.
 func retLabel(e unix.Errno) string { return "ret_" + unix.ErrnoName(e) }
 
+// The classic BPF instructions the filter is built of.
+const (
+	bpfLD   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	bpfJEQ  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	bpfJGE  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	bpfJSET = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	bpfRET  = unix.BPF_RET | unix.BPF_K
+	bpfAND  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
+)
+
 // buildFilter is the BPF program for the native architecture.
 func buildFilter(f Filter) ([]unix.SockFilter, error) {
 	if auditArch == 0 {
 		return nil, ErrSeccompArch
 	}
-	const (
-		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-		and  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
-	)
 	rules := denyTable(f)
-	// notified: where a refusal with errno e goes (the listener, under Notify/Trace).
-	notified := func(e unix.Errno) string {
-		if (f.Notify || f.Trace) && e != unix.ENOSYS {
-			return "ret_notif"
+	to := newFilterTargets(f)
+	a := &asm{labels: map[string]int{}}
+	a.stmt(bpfLD, offArch)
+	a.jump(bpfJEQ, auditArch, "", retLabel(unix.ENOSYS))
+	a.stmt(bpfLD, offNr)
+	a.jump(bpfJGE, x32Bit, retLabel(unix.ENOSYS), "")
+	a.dispatch(f, rules, to)
+	a.label("unruled")
+	a.stmt(bpfRET, unix.SECCOMP_RET_ALLOW)
+	errnos := map[unix.Errno]bool{unix.ENOSYS: true}
+	for i, r := range rules {
+		errnos[r.errno] = true
+		if r.check == always || r.check == enosysAlways {
+			continue
 		}
-		return retLabel(e)
+		a.label(fmt.Sprint("rule", i))
+		a.ruleBlock(f, i, r, to)
 	}
+	a.label("allow")
+	a.stmt(bpfRET, unix.SECCOMP_RET_ALLOW)
+	if f.Notify || f.Trace || f.ConnectCheck {
+		a.label("ret_notif")
+		a.stmt(bpfRET, unix.SECCOMP_RET_USER_NOTIF)
+	}
+	for _, e := range []unix.Errno{unix.EACCES, unix.EPERM, unix.ENOSYS} {
+		if errnos[e] {
+			a.label(retLabel(e))
+			a.stmt(bpfRET, unix.SECCOMP_RET_ERRNO|uint32(e))
+		}
+	}
+	return a.resolve()
+}
+
+// filterTargets says where the program sends a refused call and a call no rule refuses:
+// Notify and Trace move them from the filter's own answer to the listener.
+type filterTargets struct {
+	f      Filter
+	traced map[int]bool
+}
+
+func newFilterTargets(f Filter) filterTargets {
 	traced := map[int]bool{}
 	if f.Trace {
 		for _, t := range traceCalls {
 			traced[t.nr] = true
 		}
 	}
-	// pass is where a call that no rule refuses goes: on, or to the listener when traced.
-	pass := func(nr int) string {
-		if traced[nr] {
-			return "ret_notif"
-		}
-		return "allow"
+	return filterTargets{f: f, traced: traced}
+}
+
+// notified is where a refusal with errno e goes (the listener, under Notify/Trace).
+func (t filterTargets) notified(e unix.Errno) string {
+	if (t.f.Notify || t.f.Trace) && e != unix.ENOSYS {
+		return "ret_notif"
 	}
-	a := &asm{labels: map[string]int{}}
-	a.stmt(ld, offArch)
-	a.jump(jeq, auditArch, "", retLabel(unix.ENOSYS))
-	a.stmt(ld, offNr)
-	a.jump(jge, x32Bit, retLabel(unix.ENOSYS), "")
-	// Dispatch: an unconditional rule jumps straight to its return; a conditional one to
-	// its own block. (Dispatch first, blocks after: every jump is forward.) The numbers are
-	// searched as a binary tree, not compared one after another: the kernel runs the filter
-	// for every syscall number when it installs it (to learn which ones it always allows),
-	// so its cost on every launch grows with the path an allowed number takes through it.
-	// A chain of 70 comparisons took 85 µs per install, a search of ~9 about 20.
+	return retLabel(e)
+}
+
+// pass is where a call that no rule refuses goes: on, or to the listener when traced.
+func (t filterTargets) pass(nr int) string {
+	if t.traced[nr] {
+		return "ret_notif"
+	}
+	return "allow"
+}
+
+// dispatch emits the jump from each ruled syscall number to where it goes: an
+// unconditional rule straight to its return, a conditional one to its own block (emitted
+// after, so every jump is forward), a traced or connect-checked call to the listener; any
+// other number falls through to "unruled".
+//
+// The numbers are searched as a binary tree, not compared one after another: the kernel runs
+// the filter for every syscall number when it installs it (to learn which ones it always
+// allows), so its cost on every launch grows with the path an allowed number takes through
+// it. A chain of 70 comparisons took 85 µs per install, a search of ~9 about 20.
+func (a *asm) dispatch(f Filter, rules []rule, to filterTargets) {
 	var entries []dispatchEntry
 	ruled := map[int]bool{}
 	for i, r := range rules {
@@ -552,7 +599,7 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 		ruled[r.nr] = true
 		target := fmt.Sprint("rule", i)
 		if r.check == always {
-			target = notified(r.errno)
+			target = to.notified(r.errno)
 		} else if r.check == enosysAlways {
 			target = retLabel(r.errno)
 		}
@@ -570,138 +617,127 @@ func buildFilter(f Filter) ([]unix.SockFilter, error) {
 	}
 	if linearDispatchForTest {
 		for _, e := range entries {
-			a.jump(jeq, e.nr, e.target, "")
+			a.jump(bpfJEQ, e.nr, e.target, "")
 		}
 	} else {
 		slices.SortFunc(entries, func(x, y dispatchEntry) int { return cmp.Compare(x.nr, y.nr) })
 		n := 0
 		a.search(entries, "unruled", &n)
 	}
-	a.label("unruled")
-	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
-	errnos := map[unix.Errno]bool{unix.ENOSYS: true}
-	for i, r := range rules {
-		errnos[r.errno] = true
-		if r.check == always || r.check == enosysAlways {
-			continue
+}
+
+// ruleBlock emits the block of conditional rule i (labelled by the caller): the checks of
+// its arguments, each ending in a jump to deny or allow.
+func (a *asm) ruleBlock(f Filter, i int, r rule, to filterTargets) {
+	deny, allow := to.notified(r.errno), to.pass(r.nr)
+	// unixDeny is where a refused AF_UNIX socket or pair goes. Not rare: glibc's name
+	// service asks nscd over an AF_UNIX socket in ordinary runs (every getpwuid),
+	// syslog(3) another. Answered in the filter, as without recording; trace mode
+	// records them. The other families are rare and recorded.
+	unixDeny := deny
+	if !f.Trace {
+		unixDeny = retLabel(r.errno)
+	}
+	switch r.check {
+	case anyBit:
+		a.stmt(bpfLD, argLow(0))
+		a.jump(bpfJSET, r.values[0], deny, allow)
+	case anyBitArg:
+		a.stmt(bpfLD, argLow(r.modeArg))
+		a.jump(bpfJSET, r.values[0], deny, allow)
+	case oneOf, noneOf:
+		a.stmt(bpfLD, argLow(0))
+		match, miss := deny, allow
+		if r.check == noneOf {
+			match, miss = allow, deny
 		}
-		a.label(fmt.Sprint("rule", i))
-		deny, allow := notified(r.errno), pass(r.nr)
-		// unixDeny is where a refused AF_UNIX socket or pair goes. Not rare: glibc's name
-		// service asks nscd over an AF_UNIX socket in ordinary runs (every getpwuid),
-		// syslog(3) another. Answered in the filter, as without recording; trace mode
-		// records them. The other families are rare and recorded.
-		unixDeny := deny
-		if !f.Trace {
-			unixDeny = retLabel(r.errno)
-		}
-		switch r.check {
-		case anyBit:
-			a.stmt(ld, argLow(0))
-			a.jump(jset, r.values[0], deny, allow)
-		case anyBitArg:
-			a.stmt(ld, argLow(r.modeArg))
-			a.jump(jset, r.values[0], deny, allow)
-		case oneOf, noneOf:
-			a.stmt(ld, argLow(0))
-			match, miss := deny, allow
-			if r.check == noneOf {
-				match, miss = allow, deny
-			}
-			for j, v := range r.values {
-				if j < len(r.values)-1 {
-					a.jump(jeq, v, match, "")
-				} else {
-					a.jump(jeq, v, match, miss)
-				}
-			}
-		case setIDMode:
-			if r.flagsArg >= 0 {
-				a.stmt(ld, argLow(r.flagsArg))
-				a.jump(jset, unix.O_CREAT, "", allow)
-			}
-			a.stmt(ld, argLow(r.modeArg))
-			a.jump(jset, setIDBits, deny, allow)
-		case socketFamily, socketPair:
-			// An allow-list of families: every family not named is refused, AF_UNIX (when
-			// not in values) apart. socketpair of AF_UNIX is checked on its type.
-			unixPair := fmt.Sprint("rule", i, "_unixpair")
-			netlink := fmt.Sprint("rule", i, "_netlink")
-			inet := fmt.Sprint("rule", i, "_inet")
-			a.stmt(ld, argLow(0))
-			if !slices.Contains(r.values, unix.AF_UNIX) {
-				to := unixDeny
-				if r.check == socketPair {
-					to = unixPair
-				}
-				a.jump(jeq, unix.AF_UNIX, to, "")
-			}
-			for j, v := range r.values {
-				to := allow
-				if v == unix.AF_NETLINK && r.check == socketFamily {
-					to = netlink // and then its protocol (a pair of it the kernel refuses)
-				}
-				if (v == unix.AF_INET || v == unix.AF_INET6) && r.tcpOnly {
-					to = inet // and then its type and protocol
-				}
-				if j < len(r.values)-1 {
-					a.jump(jeq, v, to, "")
-				} else {
-					a.jump(jeq, v, to, deny)
-				}
-			}
-			if r.check == socketFamily && slices.Contains(r.values, unix.AF_NETLINK) {
-				a.label(netlink)
-				a.stmt(ld, argLow(2))
-				for j, v := range netlinkProtocols {
-					if j < len(netlinkProtocols)-1 {
-						a.jump(jeq, v, allow, "")
-					} else {
-						a.jump(jeq, v, allow, deny)
-					}
-				}
-			}
-			if r.tcpOnly {
-				// A TCP stream socket only: type SOCK_STREAM, protocol 0 or IPPROTO_TCP
-				// (SOCK_STREAM with IPPROTO_SCTP or IPPROTO_MPTCP is no TCP to Landlock).
-				a.label(inet)
-				a.stmt(ld, argLow(1))
-				a.stmt(and, sockTypeMask)
-				a.jump(jeq, unix.SOCK_STREAM, "", deny)
-				a.stmt(ld, argLow(2))
-				a.jump(jeq, 0, allow, "")
-				a.jump(jeq, unix.IPPROTO_TCP, allow, deny)
-			}
-			if r.check == socketPair && !slices.Contains(r.values, unix.AF_UNIX) {
-				// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
-				// datagram pair for SOCK_RAW too, and may learn other aliases.
-				a.label(unixPair)
-				a.stmt(ld, argLow(1))
-				a.stmt(and, sockTypeMask)
-				a.jump(jeq, unix.SOCK_STREAM, allow, "")
-				a.jump(jeq, unix.SOCK_SEQPACKET, allow, unixDeny)
-			}
-		case denyClone3:
-			if f.GateClone3 {
-				a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
+		for j, v := range r.values {
+			if j < len(r.values)-1 {
+				a.jump(bpfJEQ, v, match, "")
 			} else {
-				a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
+				a.jump(bpfJEQ, v, match, miss)
+			}
+		}
+	case setIDMode:
+		if r.flagsArg >= 0 {
+			a.stmt(bpfLD, argLow(r.flagsArg))
+			a.jump(bpfJSET, unix.O_CREAT, "", allow)
+		}
+		a.stmt(bpfLD, argLow(r.modeArg))
+		a.jump(bpfJSET, setIDBits, deny, allow)
+	case socketFamily, socketPair:
+		a.socketBlock(i, r, deny, allow, unixDeny)
+	case denyClone3:
+		if f.GateClone3 {
+			a.stmt(bpfRET, unix.SECCOMP_RET_USER_NOTIF)
+		} else {
+			a.stmt(bpfRET, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
+		}
+	}
+}
+
+// socketBlock emits the block of a socket or socketpair rule (i): the family, and for the
+// families that are checked further (netlink, TCP-only inet, an AF_UNIX pair) their own
+// sub-blocks. Apart from ruleBlock because it is most of the program's branching.
+func (a *asm) socketBlock(i int, r rule, deny, allow, unixDeny string) {
+	// An allow-list of families: every family not named is refused, AF_UNIX (when
+	// not in values) apart. socketpair of AF_UNIX is checked on its type.
+	unixPair := fmt.Sprint("rule", i, "_unixpair")
+	netlink := fmt.Sprint("rule", i, "_netlink")
+	inet := fmt.Sprint("rule", i, "_inet")
+	a.stmt(bpfLD, argLow(0))
+	if !slices.Contains(r.values, unix.AF_UNIX) {
+		to := unixDeny
+		if r.check == socketPair {
+			to = unixPair
+		}
+		a.jump(bpfJEQ, unix.AF_UNIX, to, "")
+	}
+	for j, v := range r.values {
+		to := allow
+		if v == unix.AF_NETLINK && r.check == socketFamily {
+			to = netlink // and then its protocol (a pair of it the kernel refuses)
+		}
+		if (v == unix.AF_INET || v == unix.AF_INET6) && r.tcpOnly {
+			to = inet // and then its type and protocol
+		}
+		if j < len(r.values)-1 {
+			a.jump(bpfJEQ, v, to, "")
+		} else {
+			a.jump(bpfJEQ, v, to, deny)
+		}
+	}
+	if r.check == socketFamily && slices.Contains(r.values, unix.AF_NETLINK) {
+		a.label(netlink)
+		a.stmt(bpfLD, argLow(2))
+		for j, v := range netlinkProtocols {
+			if j < len(netlinkProtocols)-1 {
+				a.jump(bpfJEQ, v, allow, "")
+			} else {
+				a.jump(bpfJEQ, v, allow, deny)
 			}
 		}
 	}
-	a.label("allow")
-	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
-	if f.Notify || f.Trace || f.ConnectCheck {
-		a.label("ret_notif")
-		a.stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
+	if r.tcpOnly {
+		// A TCP stream socket only: type SOCK_STREAM, protocol 0 or IPPROTO_TCP
+		// (SOCK_STREAM with IPPROTO_SCTP or IPPROTO_MPTCP is no TCP to Landlock).
+		a.label(inet)
+		a.stmt(bpfLD, argLow(1))
+		a.stmt(bpfAND, sockTypeMask)
+		a.jump(bpfJEQ, unix.SOCK_STREAM, "", deny)
+		a.stmt(bpfLD, argLow(2))
+		a.jump(bpfJEQ, 0, allow, "")
+		a.jump(bpfJEQ, unix.IPPROTO_TCP, allow, deny)
 	}
-	for _, e := range []unix.Errno{unix.EACCES, unix.EPERM, unix.ENOSYS} {
-		if errnos[e] {
-			a.label(retLabel(e))
-			a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(e))
-		}
+	if r.check == socketPair && !slices.Contains(r.values, unix.AF_UNIX) {
+		// An allow-list of types, not a deny of SOCK_DGRAM: the kernel creates a
+		// datagram pair for SOCK_RAW too, and may learn other aliases.
+		a.label(unixPair)
+		a.stmt(bpfLD, argLow(1))
+		a.stmt(bpfAND, sockTypeMask)
+		a.jump(bpfJEQ, unix.SOCK_STREAM, allow, "")
+		a.jump(bpfJEQ, unix.SOCK_SEQPACKET, allow, unixDeny)
 	}
-	return a.resolve()
 }
 
 // InstallFilter installs the filter on the calling thread only (inherited by what it forks

@@ -159,7 +159,66 @@ func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	return os.FindProcess(r.pid)
 }
 
+// onThread confines the calling (locked, fresh) thread step by step, forks and execs the
+// program from it and returns the child's pid. The steps run in a fixed order: each one
+// needs what the one before it set up, or would be refused by what the one after it puts on.
 func (tl *threadLaunch) onThread() (int, error) {
+	sys, err := tl.unshareThread()
+	if err != nil {
+		return 0, err
+	}
+	tid := unix.Gettid()
+	tidb := []byte(strconv.Itoa(tid))
+	if err := tl.joinGroups(tidb); err != nil {
+		return 0, err
+	}
+	if tl.pol.View != nil {
+		// After the cgroup joins (the view has no /sys); it enters the working directory.
+		if err := tl.enterView(); err != nil {
+			return 0, err
+		}
+	}
+	path, err := tl.restrictThread()
+	if err != nil {
+		return 0, err
+	}
+	// The filter goes on in the private table, so a gate listener exists nowhere else.
+	listener, err := tl.installSeccomp(&sys)
+	if err != nil {
+		return 0, err
+	}
+	if listener >= 0 {
+		defer func() {
+			if listener >= 0 {
+				unix.Close(listener)
+			}
+		}()
+	}
+	if tl.before != nil {
+		if err := sandbox.RunBeforeExec(tl.before); err != nil {
+			tl.leaveCgroups(tidb)
+			return 0, err
+		}
+	}
+	if listener >= 0 {
+		// Right before the fork. Our copy is closed first, so the watchdog holds the only
+		// one: if it dies, the kernel answers the pending clone3 with ENOSYS instead of
+		// leaving this thread (and a stop-the-world waiting for it) stuck.
+		tl.gateTID = tid
+		if err := tl.gate(tid, listener, tl.listenerBack); err != nil {
+			tl.leaveCgroups(tidb)
+			return 0, threadStep("seccomp", err)
+		}
+		unix.Close(listener)
+		listener = -1
+	}
+	return tl.forkChild(path, &sys, tidb)
+}
+
+// unshareThread gives the thread its own cwd, fd table and (when asked) IPC and network
+// namespaces, joins the run's network and pid namespaces and enters the working directory
+// (without a view). It returns the fork's attributes with the namespace flags it took over.
+func (tl *threadLaunch) unshareThread() (syscall.SysProcAttr, error) {
 	// A private fs_struct (cwd) for this thread: the fchdir below changes nothing for the
 	// host's other threads. A network namespace asked for by the spec is entered here, by
 	// the thread, because the seccomp filter below refuses namespace flags on the fork.
@@ -180,29 +239,33 @@ func (tl *threadLaunch) onThread() (int, error) {
 		}
 	}
 	if err := unix.Unshare(unshareFlags); err != nil {
-		return 0, threadStep("unshare", err)
+		return sys, threadStep("unshare", err)
 	}
 	if tl.netNS >= 0 {
 		if err := unix.Setns(tl.netNS, unix.CLONE_NEWNET); err != nil {
-			return 0, threadStep("network namespace", err)
+			return sys, threadStep("network namespace", err)
 		}
 	}
 	if tl.pidNS >= 0 {
 		if err := unix.Setns(tl.pidNS, unix.CLONE_NEWPID); err != nil {
-			return 0, threadStep("pid namespace", err)
+			return sys, threadStep("pid namespace", err)
 		}
 	}
 	if tl.dir != nil && tl.pol.View == nil {
 		if err := fchdirVerified(tl.dir, tl.pol); err != nil {
-			return 0, threadStep("fchdir", err)
+			return sys, threadStep("fchdir", err)
 		}
 	}
-	tid := unix.Gettid()
-	tidb := []byte(strconv.Itoa(tid))
+	return sys, nil
+}
+
+// joinGroups moves the thread (tid tidb) into the run's v1 cgroups, which its child
+// inherits, and opens the tasks files it leaves them by while /sys is still in its view.
+func (tl *threadLaunch) joinGroups(tidb []byte) error {
 	if !tl.joined {
 		for _, d := range tl.v1Tasks {
 			if err := os.WriteFile(d+"/tasks", tidb, 0); err != nil {
-				return 0, threadStep("cgroup", err)
+				return threadStep("cgroup", err)
 			}
 		}
 	}
@@ -211,34 +274,44 @@ func (tl *threadLaunch) onThread() (int, error) {
 			fd, err := unix.Open(d+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				tl.closeBack()
-				return 0, threadStep("cgroup", err)
+				return threadStep("cgroup", err)
 			}
 			tl.backFDs = append(tl.backFDs, fd)
 		}
 	}
-	if tl.pol.View != nil {
-		// After the cgroup joins (the view has no /sys); it enters the working directory.
-		dirfd := -1
-		if tl.dir != nil {
-			dirfd = int(tl.dir.Fd())
-		}
-		err := kernel.ErrTemplateUnfit
-		if tl.tmpl != nil {
-			err = kernel.EnterTemplate(tl.tmpl, tl.pol.View, dirfd)
-		}
-		if errors.Is(err, kernel.ErrTemplateUnfit) {
-			err = kernel.EnterView(tl.pol.View, dirfd)
-		}
-		if err != nil {
-			return 0, threadStep("view", err)
-		}
+	return nil
+}
+
+// enterView puts the thread into the run's private filesystem view (a copy of the template
+// when it fits, else built afresh) and into the working directory inside it.
+func (tl *threadLaunch) enterView() error {
+	dirfd := -1
+	if tl.dir != nil {
+		dirfd = int(tl.dir.Fd())
 	}
+	err := kernel.ErrTemplateUnfit
+	if tl.tmpl != nil {
+		err = kernel.EnterTemplate(tl.tmpl, tl.pol.View, dirfd)
+	}
+	if errors.Is(err, kernel.ErrTemplateUnfit) {
+		err = kernel.EnterView(tl.pol.View, dirfd)
+	}
+	if err != nil {
+		return threadStep("view", err)
+	}
+	return nil
+}
+
+// restrictThread sets no_new_privs, finds the program (in the view, before Landlock
+// narrows what the thread may read), applies Landlock, drops capabilities and marks every
+// inherited fd close-on-exec. It returns the program's path.
+func (tl *threadLaunch) restrictThread() (string, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return 0, threadStep("no_new_privs", err)
+		return "", threadStep("no_new_privs", err)
 	}
 	path, err := stub.LookPath(tl.pol)
 	if err != nil {
-		return 0, threadStep("exec", err)
+		return "", threadStep("exec", err)
 	}
 	if tl.pol.Landlock != nil {
 		if tl.pol.AuditName != "" {
@@ -251,7 +324,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 			restrict = func() error { return kernel.ApplyLandlock(tl.pol.Landlock) }
 		}
 		if err := restrict(); err != nil {
-			return 0, threadStep("landlock", err)
+			return "", threadStep("landlock", err)
 		}
 	}
 	dropCaps := kernel.DropExecCaps
@@ -259,100 +332,87 @@ func (tl *threadLaunch) onThread() (int, error) {
 		dropCaps = kernel.DropExecCapsBoundingDone
 	}
 	if err := dropCaps(); err != nil {
-		return 0, threadStep("capabilities", err)
+		return "", threadStep("capabilities", err)
 	}
 	// In the private fd table (unshared above), every fd >= 3 is now close-on-exec: fds the
 	// host inherited without CLOEXEC must not reach the child; its stdio is dup'ed onto 0-2
 	// by ForkExec.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return 0, threadStep("close_fds", err)
+		return "", threadStep("close_fds", err)
 	}
-	// The filter goes on in the private table, so a gate listener exists nowhere else.
+	return path, nil
+}
+
+// installSeccomp puts the seccomp filter on the thread, in the form the launch needs: with
+// a clone3 gate, a notify listener (handed to the host here), both, or neither. It returns
+// the gate's listener (-1: none), which the caller closes once the fork is past it.
+func (tl *threadLaunch) installSeccomp(sys *syscall.SysProcAttr) (int, error) {
 	listener := -1
-	if kernel.SeccompSupported() {
-		f := kernel.Filter{DenyUnix: tl.pol.DenyUnix, TCPOnly: tl.pol.TCPOnly, ConnectCheck: tl.pol.ConnectCheck}
-		notify := kernel.Filter{DenyUnix: f.DenyUnix, TCPOnly: f.TCPOnly, ConnectCheck: f.ConnectCheck, Notify: tl.notify, Trace: tl.trace}
+	if !kernel.SeccompSupported() {
+		return listener, nil
+	}
+	var err error
+	f := kernel.Filter{DenyUnix: tl.pol.DenyUnix, TCPOnly: tl.pol.TCPOnly, ConnectCheck: tl.pol.ConnectCheck}
+	notify := kernel.Filter{DenyUnix: f.DenyUnix, TCPOnly: f.TCPOnly, ConnectCheck: f.ConnectCheck, Notify: tl.notify, Trace: tl.trace}
+	switch {
+	case sys.UseCgroupFD && tl.gate != nil && tl.notify:
+		// One listener for both: the watchdog passes our clone3 and hands it back.
+		if listener, err = kernel.InstallGatedFilter(notify); err != nil {
+			return -1, threadStep("seccomp", err)
+		}
+	case tl.notify && (!sys.UseCgroupFD || tl.gate == nil):
+		if sys.UseCgroupFD {
+			notify.AllowClone3 = true // no gate: reported as degraded by Start
+		}
+		l, err := kernel.InstallNotifyFilter(notify)
 		switch {
-		case sys.UseCgroupFD && tl.gate != nil && tl.notify:
-			// One listener for both: the watchdog passes our clone3 and hands it back.
-			if listener, err = kernel.InstallGatedFilter(notify); err != nil {
-				return 0, threadStep("seccomp", err)
-			}
-			defer func() {
-				if listener >= 0 {
-					unix.Close(listener)
-				}
-			}()
-		case tl.notify && (!sys.UseCgroupFD || tl.gate == nil):
-			if sys.UseCgroupFD {
-				notify.AllowClone3 = true // no gate: reported as degraded by Start
-			}
-			l, err := kernel.InstallNotifyFilter(notify)
-			switch {
-			case errors.Is(err, kernel.ErrListenerBusy):
-				tl.notifyLost = true
-				f.AllowClone3 = notify.AllowClone3
-				if err := kernel.InstallFilter(f); err != nil {
-					return 0, threadStep("seccomp", err)
-				}
-			case err != nil:
-				return 0, threadStep("seccomp", err)
-			default:
-				// To the host now, before anything of this thread can be refused or
-				// traced (its own calls wait on the listener too).
-				err := unix.Sendmsg(tl.listenerTo, []byte("l"), unix.UnixRights(l), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
-				unix.Close(l)
-				if err != nil {
-					return 0, threadStep("seccomp", fmt.Errorf("hand the listener to the host: %w", err))
-				}
-			}
-		case sys.UseCgroupFD && tl.gate != nil:
-			// CLONE_INTO_CGROUP makes our own fork a clone3, which the filter refuses to
-			// everyone else: the watchdog lets exactly this thread's call through.
-			if listener, err = kernel.InstallGatedFilter(f); err != nil {
-				return 0, threadStep("seccomp", err)
-			}
-			defer func() {
-				if listener >= 0 {
-					unix.Close(listener)
-				}
-			}()
-		case sys.UseCgroupFD:
-			f.AllowClone3 = true // no gate: reported as degraded by Start
+		case errors.Is(err, kernel.ErrListenerBusy):
+			tl.notifyLost = true
+			f.AllowClone3 = notify.AllowClone3
 			if err := kernel.InstallFilter(f); err != nil {
-				return 0, threadStep("seccomp", err)
+				return -1, threadStep("seccomp", err)
 			}
+		case err != nil:
+			return -1, threadStep("seccomp", err)
 		default:
-			if err := kernel.InstallFilter(f); err != nil {
-				return 0, threadStep("seccomp", err)
+			// To the host now, before anything of this thread can be refused or
+			// traced (its own calls wait on the listener too).
+			err := unix.Sendmsg(tl.listenerTo, []byte("l"), unix.UnixRights(l), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+			unix.Close(l)
+			if err != nil {
+				return -1, threadStep("seccomp", fmt.Errorf("hand the listener to the host: %w", err))
 			}
 		}
-	}
-	if tl.before != nil {
-		if err := sandbox.RunBeforeExec(tl.before); err != nil {
-			tl.leaveCgroups(tidb)
-			return 0, err
+	case sys.UseCgroupFD && tl.gate != nil:
+		// CLONE_INTO_CGROUP makes our own fork a clone3, which the filter refuses to
+		// everyone else: the watchdog lets exactly this thread's call through.
+		if listener, err = kernel.InstallGatedFilter(f); err != nil {
+			return -1, threadStep("seccomp", err)
+		}
+	case sys.UseCgroupFD:
+		f.AllowClone3 = true // no gate: reported as degraded by Start
+		if err := kernel.InstallFilter(f); err != nil {
+			return -1, threadStep("seccomp", err)
+		}
+	default:
+		if err := kernel.InstallFilter(f); err != nil {
+			return -1, threadStep("seccomp", err)
 		}
 	}
-	if listener >= 0 {
-		// Right before the fork. Our copy is closed first, so the watchdog holds the only
-		// one: if it dies, the kernel answers the pending clone3 with ENOSYS instead of
-		// leaving this thread (and a stop-the-world waiting for it) stuck.
-		tl.gateTID = tid
-		if err := tl.gate(tid, listener, tl.listenerBack); err != nil {
-			tl.leaveCgroups(tidb)
-			return 0, threadStep("seccomp", err)
-		}
-		unix.Close(listener)
-		listener = -1
-	}
+	return listener, nil
+}
+
+// forkChild forks and execs the program from the confined thread and sets the child's
+// rlimits (per process, so not inherited from the thread); a child that cannot get them
+// is killed and reaped.
+func (tl *threadLaunch) forkChild(path string, sys *syscall.SysProcAttr, tidb []byte) (int, error) {
 	// syscall.ForkExec, not os.StartProcess: the latter keeps a pidfd, which would live in
 	// this thread's private fd table; the caller opens its own handle with FindProcess.
 	fds := make([]uintptr, len(tl.files))
 	for i, f := range tl.files {
 		fds[i] = f.Fd()
 	}
-	pid, err := syscall.ForkExec(path, tl.pol.Args, &syscall.ProcAttr{Env: tl.pol.Env, Files: fds, Sys: &sys})
+	pid, err := syscall.ForkExec(path, tl.pol.Args, &syscall.ProcAttr{Env: tl.pol.Env, Files: fds, Sys: sys})
 	if err != nil {
 		tl.leaveCgroups(tidb)
 		if pid > 0 {

@@ -240,33 +240,8 @@ func (f *flow) httpRequests(br *bufio.Reader, name string, port uint16, depth in
 			f.refuse(name, port, egress.ReasonBadRequest)
 			return
 		}
-		host, p := req.Host, port
-		if req.Port != 0 {
-			p = req.Port
-		}
-		if host == "" {
-			host = name // HTTP/1.0 without Host: the server's site for this connection's name
-		}
-		if f.proxied != "" {
-			// Decided already, by connect, for this authority: a request naming another
-			// would go to this connection's destination all the same.
-			if req.Form != egress.AbsoluteForm || req.Host+":"+itoa(p) != f.proxied {
-				f.refuse(host, p, egress.ReasonNameMismatch)
-				return
-			}
-			req.Drop("Proxy-Authorization")
-			req.Drop("Proxy-Connection")
-		} else if ok, why := f.decide(req, host, p); !ok {
-			f.refuse(host, p, why)
-			return
-		}
-		if head, _ := br.Peek(req.Consumed); len(f.e.cfg.Policy.Secrets) > 0 && f.e.foreignPlaceholder(head) != "" {
-			// A secret's placeholder is worth something only where the secret is bound,
-			// and fledge reads those connections itself: here it goes nowhere.
-			f.setReason(egress.ReasonPlaceholder)
-			f.e.emit(egress.Event{Kind: egress.EventHTTP, Proto: "tcp", Host: host, Port: p, Address: f.ev.Address,
-				Reason: egress.ReasonPlaceholder, Method: req.Method, Path: requestPath(req.Target)})
-			f.closeAll()
+		host, p, ok := f.admit(br, req, name, port)
+		if !ok {
 			return
 		}
 		f.note(host, p)
@@ -282,50 +257,104 @@ func (f *flow) httpRequests(br *bufio.Reader, name string, port uint16, depth in
 			f.refuse(host, p, egress.ReasonBadRequest)
 			return
 		}
-		w := f.toUp()
-		if _, err := w.Write(req.Head(name)); err != nil {
-			f.ioEnd(err)
-			return
-		}
-		_, _ = br.Discard(req.Consumed)
-		switch {
-		case req.Chunked:
-			_, err = egress.CopyChunked(w, br)
-		case req.ContentLength > 0:
-			_, err = io.CopyN(w, br, req.ContentLength)
-		}
-		if err != nil {
-			var re *egress.RequestError
-			if errors.As(err, &re) {
-				f.refuse(host, p, egress.ReasonBadRequest)
-				return
-			}
-			f.ioEnd(err)
+		if !f.forward(br, req, name, host, p) {
 			return
 		}
 		if pr.verdict == nil {
 			continue
 		}
-		var v verdict
-		select {
-		case v = <-pr.verdict:
-		case <-f.dead:
-			v = verdictUnknown
-		}
-		switch v {
-		case verdictHTTP:
-			continue
-		case verdictTunnel:
-			if req.Connect() {
-				f.stream(br, host, p, depth+1)
-			} else {
-				f.raw(br)
-			}
+		if !f.afterTunnelRequest(br, req, pr, host, p, depth) {
 			return
-		default:
+		}
+	}
+}
+
+// admit decides one request head: the destination it names (host:p) and whether it may go
+// on. A refused request has already ended the connection (ok false).
+func (f *flow) admit(br *bufio.Reader, req *egress.Request, name string, port uint16) (host string, p uint16, ok bool) {
+	host, p = req.Host, port
+	if req.Port != 0 {
+		p = req.Port
+	}
+	if host == "" {
+		host = name // HTTP/1.0 without Host: the server's site for this connection's name
+	}
+	if f.proxied != "" {
+		// Decided already, by connect, for this authority: a request naming another
+		// would go to this connection's destination all the same.
+		if req.Form != egress.AbsoluteForm || req.Host+":"+itoa(p) != f.proxied {
+			f.refuse(host, p, egress.ReasonNameMismatch)
+			return host, p, false
+		}
+		req.Drop("Proxy-Authorization")
+		req.Drop("Proxy-Connection")
+	} else if ok, why := f.decide(req, host, p); !ok {
+		f.refuse(host, p, why)
+		return host, p, false
+	}
+	if head, _ := br.Peek(req.Consumed); len(f.e.cfg.Policy.Secrets) > 0 && f.e.foreignPlaceholder(head) != "" {
+		// A secret's placeholder is worth something only where the secret is bound,
+		// and fledge reads those connections itself: here it goes nowhere.
+		f.setReason(egress.ReasonPlaceholder)
+		f.e.emit(egress.Event{Kind: egress.EventHTTP, Proto: "tcp", Host: host, Port: p, Address: f.ev.Address,
+			Reason: egress.ReasonPlaceholder, Method: req.Method, Path: requestPath(req.Target)})
+		f.closeAll()
+		return host, p, false
+	}
+	return host, p, true
+}
+
+// forward writes an admitted request's head and body upstream; false when the connection
+// ended on the way (a malformed body refused, or an I/O error).
+func (f *flow) forward(br *bufio.Reader, req *egress.Request, name, host string, p uint16) bool {
+	w := f.toUp()
+	if _, err := w.Write(req.Head(name)); err != nil {
+		f.ioEnd(err)
+		return false
+	}
+	_, _ = br.Discard(req.Consumed)
+	var err error
+	switch {
+	case req.Chunked:
+		_, err = egress.CopyChunked(w, br)
+	case req.ContentLength > 0:
+		_, err = io.CopyN(w, br, req.ContentLength)
+	}
+	if err != nil {
+		var re *egress.RequestError
+		if errors.As(err, &re) {
 			f.refuse(host, p, egress.ReasonBadRequest)
-			return
+			return false
 		}
+		f.ioEnd(err)
+		return false
+	}
+	return true
+}
+
+// afterTunnelRequest waits for the server's answer to a CONNECT or upgrade request and
+// carries on accordingly: true to read more HTTP requests (the server declined), false when
+// the connection became a tunnel or was refused.
+func (f *flow) afterTunnelRequest(br *bufio.Reader, req *egress.Request, pr *pendingReq, host string, p uint16, depth int) bool {
+	var v verdict
+	select {
+	case v = <-pr.verdict:
+	case <-f.dead:
+		v = verdictUnknown
+	}
+	switch v {
+	case verdictHTTP:
+		return true
+	case verdictTunnel:
+		if req.Connect() {
+			f.stream(br, host, p, depth+1)
+		} else {
+			f.raw(br)
+		}
+		return false
+	default:
+		f.refuse(host, p, egress.ReasonBadRequest)
+		return false
 	}
 }
 

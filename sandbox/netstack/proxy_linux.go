@@ -280,45 +280,7 @@ const (
 
 // socks reads a SOCKS5 greeting, the credential and a CONNECT.
 func (p *Proxy) socks(c net.Conn, br *bufio.Reader) (connReq, bool) {
-	var hdr [2]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
-		return connReq{}, false
-	}
-	methods := make([]byte, hdr[1])
-	if _, err := io.ReadFull(br, methods); err != nil {
-		return connReq{}, false
-	}
-	if !strings.ContainsRune(string(methods), socksUserPass) {
-		p.authFailed()
-		_, _ = c.Write([]byte{socksVersion, socksNoMethod})
-		return connReq{}, false
-	}
-	if _, err := c.Write([]byte{socksVersion, socksUserPass}); err != nil {
-		return connReq{}, false
-	}
-	// RFC 1929: VER(1) ULEN UNAME PLEN PASSWD.
-	var v [2]byte
-	if _, err := io.ReadFull(br, v[:]); err != nil || v[0] != 1 {
-		return connReq{}, false
-	}
-	user := make([]byte, v[1])
-	if _, err := io.ReadFull(br, user); err != nil {
-		return connReq{}, false
-	}
-	if _, err := io.ReadFull(br, v[:1]); err != nil {
-		return connReq{}, false
-	}
-	pass := make([]byte, v[0])
-	if _, err := io.ReadFull(br, pass); err != nil {
-		return connReq{}, false
-	}
-	got := append(append(user, ':'), pass...)
-	if subtle.ConstantTimeCompare(got, []byte(ProxyUser+":"+p.secret)) != 1 {
-		p.authFailed()
-		_, _ = c.Write([]byte{1, 1})
-		return connReq{}, false
-	}
-	if _, err := c.Write([]byte{1, 0}); err != nil {
+	if !p.socksAuth(c, br) {
 		return connReq{}, false
 	}
 	var req [4]byte
@@ -326,42 +288,8 @@ func (p *Proxy) socks(c net.Conn, br *bufio.Reader) (connReq, bool) {
 		return connReq{}, false
 	}
 	reply := func(code byte) { _, _ = c.Write([]byte{socksVersion, code, 0, socksIPv4, 0, 0, 0, 0, 0, 0}) }
-	var host string
-	var addr netip.Addr
-	switch req[3] {
-	case socksIPv4:
-		var a [4]byte
-		if _, err := io.ReadFull(br, a[:]); err != nil {
-			return connReq{}, false
-		}
-		addr = netip.AddrFrom4(a)
-	case socksIPv6:
-		var a [16]byte
-		if _, err := io.ReadFull(br, a[:]); err != nil {
-			return connReq{}, false
-		}
-		addr = netip.AddrFrom16(a)
-	case socksName:
-		var n [1]byte
-		if _, err := io.ReadFull(br, n[:]); err != nil {
-			return connReq{}, false
-		}
-		raw := make([]byte, n[0])
-		if _, err := io.ReadFull(br, raw); err != nil {
-			return connReq{}, false
-		}
-		if a, err := netip.ParseAddr(string(raw)); err == nil {
-			addr = a
-		} else if cn, ok := egress.CanonName(string(raw)); ok {
-			host = cn
-		} else {
-			p.e.stats.Denied.Add(1)
-			p.e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: shorten("", string(raw)), Reason: egress.ReasonBadRequest})
-			reply(socksNotAllowed)
-			return connReq{}, false
-		}
-	default:
-		reply(socksAddrUnsupp)
+	host, addr, ok := p.socksAddress(br, req[3], reply)
+	if !ok {
 		return connReq{}, false
 	}
 	var pb [2]byte
@@ -382,6 +310,98 @@ func (p *Proxy) socks(c net.Conn, br *bufio.Reader) (connReq, bool) {
 		c.Close()
 	}
 	return r, true
+}
+
+// socksAuth negotiates the method (username/password only) and checks the session's
+// credentials (RFC 1929); false when the client may go no further.
+func (p *Proxy) socksAuth(c net.Conn, br *bufio.Reader) bool {
+	var hdr [2]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return false
+	}
+	methods := make([]byte, hdr[1])
+	if _, err := io.ReadFull(br, methods); err != nil {
+		return false
+	}
+	if !strings.ContainsRune(string(methods), socksUserPass) {
+		p.authFailed()
+		_, _ = c.Write([]byte{socksVersion, socksNoMethod})
+		return false
+	}
+	if _, err := c.Write([]byte{socksVersion, socksUserPass}); err != nil {
+		return false
+	}
+	// RFC 1929: VER(1) ULEN UNAME PLEN PASSWD.
+	var v [2]byte
+	if _, err := io.ReadFull(br, v[:]); err != nil || v[0] != 1 {
+		return false
+	}
+	user := make([]byte, v[1])
+	if _, err := io.ReadFull(br, user); err != nil {
+		return false
+	}
+	if _, err := io.ReadFull(br, v[:1]); err != nil {
+		return false
+	}
+	pass := make([]byte, v[0])
+	if _, err := io.ReadFull(br, pass); err != nil {
+		return false
+	}
+	got := append(append(user, ':'), pass...)
+	if subtle.ConstantTimeCompare(got, []byte(ProxyUser+":"+p.secret)) != 1 {
+		p.authFailed()
+		_, _ = c.Write([]byte{1, 1})
+		return false
+	}
+	if _, err := c.Write([]byte{1, 0}); err != nil {
+		return false
+	}
+	return true
+}
+
+// socksAddress reads a request's destination of address type atyp: an IP address, or a
+// name (a name that is an IP address counts as the address). A name that is no host name
+// is refused and recorded, an unknown type refused.
+func (p *Proxy) socksAddress(br *bufio.Reader, atyp byte, reply func(byte)) (string, netip.Addr, bool) {
+	var host string
+	var addr netip.Addr
+	switch atyp {
+	case socksIPv4:
+		var a [4]byte
+		if _, err := io.ReadFull(br, a[:]); err != nil {
+			return "", netip.Addr{}, false
+		}
+		addr = netip.AddrFrom4(a)
+	case socksIPv6:
+		var a [16]byte
+		if _, err := io.ReadFull(br, a[:]); err != nil {
+			return "", netip.Addr{}, false
+		}
+		addr = netip.AddrFrom16(a)
+	case socksName:
+		var n [1]byte
+		if _, err := io.ReadFull(br, n[:]); err != nil {
+			return "", netip.Addr{}, false
+		}
+		raw := make([]byte, n[0])
+		if _, err := io.ReadFull(br, raw); err != nil {
+			return "", netip.Addr{}, false
+		}
+		if a, err := netip.ParseAddr(string(raw)); err == nil {
+			addr = a
+		} else if cn, ok := egress.CanonName(string(raw)); ok {
+			host = cn
+		} else {
+			p.e.stats.Denied.Add(1)
+			p.e.emit(egress.Event{Kind: egress.EventConnect, Proto: "tcp", Host: shorten("", string(raw)), Reason: egress.ReasonBadRequest})
+			reply(socksNotAllowed)
+			return "", netip.Addr{}, false
+		}
+	default:
+		reply(socksAddrUnsupp)
+		return "", netip.Addr{}, false
+	}
+	return host, addr, true
 }
 
 // readConn reads first what the proxy's reader holds, then the connection.

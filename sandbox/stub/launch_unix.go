@@ -83,32 +83,15 @@ func (l *Launch) Start() (*os.Process, error) {
 	if l.Stdin == nil || l.Stdout == nil || l.Stderr == nil {
 		return nil, fmt.Errorf("%w: stdio not set", sandbox.ErrLaunch)
 	}
-	if l.Dir != nil {
-		var st syscall.Stat_t
-		if err := syscall.Fstat(int(l.Dir.Fd()), &st); err != nil {
-			return nil, fmt.Errorf("%w: stat working directory: %w", sandbox.ErrLaunch, err)
-		}
-		l.Policy.HasDir = true
-		// A caller that proved the directory's identity (pathguard) sets it; the stub then
-		// checks the fd it got is that directory. Otherwise the handle's own identity.
-		if l.Policy.DirDev == 0 && l.Policy.DirIno == 0 {
-			l.Policy.DirDev, l.Policy.DirIno = uint64(st.Dev), uint64(st.Ino)
-		}
+	if err := l.noteDir(); err != nil {
+		return nil, err
 	}
-	// The view's idmapping namespace (an fd of the host) reaches the stub as fdIDMap.
-	pol, idmap := l.Policy, (*os.File)(nil)
-	if pol.View != nil && pol.View.IDMap > 2 {
-		// A copy: the *os.File closes its fd when dropped, and the sandbox keeps its own.
-		d, err := unix.FcntlInt(uintptr(pol.View.IDMap), unix.F_DUPFD_CLOEXEC, 3)
-		if err != nil {
-			return nil, fmt.Errorf("%w: idmapping namespace: %w", sandbox.ErrLaunch, err)
-		}
-		idmap = os.NewFile(uintptr(d), "idmap")
+	pol, idmap, err := l.stubPolicy()
+	if err != nil {
+		return nil, err
+	}
+	if idmap != nil {
 		defer idmap.Close()
-		cp, view := *pol, *pol.View
-		view.IDMap = fdIDMap
-		cp.View = &view
-		pol = &cp
 	}
 	data, err := json.Marshal(pol)
 	if err != nil {
@@ -129,74 +112,154 @@ func (l *Launch) Start() (*os.Process, error) {
 	}
 	defer errR.Close()
 
-	files := []*os.File{l.Stdin, l.Stdout, l.Stderr, polR, errW, l.Dir}
-	var statR, statW *os.File
+	fs, err := l.childFiles(polR, errW, idmap)
+	if err != nil {
+		return nil, err
+	}
+	if fs.netHost != nil {
+		defer fs.netHost.Close()
+		defer fs.netChild.Close()
+	}
+	proc, err := l.startStub(fs, polR, errW)
+	if err != nil {
+		return nil, err
+	}
+	if err := sendPolicy(proc, polW, data); err != nil {
+		return nil, err
+	}
+	return l.confirm(proc, errR, fs)
+}
+
+// noteDir puts the working directory's identity into the policy, so the stub can check the
+// fd it got is that directory.
+func (l *Launch) noteDir() error {
+	if l.Dir == nil {
+		return nil
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(l.Dir.Fd()), &st); err != nil {
+		return fmt.Errorf("%w: stat working directory: %w", sandbox.ErrLaunch, err)
+	}
+	l.Policy.HasDir = true
+	// A caller that proved the directory's identity (pathguard) sets it; the stub then
+	// checks the fd it got is that directory. Otherwise the handle's own identity.
+	if l.Policy.DirDev == 0 && l.Policy.DirIno == 0 {
+		l.Policy.DirDev, l.Policy.DirIno = uint64(st.Dev), uint64(st.Ino)
+	}
+	return nil
+}
+
+// stubPolicy is the policy as the stub gets it: the view's idmapping namespace (an fd of
+// the host) renumbered to fdIDMap, and idmap the copy of that fd to hand over (nil: none).
+// The caller closes idmap once the stub started.
+func (l *Launch) stubPolicy() (*Policy, *os.File, error) {
+	pol := l.Policy
+	if pol.View == nil || pol.View.IDMap <= 2 {
+		return pol, nil, nil
+	}
+	// A copy: the *os.File closes its fd when dropped, and the sandbox keeps its own.
+	d, err := unix.FcntlInt(uintptr(pol.View.IDMap), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: idmapping namespace: %w", sandbox.ErrLaunch, err)
+	}
+	idmap := os.NewFile(uintptr(d), "idmap")
+	cp, view := *pol, *pol.View
+	view.IDMap = fdIDMap
+	cp.View = &view
+	return &cp, idmap, nil
+}
+
+// stubFiles are the files the stub starts with (files, by fd number) and the host's ends
+// that go with them: the init stub's status pipe and the network hand-off socket.
+type stubFiles struct {
+	files             []*os.File
+	statR, statW      *os.File
+	netHost, netChild *os.File
+}
+
+// childFiles lays out the stub's fds: stdio, the policy and error pipes, the working
+// directory, and the optional status pipe, idmapping namespace, listener socket and network
+// hand-off socket at their fixed numbers. On an error it closes polR, errW and what it
+// opened.
+func (l *Launch) childFiles(polR, errW, idmap *os.File) (stubFiles, error) {
+	var fs stubFiles
+	var err error
+	fs.files = []*os.File{l.Stdin, l.Stdout, l.Stderr, polR, errW, l.Dir}
 	if l.Policy.Init {
-		if statR, statW, err = os.Pipe(); err != nil {
+		if fs.statR, fs.statW, err = os.Pipe(); err != nil {
 			polR.Close()
 			errW.Close()
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+			return stubFiles{}, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 		}
-		files = append(files, statW) // fd 6 (fd 5 is closed when there is no Dir)
+		fs.files = append(fs.files, fs.statW) // fd 6 (fd 5 is closed when there is no Dir)
 	} else if l.Dir == nil && idmap == nil && l.Notify == nil {
-		files = files[:5]
+		fs.files = fs.files[:5]
 	}
 	if idmap != nil || l.Notify != nil {
-		for len(files) < fdIDMap {
-			files = append(files, nil) // closed in the stub
+		for len(fs.files) < fdIDMap {
+			fs.files = append(fs.files, nil) // closed in the stub
 		}
-		files = append(files, idmap) // nil: closed in the stub
+		fs.files = append(fs.files, idmap) // nil: closed in the stub
 	}
 	if l.Notify != nil {
-		files = append(files, l.Notify) // fdNotify
+		fs.files = append(fs.files, l.Notify) // fdNotify
 	}
-	var netHost *os.File
-	if l.Policy.Net != nil {
-		if l.NetAttach == nil {
-			polR.Close()
-			errW.Close()
-			if statW != nil {
-				statR.Close()
-				statW.Close()
-			}
-			return nil, fmt.Errorf("%w: a network namespace to hand off and nobody to take it", sandbox.ErrLaunch)
-		}
-		var netChild *os.File
-		if netHost, netChild, err = netPair(); err != nil {
-			polR.Close()
-			errW.Close()
-			if statW != nil {
-				statR.Close()
-				statW.Close()
-			}
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
-		}
-		defer netHost.Close()
-		defer netChild.Close()
-		for len(files) < fdNet {
-			files = append(files, nil) // closed in the stub
-		}
-		files = append(files, netChild)
+	if l.Policy.Net == nil {
+		return fs, nil
 	}
+	if l.NetAttach == nil {
+		polR.Close()
+		errW.Close()
+		if fs.statW != nil {
+			fs.statR.Close()
+			fs.statW.Close()
+		}
+		return stubFiles{}, fmt.Errorf("%w: a network namespace to hand off and nobody to take it", sandbox.ErrLaunch)
+	}
+	if fs.netHost, fs.netChild, err = netPair(); err != nil {
+		polR.Close()
+		errW.Close()
+		if fs.statW != nil {
+			fs.statR.Close()
+			fs.statW.Close()
+		}
+		return stubFiles{}, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
+	}
+	for len(fs.files) < fdNet {
+		fs.files = append(fs.files, nil) // closed in the stub
+	}
+	fs.files = append(fs.files, fs.netChild)
+	return fs, nil
+}
+
+// startStub starts the stub (behind the wrapper) with fs's files and closes the stub's ends
+// of the pipes that only it uses.
+func (l *Launch) startStub(fs stubFiles, polR, errW *os.File) (*os.Process, error) {
 	argv := append(append([]string{}, l.Wrapper...), l.StubPath, Marker)
 	proc, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
-		Files: files,
+		Files: fs.files,
 		Sys:   l.Sys,
 		// The stub needs no environment of its own; the program gets Policy.Env at exec.
 		Env: []string{},
 	})
 	polR.Close()
 	errW.Close()
-	if statW != nil {
-		statW.Close()
+	if fs.statW != nil {
+		fs.statW.Close()
 	}
 	if err != nil {
-		if statR != nil {
-			statR.Close()
+		if fs.statR != nil {
+			fs.statR.Close()
 		}
 		return nil, fmt.Errorf("%w: start stub %s: %w", sandbox.ErrLaunch, argv[0], err)
 	}
+	return proc, nil
+}
 
+// sendPolicy writes the policy to the stub; a stub that could not take it is killed and
+// reaped. The caller's deferred close of polW stays (a second close after the write's).
+func sendPolicy(proc *os.Process, polW *os.File, data []byte) error {
+	var err error
 	// A policy that fits the pipe buffer is written at once; a larger one (huge env) must
 	// not block Start while the stub is still starting, so it goes through a goroutine.
 	if len(data) <= 32<<10 {
@@ -204,25 +267,30 @@ func (l *Launch) Start() (*os.Process, error) {
 		polW.Close()
 	} else {
 		go func(w *os.File) { _, _ = w.Write(data); w.Close() }(polW)
-		polW = nil
 	}
 	if err != nil && !errors.Is(err, syscall.EPIPE) {
 		_ = proc.Kill()
 		_, _ = proc.Wait()
-		return nil, fmt.Errorf("%w: send policy: %w", sandbox.ErrLaunch, err)
+		return fmt.Errorf("%w: send policy: %w", sandbox.ErrLaunch, err)
 	}
+	return nil
+}
 
+// confirm waits, bounded by ConfirmTimeout, for the stub to hand over the run's network (when
+// it has one) and to exec: the exec mark, then EOF on the error pipe. Anything else kills
+// and reaps the stub and returns why it failed.
+func (l *Launch) confirm(proc *os.Process, errR *os.File, fs stubFiles) (*os.Process, error) {
 	timeout := l.ConfirmTimeout
 	if timeout <= 0 {
 		timeout = DefaultConfirmTimeout
 	}
 	deadline := time.Now().Add(timeout)
-	if netHost != nil {
+	if fs.netHost != nil {
 		// The stub's copy must be gone here, or a stub that dies never gives EOF.
-		files[fdNet].Close()
-		if _, err := receiveNet(netHost, l.Policy.Net, l.NetAttach, deadline); err != nil {
-			if statR != nil {
-				statR.Close()
+		fs.files[fdNet].Close()
+		if _, err := receiveNet(fs.netHost, l.Policy.Net, l.NetAttach, deadline); err != nil {
+			if fs.statR != nil {
+				fs.statR.Close()
 			}
 			_ = proc.Kill()
 			_, _ = proc.Wait()
@@ -239,12 +307,12 @@ func (l *Launch) Start() (*os.Process, error) {
 	if reached && len(msg) == 0 && rerr == nil {
 		// The mark, then EOF as the pipe closed at exec (an init stub closes it once its
 		// program's execve succeeded).
-		l.Status = statR
+		l.Status = fs.statR
 		return proc, nil
 	}
 	// Failure (or a stub that hangs): make sure it is gone and reaped.
-	if statR != nil {
-		statR.Close()
+	if fs.statR != nil {
+		fs.statR.Close()
 	}
 	_ = proc.Kill()
 	st, _ := proc.Wait()
