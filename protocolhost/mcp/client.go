@@ -728,37 +728,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	res, err := s.cs.CallTool(cctx, params)
 	out := map[string]any{"tool": t.Name, audit.DetailDurationMS: time.Since(start).Milliseconds()}
 	if err != nil {
-		rc := reason.Crashed
-		msg := s.explain(cctx, err, fmt.Sprintf("no answer within %s", timeout))
-		switch {
-		case errors.Is(msg, context.DeadlineExceeded):
-			rc = reason.Timeout
-			msg = fmt.Errorf("%w: %s after %s", ErrCallTimeout, t.Name, timeout)
-		case errors.Is(cctx.Err(), context.Canceled):
-			rc = reason.Cancelled
-		case errors.Is(msg, ErrLineTooLong), errors.Is(msg, ErrFlood), errors.Is(msg, ErrTooManyPending):
-			rc = reason.LimitExceeded
-		case errors.Is(msg, ErrUnknownID), errors.Is(msg, ErrMalformed):
-			rc = reason.MalformedResponse
-		default:
-			var werr *jsonrpc.Error
-			if errors.As(err, &werr) {
-				// The server answered with an error: the call ran and failed on its side.
-				out["error"] = clip.Bytes(safeText(werr.Message), 1024)
-				out["error_code"] = werr.Code
-				s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, out, true)
-				return &tools.Result{Success: false, Reason: reason.OK, Output: json.RawMessage("null"),
-					Message: fmt.Sprintf("%s: %s", t.Name, clip.Bytes(safeText(werr.Message), 1024))}, nil
-			}
-		}
-		out["error"] = msg.Error()
-		s.rec.Record(audit.EventToolOutcome, audit.Error, rc, out, true)
-		if s.cause() != nil {
-			// fledge ended this connection for a bound or a protocol violation: the
-			// server goes now (the ladder), not at the end of the invocation.
-			p.retire(s)
-		}
-		return &tools.Result{Success: false, Reason: rc, Message: msg.Error(), Output: json.RawMessage("null")}, nil
+		return p.callFailed(cctx, s, t, timeout, out, err), nil
 	}
 	p.answered(s)
 	result, rbytes := resultOutput(res)
@@ -790,6 +760,41 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	}
 	putRaw(ctx, res)
 	return r, nil
+}
+
+// callFailed records and returns a call that got no result: a timeout, a cancel, a bound
+// fledge enforced, a malformed answer, the server gone, or the server's JSON-RPC error (the
+// call ran and failed on its side). A connection fledge ended for a bound or a protocol
+// violation retires its server now.
+func (p *Provider) callFailed(cctx context.Context, s *session, t tools.Tool, timeout time.Duration, out map[string]any, err error) *tools.Result {
+	rc := reason.Crashed
+	msg := s.explain(cctx, err, fmt.Sprintf("no answer within %s", timeout))
+	switch {
+	case errors.Is(msg, context.DeadlineExceeded):
+		rc = reason.Timeout
+		msg = fmt.Errorf("%w: %s after %s", ErrCallTimeout, t.Name, timeout)
+	case errors.Is(cctx.Err(), context.Canceled):
+		rc = reason.Cancelled
+	case errors.Is(msg, ErrLineTooLong), errors.Is(msg, ErrFlood), errors.Is(msg, ErrTooManyPending):
+		rc = reason.LimitExceeded
+	case errors.Is(msg, ErrUnknownID), errors.Is(msg, ErrMalformed):
+		rc = reason.MalformedResponse
+	default:
+		var werr *jsonrpc.Error
+		if errors.As(err, &werr) {
+			out["error"] = clip.Bytes(safeText(werr.Message), 1024)
+			out["error_code"] = werr.Code
+			s.rec.Record(audit.EventToolOutcome, audit.Error, reason.ToolError, out, true)
+			return &tools.Result{Success: false, Reason: reason.OK, Output: json.RawMessage("null"),
+				Message: fmt.Sprintf("%s: %s", t.Name, clip.Bytes(safeText(werr.Message), 1024))}
+		}
+	}
+	out["error"] = msg.Error()
+	s.rec.Record(audit.EventToolOutcome, audit.Error, rc, out, true)
+	if s.cause() != nil {
+		p.retire(s)
+	}
+	return &tools.Result{Success: false, Reason: rc, Message: msg.Error(), Output: json.RawMessage("null")}
 }
 
 // textOf joins a result's text content.
