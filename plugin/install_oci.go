@@ -245,46 +245,10 @@ func FetchOCI(ctx context.Context, o OCIOptions) (*OCIPackage, error) {
 			return nil, err
 		}
 	}
-	d, err := img.Digest()
+	raw, cfg, err := pk.checkImage(img, o.Digest)
 	if err != nil {
-		return nil, fmt.Errorf("%w: manifest: %v", ErrOCIImage, err)
+		return nil, err
 	}
-	pk.Digest = d.String()
-	if o.Digest != "" && o.Digest != pk.Digest {
-		return nil, fmt.Errorf("%w: %s is %s, and %s was asked for; nothing was installed", ErrDigestMismatch, clip.Bytes(r.Ref, 80), pk.Digest, clip.Bytes(o.Digest, 80))
-	}
-	if r.Archive {
-		pk.Version = ""
-	}
-	man, err := img.Manifest()
-	if err != nil {
-		return nil, fmt.Errorf("%w: manifest: %v", ErrOCIImage, err)
-	}
-	raw, err := img.RawConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("%w: config: %v", ErrOCIImage, err)
-	}
-	if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != man.Config.Digest.String() {
-		return nil, fmt.Errorf("%w: its config blob does not match the digest its manifest gives (%s)", ErrOCIImage, man.Config.Digest)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("%w: config: %v", ErrOCIImage, err)
-	}
-	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH {
-		return nil, fmt.Errorf("%w: it is built for %s/%s, and this machine runs linux/%s", ErrOCIImage, clip.Bytes(cfg.OS, 80), clip.Bytes(cfg.Architecture, 80), runtime.GOARCH)
-	}
-	if len(man.Layers) != len(cfg.RootFS.DiffIDs) {
-		return nil, fmt.Errorf("%w: %d layers in the manifest, %d in the config", ErrOCIImage, len(man.Layers), len(cfg.RootFS.DiffIDs))
-	}
-	pk.Layers, pk.diffs = len(man.Layers), cfg.RootFS.DiffIDs
-	for _, l := range man.Layers {
-		pk.Size += l.Size
-	}
-	if pk.Size > b.Bytes {
-		return nil, fmt.Errorf("%w: its layers are %s, more than the %s an image may take", ErrImageTooLarge, humanBytes(pk.Size), humanBytes(b.Bytes))
-	}
-	pk.img = img
 
 	argv := append([]string{}, cfg.Config.Entrypoint...)
 	if len(r.Args) > 0 {
@@ -316,6 +280,67 @@ func FetchOCI(ctx context.Context, o OCIOptions) (*OCIPackage, error) {
 	if !ValidName(pk.Name) {
 		return nil, fmt.Errorf("%w: no plugin name can be made from %q; pass --name", ErrBadSource, clip.Bytes(r.Ref, 80))
 	}
+	if err := pk.writeTree(o.Dir, r, im, raw); err != nil {
+		return nil, err
+	}
+	pk.Request = r
+	ok = true
+	return pk, nil
+}
+
+// checkImage checks a resolved image before anything of it is kept: its manifest digest is
+// the one asked for (if any), its config blob matches the manifest, it is for this machine,
+// its layers and diff IDs agree, and their size is within the bound. It returns the raw
+// config blob and the config.
+func (pk *OCIPackage) checkImage(img v1.Image, want string) ([]byte, *v1.ConfigFile, error) {
+	r, b := pk.Request, pk.bounds
+	d, err := img.Digest()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: manifest: %v", ErrOCIImage, err)
+	}
+	pk.Digest = d.String()
+	if want != "" && want != pk.Digest {
+		return nil, nil, fmt.Errorf("%w: %s is %s, and %s was asked for; nothing was installed", ErrDigestMismatch, clip.Bytes(r.Ref, 80), pk.Digest, clip.Bytes(want, 80))
+	}
+	if r.Archive {
+		pk.Version = ""
+	}
+	man, err := img.Manifest()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: manifest: %v", ErrOCIImage, err)
+	}
+	raw, err := img.RawConfigFile()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: config: %v", ErrOCIImage, err)
+	}
+	if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != man.Config.Digest.String() {
+		return nil, nil, fmt.Errorf("%w: its config blob does not match the digest its manifest gives (%s)", ErrOCIImage, man.Config.Digest)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: config: %v", ErrOCIImage, err)
+	}
+	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH {
+		return nil, nil, fmt.Errorf("%w: it is built for %s/%s, and this machine runs linux/%s", ErrOCIImage, clip.Bytes(cfg.OS, 80), clip.Bytes(cfg.Architecture, 80), runtime.GOARCH)
+	}
+	if len(man.Layers) != len(cfg.RootFS.DiffIDs) {
+		return nil, nil, fmt.Errorf("%w: %d layers in the manifest, %d in the config", ErrOCIImage, len(man.Layers), len(cfg.RootFS.DiffIDs))
+	}
+	pk.Layers, pk.diffs = len(man.Layers), cfg.RootFS.DiffIDs
+	for _, l := range man.Layers {
+		pk.Size += l.Size
+	}
+	if pk.Size > b.Bytes {
+		return nil, nil, fmt.Errorf("%w: its layers are %s, more than the %s an image may take", ErrImageTooLarge, humanBytes(pk.Size), humanBytes(b.Bytes))
+	}
+	pk.img = img
+	return raw, cfg, nil
+}
+
+// writeTree writes the plugin tree around the image: plugin.toml (protocol = "mcp",
+// runtime = "oci", the [image] it runs) and image.json (the config blob), and keeps the
+// parsed manifest.
+func (pk *OCIPackage) writeTree(dir string, r OCIRequest, im *ImageConfig, raw []byte) error {
 	version := pk.Version
 	if version == "" {
 		version = pk.Digest[:19] // sha256: and 12 hex digits
@@ -337,22 +362,20 @@ func FetchOCI(ctx context.Context, o OCIOptions) (*OCIPackage, error) {
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "# Written by fledge for image %s, pinned to %s.\n", im.Ref, pk.Digest)
 	if err := toml.NewEncoder(&buf).Encode(m); err != nil {
-		return nil, err
+		return err
 	}
 	pm, _, err := ParseManifest(buf.Bytes())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrOCIImage, err)
+		return fmt.Errorf("%w: %w", ErrOCIImage, err)
 	}
 	pk.Manifest = pm
-	if err := os.WriteFile(filepath.Join(o.Dir, ManifestFile), buf.Bytes(), 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(filepath.Join(dir, ManifestFile), buf.Bytes(), 0o644); err != nil {
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, ImageConfigFile), raw, 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(filepath.Join(dir, ImageConfigFile), raw, 0o644); err != nil {
+		return err
 	}
-	pk.Request = r
-	ok = true
-	return pk, nil
+	return nil
 }
 
 // resolve asks the registry what the reference names now and pins it: the manifest by
