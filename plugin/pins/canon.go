@@ -76,30 +76,87 @@ func legacyHash(d Def) string {
 // isLegacy reports whether a stored hash is of the kind legacyHash makes.
 func isLegacy(hash string) bool { return strings.HasPrefix(hash, "sha256:") }
 
-// notation reports whether r is punctuation trimmed from a word's ends: sentence and
-// markdown punctuation, and the typographic quotes, dashes and ellipsis editors put in for
-// them. Path and shell characters (/ ~ $ + = < > | & % @ \) are not: they carry meaning.
-func notation(r rune) bool {
+// typographic are the characters editors put in for ASCII punctuation: compared as that.
+var typographic = strings.NewReplacer("‘", "'", "’", "'", "“", `"`, "”", `"`, "«", `"`, "»", `"`,
+	"–", "-", "—", "-", "…", "...")
+
+// wrapper reports whether r is a quote, backtick or bracket: trimmed from a word's ends
+// (`path`, "file", (optional) are the word). Nothing else is: a leading - . * _ # ~ / $ is
+// part of what the word names (-1, -rf, .env, *.tmp, _private, ~/.ssh).
+func wrapper(r rune) bool {
 	switch r {
-	case '.', ',', ';', ':', '!', '?', '\'', '"', '`', '(', ')', '[', ']', '{', '}', '*', '_', '#', '-',
-		'‘', '’', '“', '”', '–', '—', '…', '«', '»':
+	case '\'', '"', '`', '(', ')', '[', ']', '{', '}':
 		return true
 	}
 	return false
 }
 
-// Words is a description as compared: its words, lower-cased, with the punctuation at
-// their ends trimmed, joined by single spaces.
+// clause reports whether r ends a clause or a sentence. Where a clause ends is meaning
+// ("Never share your keys" is not "Never. Share your keys"), so it is kept, as a word of
+// its own after the word it follows; only at the very end of a text is it notation.
+func clause(r rune) bool {
+	switch r {
+	case '.', ',', ';', ':', '!', '?':
+		return true
+	}
+	return false
+}
+
+// Words is a text as compared: its words with quotes, backticks and brackets trimmed from
+// their ends, the punctuation that ends a clause as a word of its own (none at the end of
+// the text), a word of letters only in one case (NOT, Not and not are one word; readFile,
+// ID_RSA and ~/.ssh/Key keep theirs), joined by single spaces.
 func Words(s string) string {
-	fields := strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '\u00a0' })
-	out := fields[:0]
-	for _, f := range fields {
-		f = strings.TrimFunc(f, notation)
-		if f != "" {
-			out = append(out, strings.ToLower(f))
+	s = typographic.Replace(s)
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '\u00a0' }) {
+		var tail []string
+		for {
+			f = strings.TrimFunc(f, wrapper)
+			j := len(f)
+			for j > 0 && clause(rune(f[j-1])) { // clause runes are ASCII
+				j--
+			}
+			if j == len(f) {
+				break
+			}
+			tail = append([]string{f[j:]}, tail...)
+			f = f[:j]
 		}
+		if f != "" {
+			out = append(out, foldCase(f))
+		}
+		out = append(out, tail...)
+	}
+	for len(out) > 0 && strings.IndexFunc(out[len(out)-1], func(r rune) bool { return !clause(r) }) < 0 {
+		out = out[:len(out)-1]
 	}
 	return strings.Join(out, " ")
+}
+
+// foldCase is w lower-cased when its case is emphasis or a sentence's start (all lower, all
+// upper, capitalised) and it is letters only (an apostrophe inside: DON'T); otherwise w as
+// given, since case in a path, an identifier or a name of mixed case is part of it.
+func foldCase(w string) string {
+	upper, lower, first := 0, 0, true
+	for i, r := range w {
+		switch {
+		case unicode.IsUpper(r):
+			if !first {
+				upper++
+			}
+		case unicode.IsLower(r):
+			lower++
+		case r == '\'' && i > 0 && i < len(w)-1:
+		default:
+			return w
+		}
+		first = false
+	}
+	if upper > 0 && lower > 0 {
+		return w
+	}
+	return strings.ToLower(w)
 }
 
 // canonSchema returns v (a decoded JSON Schema, or any part of it) in canonical form.
@@ -112,8 +169,8 @@ func canonSchema(v any) any {
 			case "$schema":
 				continue
 			case "additionalProperties":
-				if _, isBool := val.(bool); isBool {
-					continue
+				if b, isBool := val.(bool); isBool && b {
+					continue // true is the default: spelled out or not, the same schema
 				}
 			case "description", "title":
 				if s, ok := val.(string); ok {
@@ -204,6 +261,12 @@ func sameLegacy(p Pin, d Def, now Pin) bool {
 		return true
 	}
 	if (len(p.InputSchema) == 0) != (len(d.InputSchema) == 0) {
+		return false
+	}
+	// What was kept speaks for the approved definition only when it is all of it: its
+	// legacy hash is the pin's. A description clipped for review (its tail could be cut
+	// from the new one unseen) or with control sequences removed is not.
+	if legacyHash(Def{Name: d.Name, Description: p.Description, InputSchema: p.InputSchema}) != p.Hash {
 		return false
 	}
 	return Hash(Def{Name: d.Name, Description: p.Description, InputSchema: p.InputSchema}) == now.Hash
