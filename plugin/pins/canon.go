@@ -160,13 +160,60 @@ func foldCase(w string) string {
 }
 
 // canonSchema returns v (a decoded JSON Schema, or any part of it) in canonical form.
-func canonSchema(v any) any {
+func canonSchema(v any) any { return canonNode(v, draftSensitive(v)) }
+
+// draftKeywords mean different things under draft-07 and 2020-12 (draft-07 ignores every
+// keyword beside "$ref"; "items" as a list, "dependencies", "$id" fragments).
+var draftKeywords = map[string]bool{"$ref": true, "additionalItems": true, "prefixItems": true,
+	"dependencies": true, "$id": true, "$anchor": true, "$dynamicRef": true, "$recursiveRef": true,
+	"unevaluatedProperties": true, "unevaluatedItems": true}
+
+// draftSensitive reports whether v uses a keyword whose meaning depends on the draft (or
+// "items" as a list): then "$schema" is meaning, not notation.
+func draftSensitive(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			if _, list := val.([]any); draftKeywords[k] || k == "items" && list {
+				return true
+			}
+			if draftSensitive(val) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if draftSensitive(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// draftOf is a "$schema" as the draft a validator takes it for: the two draft-07 URLs are
+// one, the 2020-12 URL is the default (""); anything else as given.
+func draftOf(v any) any {
+	switch v {
+	case "http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft-07/schema#":
+		return "draft-07"
+	case "https://json-schema.org/draft/2020-12/schema":
+		return ""
+	}
+	return v
+}
+
+func canonNode(v any, sensitive bool) any {
+	canonSchema := func(v any) any { return canonNode(v, sensitive) }
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, val := range x {
 			switch k {
 			case "$schema":
+				if d := draftOf(val); sensitive && d != "" {
+					out[k] = d
+				}
 				continue
 			case "additionalProperties":
 				if b, isBool := val.(bool); isBool && b {

@@ -4,12 +4,14 @@ package pins
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fledgehq/fledge/ui"
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -86,4 +88,30 @@ func TestLegacyPinNotMigratedOnClippedDescription(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, v.Quarantined, "read_file", name)
 	}
+}
+
+// The "$schema" draft changes what fledge's validator enforces: under draft-07 every
+// keyword beside "$ref" is ignored, so a server that adds it to a schema with "$ref" turns
+// off its own constraints. There it is meaning; in a schema without such keywords it stays
+// notation.
+func TestCanonicalSchemaDraftKeptWhereItMatters(t *testing.T) {
+	const withRef = `{"type":"object","$ref":"#/$defs/a","$defs":{"a":{"type":"object"}},"properties":{"p":{"type":"string","pattern":"^[a-z]+$"}},"additionalProperties":false%s}`
+	old := readDef("x", fmt.Sprintf(withRef, ""))
+	draft7 := readDef("x", fmt.Sprintf(withRef, `,"$schema":"http://json-schema.org/draft-07/schema#"`))
+	bad := map[string]any{"p": "../../etc", "extra": 1}
+	assert.Error(t, validate(t, old.InputSchema, bad), "the approved schema refuses the call")
+	assert.NoError(t, validate(t, draft7.InputSchema, bad), "the draft-07 one lets it through")
+	assert.NotEqual(t, Hash(old), Hash(draft7))
+	// The 2020-12 URL is the validator's default: spelled out or not, the same.
+	assert.Equal(t, Hash(old), Hash(readDef("x", fmt.Sprintf(withRef, `,"$schema":"https://json-schema.org/draft/2020-12/schema"`))))
+	// The two spellings of draft-07 are one draft.
+	assert.Equal(t, Hash(draft7), Hash(readDef("x", fmt.Sprintf(withRef, `,"$schema":"https://json-schema.org/draft-07/schema#"`))))
+}
+
+func validate(t *testing.T, schema json.RawMessage, v any) error {
+	var s jsonschema.Schema
+	require.NoError(t, json.Unmarshal(schema, &s))
+	r, err := s.Resolve(&jsonschema.ResolveOptions{})
+	require.NoError(t, err)
+	return r.Validate(v)
 }

@@ -259,7 +259,9 @@ func churn(v any, r *rand.Rand) any {
 				out[k] = val
 				continue
 			case "$schema":
-				continue
+				if val == "https://json-schema.org/draft/2020-12/schema" {
+					continue // the default draft: another draft is kept
+				}
 			case "additionalProperties":
 				if b, isBool := val.(bool); isBool && b {
 					continue
@@ -267,7 +269,7 @@ func churn(v any, r *rand.Rand) any {
 			}
 			out[k] = churn(val, r)
 		}
-		if r.IntN(2) == 0 {
+		if _, has := out["$schema"]; !has && r.IntN(2) == 0 {
 			out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
 		}
 		if _, has := out["additionalProperties"]; !has && r.IntN(2) == 0 {
