@@ -216,8 +216,8 @@ func canonNode(v any, sensitive bool) any {
 				}
 				continue
 			case "additionalProperties":
-				if b, isBool := val.(bool); isBool && b {
-					continue // true is the default: spelled out or not, the same schema
+				if _, isBool := val.(bool); isBool {
+					continue
 				}
 			case "description", "title":
 				if s, ok := val.(string); ok {
