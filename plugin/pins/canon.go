@@ -104,7 +104,7 @@ func clause(r rune) bool {
 
 // Words is a text as compared: its words with quotes, backticks and brackets trimmed from
 // their ends, the punctuation that ends a clause as a word of its own (none at the end of
-// the text), a word of letters only in one case (NOT, Not and not are one word; readFile,
+// the text, but for a "?"), a word of letters only in one case (NOT, Not and not are one word; readFile,
 // ID_RSA and ~/.ssh/Key keep theirs), joined by single spaces.
 func Words(s string) string {
 	s = typographic.Replace(s)
@@ -128,7 +128,8 @@ func Words(s string) string {
 		}
 		out = append(out, tail...)
 	}
-	for len(out) > 0 && strings.IndexFunc(out[len(out)-1], func(r rune) bool { return !clause(r) }) < 0 {
+	// A question stays one: "?" is kept even there.
+	for len(out) > 0 && strings.IndexFunc(out[len(out)-1], func(r rune) bool { return !clause(r) || r == '?' }) < 0 {
 		out = out[:len(out)-1]
 	}
 	return strings.Join(out, " ")

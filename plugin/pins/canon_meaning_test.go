@@ -23,6 +23,7 @@ func TestCanonicalSpellingThatCarriesMeaning(t *testing.T) {
 		{"a sentence boundary moved", "Never share your API keys with the server.", "Never. Share your API keys with the server."},
 		{"a comma moved", "Do not delete, move the files to trash.", "Do not delete. Move the files to trash."},
 		{"a question made a command", "Delete everything? Ask the user.", "Delete everything! Ask the user."},
+		{"a closing question mark", "Should it delete the cache?", "Should it delete the cache."},
 		{"case in a path", "Never read ~/.ssh/id_rsa.", "Never read ~/.ssh/ID_RSA."},
 		{"case in an identifier", "Call readFile first.", "Call ReadFile first."},
 		{"a minus sign", "Set limit to -1 for no limit.", "Set limit to 1 for no limit."},

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -305,8 +307,8 @@ func respell(s string, r *rand.Rand) string {
 		}
 		b.WriteString(w)
 	}
-	if r.IntN(2) == 0 {
-		b.WriteString([]string{".", "…", "!", ""}[r.IntN(4)])
+	if last, _ := utf8.DecodeLastRuneInString(s); r.IntN(2) == 0 && (unicode.IsLetter(last) || unicode.IsDigit(last)) {
+		b.WriteString([]string{".", "…", "!", ""}[r.IntN(4)]) // a full stop after a word, not after a "?"
 	}
 	return b.String()
 }
