@@ -36,6 +36,9 @@ func TestCanonicalSpellingThatCarriesMeaning(t *testing.T) {
 	for _, tc := range cases {
 		assert.NotEqual(t, Hash(readDef(tc.old, readSchema)), Hash(readDef(tc.new, readSchema)), tc.name)
 	}
+	// Review says a moved full stop is what changed.
+	m := Meaning(Change{Tool: "read_file", Old: "h", OldDesc: cases[0].old, NewDesc: cases[0].new, OldInput: readSchema, NewInput: readSchema})
+	assert.Equal(t, []string{"description: its words changed; added: . (only where a sentence or clause ends: read it again)"}, m)
 	// What stays notation: emphasis by case, a closing full stop, quotes and backticks.
 	same := [][2]string{
 		{"Do NOT delete files.", "Do not delete files"},
