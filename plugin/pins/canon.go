@@ -21,12 +21,15 @@ import (
 // without reading. What is hashed is therefore the definition in a canonical form that
 // keeps every word and every constraint and drops only notation:
 //
-//   - descriptions and titles (the tool's and every one in its schema) as their words:
-//     split at white space, ASCII and typographic punctuation trimmed from each word's
-//     ends, lower-cased. A word added, removed or changed is a change; so is punctuation
-//     inside a word ("~/.ssh/id_rsa", "don't"). Invisible characters are not white space
-//     or punctuation and stay (a description cannot hide words in them unnoticed);
-//   - in the schema: "$schema" dropped; "additionalProperties" dropped when it is a
+//   - descriptions and titles (the tool's and every one in its schema) as their words
+//     (Words): split at white space, quotes, backticks and brackets trimmed from each
+//     word's ends, a word of letters only in one case. A word added, removed or changed is
+//     a change; so is punctuation inside a word ("~/.ssh/id_rsa", "don't"), a leading
+//     - . * _ ("-1", ".env"), the case of a path or identifier, and a clause mark moved
+//     (where a sentence ends is meaning). Invisible characters are not white space or
+//     punctuation and stay (a description cannot hide words in them unnoticed);
+//   - in the schema: "$schema" dropped unless a keyword's meaning depends on the draft
+//     (then kept as the draft it selects); "additionalProperties" dropped when it is a
 //     boolean (validators differ on its default, generators on whether they spell it out;
 //     what the model is told it may send is the properties); "required" and "enum"
 //     sorted and without repeats (sets); a one-element "type" list as its element; empty
