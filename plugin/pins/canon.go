@@ -21,12 +21,15 @@ import (
 // without reading. What is hashed is therefore the definition in a canonical form that
 // keeps every word and every constraint and drops only notation:
 //
-//   - descriptions and titles (the tool's and every one in its schema) as their words:
-//     split at white space, ASCII and typographic punctuation trimmed from each word's
-//     ends, lower-cased. A word added, removed or changed is a change; so is punctuation
-//     inside a word ("~/.ssh/id_rsa", "don't"). Invisible characters are not white space
-//     or punctuation and stay (a description cannot hide words in them unnoticed);
-//   - in the schema: "$schema" dropped; "additionalProperties" dropped when it is a
+//   - descriptions and titles (the tool's and every one in its schema) as their words
+//     (Words): split at white space, quotes, backticks and brackets trimmed from each
+//     word's ends, a word of letters only in one case. A word added, removed or changed is
+//     a change; so is punctuation inside a word ("~/.ssh/id_rsa", "don't"), a leading
+//     - . * _ ("-1", ".env"), the case of a path or identifier, and a clause mark moved
+//     (where a sentence ends is meaning). Invisible characters are not white space or
+//     punctuation and stay (a description cannot hide words in them unnoticed);
+//   - in the schema: "$schema" dropped unless a keyword's meaning depends on the draft
+//     (then kept as the draft it selects); "additionalProperties" dropped when it is a
 //     boolean (validators differ on its default, generators on whether they spell it out;
 //     what the model is told it may send is the properties); "required" and "enum"
 //     sorted and without repeats (sets); a one-element "type" list as its element; empty
@@ -76,40 +79,145 @@ func legacyHash(d Def) string {
 // isLegacy reports whether a stored hash is of the kind legacyHash makes.
 func isLegacy(hash string) bool { return strings.HasPrefix(hash, "sha256:") }
 
-// notation reports whether r is punctuation trimmed from a word's ends: sentence and
-// markdown punctuation, and the typographic quotes, dashes and ellipsis editors put in for
-// them. Path and shell characters (/ ~ $ + = < > | & % @ \) are not: they carry meaning.
-func notation(r rune) bool {
+// typographic are the characters editors put in for ASCII punctuation: compared as that.
+var typographic = strings.NewReplacer("‘", "'", "’", "'", "“", `"`, "”", `"`, "«", `"`, "»", `"`,
+	"–", "-", "—", "-", "…", "...")
+
+// wrapper reports whether r is a quote, backtick or bracket: trimmed from a word's ends
+// (`path`, "file", (optional) are the word). Nothing else is: a leading - . * _ # ~ / $ is
+// part of what the word names (-1, -rf, .env, *.tmp, _private, ~/.ssh).
+func wrapper(r rune) bool {
 	switch r {
-	case '.', ',', ';', ':', '!', '?', '\'', '"', '`', '(', ')', '[', ']', '{', '}', '*', '_', '#', '-',
-		'‘', '’', '“', '”', '–', '—', '…', '«', '»':
+	case '\'', '"', '`', '(', ')', '[', ']', '{', '}':
 		return true
 	}
 	return false
 }
 
-// Words is a description as compared: its words, lower-cased, with the punctuation at
-// their ends trimmed, joined by single spaces.
+// clause reports whether r ends a clause or a sentence. Where a clause ends is meaning
+// ("Never share your keys" is not "Never. Share your keys"), so it is kept, as a word of
+// its own after the word it follows; only at the very end of a text is it notation.
+func clause(r rune) bool {
+	switch r {
+	case '.', ',', ';', ':', '!', '?':
+		return true
+	}
+	return false
+}
+
+// Words is a text as compared: its words with quotes, backticks and brackets trimmed from
+// their ends, the punctuation that ends a clause as a word of its own (none at the end of
+// the text, but for a "?"), a word of letters only in one case (NOT, Not and not are one word; readFile,
+// ID_RSA and ~/.ssh/Key keep theirs), joined by single spaces.
 func Words(s string) string {
-	fields := strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '\u00a0' })
-	out := fields[:0]
-	for _, f := range fields {
-		f = strings.TrimFunc(f, notation)
-		if f != "" {
-			out = append(out, strings.ToLower(f))
+	s = typographic.Replace(s)
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '\u00a0' }) {
+		var tail []string
+		for {
+			f = strings.TrimFunc(f, wrapper)
+			j := len(f)
+			for j > 0 && clause(rune(f[j-1])) { // clause runes are ASCII
+				j--
+			}
+			if j == len(f) {
+				break
+			}
+			tail = append([]string{f[j:]}, tail...)
+			f = f[:j]
 		}
+		if f != "" {
+			out = append(out, foldCase(f))
+		}
+		out = append(out, tail...)
+	}
+	// A question stays one: "?" is kept even there.
+	for len(out) > 0 && strings.IndexFunc(out[len(out)-1], func(r rune) bool { return !clause(r) || r == '?' }) < 0 {
+		out = out[:len(out)-1]
 	}
 	return strings.Join(out, " ")
 }
 
+// foldCase is w lower-cased when its case is emphasis or a sentence's start (all lower, all
+// upper, capitalised) and it is letters only (an apostrophe inside: DON'T); otherwise w as
+// given, since case in a path, an identifier or a name of mixed case is part of it.
+func foldCase(w string) string {
+	upper, lower, first := 0, 0, true
+	for i, r := range w {
+		switch {
+		case unicode.IsUpper(r):
+			if !first {
+				upper++
+			}
+		case unicode.IsLower(r):
+			lower++
+		case r == '\'' && i > 0 && i < len(w)-1:
+		default:
+			return w
+		}
+		first = false
+	}
+	if upper > 0 && lower > 0 {
+		return w
+	}
+	return strings.ToLower(w)
+}
+
 // canonSchema returns v (a decoded JSON Schema, or any part of it) in canonical form.
-func canonSchema(v any) any {
+func canonSchema(v any) any { return canonNode(v, draftSensitive(v)) }
+
+// draftKeywords mean different things under draft-07 and 2020-12 (draft-07 ignores every
+// keyword beside "$ref"; "items" as a list, "dependencies", "$id" fragments).
+var draftKeywords = map[string]bool{"$ref": true, "additionalItems": true, "prefixItems": true,
+	"dependencies": true, "$id": true, "$anchor": true, "$dynamicRef": true, "$recursiveRef": true,
+	"unevaluatedProperties": true, "unevaluatedItems": true}
+
+// draftSensitive reports whether v uses a keyword whose meaning depends on the draft (or
+// "items" as a list): then "$schema" is meaning, not notation.
+func draftSensitive(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			if _, list := val.([]any); draftKeywords[k] || k == "items" && list {
+				return true
+			}
+			if draftSensitive(val) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if draftSensitive(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// draftOf is a "$schema" as the draft a validator takes it for: the two draft-07 URLs are
+// one, the 2020-12 URL is the default (""); anything else as given.
+func draftOf(v any) any {
+	switch v {
+	case "http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft-07/schema#":
+		return "draft-07"
+	case "https://json-schema.org/draft/2020-12/schema":
+		return ""
+	}
+	return v
+}
+
+func canonNode(v any, sensitive bool) any {
+	canonSchema := func(v any) any { return canonNode(v, sensitive) }
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, val := range x {
 			switch k {
 			case "$schema":
+				if d := draftOf(val); sensitive && d != "" {
+					out[k] = d
+				}
 				continue
 			case "additionalProperties":
 				if _, isBool := val.(bool); isBool {
@@ -204,6 +312,12 @@ func sameLegacy(p Pin, d Def, now Pin) bool {
 		return true
 	}
 	if (len(p.InputSchema) == 0) != (len(d.InputSchema) == 0) {
+		return false
+	}
+	// What was kept speaks for the approved definition only when it is all of it: its
+	// legacy hash is the pin's. A description clipped for review (its tail could be cut
+	// from the new one unseen) or with control sequences removed is not.
+	if legacyHash(Def{Name: d.Name, Description: p.Description, InputSchema: p.InputSchema}) != p.Hash {
 		return false
 	}
 	return Hash(Def{Name: d.Name, Description: p.Description, InputSchema: p.InputSchema}) == now.Hash

@@ -59,8 +59,21 @@ func wordChange(what, old, new string) []string {
 	}
 	if len(came) == 0 && len(gone) == 0 {
 		msg += " (the same words in another order)"
+	} else if onlyClauseMarks(came) && onlyClauseMarks(gone) {
+		msg += " (only where a sentence or clause ends: read it again)"
 	}
 	return []string{msg}
+}
+
+// onlyClauseMarks reports whether every word of ws is clause punctuation (Words keeps it
+// as a word of its own).
+func onlyClauseMarks(ws []string) bool {
+	for _, w := range ws {
+		if strings.IndexFunc(w, func(r rune) bool { return !clause(r) }) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // multisetDiff is what of a is not in b and what of b is not in a, counting repeats.

@@ -296,7 +296,7 @@ func Check(configDir, plugin, instructions string, defs []Def) (*Verdict, error)
 	old := pf.Tools[InstructionsKey].Hash
 	instrPin := Pin{Hash: HashText(instructions), Description: clip.Bytes(instructions, maxKeptDesc)}
 	if kept := pf.Tools[InstructionsKey]; isLegacy(old) && (old == legacyHashText(instructions) ||
-		kept.Description == clip.Bytes(kept.Description, maxKeptDesc-1) && HashText(kept.Description) == instrPin.Hash) {
+		legacyHashText(kept.Description) == old && HashText(kept.Description) == instrPin.Hash) {
 		pf.Tools[InstructionsKey], old, dirty = instrPin, instrPin.Hash, true // pinned before canonical hashing
 	}
 	if now := instrPin.Hash; (instructions != "" || old != "") && now != old {
