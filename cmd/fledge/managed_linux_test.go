@@ -475,3 +475,27 @@ func TestManagedPolicySyncHeldToCeiling(t *testing.T) {
 	}
 	assert.Equal(t, 3, denies, "each refused lock entry is on record")
 }
+
+// A managed [tools] rule names a package's plugin by its default name; installing the
+// package under another name (--name) does not take its tools out of the rule.
+func TestManagedToolRulesFollowRenamedPackage(t *testing.T) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		testutil.SkipUnlessSupported(t, false, "npm is not installed")
+	}
+	m := newManagedMachine(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(m.work, ".git"), 0o755))
+	file := m.write("managed.toml", "[tools]\ndeny = [\"server-filesystem:write_*\"]\n")
+	_, errOut, code := m.run("--ni", "plugins", "install", "npm:@modelcontextprotocol/server-filesystem", "--version", "2026.8.31", "--name", "fs", "--yes")
+	if code != 0 && strings.Contains(errOut, "registry") {
+		testutil.SkipUnlessSupported(t, false, "npm cannot reach the registry: "+errOut)
+	}
+	require.Equal(t, 0, code, errOut)
+	out, errOut, code := m.run("tools", "list")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "read_text_file", "the server's other tools are listed")
+	assert.NotContains(t, out, "write_file", "a managed deny is not escaped by renaming the plugin")
+	_, errOut, code = m.run("tools", "call", "plugin_fs_write_file", "path="+filepath.Join(m.work, "x"), "content=x")
+	assert.Equal(t, 115, code, errOut)
+	assert.Contains(t, errOut, "denied by the managed policy ("+file)
+	assert.NoFileExists(t, filepath.Join(m.work, "x"))
+}
