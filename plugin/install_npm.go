@@ -242,6 +242,23 @@ func (r *NPMRequest) pluginName() string {
 	return n
 }
 
+// PackagePluginName is the name a package source's plugin gets when no --name is given
+// ("server-filesystem" for npm:@modelcontextprotocol/server-filesystem), "" for other
+// sources: the managed policy's tool rules name a package's plugin by it, whatever name
+// the user installed it under.
+func PackagePluginName(source string) string {
+	kind, pkg, _, err := ParsePackageSource(source)
+	switch {
+	case err != nil || pkg == "":
+		return ""
+	case kind == "npm":
+		return (&NPMRequest{Package: pkg}).pluginName()
+	case kind == "pypi":
+		return (&PyPIRequest{Package: pkg}).pluginName()
+	}
+	return ""
+}
+
 // findProgram finds name in PATH (then the usual system dirs) outside the user's home: the
 // sandbox gives plugins nothing of $HOME, so a version manager's node there cannot run them.
 func findProgram(name string) (string, error) {

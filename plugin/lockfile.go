@@ -67,9 +67,17 @@ type LockEntry struct {
 	OCI *OCIRecord `toml:"oci,omitempty"`
 }
 
-// ReadLock reads dir/fledge.lock (bounded, never through a symlink).
+// ReadLock reads dir/fledge.lock (bounded, never through a symlink, never a file with a
+// second hard link: a sandbox view keeps the path fledge.lock read-only, not the file, so a
+// link made to a file of a confined command's own would let it rewrite the lock).
 func ReadLock(dir string) (*Lock, error) {
-	data, err := readRegular(filepath.Join(dir, ProjectLockFile), MaxLockBytes)
+	path := filepath.Join(dir, ProjectLockFile)
+	if st, err := os.Lstat(path); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+			return nil, fmt.Errorf("%w: %s has %d hard links (another file can rewrite it); copy it to a file of its own", ErrBadLock, path, sys.Nlink)
+		}
+	}
+	data, err := readRegular(path, MaxLockBytes)
 	if err != nil {
 		return nil, err
 	}

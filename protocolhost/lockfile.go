@@ -197,8 +197,16 @@ func printErr(w interface{ Write([]byte) (int, error) }, err error) {
 
 // syncCeiling is where the managed policy's ceiling applies to a lock entry: grants beyond
 // what the machine's managed policy allows are refused here, before anything is fetched.
-// With no managed policy there is no ceiling.
-func (h *Host) syncCeiling(le *plugin.LockEntry) error { return nil }
+// With no managed policy there is no ceiling. The lock's protocol only says the entry is
+// legacy or not; the install checks again against the manifest it fetched (Managed).
+func (h *Host) syncCeiling(le *plugin.LockEntry) error {
+	m := h.Env.Config.Managed
+	kind, name := sourceKind(le.Source)
+	if err := m.AllowSource(kind, name); err != nil {
+		return err
+	}
+	return m.CheckPlugin(le.Name, le.Protocol == "", le.Granted, le.Read)
+}
 
 // syncOne installs one lock entry, or leaves it when it is installed as pinned.
 func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry, root string) (bool, error) {
@@ -228,7 +236,7 @@ func (h *Host) syncOne(ctx context.Context, log *audit.Log, le *plugin.LockEntry
 	in := &installer{h: h, log: log, out: h.opts.Streams.Out, errOut: h.stderr(), sync: le}
 	g := le.Granted
 	base := plugin.InstallOptions{ConfigDir: e.ConfigDir, Source: le.Source, NonInteractive: true, Grant: &g,
-		ExpectDigest: le.Digest, Out: h.stderr()}
+		ExpectDigest: le.Digest, Out: h.stderr(), Managed: e.Config.Managed}
 	base.RunHook = in.hookRunner()
 	oldPins, _ := pins.Load(e.ConfigDir, le.Name)
 	restorePins := func() {

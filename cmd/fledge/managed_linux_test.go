@@ -429,3 +429,73 @@ func TestManagedPolicyLoweredCeilingRefusesInstalled(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, firsts, 2, "the revoke and the run are sessions")
 }
+
+// A fledge.lock (one that came with a cloned repository, or one written before the policy)
+// cannot take `plugins sync` over the managed ceiling: a plugin whose locked grants or
+// source the policy forbids is refused before anything is fetched or installed, on record.
+func TestManagedPolicySyncHeldToCeiling(t *testing.T) {
+	m := newManagedMachine(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(m.work, ".git"), 0o755))
+	m.plugin("ex", "exec = true\nfilesystem = \"none\"")
+	m.plugin("st", "store = true")
+	for _, name := range []string{"ex", "st"} {
+		_, errOut, code := m.run("--ni", "plugins", "install", filepath.Join(m.work, name), "--yes")
+		require.Equal(t, 0, code, errOut)
+	}
+	_, errOut, code := m.run("plugins", "lock")
+	require.Equal(t, 0, code, errOut)
+	for _, name := range []string{"ex", "st"} {
+		_, errOut, code = m.run("plugins", "remove", name)
+		require.Equal(t, 0, code, errOut)
+	}
+
+	m.write("managed.toml", "[sources]\nallow = [\"npm:*\"]\n")
+	_, errOut, code = m.run("--ni", "plugins", "sync")
+	assert.Equal(t, 126, code, errOut)
+	assert.Contains(t, errOut, "sync ex: over the managed policy's ceiling: source dir (/etc/fledge/managed.toml")
+	assert.Contains(t, errOut, "sync st: over the managed policy's ceiling: source dir (/etc/fledge/managed.toml")
+	out, _, _ := m.run("plugins", "list")
+	assert.Contains(t, out, "no plugins installed", "sync installed nothing from a source the policy forbids")
+
+	// Local dirs allowed, exec not: the exec plugin is refused, the other synced.
+	file := m.write("managed.toml", "[sources]\nallow = [\"dir\"]\n[limits]\nexec = false\n")
+	_, errOut, code = m.run("--ni", "plugins", "sync")
+	assert.Equal(t, 126, code, errOut)
+	assert.Contains(t, errOut, "sync ex: plugin ex: over the managed policy's ceiling: exec ("+file+": [limits] exec = false)")
+	out, _, _ = m.run("plugins", "list")
+	assert.NotContains(t, out, "ex ", "sync installed nothing over the ceiling")
+	assert.Contains(t, out, "st ")
+	var denies int
+	for _, r := range m.records() {
+		d, _ := r["details"].(map[string]any)
+		if r["event"] == "install" && r["decision"] == "deny" && d["sync"] == true {
+			denies++
+			assert.Equal(t, "capability_not_allowed", r["reason"])
+		}
+	}
+	assert.Equal(t, 3, denies, "each refused lock entry is on record")
+}
+
+// A managed [tools] rule names a package's plugin by its default name; installing the
+// package under another name (--name) does not take its tools out of the rule.
+func TestManagedToolRulesFollowRenamedPackage(t *testing.T) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		testutil.SkipUnlessSupported(t, false, "npm is not installed")
+	}
+	m := newManagedMachine(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(m.work, ".git"), 0o755))
+	file := m.write("managed.toml", "[tools]\ndeny = [\"server-filesystem:write_*\"]\n")
+	_, errOut, code := m.run("--ni", "plugins", "install", "npm:@modelcontextprotocol/server-filesystem", "--version", "2026.8.31", "--name", "fs", "--yes")
+	if code != 0 && strings.Contains(errOut, "registry") {
+		testutil.SkipUnlessSupported(t, false, "npm cannot reach the registry: "+errOut)
+	}
+	require.Equal(t, 0, code, errOut)
+	out, errOut, code := m.run("tools", "list")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "read_text_file", "the server's other tools are listed")
+	assert.NotContains(t, out, "write_file", "a managed deny is not escaped by renaming the plugin")
+	_, errOut, code = m.run("tools", "call", "plugin_fs_write_file", "path="+filepath.Join(m.work, "x"), "content=x")
+	assert.Equal(t, 115, code, errOut)
+	assert.Contains(t, errOut, "denied by the managed policy ("+file)
+	assert.NoFileExists(t, filepath.Join(m.work, "x"))
+}

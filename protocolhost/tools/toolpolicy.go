@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/reason"
@@ -26,7 +27,15 @@ func (c *Catalogue) Decide(b *core.Binding, name string) policy.ToolDecision {
 	if c.host != nil && c.host.Env != nil && c.host.Env.Config != nil {
 		m = c.host.Env.Config.Managed
 	}
-	return policy.DecideTool(m, b.Entry.Name, b.Entry.Tools, name)
+	d := policy.DecideTool(m, b.Entry.Name, b.Entry.Tools, name)
+	// A package installed under another name (--name) stays under the managed rules that
+	// name it by its own: both names are decided, and a denial by either stands.
+	if pn := plugin.PackagePluginName(b.Entry.Source); d.Allowed && pn != "" && pn != b.Entry.Name {
+		if pd := policy.DecideTool(m, pn, nil, name); !pd.Allowed {
+			return pd
+		}
+	}
+	return d
 }
 
 // allowed leaves out the tools the rules deny, remembering each (a call then names why).

@@ -87,6 +87,12 @@ const (
 	// on every launch: two levels (a node_modules of 3000 packages) cost 42 ms an exec.
 	maxScanDepth = 1
 	maxScanDirs  = 512
+	// maxLockDepth and maxLockDirs bound the search for fledge.lock (sandbox.ProtectedFiles)
+	// below a writable root, beyond the repository search: a monorepo's sub-project
+	// (services/api/fledge.lock) is where `plugins sync` run in it reads its lock.
+	// node_modules, .git and hidden directories are not entered.
+	maxLockDepth = 3
+	maxLockDirs  = 512
 	// maxGitFileBytes is how much of a .git file, commondir, gitdir or config is read.
 	maxGitFileBytes = 1 << 20
 )
@@ -152,6 +158,13 @@ func gitProtectionWith(roots, unprotect []string, store *nestedStore) (gitProtec
 			return gitProtection{}, err
 		}
 	}
+	lockDirs := 0
+	for _, r := range g.roots {
+		if err := g.scanLocks(r.real, 0, &lockDirs); err != nil {
+			g.store.release(g.checkouts)
+			return gitProtection{}, err
+		}
+	}
 	p := gitProtection{Checkouts: g.checkouts}
 	for v := range g.out {
 		p.Protected = append(p.Protected, v)
@@ -207,6 +220,41 @@ func (g *gitProtector) scan(dir string, depth int, scanned *int) error {
 		}
 		*scanned++
 		if err := g.scan(filepath.Join(dir, e.Name()), depth+1, scanned); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanLocks protects the files of sandbox.ProtectedFiles in dir and its subdirectories,
+// maxLockDepth levels down, looking at maxLockDirs directories per launch; symlinks are not
+// followed (a lock reached through one is refused by its reader).
+func (g *gitProtector) scanLocks(dir string, depth int, scanned *int) error {
+	if depth > 0 {
+		for _, n := range sandbox.ProtectedFiles {
+			if err := g.add(filepath.Join(dir, n)); err != nil {
+				return err
+			}
+		}
+	}
+	if depth >= maxLockDepth || *scanned >= maxLockDirs {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	ents, _ := f.ReadDir(maxLockDirs - *scanned)
+	f.Close()
+	for _, e := range ents {
+		if !e.IsDir() || e.Name() == "node_modules" || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if *scanned >= maxLockDirs {
+			return nil
+		}
+		*scanned++
+		if err := g.scanLocks(filepath.Join(dir, e.Name()), depth+1, scanned); err != nil {
 			return err
 		}
 	}
