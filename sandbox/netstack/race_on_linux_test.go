@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 
-//go:build race
+//go:build linux && race
 
 package netstack
 
