@@ -8,7 +8,7 @@ build:
 	$(GO) build -o $(BIN) ./cmd/fledge
 
 test:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 40m ./...
 
 # The packages whose code runs concurrently (the session core, the log, the egress engine, the
 # sandbox backends), under the race detector.
