@@ -15,7 +15,7 @@ test:
 RACE_PKGS = ./protocolhost/core/... ./audit/... ./egress/... ./sandbox/...
 
 test-race:
-	$(GO) test -race -count=1 $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout 40m $(RACE_PKGS)
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
