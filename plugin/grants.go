@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/fledgehq/fledge/policy"
-	"github.com/fledgehq/fledge/ui/clip"
 )
 
 var (
@@ -28,22 +27,11 @@ type GrantChange func(m *Manifest, cur policy.Grants) (policy.Change, error)
 // changes; the approved digest stays as it was, so an edited manifest is still refused at
 // run time.
 func ChangeGrants(configDir, name string, change GrantChange, edit ...func(*Entry)) (*Entry, policy.Change, error) {
-	if !ValidName(name) {
-		return nil, policy.Change{}, fmt.Errorf("%w: %q", ErrNotInstalled, clip.Bytes(name, 80))
-	}
-	unlock, err := lockRegistry(configDir)
+	reg, e, unlock, err := lockedEntry(configDir, name)
 	if err != nil {
 		return nil, policy.Change{}, err
 	}
 	defer unlock()
-	reg, err := LoadRegistry(configDir)
-	if err != nil {
-		return nil, policy.Change{}, err
-	}
-	e := reg.Find(name)
-	if e == nil {
-		return nil, policy.Change{}, fmt.Errorf("%w: %q", ErrNotInstalled, name)
-	}
 	m, _, err := LoadManifest(Dir(configDir, name))
 	if err != nil {
 		return nil, policy.Change{}, err

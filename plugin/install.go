@@ -740,22 +740,11 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // Remove uninstalls name: the registry entry first (so a crash never leaves an entry pointing
 // at nothing), then the plugin dir, state.json and data included.
 func Remove(configDir, name string) (*Entry, error) {
-	if !ValidName(name) {
-		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip.Bytes(name, 80))
-	}
-	unlock, err := lockRegistry(configDir)
+	reg, e, unlock, err := lockedEntry(configDir, name)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	reg, err := LoadRegistry(configDir)
-	if err != nil {
-		return nil, err
-	}
-	e := reg.Find(name)
-	if e == nil {
-		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, name)
-	}
 	removed := *e
 	reg.Delete(name)
 	if err := reg.Save(); err != nil {

@@ -13,22 +13,11 @@ import (
 // change gets the rules it has now (nil: none) and returns the new ones (nil or empty:
 // none). The entry as saved is returned.
 func SetToolRules(configDir, name string, change func(cur *policy.ToolRules) (*policy.ToolRules, error)) (*Entry, error) {
-	if !ValidName(name) {
-		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip.Bytes(name, 80))
-	}
-	unlock, err := lockRegistry(configDir)
+	reg, e, unlock, err := lockedEntry(configDir, name)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	reg, err := LoadRegistry(configDir)
-	if err != nil {
-		return nil, err
-	}
-	e := reg.Find(name)
-	if e == nil {
-		return nil, fmt.Errorf("%w: %q", ErrNotInstalled, name)
-	}
 	next, err := change(e.Tools)
 	if err != nil {
 		return nil, err
@@ -42,4 +31,25 @@ func SetToolRules(configDir, name string, change func(cur *policy.ToolRules) (*p
 	}
 	out := *e
 	return &out, nil
+}
+
+// lockedEntry takes the registry lock and finds an installed plugin's entry in the registry
+// as it is on disk now: the first step of every change to one entry. The caller releases
+// the lock with unlock (nil on error: nothing to release).
+func lockedEntry(configDir, name string) (reg *Registry, e *Entry, unlock func(), err error) {
+	if !ValidName(name) {
+		return nil, nil, nil, fmt.Errorf("%w: %q", ErrNotInstalled, clip.Bytes(name, 80))
+	}
+	if unlock, err = lockRegistry(configDir); err != nil {
+		return nil, nil, nil, err
+	}
+	if reg, err = LoadRegistry(configDir); err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	if e = reg.Find(name); e == nil {
+		unlock()
+		return nil, nil, nil, fmt.Errorf("%w: %q", ErrNotInstalled, name)
+	}
+	return reg, e, unlock, nil
 }
