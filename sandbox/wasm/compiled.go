@@ -252,28 +252,13 @@ func knownModules() []pin {
 // the byte bound on its own is compiled for this run and not kept. merged is
 // mergeData(data) when the caller has it already, else nil.
 func (e *engine) module(ctx context.Context, digest string, data, merged []byte) (*compiled, error) {
-	k := modKey{e, digest}
-	registry.mu.Lock()
-	if c := registry.modules[k]; c != nil {
-		c.users++
-		registry.lru.MoveToFront(c.elem)
-		registry.mu.Unlock()
+	c, f, own := e.lookup(digest)
+	switch {
+	case c != nil:
 		return c, nil
+	case own:
+		return e.fly(ctx, f, digest, data, merged)
 	}
-	f := registry.flights[k]
-	if f == nil {
-		f = &flight{done: make(chan struct{})}
-		registry.flights[k] = f
-		registry.mu.Unlock()
-		c, err := e.compile(ctx, k, data, merged)
-		registry.mu.Lock()
-		delete(registry.flights, k)
-		f.err = err
-		close(f.done)
-		registry.mu.Unlock()
-		return c, err
-	}
-	registry.mu.Unlock()
 	// Someone compiles it: wait, then take it from the cache (or, if it was not kept, compile
 	// it here).
 	select {
@@ -284,6 +269,7 @@ func (e *engine) module(ctx context.Context, digest string, data, merged []byte)
 	if f.err != nil {
 		return nil, f.err
 	}
+	k := modKey{e, digest}
 	registry.mu.Lock()
 	if c := registry.modules[k]; c != nil {
 		c.users++
@@ -293,6 +279,37 @@ func (e *engine) module(ctx context.Context, digest string, data, merged []byte)
 	}
 	registry.mu.Unlock()
 	return e.compile(ctx, k, data, merged)
+}
+
+// lookup returns the cached module for digest with a use, or the flight compiling it: a
+// new one (own) that the caller must complete with fly, or another's to wait for.
+func (e *engine) lookup(digest string) (c *compiled, f *flight, own bool) {
+	k := modKey{e, digest}
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if c := registry.modules[k]; c != nil {
+		c.users++
+		registry.lru.MoveToFront(c.elem)
+		return c, nil, false
+	}
+	if f := registry.flights[k]; f != nil {
+		return nil, f, false
+	}
+	f = &flight{done: make(chan struct{})}
+	registry.flights[k] = f
+	return nil, f, true
+}
+
+// fly compiles the module of the flight f the caller owns (lookup) and ends the flight.
+func (e *engine) fly(ctx context.Context, f *flight, digest string, data, merged []byte) (*compiled, error) {
+	k := modKey{e, digest}
+	c, err := e.compile(ctx, k, data, merged)
+	registry.mu.Lock()
+	delete(registry.flights, k)
+	f.err = err
+	close(f.done)
+	registry.mu.Unlock()
+	return c, err
 }
 
 // compile compiles data for k and caches it (see module).

@@ -404,16 +404,35 @@ type memLimit struct {
 	peak    atomic.Uint64
 }
 
-func (m *memLimit) Allocate(_, _ uint64) experimental.LinearMemory { return &linearMemory{m: m} }
+// Allocate returns the module's linear memory: mapped outside Go's heap where the platform
+// allows it (mappedMemory), else a slice of Go's heap.
+func (m *memLimit) Allocate(_, maxBytes uint64) experimental.LinearMemory {
+	if mem := newMappedMemory(m, min(maxBytes, m.limit)); mem != nil {
+		return mem
+	}
+	return &heapMemory{m: m}
+}
 
-type linearMemory struct {
+// grant checks a size the module asks for against the limit, and records the peak.
+func (m *memLimit) grant(size uint64) bool {
+	if size > m.limit {
+		m.refused.Store(true)
+		return false
+	}
+	if size > m.peak.Load() {
+		m.peak.Store(size)
+	}
+	return true
+}
+
+// heapMemory is a linear memory in Go's heap, copied to a larger slice when it grows.
+type heapMemory struct {
 	m   *memLimit
 	buf []byte
 }
 
-func (l *linearMemory) Reallocate(size uint64) []byte {
-	if size > l.m.limit {
-		l.m.refused.Store(true)
+func (l *heapMemory) Reallocate(size uint64) []byte {
+	if !l.m.grant(size) {
 		return nil
 	}
 	if size <= uint64(cap(l.buf)) {
@@ -426,10 +445,7 @@ func (l *linearMemory) Reallocate(size uint64) []byte {
 		copy(nb, l.buf)
 		l.buf = nb
 	}
-	if size > l.m.peak.Load() {
-		l.m.peak.Store(size)
-	}
 	return l.buf
 }
 
-func (l *linearMemory) Free() { l.buf = nil }
+func (l *heapMemory) Free() { l.buf = nil }

@@ -302,12 +302,22 @@ func (s *Sandbox) Describe(path string) (map[string]any, error) {
 // prefetch starts compiling (or loading from the cache dir) a module Describe read and
 // hashed, so that the work overlaps what the session does before Start, which then finds it
 // compiled or waits for it (engine.module). Nothing of the module runs here. A Describe
-// without a Start costs only that compile, which is kept like any other.
+// without a Start costs only that compile, which is kept like any other. The compile is
+// claimed before this returns: a Start that came first would otherwise compile it too,
+// merging the data again without the merged bytes Describe made.
 func (s *Sandbox) prefetch(digest string, data, merged []byte) {
+	c, f, own := s.eng.lookup(digest)
+	if c != nil {
+		c.release()
+		return
+	}
+	if !own {
+		return // being compiled already
+	}
 	s.eng.hold()
 	go func() {
 		defer s.eng.release()
-		if c, err := s.eng.module(context.Background(), digest, data, merged); err == nil {
+		if c, err := s.eng.fly(context.Background(), f, digest, data, merged); err == nil {
 			c.release()
 		}
 	}()

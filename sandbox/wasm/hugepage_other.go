@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: MIT
+
+//go:build unix && !linux
+
+package wasm
+
+import "os"
+
+// commitUnit is the step a mapped memory is made accessible in.
+var commitUnit = os.Getpagesize()
+
+func hugePages([]byte) {}
