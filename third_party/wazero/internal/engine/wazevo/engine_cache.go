@@ -25,7 +25,12 @@ import (
 	"github.com/fledgehq/fledge/third_party/wazero/internal/wasm"
 )
 
-var crc = crc32.MakeTable(crc32.Castagnoli)
+// (fledge patch) CRC-32 (IEEE) rather than upstream's CRC-32C: a cache hit checksums all of
+// a module's machine code (15 MB for a Go-built one), and Go computes the IEEE polynomial
+// with carry-less multiplication about five times as fast on amd64 (0.5 ms instead of
+// 2.7 ms for 15 MB); on arm64 both are one instruction per 8 bytes. Either catches damage
+// alike; neither is a signature.
+var crc = crc32.IEEETable
 
 // fileCacheKey returns a key for the file cache.
 // In order to avoid collisions with the existing compiler, we do not use m.ID directly,
@@ -188,9 +193,9 @@ func releaseDeserialized(cm *compiledModule) {
 }
 
 // (fledge patch) Not upstream's "WAZEVO": entries of this format (page-aligned code, an
-// entry checksum) have keys and a magic of their own, so that no build of wazero reads an
-// entry of the other format.
-var magic = []byte{'W', 'A', 'Z', 'E', 'V', 'F'}
+// entry checksum, CRC-32 IEEE) have keys and a magic of their own, so that no build of
+// wazero reads an entry of another format ("WAZEVF" was this format with CRC-32C).
+var magic = []byte{'W', 'A', 'Z', 'E', 'V', 'G'}
 
 // (fledge patch) Two changes to upstream's format:
 //
@@ -198,7 +203,7 @@ var magic = []byte{'W', 'A', 'Z', 'E', 'V', 'F'}
 //     code starts at a multiple of the writer's page size: on Linux a reader with the same
 //     page size maps it from the file (platform.MmapCodeFile) instead of copying 4x the
 //     module's size into fresh memory, which cost more than the rest of a cache hit.
-//   - The entry ends with a checksum (CRC-32C, 4 bytes) of the entry's cache key followed by
+//   - The entry ends with a checksum (CRC-32, 4 bytes) of the entry's cache key followed by
 //     every byte of the entry before it except the code, which its own checksum covers: an
 //     entry that is truncated, corrupt anywhere (not only in its code), or was written for
 //     another module (another key) does not load.
