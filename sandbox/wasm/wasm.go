@@ -269,6 +269,7 @@ func (s *Sandbox) Report() sandbox.Report {
 // refuses to run different bytes from that path (ErrChanged), so the record names exactly
 // what ran.
 func (s *Sandbox) Describe(path string) (map[string]any, error) {
+	defer paceGCForStart()()
 	digest, data, merged, err := readVerified(path, knownModules(), true)
 	if err != nil {
 		return nil, err
@@ -315,8 +316,10 @@ func (s *Sandbox) prefetch(digest string, data, merged []byte) {
 		return // being compiled already
 	}
 	s.eng.hold()
+	paced := paceGCForStart()
 	go func() {
 		defer s.eng.release()
+		defer paced()
 		if c, err := s.eng.fly(context.Background(), f, digest, data, merged); err == nil {
 			c.release()
 		}
@@ -357,20 +360,29 @@ func openModule(path string) (*os.File, os.FileInfo, error) {
 
 // readAll reads f whole, bounded by MaxModuleBytes.
 func readAll(f *os.File, st os.FileInfo) ([]byte, error) {
-	// Sized from stat (one read for a multi-megabyte module), still bounded by the limit.
-	var buf bytes.Buffer
+	// Sized from stat (one read for a multi-megabyte module, into a buffer nothing clears
+	// first), still bounded by the limit if the file grows meanwhile.
+	size := 512
 	if st.Size() > 0 && st.Size() <= MaxModuleBytes {
-		buf.Grow(int(st.Size()) + 1)
+		size = int(st.Size()) + 1
 	}
-	_, err := buf.ReadFrom(io.LimitReader(f, MaxModuleBytes+1))
-	data := buf.Bytes()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrModule, err)
+	data := make([]byte, 0, size)
+	for {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := f.Read(data[len(data):min(cap(data), MaxModuleBytes+1)])
+		data = data[:len(data)+n]
+		if len(data) > MaxModuleBytes {
+			return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrModule, filepath.Base(f.Name()), MaxModuleBytes)
+		}
+		if err == io.EOF {
+			return data, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrModule, err)
+		}
 	}
-	if len(data) > MaxModuleBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrModule, filepath.Base(f.Name()), MaxModuleBytes)
-	}
-	return data, nil
 }
 
 // compareChunk bounds the buffer readVerified compares a module through.
@@ -533,6 +545,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if spec == nil || spec.Path == "" {
 		return nil, fmt.Errorf("%w: no module path", sandbox.ErrInvalidSpec)
 	}
+	defer paceGCForStart()()
 	s.mu.Lock()
 	want, pinned := s.pinned[spec.Path]
 	s.mu.Unlock()
