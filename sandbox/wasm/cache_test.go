@@ -33,13 +33,22 @@ func requireCompiler(t *testing.T) {
 	}
 }
 
-// cacheEntries are the compilation cache's entries (wazero keeps them in a subdirectory
-// named for its version and platform), by path.
+// cacheEntries are the compilation cache's entries of machine code (wazero keeps them in a
+// subdirectory named for its version and platform), by path; mergedEntries fledge's entries
+// of merged bytes beside them.
 func cacheEntries(t *testing.T, dir string) map[string][]byte {
+	return entriesUnder(t, dir, func(p string) bool { return !strings.Contains(p, "/fledge-merged/") })
+}
+
+func mergedEntries(t *testing.T, dir string) map[string][]byte {
+	return entriesUnder(t, dir, func(p string) bool { return strings.Contains(p, "/fledge-merged/") })
+}
+
+func entriesUnder(t *testing.T, dir string, keep func(string) bool) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	require.NoError(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && fi.Mode().IsRegular() && !strings.HasSuffix(p, ".tmp") {
+		if err == nil && fi.Mode().IsRegular() && !strings.HasSuffix(p, ".tmp") && keep(p) {
 			b, err := os.ReadFile(p)
 			out[p] = b
 			return err
@@ -214,4 +223,81 @@ func TestCacheDirOnlyFledgeCanWrite(t *testing.T) {
 	require.NoError(t, os.Symlink(open, link))
 	_, err = wasm.New(wasm.Options{CacheDir: link})
 	assert.ErrorIs(t, err, wasm.ErrCacheDir, "a symlink to a world-writable dir")
+}
+
+// TestBadMergedEntryIsNeverUsed: a Go-built module's merged bytes are kept beside its machine
+// code, and a new process maps them instead of merging again. An entry that is not exactly
+// what was written for this module (damaged anywhere, cut short, extended, another module's,
+// empty) is never used: the module is merged again, runs as itself, and the entry is written
+// again as it was.
+func TestBadMergedEntryIsNeverUsed(t *testing.T) {
+	requireCompiler(t)
+	if runtime.GOOS != "linux" {
+		t.Skip("merged bytes are kept on Linux only")
+	}
+	t.Cleanup(wasm.ForgetCompiled)
+	dir := t.TempDir()
+	foreignCache := filepath.Join(dir, "foreign-cache")
+	onlyEntry(t, foreignCache, guest(t, "hostfn"))
+	var foreign []byte
+	for _, b := range mergedEntries(t, foreignCache) {
+		foreign = b
+	}
+	require.NotEmpty(t, foreign, "the hostfn guest's merged bytes were kept")
+
+	cache := filepath.Join(dir, "cache")
+	probe := guest(t, "probe")
+	onlyEntry(t, cache, probe)
+	entries := mergedEntries(t, cache)
+	require.Len(t, entries, 1)
+	var entry string
+	var good []byte
+	for p, b := range entries {
+		entry, good = p, b
+	}
+	run := func(t *testing.T) {
+		t.Helper()
+		wasm.ForgetCompiled() // a new process: only the cache dir is warm
+		w, err := wasm.New(wasm.Options{CacheDir: cache})
+		require.NoError(t, err)
+		defer w.Close()
+		init := `{"type":"init","protocol":"fledge-v1","args":["exit","5"]}` + "\n"
+		p, err := w.Start(context.Background(), &sandbox.Spec{Path: probe, Stdin: strings.NewReader(init), Stdout: &bytes.Buffer{}})
+		require.NoError(t, err)
+		assert.Equal(t, 5, waitResult(t, p).ExitCode, "the probe ran as itself")
+	}
+
+	before := wasm.MergeCount()
+	run(t)
+	assert.Equal(t, before, wasm.MergeCount(), "a good entry is used: nothing merged")
+
+	flip := func(i int) func([]byte) []byte {
+		return func(e []byte) []byte { e[i] ^= 0x5a; return e }
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func([]byte) []byte
+	}{
+		{"byte of the magic", flip(0)},
+		{"byte of the key", flip(10)},
+		{"byte of the length", flip(42)},
+		{"byte of the checksum", flip(50)},
+		{"byte of the merged bytes", flip(len(good) / 2)},
+		{"last byte", flip(len(good) - 1)},
+		{"truncated by one byte", func(e []byte) []byte { return e[:len(e)-1] }},
+		{"truncated to its header", func(e []byte) []byte { return e[:52] }},
+		{"bytes appended", func(e []byte) []byte { return append(e, 0, 0, 0, 0) }},
+		{"another module's entry", func([]byte) []byte { return bytes.Clone(foreign) }},
+		{"empty", func([]byte) []byte { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, os.WriteFile(entry, tc.damage(bytes.Clone(good)), 0o600))
+			before := wasm.MergeCount()
+			run(t)
+			assert.Equal(t, before+1, wasm.MergeCount(), "the bad entry was not used: the module was merged again")
+			got, err := os.ReadFile(entry)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(good, got), "the entry was written again as it was")
+		})
+	}
 }

@@ -91,6 +91,7 @@ type compiled struct {
 	cm     wazero.CompiledModule
 	cost   int64
 	elem   *list.Element // in registry.lru; nil once evicted
+	unmap  func()        // unmaps the merged bytes mapped from the cache dir (nil if none)
 
 	users int // runs instantiating or running it (under registry.mu)
 }
@@ -223,6 +224,10 @@ func evictLocked(c *compiled) {
 func (c *compiled) closeIfUnusedLocked() {
 	if c.elem == nil && c.users == 0 {
 		_ = c.cm.Close(context.Background())
+		if c.unmap != nil {
+			c.unmap() // the module kept slices of them: only now unused
+			c.unmap = nil
+		}
 	}
 }
 
@@ -312,12 +317,11 @@ func (e *engine) fly(ctx context.Context, f *flight, digest string, data, merged
 	return c, err
 }
 
-// compile compiles data for k and caches it (see module).
+// compile compiles data for k and caches it (see module). merged is mergeData(data) when
+// the caller made it; else it is mapped from the cache dir's entry (mergecache.go) or made
+// here, and then written there for the next process.
 func (e *engine) compile(ctx context.Context, k modKey, data, merged []byte) (*compiled, error) {
 	digest := k.digest
-	if merged == nil {
-		merged = mergeData(data)
-	}
 	// Compiled without the lock; flights make two starts of one module wait for one
 	// compile, and if two compile anyway (the module was not kept) one entry is kept.
 	compiles.Add(1)
@@ -325,19 +329,36 @@ func (e *engine) compile(ctx context.Context, k modKey, data, merged []byte) (*c
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
+	var unmap func()
+	if merged == nil {
+		var ok bool
+		if merged, unmap, ok = loadMerged(e.key.cacheDir, key); !ok {
+			merged = mergeData(data)
+		}
+	}
+	if unmap == nil && len(merged) > 0 && &merged[0] != &data[0] {
+		storeMerged(e.key.cacheDir, key, merged)
+	}
 	// The compiled module keeps slices of merged (its function bodies and data segments)
-	// instead of copies: merged is never modified (it is a new buffer, or data itself).
+	// instead of copies: merged is never modified (a new buffer, a read-only mapping, or data
+	// itself).
 	cctx := experimental.WithBinaryRetained(experimental.WithCompilationKey(ctx, key))
 	cm, err := e.rt.CompileModule(cctx, merged)
 	if err != nil {
+		if unmap != nil {
+			unmap()
+		}
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
-	c := &compiled{eng: e, digest: digest, data: data, cm: cm, cost: int64(len(data)) * (1 + compiledFactor), users: 1}
+	c := &compiled{eng: e, digest: digest, data: data, cm: cm, cost: int64(len(data)) * (1 + compiledFactor), users: 1, unmap: unmap}
 
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	if have := registry.modules[k]; have != nil {
 		_ = cm.Close(ctx)
+		if unmap != nil {
+			unmap()
+		}
 		have.users++
 		registry.lru.MoveToFront(have.elem)
 		return have, nil

@@ -6,7 +6,11 @@ import (
 	"cmp"
 	"encoding/binary"
 	"slices"
+	"sync/atomic"
 )
+
+// merges counts mergeData calls, for tests.
+var merges atomic.Int64
 
 // Go's linker writes a module's initial memory as one data segment per run of non-zero bytes:
 // the test guest has 41,170 of them for 1 MB of data. wazero decodes each one's offset
@@ -43,6 +47,7 @@ type dataSegment struct {
 // index), or anything malformed (left for wazero to refuse). The zeros added are bounded by
 // half the module's size.
 func mergeData(bin []byte) []byte {
+	merges.Add(1)
 	if len(bin) < 8 || string(bin[:4]) != "\x00asm" {
 		return bin
 	}

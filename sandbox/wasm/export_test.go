@@ -47,6 +47,9 @@ func InitialMemory(bin []byte) ([]byte, error) {
 // calls, cache-dir hits included: each one decodes and validates the module).
 func CompileCount() int64 { return compiles.Load() }
 
+// MergeCount is how many times this process merged a module's data segments (datamerge.go).
+func MergeCount() int64 { return merges.Load() }
+
 // ForgetCompiled drops every shared runtime and compiled module, as if the process had just
 // started: the benchmarks of a new fledge process (first compile, cached compile) use it.
 // Runs in progress keep theirs until they end.

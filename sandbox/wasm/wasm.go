@@ -270,14 +270,15 @@ func (s *Sandbox) Report() sandbox.Report {
 // what ran.
 func (s *Sandbox) Describe(path string) (map[string]any, error) {
 	defer paceGCForStart()()
-	digest, data, merged, err := readVerified(path, knownModules(), true)
+	// With a cache dir the merged bytes are normally there (mergecache.go): not merged here.
+	digest, data, merged, hashed, err := readVerified(path, knownModules(), s.opts.CacheDir == "" || !mergedCacheSupported)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.pinned[path] = pin{digest: digest, data: data}
 	s.mu.Unlock()
-	if merged != nil {
+	if hashed {
 		s.prefetch(digest, data, merged)
 	}
 	pre := s.opts.Preopens()
@@ -394,12 +395,12 @@ const compareChunk = 256 << 10
 // that one's digest and bytes are returned: no copy of the file is made and nothing is
 // hashed again. Otherwise it is read whole and hashed (digest of the bytes returned), and,
 // when merge is set, mergeData of them is made meanwhile on another core and returned as
-// merged (what will be compiled; nil when nothing was hashed). Whatever the file does
-// meanwhile, the bytes returned are the bytes the digest is of.
-func readVerified(path string, known []pin, merge bool) (digest string, data, merged []byte, err error) {
+// merged (what will be compiled; else nil). hashed says which of the two it was. Whatever
+// the file does meanwhile, the bytes returned are the bytes the digest is of.
+func readVerified(path string, known []pin, merge bool) (digest string, data, merged []byte, hashed bool, err error) {
 	f, st, err := openModule(path)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, false, err
 	}
 	defer f.Close()
 	var cands []pin
@@ -410,16 +411,16 @@ func readVerified(path string, known []pin, merge bool) (digest string, data, me
 	}
 	if len(cands) > 0 {
 		if m, err := compareFile(f, cands); err != nil {
-			return "", nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
+			return "", nil, nil, false, fmt.Errorf("%w: %v", ErrModule, err)
 		} else if m != nil {
-			return m.digest, m.data, nil, nil
+			return m.digest, m.data, nil, false, nil
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return "", nil, nil, fmt.Errorf("%w: %v", ErrModule, err)
+			return "", nil, nil, false, fmt.Errorf("%w: %v", ErrModule, err)
 		}
 	}
 	if data, err = readAll(f, st); err != nil {
-		return "", nil, nil, err
+		return "", nil, nil, false, err
 	}
 	var merging sync.WaitGroup
 	if merge {
@@ -427,7 +428,7 @@ func readVerified(path string, known []pin, merge bool) (digest string, data, me
 	}
 	sum := sha256.Sum256(data)
 	merging.Wait()
-	return hex.EncodeToString(sum[:]), data, merged, nil
+	return hex.EncodeToString(sum[:]), data, merged, true, nil
 }
 
 // compareFile reads f to its end and returns the candidate its bytes equal, or nil.
@@ -521,7 +522,7 @@ func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
 // Precompile compiles the module at path into the compilation cache, so that the first run
 // only loads it (install does this). Nothing of the module runs.
 func (s *Sandbox) Precompile(ctx context.Context, path string) error {
-	digest, data, merged, err := readVerified(path, knownModules(), true)
+	digest, data, merged, _, err := readVerified(path, knownModules(), true)
 	if err != nil {
 		return err
 	}
@@ -553,7 +554,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if !pinned {
 		known = knownModules()
 	}
-	digest, data, merged, err := readVerified(spec.Path, known, false)
+	digest, data, merged, _, err := readVerified(spec.Path, known, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
