@@ -29,8 +29,7 @@ func loadMerged(cacheDir string, key [32]byte) (merged []byte, unmap func(), ok 
 		_ = os.Remove(path)
 		return nil, nil, false
 	}
-	// MAP_POPULATE: every byte is read by the checksum at once.
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_PRIVATE)
 	if err != nil {
 		return nil, nil, false
 	}

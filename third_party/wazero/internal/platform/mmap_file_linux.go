@@ -15,9 +15,6 @@ import (
 // cache replaces an entry by renaming a new file over it and never writes one in place.
 // A mount that forbids executable mappings (noexec) makes this fail; the caller then copies
 // the code instead.
-//
-// MAP_POPULATE: the caller checksums every byte of the code at once, so the pages are
-// mapped in one pass here rather than by a page fault for each group of them.
 func MmapCodeFile(f *os.File, off int64, size int) ([]byte, error) {
-	return unix.Mmap(int(f.Fd()), off, size, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_POPULATE)
+	return unix.Mmap(int(f.Fd()), off, size, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE)
 }
