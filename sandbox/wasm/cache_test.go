@@ -11,7 +11,9 @@ package wasm_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -35,13 +37,19 @@ func requireCompiler(t *testing.T) {
 
 // cacheEntries are the compilation cache's entries of machine code (wazero keeps them in a
 // subdirectory named for its version and platform), by path; mergedEntries fledge's entries
-// of merged bytes beside them.
+// of merged bytes beside them, keptEntries its copies of the modules it hashed.
 func cacheEntries(t *testing.T, dir string) map[string][]byte {
-	return entriesUnder(t, dir, func(p string) bool { return !strings.Contains(p, "/fledge-merged/") })
+	return entriesUnder(t, dir, func(p string) bool {
+		return !strings.Contains(p, "/fledge-merged/") && !strings.Contains(p, "/fledge-modules/")
+	})
 }
 
 func mergedEntries(t *testing.T, dir string) map[string][]byte {
 	return entriesUnder(t, dir, func(p string) bool { return strings.Contains(p, "/fledge-merged/") })
+}
+
+func keptEntries(t *testing.T, dir string) map[string][]byte {
+	return entriesUnder(t, dir, func(p string) bool { return strings.Contains(p, "/fledge-modules/") })
 }
 
 func entriesUnder(t *testing.T, dir string, keep func(string) bool) map[string][]byte {
@@ -300,4 +308,86 @@ func TestBadMergedEntryIsNeverUsed(t *testing.T) {
 			assert.True(t, bytes.Equal(good, got), "the entry was written again as it was")
 		})
 	}
+}
+
+// TestKeptCopyNamesTheBytesRead: a new process names a module it read by the sha256 of the
+// copy fledge kept when it last hashed that module, instead of hashing it again, only when
+// the copy is undamaged and the file is byte for byte that copy. Whatever is done to the
+// copy or to the module, the record's module_sha256 is the sha256 of the bytes read.
+func TestKeptCopyNamesTheBytesRead(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the copies are kept on Linux only")
+	}
+	t.Cleanup(wasm.ForgetCompiled)
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	path := writeModule(t, dir, "m.wasm", exitModule(7))
+	other := exitModule(9)
+	describe := func(t *testing.T) (recorded string, hashed bool) {
+		t.Helper()
+		wasm.ForgetCompiled() // a new process
+		w, err := wasm.New(wasm.Options{CacheDir: cache})
+		require.NoError(t, err)
+		defer w.Close()
+		before := wasm.HashCount()
+		d, err := w.Describe(path)
+		require.NoError(t, err)
+		return d["module_sha256"].(string), wasm.HashCount() != before
+	}
+	sha := func(t *testing.T) string {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		s := sha256.Sum256(b)
+		return hex.EncodeToString(s[:])
+	}
+
+	got, hashed := describe(t)
+	assert.Equal(t, sha(t), got)
+	assert.True(t, hashed, "the first process hashes the module")
+	entries := keptEntries(t, cache)
+	require.Len(t, entries, 1)
+	var entry string
+	var good []byte
+	for p, b := range entries {
+		entry, good = p, b
+	}
+	got, hashed = describe(t)
+	assert.Equal(t, sha(t), got)
+	assert.False(t, hashed, "the next one compares with the copy")
+
+	flip := func(i int) func([]byte) []byte {
+		return func(e []byte) []byte { e[i] ^= 0x5a; return e }
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func([]byte) []byte
+	}{
+		{"byte of the magic", flip(0)},
+		{"byte of the sha256", flip(10)},
+		{"byte of the length", flip(42)},
+		{"byte of the checksum", flip(50)},
+		{"byte of the copy", flip(len(good) - 3)},
+		{"truncated by one byte", func(e []byte) []byte { return e[:len(e)-1] }},
+		{"bytes appended", func(e []byte) []byte { return append(e, 0) }},
+		{"empty", func([]byte) []byte { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, os.WriteFile(entry, tc.damage(bytes.Clone(good)), 0o600))
+			got, hashed := describe(t)
+			assert.Equal(t, sha(t), got, "the record names the bytes read")
+			assert.True(t, hashed, "a bad copy is not used")
+			b, err := os.ReadFile(entry)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(good, b), "the copy was written again")
+		})
+	}
+
+	// The module replaced by another of the same size: hashed, and the copy is now its.
+	require.NoError(t, os.WriteFile(path, other, 0o644))
+	got, hashed = describe(t)
+	assert.Equal(t, sha(t), got)
+	assert.True(t, hashed, "changed bytes are hashed")
+	got, hashed = describe(t)
+	assert.Equal(t, sha(t), got)
+	assert.False(t, hashed)
 }

@@ -50,6 +50,9 @@ func CompileCount() int64 { return compiles.Load() }
 // MergeCount is how many times this process merged a module's data segments (datamerge.go).
 func MergeCount() int64 { return merges.Load() }
 
+// HashCount is how many times this process hashed a module it read whole (keptcopy.go).
+func HashCount() int64 { return hashes.Load() }
+
 // ForgetCompiled drops every shared runtime and compiled module, as if the process had just
 // started: the benchmarks of a new fledge process (first compile, cached compile) use it.
 // Runs in progress keep theirs until they end.

@@ -271,14 +271,14 @@ func (s *Sandbox) Report() sandbox.Report {
 func (s *Sandbox) Describe(path string) (map[string]any, error) {
 	defer paceGCForStart()()
 	// With a cache dir the merged bytes are normally there (mergecache.go): not merged here.
-	digest, data, merged, hashed, err := readVerified(path, knownModules(), s.opts.CacheDir == "" || !mergedCacheSupported)
+	digest, data, merged, fresh, err := readVerified(path, knownModules(), s.opts.CacheDir == "" || !mergedCacheSupported, s.opts.CacheDir)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.pinned[path] = pin{digest: digest, data: data}
 	s.mu.Unlock()
-	if hashed {
+	if fresh {
 		s.prefetch(digest, data, merged)
 	}
 	pre := s.opts.Preopens()
@@ -393,11 +393,12 @@ const compareChunk = 256 << 10
 // the file is equal, byte for byte, to one of known (bytes already hashed: what Describe
 // pinned, modules in the cache) it is compared with them chunk by chunk as it is read, and
 // that one's digest and bytes are returned: no copy of the file is made and nothing is
-// hashed again. Otherwise it is read whole and hashed (digest of the bytes returned), and,
-// when merge is set, mergeData of them is made meanwhile on another core and returned as
-// merged (what will be compiled; else nil). hashed says which of the two it was. Whatever
-// the file does meanwhile, the bytes returned are the bytes the digest is of.
-func readVerified(path string, known []pin, merge bool) (digest string, data, merged []byte, hashed bool, err error) {
+// hashed again. Otherwise it is read whole (fresh) and named by the copy cacheDir keeps for
+// path if the copy is of exactly these bytes (keptcopy.go), else hashed, and the copy
+// written; when merge is set, mergeData of them is made meanwhile on another core and
+// returned as merged (what will be compiled; else nil). Whatever the file does meanwhile,
+// the bytes returned are the bytes the digest is of.
+func readVerified(path string, known []pin, merge bool, cacheDir string) (digest string, data, merged []byte, fresh bool, err error) {
 	f, st, err := openModule(path)
 	if err != nil {
 		return "", nil, nil, false, err
@@ -426,9 +427,17 @@ func readVerified(path string, known []pin, merge bool) (digest string, data, me
 	if merge {
 		merging.Go(func() { merged = mergeData(data) })
 	}
-	sum := sha256.Sum256(data)
+	digest, kept := keptDigest(cacheDir, path, data)
+	if !kept {
+		hashes.Add(1)
+		sum := sha256.Sum256(data)
+		digest = hex.EncodeToString(sum[:])
+	}
 	merging.Wait()
-	return hex.EncodeToString(sum[:]), data, merged, true, nil
+	if !kept {
+		keepCopy(cacheDir, path, digest, data)
+	}
+	return digest, data, merged, true, nil
 }
 
 // compareFile reads f to its end and returns the candidate its bytes equal, or nil.
@@ -522,7 +531,7 @@ func (s *Sandbox) checkImports(cm wazero.CompiledModule) error {
 // Precompile compiles the module at path into the compilation cache, so that the first run
 // only loads it (install does this). Nothing of the module runs.
 func (s *Sandbox) Precompile(ctx context.Context, path string) error {
-	digest, data, merged, _, err := readVerified(path, knownModules(), true)
+	digest, data, merged, _, err := readVerified(path, knownModules(), true, s.opts.CacheDir)
 	if err != nil {
 		return err
 	}
@@ -554,7 +563,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 	if !pinned {
 		known = knownModules()
 	}
-	digest, data, merged, _, err := readVerified(spec.Path, known, false)
+	digest, data, merged, _, err := readVerified(spec.Path, known, false, s.opts.CacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, err)
 	}
