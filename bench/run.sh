@@ -213,7 +213,12 @@ cd "$work"
 log "host idle RSS (a plugin that says hello and exits)"
 run_measure idle -- "$fledge" fledge-bench hello
 # Row 10: what a user waits for before a plugin says anything. Rounds alternate fledge and
-# the plugin started alone, so a load that comes and goes weighs on both.
+# the plugin started alone, so a load that comes and goes weighs on both. Rows 10 and 11 run
+# in a project (its root is the plugin's writable root), as a user runs fledge and as the Go
+# benchmarks of rows 1-5 do.
+mkdir -p "$work/project"
+: >"$work/project/fledge.toml"
+cd "$work/project"
 log "fledge <plugin>: process start to the plugin's first output ($startN starts, $reps rounds), and the plugin alone"
 : >"$work/out/first-fledge.txt"
 : >"$work/out/first-plugin.txt"
@@ -261,6 +266,7 @@ command -v firejail >/dev/null && oneshot firejail firejail --noprofile true
 command -v bwrap >/dev/null && oneshot bwrap bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp \
 	--unshare-pid --new-session --die-with-parent true
 [[ -n $srt ]] && oneshot srt "$srt" -c true
+cd "$work"
 log "throughput: $msgs messages through the host, and through a bare pipe"
 run_measure gen -- "$fledge" fledge-bench gen "$msgs"
 run_measure raw -- sh -c "'$FLEDGE_BENCH_PLUGIN' gen $msgs | cat >/dev/null"
@@ -526,9 +532,9 @@ echo "Rows 8a-8d (WASM): the Go SDK guest (sandbox/wasm/testdata/guests/benchgue
 echo "Rows 9a-9c: the sandbox alone (no protocol), each run alternating with its baseline; 9c builds with a fresh GOCACHE each time, so the compiler and linker run and every file they open is a traced call."
 echo "Row 6c: sessions of 20 execs alternate between export off and on; on, the background exporter (default 1 s interval) sends to a real OpenTelemetry Collector (its OTLP receiver, testkit/otelcollector); the ratio is the median of each back-to-back pair's ratio."
 echo "RSS is the host's own VmHWM; with its plugin and every child it reaped (wait4 ru_maxrss) the largest was $(fmt_mib "$tree_max")."
-echo "Row 10: the copied bin/fledge started to run the installed bench plugin's hello, timed from the fork to the first byte on fledge's stdout (bench/firstout), median of $startN starts in each of $reps rounds, each round beside the plugin started alone; CPU is the whole run's (wait4's rusage)."
+echo "Row 10: the copied bin/fledge started to run the installed bench plugin's hello, in a project, timed from the fork to the first byte on fledge's stdout (bench/firstout), median of $startN starts in each of $reps rounds, each round beside the plugin started alone; CPU is the whole run's (wait4's rusage)."
 if [[ -n $hyperfine ]]; then how="hyperfine --shell=none, $shotN runs after $shotWarm warm-ups, medians; CPU is hyperfine's mean user + sys"; else how="no hyperfine here: bench/measure in a loop, $shotN runs after $shotWarm warm-ups, medians"; fi
-echo "Row 11: a whole process, start to exit ($how): fledge --ni fledge-bench oneshot (a session, the plugin, one exec of true, the audit records) against each peer's one-shot sandbox of true; n/a where a peer is not installed."
+echo "Row 11: a whole process, start to exit ($how): fledge --ni fledge-bench oneshot in a project (a session, the plugin, one exec of true, the audit records) against each peer's one-shot sandbox of true; n/a where a peer is not installed."
 cpu_line=
 for n in fledge firejail bwrap srt true; do
 	u=$(shot "$n" user_ns) sy=$(shot "$n" sys_ns)
