@@ -48,8 +48,8 @@ else
 fi
 
 # ---- optional peers -----------------------------------------------------------------------
-# sandbox-runtime (npm), the version whose `srt -c true` the issue's table measured; it runs
-# its sandbox with bubblewrap and needs socat and ripgrep beside it.
+# sandbox-runtime (npm) is pinned, so its row compares across runs; it runs its sandbox with
+# bubblewrap and needs socat and ripgrep beside it.
 srt_pkg=@anthropic-ai/sandbox-runtime@0.0.78
 srt=$(command -v srt || true)
 if [[ ${CI:-} == true || ${FLEDGE_BENCH_INSTALL:-} == 1 ]]; then
@@ -235,7 +235,8 @@ oneshot() { # NAME CMD...: leaves median, user and sys (ns) in $work/out/oneshot
 	shift
 	local f=$work/out/oneshot-$name
 	if [[ -n $hyperfine ]]; then
-		hyperfine -N --runs "$shotN" --warmup "$shotWarm" --export-csv "$f.csv" -n "$name" -- "$*" >"$f.log" 2>&1 ||
+		# --shell=none splits the command line as a shell would: quote each word.
+		hyperfine -N --runs "$shotN" --warmup "$shotWarm" --export-csv "$f.csv" -n "$name" -- "$(printf '%q ' "$@")" >"$f.log" 2>&1 ||
 			{ log "one-shot $name: n/a ($(grep -v '^ *$' "$f.log" | tail -1))"; return 0; }
 		# command,mean,stddev,median,user,system,min,max in seconds; user and system are means
 		awk -F, 'NR == 2 {printf "median_ns=%.0f user_ns=%.0f sys_ns=%.0f\n", $4 * 1e9, $5 * 1e9, $6 * 1e9}' "$f.csv" >"$f.ns"
@@ -348,7 +349,9 @@ netbench() { # REGEX COUNT TIMEOUT: appends the finished benchmarks' lines to ne
 		-benchtime "$bt" -count "$2" -timeout "$3m" 2>&1) || ok=
 	net_out+=$(printf '%s\n' "$o" | grep -E '^Benchmark.*[0-9] ns/op' || true)$'\n'
 	if [[ -z $ok ]]; then
-		net_failed+=("$1 failed: $(printf '%s\n' "$o" | grep -m1 -E 'panic:|--- FAIL|fatal|timed out' || printf '%s\n' "$o" | tail -1)")
+		# The first failure and the line that says why (a benchmark's b.Fatal comes after it).
+		net_failed+=("$1 failed: $(printf '%s\n' "$o" | grep -m1 -A1 -E 'panic:|--- FAIL|fatal|timed out' | tr -s ' \t\n' ' ' ||
+			printf '%s\n' "$o" | tail -1)")
 		printf '%s\n' "$o" >"$work/out/netstack-fail-${#net_failed[@]}.txt"
 		log "network by destination: ${net_failed[-1]}"
 	fi
