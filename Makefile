@@ -49,8 +49,11 @@ wazero-check:
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash fuzz/run.sh
 
+# Every row of docs/performance.md's table with its goal and whether it meets it, measured
+# against baselines of the same run. FLEDGE_BENCH_INSTALL=1 installs the peers (bubblewrap,
+# firejail, hyperfine, sandbox-runtime), FLEDGE_BENCH_QUICK=1 is a fast smoke run.
 bench: build
-	bash bench/run.sh
+	GO=$(GO) bash bench/run.sh
 
 demo: build
 	bash scripts/demo.sh

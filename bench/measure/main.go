@@ -3,12 +3,14 @@
 // Command measure runs one command and prints how long it took and how much memory it held:
 //
 //	measure [-o FILE] [-e FILE] [-timeout DUR] -- CMD [ARGS...]
-//	wall_ns=123 hwm_kib=4567 tree_maxrss_kib=4600 exit=0
+//	wall_ns=123 hwm_kib=4567 tree_maxrss_kib=4600 user_ns=800 sys_ns=900 exit=0
 //
 // hwm_kib is the command's own peak RSS (VmHWM from /proc, sampled until it exits: the
 // figure only grows, so the last sample is within one interval of the true peak).
 // tree_maxrss_kib is wait4's ru_maxrss: the largest peak of the command and every
 // descendant it waited for (a plugin counts too), an upper bound on the command's own.
+// user_ns and sys_ns are the CPU time of the same tree (wait4's rusage), which moves less
+// with the load of other work on the machine than wall_ns does.
 // Stdin is /dev/null; stdout and stderr go to /dev/null unless -o/-e name a file.
 package main
 
@@ -84,7 +86,8 @@ func run(outPath, errPath string, timeout time.Duration, argv []string) error {
 	if ru != nil {
 		tree = int64(ru.Maxrss) // KiB on Linux (int32 on 32-bit systems)
 	}
-	fmt.Printf("wall_ns=%d hwm_kib=%d tree_maxrss_kib=%d exit=%d\n", wall.Nanoseconds(), peak, tree, cmd.ProcessState.ExitCode())
+	fmt.Printf("wall_ns=%d hwm_kib=%d tree_maxrss_kib=%d user_ns=%d sys_ns=%d exit=%d\n", wall.Nanoseconds(), peak, tree,
+		cmd.ProcessState.UserTime().Nanoseconds(), cmd.ProcessState.SystemTime().Nanoseconds(), cmd.ProcessState.ExitCode())
 	return nil
 }
 

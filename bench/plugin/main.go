@@ -5,6 +5,7 @@
 // mode per figure, chosen by its first argument:
 //
 //	exec N            N sequential execs of `true`; reports per-exec round trips
+//	oneshot           one exec of `true`, then exits, printing nothing (a whole one-shot run)
 //	meta N            N sequential metadata requests (the env key: answered from memory)
 //	pipeline N        N execs of `true` sent at once, then the same N one after another
 //	gen N             N mixed output/log messages, written as fast as a pipe takes them
@@ -35,7 +36,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: fledge-bench exec|pipeline|gen|flood-nonl|longline|hello (args)"))
+		fail(errors.New("usage: fledge-bench exec|oneshot|meta|pipeline|gen|flood-nonl|longline|hello (args)"))
 	}
 	var err error
 	switch mode, args := os.Args[1], os.Args[2:]; mode {
@@ -43,6 +44,8 @@ func main() {
 		err = hello()
 	case "exec":
 		err = withPlugin(func(ctx context.Context, p *sdk.Plugin) error { return execSeq(ctx, p, intArg(args, 0, 100)) })
+	case "oneshot":
+		err = withPlugin(runTrue)
 	case "meta":
 		err = withPlugin(func(ctx context.Context, p *sdk.Plugin) error { return metaSeq(ctx, p, intArg(args, 0, 100)) })
 	case "pipeline":
