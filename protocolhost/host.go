@@ -78,7 +78,7 @@ func Open(o Options) (*Host, error) {
 	if err != nil {
 		return nil, exitErr(ExitCannotRun, "audit log: %v", err)
 	}
-	sb, err := platform.New(platform.Options{})
+	sb, err := platform.New(platform.Options{Launch: o.Launch})
 	if err != nil {
 		return nil, exitErr(ExitCannotRun, "sandbox: %v", err)
 	}

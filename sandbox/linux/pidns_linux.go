@@ -130,6 +130,67 @@ func (n *pidNamespaces) prestart() {
 	}()
 }
 
+// aheadStart is a holder being started before its sandbox knew whether it would use one
+// (earlyHolder).
+type aheadStart struct {
+	done chan struct{} // closed once h and err are set
+	h    *pidHolder
+	err  error
+}
+
+func startAhead(exe string) *aheadStart {
+	a := &aheadStart{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.h, a.err = startPidHolder(exe)
+	}()
+	return a
+}
+
+// adopt takes a holder started early as the one made ahead; with no namespaces here
+// (n nil), or already closed, it is ended once it has started.
+func (n *pidNamespaces) adopt(a *aheadStart) {
+	if a == nil {
+		return
+	}
+	if n == nil {
+		go func() {
+			<-a.done
+			if a.h != nil {
+				a.h.close()
+			}
+		}()
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.aheadDone != nil || n.closed {
+		go func() {
+			<-a.done
+			if a.h != nil {
+				a.h.close()
+			}
+		}()
+		return
+	}
+	done := make(chan struct{})
+	n.aheadDone = done
+	go func() {
+		defer close(done)
+		<-a.done
+		if a.h == nil {
+			return
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.closed {
+			a.h.close()
+			return
+		}
+		n.ahead = a.h
+	}()
+}
+
 // waitAhead waits until a holder being started ahead is ready (startPidHolder is bounded by
 // pidNSStartBound), so that the first get takes it rather than starting a second.
 func (n *pidNamespaces) waitAhead() {

@@ -96,3 +96,18 @@ func (s *Sandbox) awaitFirstSpare(spec *sandbox.Spec) {
 }
 
 var _ sandbox.Preparer = (*Sandbox)(nil)
+
+// earlyHolder starts a pid-namespace holder at the beginning of New when a run follows at
+// once (Options.Prestart) and root may have pid namespaces: its exec then overlaps New's
+// probes. New hands it to its namespaces (pidNamespaces.adopt), or ends it where they turn
+// out unavailable.
+func earlyHolder(opts Options, root bool) *aheadStart {
+	if !opts.Prestart || !root || opts.DisablePidNS || opts.Launch == LaunchStub {
+		return nil
+	}
+	exe := newGuard(opts.StubPath).exe
+	if exe == "" {
+		return nil
+	}
+	return startAhead(exe)
+}

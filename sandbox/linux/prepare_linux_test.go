@@ -24,7 +24,13 @@ import (
 // one plugin only. Two plugins' first runs race for it; a long-running command of the one is
 // invisible to the other, and visible to the same plugin's next run.
 func TestPrepareHolderServesOneSession(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	for _, early := range []bool{false, true} {
+		t.Run(fmt.Sprintf("started with New %v", early), func(t *testing.T) { testPrepareHolderServesOne(t, early) })
+	}
+}
+
+func testPrepareHolderServesOne(t *testing.T, early bool) {
+	sb := newSandbox(t, Options{Launch: LaunchThread, Prestart: early})
 	requirePidNS(t, sb)
 	e := newEnv(t)
 	sb.Prepare(nil)
@@ -78,18 +84,19 @@ func TestPrepareHolderServesOneSession(t *testing.T) {
 // any of it is ready, and a Prepare after Close starts nothing.
 func TestPrepareThenCloseLeavesNothing(t *testing.T) {
 	for _, c := range []struct {
-		named bool
-		wait  time.Duration
-	}{{false, 0}, {true, 0}, {true, 300 * time.Millisecond}} {
-		t.Run(fmt.Sprintf("named %v after %v", c.named, c.wait), func(t *testing.T) {
-			sb, err := New(Options{Launch: LaunchThread})
+		early, prepare, named bool
+		wait                  time.Duration
+	}{{true, false, false, 0}, {false, true, false, 0}, {true, true, true, 0}, {false, true, true, 300 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("early %v prepare %v named %v after %v", c.early, c.prepare, c.named, c.wait), func(t *testing.T) {
+			sb, err := New(Options{Launch: LaunchThread, Prestart: c.early})
 			require.NoError(t, err)
 			requirePidNS(t, sb)
-			name := fmt.Sprintf("prepared-%d-%v-%v", os.Getpid(), c.named, c.wait)
+			name := fmt.Sprintf("prepared-%d-%v-%v-%v", os.Getpid(), c.early, c.named, c.wait)
 			spec := &sandbox.Spec{Name: name, Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 64}}
-			if c.named {
+			switch {
+			case c.prepare && c.named:
 				sb.Prepare(spec)
-			} else {
+			case c.prepare:
 				sb.Prepare(nil)
 			}
 			time.Sleep(c.wait)

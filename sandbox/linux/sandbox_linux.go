@@ -53,6 +53,9 @@ type Options struct {
 	// Launch picks how the child is confined before exec: LaunchThread (default) or
 	// LaunchStub (re-exec StubPath through stub.MaybeRun).
 	Launch string
+	// Prestart: a run follows at once, so a pid-namespace holder is started while New
+	// probes (prepare_linux.go), for the first name that asks.
+	Prestart bool
 }
 
 // Launch methods.
@@ -175,6 +178,7 @@ func New(opts Options) (*Sandbox, error) {
 		err error
 	}
 	root := os.Geteuid() == 0 && !opts.DisableView
+	early := earlyHolder(opts, root)
 	netC, pidC, idmapC := make(chan bool, 1), make(chan bool, 1), make(chan idmap, 1)
 	go func() { netC <- !opts.DisableNetNS && canUnshareNet() }()
 	go func() { pidC <- root && !opts.DisablePidNS && canClonePidNS() }()
@@ -227,6 +231,7 @@ func New(opts Options) (*Sandbox, error) {
 	if sb.view && !sb.userView && !opts.DisablePidNS && (<-pidC || !root && canClonePidNS()) {
 		sb.pidns = newPidNamespaces(sb.guard.exe)
 	}
+	sb.pidns.adopt(early)
 	if sb.view && sb.launch == LaunchThread && !opts.DisableViewTemplate {
 		sb.templates = newViewTemplates()
 	}
