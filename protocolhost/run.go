@@ -37,6 +37,10 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 
 	st := h.opts.Streams
 	ni := h.opts.NonInteractive
+	// The profile first: the sandbox prepares the plugin's first run while the session's
+	// recorder asks the sandbox's report.
+	prof := e.Profile(b, os.Environ(), b.PluginEnv(command, ni), b.PluginEnv("", ni))
+	prepareSession(e.Sandbox, b, prof)
 	con := ui.New(ui.Options{In: st.In, Out: st.Out, Err: st.Err, NonInteractive: ni})
 	defer con.Close()
 	u := e.RedactWarnings(con)
@@ -44,8 +48,6 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	if h.opts.SessionStarted != nil {
 		h.opts.SessionStarted(rec.SessionID())
 	}
-	prof := e.Profile(b, os.Environ(), b.PluginEnv(command, ni), b.PluginEnv("", ni))
-	prepareSession(e.Sandbox, b, prof)
 	h.warnDegraded(u)
 
 	// Every ending of the run (Ctrl+C, SIGTERM, SIGHUP, a closed stdout) ends the session
