@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fledgehq/fledge/policy"
@@ -624,7 +625,9 @@ func readManifest(dir string) (*Manifest, []string, error) {
 	return ParseManifest(data)
 }
 
-var scpLike = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/]`)
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
+var scpLike = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/]`) })
 
 // IsGitURL reports whether a source names a git remote rather than a local directory.
 func IsGitURL(s string) bool {
@@ -635,7 +638,7 @@ func IsGitURL(s string) bool {
 		}
 		return false
 	}
-	return scpLike.MatchString(s)
+	return scpLike().MatchString(s)
 }
 
 // fetchSource returns a local dir holding the plugin, the source as recorded (credentials

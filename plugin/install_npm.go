@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -124,15 +125,17 @@ func IsPackageSource(s string) bool {
 	return false
 }
 
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
 // npmNameRe is npm's rule for package names (lower case, url-safe, optionally scoped).
-var npmNameRe = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`)
+var npmNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$`) })
 
 // npmVersionRe accepts versions, ranges and dist-tags, nothing a shell or npm would read
 // as an option or a URL.
-var npmVersionRe = regexp.MustCompile(`^[A-Za-z0-9^~<>=*][A-Za-z0-9.^~<>=*+| -]{0,127}$`)
+var npmVersionRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9^~<>=*][A-Za-z0-9.^~<>=*+| -]{0,127}$`) })
 
 // ValidNPMPackage reports whether name is a valid npm package name (at most 214 bytes).
-func ValidNPMPackage(name string) bool { return len(name) <= 214 && npmNameRe.MatchString(name) }
+func ValidNPMPackage(name string) bool { return len(name) <= 214 && npmNameRe().MatchString(name) }
 
 // placeholders are the variables an argument or environment value may name; the wrapper
 // expands them when the server starts (the project differs per run).
@@ -152,7 +155,7 @@ func (r *NPMRequest) Check() error {
 		if !filepath.IsAbs(path) || !strings.HasSuffix(path, ".tgz") || badText(path) {
 			return bad("version %q: a local package is file:/absolute/path/name-version.tgz (made by npm pack)", clip.Bytes(r.Version, 80))
 		}
-	case r.Version != "" && !npmVersionRe.MatchString(r.Version):
+	case r.Version != "" && !npmVersionRe().MatchString(r.Version):
 		return bad("version %q is not a version, range, tag or file:/path.tgz", clip.Bytes(r.Version, 80))
 	case r.Name != "" && !ValidName(r.Name):
 		return bad("plugin name %q must match [a-z0-9][a-z0-9_-]*", clip.Bytes(r.Name, 80))

@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -120,7 +121,9 @@ func (r *OCIRequest) npm() NPMRequest {
 		Network: r.Network, Secrets: r.Secrets}
 }
 
-var digestRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
+var digestRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
 
 // Check validates a request before anything is fetched.
 func (r *OCIRequest) Check() error {
@@ -402,7 +405,7 @@ func (pk *OCIPackage) resolve(ctx context.Context, o OCIOptions) (v1.Image, erro
 		remote.WithTransport(ociTransport{base: remote.DefaultTransport}),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})}
 	if o.Digest != "" {
-		if !digestRe.MatchString(o.Digest) {
+		if !digestRe().MatchString(o.Digest) {
 			return nil, fmt.Errorf("%w: digest %q is not sha256:<64 hex digits>", ErrBadSource, clip.Bytes(o.Digest, 80))
 		}
 		// Asked for by digest: that is what is fetched (and checked), whatever a tag says now.

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -128,16 +129,20 @@ type PyPIPackage struct {
 	Tool string
 }
 
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
 var (
-	pypiNameRe    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
-	pypiVersionRe = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}$`)
-	pyIdentRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
-	scriptNameRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	normRe        = regexp.MustCompile(`[-_.]+`)
+	pypiNameRe    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`) })
+	pypiVersionRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}$`) })
+	pyIdentRe     = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	})
+	scriptNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
+	normRe       = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[-_.]+`) })
 )
 
 // NormalizePyPI is PEP 503's normalised project name.
-func NormalizePyPI(name string) string { return strings.ToLower(normRe.ReplaceAllString(name, "-")) }
+func NormalizePyPI(name string) string { return strings.ToLower(normRe().ReplaceAllString(name, "-")) }
 
 // asNPM is r seen through the rules an npm request's server settings follow (arguments,
 // environment, secrets, capabilities, the plugin name): the same for every package source.
@@ -152,11 +157,11 @@ func (r *PyPIRequest) Check() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrBadSource}, a...)...)
 	}
 	switch {
-	case !pypiNameRe.MatchString(r.Package):
+	case !pypiNameRe().MatchString(r.Package):
 		return bad("%q is not a PyPI project name", clip.Bytes(r.Package, 80))
-	case r.Version != "" && !pypiVersionRe.MatchString(r.Version):
+	case r.Version != "" && !pypiVersionRe().MatchString(r.Version):
 		return bad("version %q: give an exact version (pypi:%s==1.2.3)", clip.Bytes(r.Version, 80), r.Package)
-	case r.Bin != "" && !scriptNameRe.MatchString(r.Bin):
+	case r.Bin != "" && !scriptNameRe().MatchString(r.Bin):
 		return bad("bin %q is not a console script name", clip.Bytes(r.Bin, 80))
 	case r.Python != "" && (!filepath.IsAbs(r.Python) || badText(r.Python)):
 		return bad("--python %q: an absolute path to an interpreter", clip.Bytes(r.Python, 80))
@@ -639,7 +644,7 @@ func pipProblem(out string) string {
 func hashWheel(path string) (Wheel, error) {
 	base := filepath.Base(path)
 	parts := strings.Split(strings.TrimSuffix(base, ".whl"), "-")
-	if len(parts) < 5 || len(parts) > 6 || !pypiNameRe.MatchString(parts[0]) || !pypiVersionRe.MatchString(parts[1]) {
+	if len(parts) < 5 || len(parts) > 6 || !pypiNameRe().MatchString(parts[0]) || !pypiVersionRe().MatchString(parts[1]) {
 		return Wheel{}, fmt.Errorf("%w: %q is not a wheel file name", ErrPyPIFetch, clip.Bytes(base, 80))
 	}
 	st, err := os.Lstat(path)
@@ -762,7 +767,7 @@ func consoleScript(lib string, r PyPIRequest) (string, error) {
 		}
 	}
 	mod, attr, ok := strings.Cut(scripts[pick], ":")
-	if !ok || !pyIdentRe.MatchString(mod) || !pyIdentRe.MatchString(attr) {
+	if !ok || !pyIdentRe().MatchString(mod) || !pyIdentRe().MatchString(attr) {
 		return "", fmt.Errorf("%w: console script %s = %q is not module:function", ErrPyPIPackage, pick, clip.Bytes(scripts[pick], 80))
 	}
 	return pick, nil
@@ -785,7 +790,7 @@ func parseConsoleScripts(data []byte) map[string]string {
 				continue
 			}
 			v, _, _ = strings.Cut(strings.TrimSpace(v), "[") // extras
-			if k = strings.TrimSpace(k); scriptNameRe.MatchString(k) && len(out) < 256 {
+			if k = strings.TrimSpace(k); scriptNameRe().MatchString(k) && len(out) < 256 {
 				out[k] = strings.TrimSpace(v)
 			}
 		}

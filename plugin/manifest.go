@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/BurntSushi/toml"
@@ -62,11 +63,13 @@ var reservedCommands = map[string]bool{
 	"invoke": true,
 }
 
-var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
+var nameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`) })
 
 // ValidName reports whether s is a valid plugin or command name: [a-z0-9][a-z0-9_-]*, at most
 // 64 bytes. Such a name is always safe as a single path component.
-func ValidName(s string) bool { return len(s) <= MaxNameLen && nameRe.MatchString(s) }
+func ValidName(s string) bool { return len(s) <= MaxNameLen && nameRe().MatchString(s) }
 
 // Manifest is a parsed plugin.toml.
 type Manifest struct {

@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // RuntimeOCI is [plugin] runtime for a plugin that is a container image: its filesystem is
@@ -38,13 +39,15 @@ const (
 	maxImageEnv  = 256
 )
 
-var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
+var envNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`) })
 
 func (c *ImageConfig) check() error {
 	switch {
 	case c == nil:
 		return fmt.Errorf("[image] is missing")
-	case !digestRe.MatchString(c.Digest):
+	case !digestRe().MatchString(c.Digest):
 		return fmt.Errorf("[image] digest %q is not sha256:<64 hex digits>", clip.Bytes(c.Digest, 80))
 	case len(c.Argv) == 0 || c.Argv[0] == "":
 		return fmt.Errorf("[image] argv is empty")
@@ -64,7 +67,7 @@ func (c *ImageConfig) check() error {
 	}
 	for _, kv := range c.Env {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !envNameRe.MatchString(k) || len(v) > maxNPMArgBytes || badText(v) {
+		if !ok || !envNameRe().MatchString(k) || len(v) > maxNPMArgBytes || badText(v) {
 			return fmt.Errorf("[image] env %q: expected NAME=VALUE", clip.Bytes(kv, 80))
 		}
 	}

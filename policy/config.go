@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -740,7 +741,9 @@ func unprotectField(dst *[]string) setter {
 	}
 }
 
-var envPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$`)
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
+var envPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$`) })
 
 func envAllowField(dst *[]string) setter {
 	return func(v any) string {
@@ -749,7 +752,7 @@ func envAllowField(dst *[]string) setter {
 			return msg
 		}
 		for _, s := range list {
-			if !envPattern.MatchString(s) {
+			if !envPattern().MatchString(s) {
 				return fmt.Sprintf("%q: expected a variable name or a PREFIX_* pattern", s)
 			}
 			if CredentialName(strings.TrimSuffix(s, "*")) {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // baseChildEnv is what every confined process may see (before the policy allow-list).
@@ -53,25 +54,33 @@ func CredentialName(name string) bool {
 	return n == "KEY" || strings.HasSuffix(n, "_KEY") || strings.HasSuffix(n, "_PAT") || strings.HasSuffix(n, "_PW")
 }
 
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
 var (
 	// urlUserinfo matches scheme://userinfo@ anywhere in a value.
-	urlUserinfo = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://([^/?#@\s]+)@`)
-	jwtRe       = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
+	urlUserinfo = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://([^/?#@\s]+)@`) })
+	jwtRe       = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
+	})
 	// tokenRe matches well-known token formats at a word boundary, followed by enough token
 	// characters that ordinary words ("desk-top", "sk-x") do not match.
-	tokenRe = regexp.MustCompile(`(?:^|[^A-Za-z0-9])(?:` + strings.Join([]string{
-		`gh[pousr]_[A-Za-z0-9]{20,}`,
-		`github_pat_[A-Za-z0-9_]{20,}`,
-		`glpat-[A-Za-z0-9_-]{16,}`, `gl(?:dt|rt|ptt|soat|cbt|imt|agent)-[A-Za-z0-9_-]{16,}`,
-		`xox[abposr]-[A-Za-z0-9-]{10,}`, `xapp-[A-Za-z0-9-]{10,}`,
-		`sk-[A-Za-z0-9_-]{16,}`, `(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}`,
-		`(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}`,
-		`AIza[A-Za-z0-9_-]{30,}`,
-		`npm_[A-Za-z0-9]{30,}`, `pypi-[A-Za-z0-9_-]{16,}`,
-		`hf_[A-Za-z0-9]{20,}`, `dop_v1_[a-f0-9]{32,}`, `shp(?:at|ss|ca|pa)_[a-fA-F0-9]{20,}`,
-		`SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`, `AccountKey=[A-Za-z0-9+/=]{20,}`,
-	}, "|") + `)`)
-	bearerRe = regexp.MustCompile(`(?i)\b(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{16,}`)
+	tokenRe = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:^|[^A-Za-z0-9])(?:` + strings.Join([]string{
+			`gh[pousr]_[A-Za-z0-9]{20,}`,
+			`github_pat_[A-Za-z0-9_]{20,}`,
+			`glpat-[A-Za-z0-9_-]{16,}`, `gl(?:dt|rt|ptt|soat|cbt|imt|agent)-[A-Za-z0-9_-]{16,}`,
+			`xox[abposr]-[A-Za-z0-9-]{10,}`, `xapp-[A-Za-z0-9-]{10,}`,
+			`sk-[A-Za-z0-9_-]{16,}`, `(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}`,
+			`(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}`,
+			`AIza[A-Za-z0-9_-]{30,}`,
+			`npm_[A-Za-z0-9]{30,}`, `pypi-[A-Za-z0-9_-]{16,}`,
+			`hf_[A-Za-z0-9]{20,}`, `dop_v1_[a-f0-9]{32,}`, `shp(?:at|ss|ca|pa)_[a-fA-F0-9]{20,}`,
+			`SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`, `AccountKey=[A-Za-z0-9+/=]{20,}`,
+		}, "|") + `)`)
+	})
+	bearerRe = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)\b(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{16,}`)
+	})
 )
 
 // LooksLikeCredential reports whether a variable (by name, or by value whatever its name)
@@ -85,15 +94,15 @@ func LooksLikeCredential(name, value string) bool {
 	if strings.Contains(value, "-----BEGIN") {
 		return true
 	}
-	for _, m := range urlUserinfo.FindAllStringSubmatch(value, -1) {
+	for _, m := range urlUserinfo().FindAllStringSubmatch(value, -1) {
 		if userinfoIsSecret(m[1]) {
 			return true
 		}
 	}
-	return jwtRe.MatchString(value) || tokenRe.MatchString(value) || bearerRe.MatchString(value)
+	return jwtRe().MatchString(value) || tokenRe().MatchString(value) || bearerRe().MatchString(value)
 }
 
-var plainUser = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
+var plainUser = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`) })
 
 // userinfoIsSecret: a password is always a secret; a bare user name is one unless it looks
 // like an ordinary login ("git" in ssh://git@host), since tokens often travel as the user.
@@ -105,7 +114,7 @@ func userinfoIsSecret(ui string) bool {
 	if err != nil {
 		return true
 	}
-	return !plainUser.MatchString(u) || tokenRe.MatchString(u)
+	return !plainUser().MatchString(u) || tokenRe().MatchString(u)
 }
 
 // nameMatches reports whether name matches one allow pattern (exact, or PREFIX* ).
@@ -202,7 +211,7 @@ func StripURLCredentials(u string) string {
 		if parsed.User != nil {
 			_, hasPw := parsed.User.Password()
 			name := parsed.User.Username()
-			if hasPw || !plainUser.MatchString(name) || LooksLikeCredential("", name) {
+			if hasPw || !plainUser().MatchString(name) || LooksLikeCredential("", name) {
 				parsed.User = nil
 			}
 		}
@@ -227,7 +236,7 @@ func StripURLCredentials(u string) string {
 	if at := strings.LastIndex(u, "@"); at > 0 {
 		ui, rest := u[:at], u[at+1:]
 		if !strings.ContainsAny(ui, "/") {
-			if strings.Contains(ui, ":") || !plainUser.MatchString(ui) || LooksLikeCredential("", ui) {
+			if strings.Contains(ui, ":") || !plainUser().MatchString(ui) || LooksLikeCredential("", ui) {
 				return rest
 			}
 			return u
@@ -236,16 +245,16 @@ func StripURLCredentials(u string) string {
 	return stripLoose(u)
 }
 
-var looseUserinfo = regexp.MustCompile(`//[^/?#\s]*@`)
+var looseUserinfo = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`//[^/?#\s]*@`) })
 
 func stripLoose(u string) string {
-	return scrubUserinfo(looseUserinfo.ReplaceAllString(u, "//"))
+	return scrubUserinfo(looseUserinfo().ReplaceAllString(u, "//"))
 }
 
 // scrubUserinfo removes every scheme://userinfo@ whose userinfo is secret.
 func scrubUserinfo(u string) string {
-	return urlUserinfo.ReplaceAllStringFunc(u, func(m string) string {
-		sub := urlUserinfo.FindStringSubmatch(m)
+	return urlUserinfo().ReplaceAllStringFunc(u, func(m string) string {
+		sub := urlUserinfo().FindStringSubmatch(m)
 		if !userinfoIsSecret(sub[1]) {
 			return m
 		}

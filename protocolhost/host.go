@@ -21,6 +21,7 @@ import (
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/project"
 	"github.com/fledgehq/fledge/protocolhost/core"
+	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/platform"
 	"github.com/fledgehq/fledge/sandbox/stub"
 	"github.com/fledgehq/fledge/ui"
@@ -54,6 +55,9 @@ type Options struct {
 	// Verbose (-v): servers' stderr (MCP, JSON-RPC 2.0) reaches the user's stderr live, as
 	// well as their logs.
 	Verbose bool
+	// Launch: this host is opened to run a plugin right away (`fledge <command>`), so the
+	// sandbox starts its helper processes now, while the run's start goes on.
+	Launch bool
 }
 
 // Host is the machine's side of every command that runs a plugin: the config, the policy,
@@ -74,9 +78,12 @@ func Open(o Options) (*Host, error) {
 	if err != nil {
 		return nil, exitErr(ExitCannotRun, "audit log: %v", err)
 	}
-	sb, err := platform.New(platform.Options{})
+	sb, err := platform.New(platform.Options{Launch: o.Launch})
 	if err != nil {
 		return nil, exitErr(ExitCannotRun, "sandbox: %v", err)
+	}
+	if p, ok := sb.(sandbox.Preparer); ok && o.Launch {
+		p.Prepare(nil)
 	}
 	ends.hosts.Add(1)
 	return &Host{Env: &core.Env{ConfigDir: o.ConfigDir, StateDir: o.StateDir, AuditPath: ap, Config: cfg, Sandbox: sb, Trace: o.Trace,

@@ -37,6 +37,10 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 
 	st := h.opts.Streams
 	ni := h.opts.NonInteractive
+	// The profile first: the sandbox prepares the plugin's first run while the session's
+	// recorder asks the sandbox's report.
+	prof := e.Profile(b, os.Environ(), b.PluginEnv(command, ni), b.PluginEnv("", ni))
+	prepareSession(e.Sandbox, b, prof)
 	con := ui.New(ui.Options{In: st.In, Out: st.Out, Err: st.Err, NonInteractive: ni})
 	defer con.Close()
 	u := e.RedactWarnings(con)
@@ -44,7 +48,6 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 	if h.opts.SessionStarted != nil {
 		h.opts.SessionStarted(rec.SessionID())
 	}
-	prof := e.Profile(b, os.Environ(), b.PluginEnv(command, ni), b.PluginEnv("", ni))
 	h.warnDegraded(u)
 
 	// Every ending of the run (Ctrl+C, SIGTERM, SIGHUP, a closed stdout) ends the session
@@ -58,6 +61,19 @@ func (h *Host) RunCommand(ctx context.Context, command string, args []string) er
 		return h.runLegacy(ctx, u, rec, b, prof, program, args, wd, sigs)
 	}
 	return h.runFledgeV1(ctx, u, rec, log, entry, b, prof, command, program, args, wd, sigs)
+}
+
+// prepareSession has the sandbox start what the plugin's launch will need (its helper
+// processes, its groups) while the session's start goes on: the recorder, the plugin_start
+// record and its fsync. Only a native fledge-v1 plugin is started with prof.Plugin.
+func prepareSession(sb sandbox.Sandbox, b *core.Binding, prof policy.Profile) {
+	p, ok := sb.(sandbox.Preparer)
+	if !ok || b.Manifest.Plugin.Protocol != protocol.Version || b.Manifest.IsWasm() {
+		return
+	}
+	spec := prof.Plugin
+	spec.Name = b.Entry.Name
+	p.Prepare(&spec)
 }
 
 // bindCommand finds the plugin that provides command and binds it to the project: its entry,

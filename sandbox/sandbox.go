@@ -332,6 +332,14 @@ type Sandbox interface {
 	Report() Report
 }
 
+// Preparer is a Sandbox that can start ahead what the first Start of a session would
+// otherwise do on its path (helper processes, the run's groups). Prepare returns at once
+// and changes nothing a run gets: Start takes what is ready and does the rest itself.
+type Preparer interface {
+	// Prepare readies the first Start of spec.Name with spec.Limits.
+	Prepare(spec *Spec)
+}
+
 var (
 	// ErrUnavailable: a promised restriction cannot be enforced and the spec is strict.
 	ErrUnavailable = errors.New("sandbox unavailable")

@@ -28,6 +28,7 @@ import (
 	"html/template"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
@@ -114,8 +115,12 @@ type tailData struct {
 	JS template.JS
 }
 
+// The page's templates are parsed on first use: every fledge process links this package,
+// and a process that writes no page (a plugin's run, its pid-namespace holder, its
+// watchdog) pays nothing for them at start.
 var (
-	headTmpl = template.Must(template.New("head").Parse(`<!DOCTYPE html>
+	headTmpl = sync.OnceValue(func() *template.Template {
+		return template.Must(template.New("head").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -138,10 +143,13 @@ var (
 <noscript><p class="warn">This page draws its sessions and timelines with its own script (no other is allowed to run); enable JavaScript, or read the log with fledge audit show.</p></noscript>
 <main id="app"><p class="loading">Reading the records…</p></main>
 `))
-	tailTmpl = template.Must(template.New("tail").Parse(`<script>{{.JS}}</script>
+	})
+	tailTmpl = sync.OnceValue(func() *template.Template {
+		return template.Must(template.New("tail").Parse(`<script>{{.JS}}</script>
 </body>
 </html>
 `))
+	})
 )
 
 // Write writes the page for the log at o.Path to w.
@@ -161,14 +169,14 @@ func Write(w io.Writer, o Options) (*Stats, error) {
 		LogPath: Visible(o.Path), Filter: describeFilter(o.Filter),
 		Verdict: makeVerdict(vr, verr, o), EventsURL: o.EventsURL,
 	}
-	if err := headTmpl.Execute(bw, hd); err != nil {
+	if err := headTmpl().Execute(bw, hd); err != nil {
 		return nil, err
 	}
 	st, err := writeData(bw, o, sess)
 	if err != nil {
 		return nil, err
 	}
-	if err := tailTmpl.Execute(bw, tailData{JS: template.JS(pageJS)}); err != nil {
+	if err := tailTmpl().Execute(bw, tailData{JS: template.JS(pageJS)}); err != nil {
 		return nil, err
 	}
 	return st, bw.Flush()

@@ -37,6 +37,8 @@ type Globals struct {
 	Verbose bool
 	// sessionStarted, when set, is told the session id of the run (plugins learn).
 	sessionStarted func(id string)
+	// launch: the host is opened to run a plugin at once (protocolhost.Options.Launch).
+	launch bool
 	// redact takes the secret values the opened host handed plugins out of fledge's final
 	// error line (Host.Redact); nil until a host is opened.
 	redact func(string) string
@@ -94,7 +96,7 @@ func (g *Globals) openHost() (*protocolhost.Host, error) {
 	h, err := protocolhost.Open(protocolhost.Options{
 		ConfigDir: cd, StateDir: stateDir(), ProjectFlag: g.Project,
 		NonInteractive: g.nonInteractive(), Streams: g.Streams,
-		Trace: g.Trace, SessionStarted: g.sessionStarted, Verbose: g.Verbose,
+		Trace: g.Trace, SessionStarted: g.sessionStarted, Verbose: g.Verbose, Launch: g.launch,
 	})
 	if err == nil {
 		g.redact = h.Redact
@@ -104,6 +106,7 @@ func (g *Globals) openHost() (*protocolhost.Host, error) {
 
 // runPlugin is `fledge <command> [args]` and `fledge run <command> [args]`.
 func runPlugin(ctx context.Context, g *Globals, command string, args []string) error {
+	g.launch = true
 	h, err := g.openHost()
 	if err != nil {
 		return err

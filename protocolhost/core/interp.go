@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/fledgehq/fledge/policy"
 	"github.com/fledgehq/fledge/sandbox"
@@ -44,8 +45,10 @@ const maxChain = 6
 // headBytes is how much of each script is read: #! lines and shims are short.
 const headBytes = 8 << 10
 
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
 // shimExec finds the absolute programs a shell shim execs (pyenv: exec "/root/.pyenv/libexec/pyenv").
-var shimExec = regexp.MustCompile(`(?m)^\s*exec\s+"?(/[^"\s;]+)`)
+var shimExec = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^\s*exec\s+"?(/[^"\s;]+)`) })
 
 // FindInterpreterGap follows program's interpreter chain and returns the first file in it
 // that a (the plugin's access) does not grant read+execute, or nil.
@@ -87,7 +90,7 @@ func FindInterpreterGap(program string, a sandbox.Access, path []string, home st
 				next = append(next, interp)
 			}
 		}
-		for _, m := range shimExec.FindAllSubmatch(body, 4) {
+		for _, m := range shimExec().FindAllSubmatch(body, 4) {
 			next = append(next, string(m[1]))
 		}
 		for _, n := range next {

@@ -17,6 +17,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/fledgehq/fledge/plugin"
@@ -98,8 +99,10 @@ func DecodeRecorded(data []byte) (*Manifest, error) {
 	return ParseManifest(data)
 }
 
+// Compiled on first use: package init runs in every fledge process, the sandbox's
+// helper processes included, and most never match these.
 // toolNameRe: tool names become part of plugin_<plugin>_<tool> and of CLI arguments.
-var toolNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+var toolNameRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`) })
 
 type rawParam struct {
 	Name        *string          `json:"name"`
@@ -210,7 +213,7 @@ func parseTools(raw []rawTool, m *Manifest) error {
 	}
 	toolSeen := map[string]bool{}
 	for i, rt := range raw {
-		if rt.Name == nil || len(*rt.Name) > maxName || !toolNameRe.MatchString(*rt.Name) {
+		if rt.Name == nil || len(*rt.Name) > maxName || !toolNameRe().MatchString(*rt.Name) {
 			name := "<missing>"
 			if rt.Name != nil {
 				name = *rt.Name

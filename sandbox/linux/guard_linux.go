@@ -33,6 +33,7 @@ type guard struct {
 	// passed (gate with back): the host serves the run's refusals on it.
 	wants  map[int]chan int
 	reader chan struct{} // closed when the reader of fd has ended (nil: none)
+	closed bool          // close was called: ensure starts nothing any more
 }
 
 // errNoWatchdog: this executable cannot be re-executed as the watchdog.
@@ -173,6 +174,21 @@ func (g *guard) add(items ...string) error {
 	return err
 }
 
+// ensure starts the watchdog ahead of the first registration (Sandbox.Prepare), unless it
+// runs already or the sandbox is closed.
+func (g *guard) ensure() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.aliveLocked() {
+		return nil
+	}
+	if g.fd >= 0 {
+		g.closeFD(g.fd, g.reader)
+		g.fd = -1
+	}
+	return g.startLocked()
+}
+
 // aliveLocked reports whether the watchdog runs (a dead one is replaced by the next send).
 func (g *guard) aliveLocked() bool {
 	if g.fd < 0 {
@@ -311,7 +327,7 @@ func (g *guard) remove(items ...string) {
 func (g *guard) close() error {
 	g.mu.Lock()
 	fd, exited, reader := g.fd, g.exited, g.reader
-	g.fd = -1
+	g.fd, g.closed = -1, true
 	g.mu.Unlock()
 	if fd < 0 {
 		return nil

@@ -28,6 +28,12 @@ type pidNamespaces struct {
 	mu      sync.Mutex
 	holders map[string]*pidHolder
 	closed  bool
+	// ahead is a holder started before any name asked for one (prestart), taken by the
+	// first name that needs a holder. No name ever had it, so taking it is the same as
+	// starting one then; only the exec of fledge it costs is off that name's first launch.
+	ahead *pidHolder
+	// aheadDone is closed once the prestart has ended (nil: none is under way).
+	aheadDone chan struct{}
 }
 
 // maxPidNamespaces bounds the holders of one sandbox (one process and three fds each). A
@@ -65,6 +71,7 @@ func (n *pidNamespaces) get(name string) (*pidHolder, error) {
 	if !n.available() {
 		return nil, fmt.Errorf("%w: %w", errNoPidNS, errNoWatchdog)
 	}
+	n.waitAhead()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -82,13 +89,128 @@ func (n *pidNamespaces) get(name string) (*pidHolder, error) {
 	if len(n.holders) >= maxPidNamespaces && !n.evictIdleLocked() {
 		return nil, fmt.Errorf("%w: %d pid namespaces in use (limit)", errNoPidNS, maxPidNamespaces)
 	}
-	h, err := startPidHolder(n.exe)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoPidNS, err)
+	h := n.takeAheadLocked()
+	if h == nil {
+		var err error
+		if h, err = startPidHolder(n.exe); err != nil {
+			return nil, fmt.Errorf("%w: %w", errNoPidNS, err)
+		}
 	}
 	h.refs, h.last = 1, time.Now()
 	n.holders[name] = h
 	return h, nil
+}
+
+// prestart starts a holder for the first name that will ask (Sandbox.Prepare), in the
+// background; at most one is ever made ahead.
+func (n *pidNamespaces) prestart() {
+	if !n.available() {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.aheadDone != nil {
+		return
+	}
+	done := make(chan struct{})
+	n.aheadDone = done
+	go func() {
+		defer close(done)
+		h, err := startPidHolder(n.exe)
+		if err != nil {
+			return // the first get starts one itself, and reports its error
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.closed {
+			h.close() // its socket closed: the holder exits, its namespace ends
+			return
+		}
+		n.ahead = h
+	}()
+}
+
+// aheadStart is a holder being started before its sandbox knew whether it would use one
+// (earlyHolder).
+type aheadStart struct {
+	done chan struct{} // closed once h and err are set
+	h    *pidHolder
+	err  error
+}
+
+func startAhead(exe string) *aheadStart {
+	a := &aheadStart{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.h, a.err = startPidHolder(exe)
+	}()
+	return a
+}
+
+// adopt takes a holder started early as the one made ahead; with no namespaces here
+// (n nil), or already closed, it is ended once it has started.
+func (n *pidNamespaces) adopt(a *aheadStart) {
+	if a == nil {
+		return
+	}
+	if n == nil {
+		go func() {
+			<-a.done
+			if a.h != nil {
+				a.h.close()
+			}
+		}()
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.aheadDone != nil || n.closed {
+		go func() {
+			<-a.done
+			if a.h != nil {
+				a.h.close()
+			}
+		}()
+		return
+	}
+	done := make(chan struct{})
+	n.aheadDone = done
+	go func() {
+		defer close(done)
+		<-a.done
+		if a.h == nil {
+			return
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.closed {
+			a.h.close()
+			return
+		}
+		n.ahead = a.h
+	}()
+}
+
+// waitAhead waits until a holder being started ahead is ready (startPidHolder is bounded by
+// pidNSStartBound), so that the first get takes it rather than starting a second.
+func (n *pidNamespaces) waitAhead() {
+	n.mu.Lock()
+	done := n.aheadDone
+	n.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// takeAheadLocked hands out the holder started ahead, if it is still alive (nil: none).
+func (n *pidNamespaces) takeAheadLocked() *pidHolder {
+	h := n.ahead
+	n.ahead = nil
+	if h != nil && !h.alive() {
+		h.close()
+		return nil
+	}
+	return h
 }
 
 // evictIdleLocked ends the namespace that has been idle (no run in it) longest, to make
@@ -127,15 +249,34 @@ func (n *pidNamespaces) close() {
 		return
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.closed = true
+	done := n.aheadDone
+	if n.ahead != nil {
+		n.ahead.close()
+		n.ahead = nil
+	}
 	for name, h := range n.holders {
 		h.close()
 		delete(n.holders, name)
 	}
+	n.mu.Unlock()
+	if done != nil {
+		// A holder still being started ahead is ended by its starter, which finds the
+		// namespaces closed; bounded by pidNSStartBound.
+		<-done
+	}
 }
 
 func startPidHolder(exe string) (*pidHolder, error) {
+	h, err := launchPidHolder(exe)
+	if err != nil {
+		return nil, err
+	}
+	return h, h.ready()
+}
+
+// launchPidHolder starts a holder process; ready then waits for its procfs.
+func launchPidHolder(exe string) (*pidHolder, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -168,21 +309,28 @@ func startPidHolder(exe string) (*pidHolder, error) {
 		h.pidFD = fd
 	}
 	go func() { _, _ = proc.Wait(); h.dead.Store(true) }()
+	return h, nil
+}
+
+// ready waits for the holder launched by launchPidHolder to send its procfs (bounded by
+// pidNSStartBound) and opens its namespace; on an error the holder is closed (it exits).
+func (h *pidHolder) ready() error {
 	if err := h.receiveProc(); err != nil {
 		h.close()
-		return nil, err
+		return err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(h.procFD, &st); err != nil {
 		h.close()
-		return nil, fmt.Errorf("holder procfs: %w", err)
+		return fmt.Errorf("holder procfs: %w", err)
 	}
 	h.procKey = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
-	if h.nsFD, err = unix.Open(fmt.Sprintf("/proc/%d/ns/pid", proc.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+	var err error
+	if h.nsFD, err = unix.Open(fmt.Sprintf("/proc/%d/ns/pid", h.proc.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
 		h.close()
-		return nil, fmt.Errorf("holder namespace: %w", err)
+		return fmt.Errorf("holder namespace: %w", err)
 	}
-	return h, nil
+	return nil
 }
 
 func (h *pidHolder) receiveProc() error {

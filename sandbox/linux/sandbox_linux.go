@@ -53,6 +53,9 @@ type Options struct {
 	// Launch picks how the child is confined before exec: LaunchThread (default) or
 	// LaunchStub (re-exec StubPath through stub.MaybeRun).
 	Launch string
+	// Prestart: a run follows at once, so a pid-namespace holder is started while New
+	// probes (prepare_linux.go), for the first name that asks.
+	Prestart bool
 }
 
 // Launch methods.
@@ -121,10 +124,14 @@ type Sandbox struct {
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
 // errors. Start must not be called afterwards.
 func (s *Sandbox) Close() error {
-	s.closeSpares()
-	s.pidns.close()
-	s.templates.close()
+	// Each of these waits for the kernel (a spare thread's exit and its groups' removal, the
+	// release of detached mounts: an RCU grace period each); side by side they share them.
+	var closing sync.WaitGroup
+	closing.Go(s.closeSpares)
+	closing.Go(s.pidns.close)
+	closing.Go(s.templates.close)
 	s.cleanups.Wait()
+	closing.Wait()
 	tmpErr := s.tmps.closeAll()
 	if s.hideRoot >= 0 {
 		unix.Close(s.hideRoot)
@@ -163,6 +170,25 @@ func New(opts Options) (*Sandbox, error) {
 		}
 		sb.stubPath = p
 	}
+	// The slow probes (discarded threads in new namespaces, an idmapping user namespace: 3-4
+	// ms of every plugin start one after another) run beside the others; each result is
+	// taken below where it applies, and an idmapping namespace nobody takes is closed.
+	type idmap struct {
+		fd  int
+		err error
+	}
+	root := os.Geteuid() == 0 && !opts.DisableView
+	early := earlyHolder(opts, root)
+	netC, pidC, idmapC := make(chan bool, 1), make(chan bool, 1), make(chan idmap, 1)
+	go func() { netC <- !opts.DisableNetNS && canUnshareNet() }()
+	go func() { pidC <- root && !opts.DisablePidNS && canClonePidNS() }()
+	go func() {
+		r := idmap{fd: -1}
+		if root && !opts.DisableSystemIDMap {
+			r.fd, r.err = hideRootNS()
+		}
+		idmapC <- r
+	}()
 	if !opts.DisableLandlock {
 		sb.abi = kernel.LandlockABI()
 	}
@@ -175,9 +201,7 @@ func New(opts Options) (*Sandbox, error) {
 		}
 	}
 	sb.noProxy = opts.DisableEgressProxy
-	if !opts.DisableNetNS {
-		sb.netns = canUnshareNet()
-	}
+	sb.netns = <-netC
 	sb.userns = userNamespaces()
 	sb.viewOff = opts.DisableView
 	if !opts.DisableView {
@@ -190,16 +214,24 @@ func New(opts Options) (*Sandbox, error) {
 	sb.guard = newGuard(sb.stubPath)
 	// A user's init stub is cloned with CLONE_NEWIPC in its user namespace (userSys).
 	sb.ipcns = !opts.DisableIPCNS && (sb.userView || canUnshareIPC())
+	idm := <-idmapC
 	if sb.view && !sb.userView {
-		if opts.DisableSystemIDMap {
+		switch {
+		case opts.DisableSystemIDMap:
 			sb.hideRootErr = fmt.Errorf("%w: disabled", errNoIDMap)
-		} else {
+		case root:
+			sb.hideRoot, sb.hideRootErr, idm.fd = idm.fd, idm.err, -1
+		default:
 			sb.hideRoot, sb.hideRootErr = hideRootNS()
 		}
 	}
-	if sb.view && !sb.userView && !opts.DisablePidNS && canClonePidNS() {
+	if idm.fd >= 0 {
+		unix.Close(idm.fd)
+	}
+	if sb.view && !sb.userView && !opts.DisablePidNS && (<-pidC || !root && canClonePidNS()) {
 		sb.pidns = newPidNamespaces(sb.guard.exe)
 	}
+	sb.pidns.adopt(early)
 	if sb.view && sb.launch == LaunchThread && !opts.DisableViewTemplate {
 		sb.templates = newViewTemplates()
 	}

@@ -53,6 +53,7 @@ type spares struct {
 	closed  bool
 	pending sync.WaitGroup
 	hits    atomic.Int64 // runs launched from a spare (tests check the path is taken)
+	first   *firstSpare  // the spare Prepare is making for a session's first run (prepare_linux.go)
 }
 
 func sameLimits(a, b sandbox.Limits) bool {
@@ -66,6 +67,7 @@ func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
 	if s.launch != LaunchThread || len(s.cg.v1) == 0 {
 		return nil // only the thread launcher joins v1 groups
 	}
+	s.awaitFirstSpare(spec)
 	s.spares.mu.Lock()
 	sp := s.spares.ready
 	s.spares.ready = nil

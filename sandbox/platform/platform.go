@@ -13,4 +13,7 @@ type Options struct {
 	// CgroupParent is the parent of run cgroups relative to each hierarchy's root (Linux;
 	// default: fledge's own cgroup).
 	CgroupParent string
+	// Launch: a plugin is launched right after (`fledge <command>`), so the backend may
+	// start its helper processes while it probes (Linux).
+	Launch bool
 }

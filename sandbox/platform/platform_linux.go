@@ -9,5 +9,5 @@ import (
 
 // New returns the Linux sandbox.
 func New(opts Options) (sandbox.Sandbox, error) {
-	return linux.New(linux.Options{StubPath: opts.StubPath, CgroupParent: opts.CgroupParent})
+	return linux.New(linux.Options{StubPath: opts.StubPath, CgroupParent: opts.CgroupParent, Prestart: opts.Launch})
 }
