@@ -839,11 +839,34 @@ func (e *Engine) watchIdle(last *atomic.Int64, done <-chan struct{}, expire func
 // copyBufs are the splice buffers, reused: a flood of short connections costs no garbage.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
+// A bulk transfer moves through a larger buffer: each read and write then carries up to
+// 1 MiB instead of 64 KiB, so the copy goroutine, the stack's sender and the peer are woken
+// a sixteenth as often (the CPU of a 64 MiB download through the TUN path: 64-69 ms ->
+// 49-55 ms). A copy takes one only when a read filled its small buffer, gives it back as
+// soon as a read does not fill the small one, and at most maxBulkBufs are out at once in
+// the process, so fledge's memory stays bounded whatever the connections do.
+const (
+	bulkBufSize = 1 << 20
+	maxBulkBufs = 8
+)
+
+var (
+	bulkBufs  = sync.Pool{New: func() any { b := make([]byte, bulkBufSize); return &b }}
+	bulkSlots = make(chan struct{}, maxBulkBufs)
+)
+
 // copy moves bytes src -> dst and reports whether the byte bound stopped it.
 func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
+	small := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(small)
+	var big *[]byte
+	defer func() {
+		if big != nil {
+			bulkBufs.Put(big)
+			<-bulkSlots
+		}
+	}()
+	buf := *small
 	for {
 		k, err := src.Read(buf)
 		if k > 0 {
@@ -857,6 +880,19 @@ func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
 		}
 		if err != nil {
 			return false
+		}
+		switch {
+		case big == nil && k == len(buf):
+			select {
+			case bulkSlots <- struct{}{}:
+				big = bulkBufs.Get().(*[]byte)
+				buf = *big
+			default: // every bulk buffer is taken: carry on with the small one
+			}
+		case big != nil && k < len(*small):
+			bulkBufs.Put(big)
+			<-bulkSlots
+			big, buf = nil, *small
 		}
 	}
 }
