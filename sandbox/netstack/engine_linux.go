@@ -853,6 +853,7 @@ const (
 var (
 	bulkBufs  = sync.Pool{New: func() any { b := make([]byte, bulkBufSize); return &b }}
 	bulkSlots = make(chan struct{}, maxBulkBufs)
+	bulkTaken atomic.Int64 // how many times a copy took one (for tests)
 )
 
 // copy moves bytes src -> dst and reports whether the byte bound stopped it.
@@ -885,6 +886,7 @@ func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
 		case big == nil && k == len(buf):
 			select {
 			case bulkSlots <- struct{}{}:
+				bulkTaken.Add(1)
 				big = bulkBufs.Get().(*[]byte)
 				buf = *big
 			default: // every bulk buffer is taken: carry on with the small one
