@@ -90,3 +90,62 @@ print("intact", sum(res), "of", len(res))`, size, host, port, conns))
 		})
 	}
 }
+
+// An answer to a granted name that crosses the connection's byte bound with its last
+// bytes, from a server that then keeps the connection open: the connection ends at the
+// bound, at once, with a limit record. (Before, the bytes that crossed were dropped and the
+// engine went on waiting for more that never came: the program hung until the idle
+// timeout.)
+func TestEgressByteBoundOnLastRead(t *testing.T) {
+	needEngine(t)
+	need(t, "nsenter")
+	need(t, "/usr/bin/python3")
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const bound, first, last = 100 << 10, 90 << 10, 20 << 10
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				if _, err := c.Read(buf); err != nil { // the request
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", first+last)
+				c.Write(make([]byte, first))
+				time.Sleep(200 * time.Millisecond) // the last bytes come in a read of their own
+				c.Write(make([]byte, last))
+				io.Copy(io.Discard, c) // kept alive: the server waits for the next request
+			}()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	n := &names{m: map[string]string{"svc.test": "127.0.0.1"}}
+	// The address is granted too: a granted name may not reach the host itself otherwise.
+	e, rec := startEngine(t, []string{fmt.Sprintf("svc.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)}, n, egress.Limits{MaxBytes: bound})
+	start := time.Now()
+	out, err := inNS(t, e, 60*time.Second, "/usr/bin/python3", "-c", fmt.Sprintf(`import socket
+s = socket.create_connection(("svc.test", %d), timeout=30)
+s.sendall(b"GET / HTTP/1.1\r\nHost: svc.test\r\n\r\n")
+got = 0
+try:
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += len(b)
+    print("ended", got)
+except socket.timeout:
+    print("hung", got)`, port))
+	if err != nil || !strings.HasPrefix(out, "ended") || time.Since(start) > 10*time.Second {
+		t.Fatalf("byte bound crossed by the last read: %v %q after %v", err, out, time.Since(start))
+	}
+	waitRec(t, rec, egress.EventClose, egress.ReasonLimit)
+}
