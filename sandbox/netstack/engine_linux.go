@@ -841,11 +841,10 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b 
 
 // A bulk transfer moves through a larger buffer: each read and write then carries up to
 // 1 MiB instead of 64 KiB, so the copy goroutine, the stack's sender and the peer are woken
-// a sixteenth as often (the CPU of a 64 MiB download through the TUN path: 66.7 -> 50.4 ms,
-// through a granted loopback port 48.8 -> 33.5 ms). A copy takes one only when a read
-// filled its small buffer, gives it back as soon as a read does not fill the small one,
-// and at most maxBulkBufs are out at once in the process, so fledge's memory stays
-// bounded whatever the connections do.
+// a sixteenth as often (about a quarter less CPU for a download; docs/performance.md). A
+// copy takes one only when a read filled its small buffer, gives it back as soon as a read
+// does not fill the small one, and at most maxBulkBufs are out at once in the process, so
+// fledge's memory stays bounded whatever the connections do.
 const (
 	bulkBufSize = 1 << 20
 	maxBulkBufs = 8
