@@ -292,9 +292,9 @@ func (e *Engine) startStack(tunFD int) (*stack.Stack, error) {
 		// CPU of a bulk upload). A checksum is no check of who sent a packet, and each
 		// connection is decided whatever its packets carry.
 		RXChecksumOffload: true,
-		// Packets are handed to the stack by the goroutine that read them, not queued to
-		// another: one thread wake-up less per packet on the path of a round trip.
-		ProcessorsPerChannel: 1,
+		// Packets are queued from the reading goroutine to processor goroutines (one per
+		// CPU), never handed to the stack inline: RemoveNIC holds the stack's lock while it
+		// waits for the reader to stop, and a reader delivering a packet needs that lock.
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: link: %w", ErrSetup, err)
@@ -574,7 +574,6 @@ var loopback = netip.MustParseAddr("127.0.0.1")
 // port (the name resolved on the host, no SSRF by name), by address, or a granted host
 // loopback port; a bound secret's or ruled destination read by fledge; every decision
 // recorded before anything is dialled. The caller holds a slot of e.sem: connect frees it.
-// A spliced connection is served in the caller's goroutine: connect returns when it ends.
 func (e *Engine) connect(r connReq) {
 	release := func() { <-e.sem }
 	name, port := r.name, r.port
@@ -661,14 +660,15 @@ func (e *Engine) connect(r connReq) {
 	}
 	e.stats.Allowed.Add(1)
 	e.stats.Open.Add(1)
-	// Served in this goroutine, which every caller gives to the one connection (gVisor's
-	// forwarder starts one per SYN, the loopback and proxy listeners one per accept): a
-	// goroutine started here would cost a thread wake-up on the connection's first bytes.
+	// A goroutine of its own with a small stack: the caller's grew deep in the handshake
+	// and the dial, and would hold that stack for as long as the connection lasts.
 	e.wg.Add(1)
-	defer e.wg.Done()
-	defer release()
-	defer e.stats.Open.Add(-1)
-	e.splice(c, up, ev, spliceMode{checkName: checkName || r.proxied != "", proxied: r.proxied}, start)
+	go func() {
+		defer e.wg.Done()
+		defer release()
+		defer e.stats.Open.Add(-1)
+		e.splice(c, up, ev, spliceMode{checkName: checkName || r.proxied != "", proxied: r.proxied}, start)
+	}()
 }
 
 func (e *Engine) accept(r *tcp.ForwarderRequest) net.Conn {
