@@ -188,9 +188,11 @@ func (f *flow) hello(br *bufio.Reader, name string, port uint16) bool {
 // raw forwards the rest of the program's stream unchecked (after a decided ClientHello,
 // another protocol's first message, or a WebSocket's 101).
 func (f *flow) raw(br *bufio.Reader) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	if _, err := io.CopyBuffer(f.toUp(), br, *bp); err != nil {
+	if f.out.Load() > f.e.lim.MaxBytes {
+		f.ioEnd(errLimit) // crossed while a message was read: no waiting for more
+		return
+	}
+	if _, err := copyAll(f.toUp(), br); err != nil {
 		f.ioEnd(err)
 		return
 	}
@@ -470,8 +472,8 @@ func (f *flow) responses() {
 	defer close(f.dead)
 	defer f.setLost()
 	rb := bufio.NewReaderSize(io.TeeReader(f.up, f.toProgram()), 64<<10)
-	discard := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(discard)
+	discard := newCopyBuffer()
+	defer discard.release()
 	for {
 		if _, err := rb.Peek(1); err != nil {
 			f.endIn(err)
@@ -482,7 +484,7 @@ func (f *flow) responses() {
 			f.rawIn() // bytes nobody asked for: another protocol, no answers to follow
 			return
 		}
-		switch f.answer(rb, pr, *discard) {
+		switch f.answer(rb, pr, discard) {
 		case answerNext:
 			continue
 		case answerRaw:
@@ -507,7 +509,7 @@ const (
 )
 
 // answer reads the answer to pr (interim 1xx answers included).
-func (f *flow) answer(rb *bufio.Reader, pr *pendingReq, buf []byte) answerAction {
+func (f *flow) answer(rb *bufio.Reader, pr *pendingReq, buf *copyBuffer) answerAction {
 	for {
 		if !headBuffered(rb) {
 			return answerLost
@@ -530,11 +532,14 @@ func (f *flow) answer(rb *bufio.Reader, pr *pendingReq, buf []byte) answerAction
 		case code/100 == 1:
 			continue
 		}
-		_, err = io.CopyBuffer(discardOnly{}, resp.Body, buf)
-		resp.Body.Close()
-		if err != nil {
+		// The body is read into buf straight from the tee whenever rb is empty (a read
+		// at least rb's size bypasses it), in bulk reads while the answer is large.
+		if err := discardBody(resp.Body, buf); err != nil {
+			// No Close: it would read the rest of the body first, and after the byte
+			// bound or a lost byte that rest may never come.
 			return answerLost
 		}
+		resp.Body.Close()
 		if pr.verdict != nil {
 			pr.verdict <- verdictHTTP
 		}
@@ -564,19 +569,33 @@ func headBuffered(rb *bufio.Reader) bool {
 	}
 }
 
-// discardOnly drops what it is given; it is no io.ReaderFrom, so the copy into it uses the
-// caller's buffer.
-type discardOnly struct{}
-
-func (discardOnly) Write(p []byte) (int, error) { return len(p), nil }
+// discardBody reads an answer's body to its end through buf (the tee beneath has passed
+// every byte on to the program already).
+func discardBody(body io.Reader, buf *copyBuffer) error {
+	for {
+		k, err := body.Read(buf.bytes())
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		buf.adapt(k)
+	}
+}
 
 // rawIn passes the rest of the destination's bytes on unread (those the reader had taken
 // are passed on already).
 func (f *flow) rawIn() {
 	f.setLost()
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	_, err := io.CopyBuffer(f.toProgram(), f.up, *bp)
+	if f.in.Load() > f.e.lim.MaxBytes {
+		// The bound was crossed while an answer was read (the bytes that crossed it were
+		// not passed on): the connection ends now, not after the destination's next bytes,
+		// which may never come.
+		f.endIn(errLimit)
+		return
+	}
+	_, err := copyAll(f.toProgram(), f.up)
 	f.endIn(err)
 }
 
