@@ -356,27 +356,33 @@ netbench() { # REGEX COUNT TIMEOUT: appends the finished benchmarks' lines to ne
 		log "network by destination: ${net_failed[-1]}"
 	fi
 }
-log "network by destination: bulk throughput and connection setup, TUN path and loopback port against direct ($count rounds)"
-netbench '^BenchmarkEgressThroughput$' "$count" 3
-netbench '^BenchmarkEgressConnect$' "$count" 3
+log "network by destination: download and connection setup, TUN path and loopback port, each operation beside the same one direct ($count rounds)"
+netbench '^BenchmarkEgressVsDirect$' "$count" 4
 rest=$(FLEDGE_CONTAIN_STAGE=test "$GO" test ./sandbox/netstack -list '^BenchmarkEgress' 2>/dev/null |
-	grep '^BenchmarkEgress' | grep -vxE 'BenchmarkEgress(Connect|Throughput)' | paste -sd '|' || true)
+	grep '^BenchmarkEgress' | grep -vxE 'BenchmarkEgressVsDirect' | paste -sd '|' || true)
 if [[ -n $rest ]]; then
 	log "network by destination: the other benchmarks ($rest)"
 	netbench "^($rest)\$" 1 5
 fi
-# netfig BENCH CLASS UNIT: the median of UNIT over BENCH's sub-benchmarks named with CLASS
+# netfig SUB UNIT: the median of UNIT over the rounds of BenchmarkEgressVsDirect/SUB, which
+# times each operation through fledge and then the same one direct, alternately.
 netfig() {
-	printf '%s' "$net_out" | awk -v b="BenchmarkEgress$1/" -v c="$2" -v u="$3" '
-		index($1, b) == 1 { n=$1; sub(/-[0-9]+$/, "", n); if (index(substr(n, length(b) + 1), c) == 0) next
+	printf '%s' "$net_out" | awk -v b="BenchmarkEgressVsDirect/$1" -v u="$2" '
+		{ n=$1; sub(/-[0-9]+$/, "", n); if (n != b) next
 			for (i = 3; i <= NF; i++) if ($i == u) print $(i-1) }' | median
 }
-net_bulk_direct=$(netfig Throughput direct MB/s)
-net_bulk_tun=$(netfig Throughput tun MB/s)
-net_bulk_lo=$(netfig Throughput loopback MB/s)
-net_conn_direct=$(netfig Connect direct ns/op)
-net_conn_tun=$(netfig Connect tun ns/op)
-net_conn_lo=$(netfig Connect loopback ns/op)
+net_bulk_direct=$(netfig download-tun direct-Gbit/s)
+net_bulk_tun=$(netfig download-tun fledge-Gbit/s)
+net_bulk_tun_ratio=$(netfig download-tun x-direct)
+net_bulk_lo_direct=$(netfig download-loopback direct-Gbit/s)
+net_bulk_lo=$(netfig download-loopback fledge-Gbit/s)
+net_bulk_lo_ratio=$(netfig download-loopback x-direct)
+net_conn_direct=$(netfig connect-tun direct-ms/op)
+net_conn_tun=$(netfig connect-tun fledge-ms/op)
+net_conn_tun_plus=$(netfig connect-tun over-ms/op)
+net_conn_lo_direct=$(netfig connect-loopback direct-ms/op)
+net_conn_lo=$(netfig connect-loopback fledge-ms/op)
+net_conn_lo_plus=$(netfig connect-loopback over-ms/op)
 
 mcp_direct=$(mfield mcp-direct median_ns)
 mcp_serve_ns=$(mfield mcp-serve median_ns)
@@ -469,12 +475,11 @@ shot_true=$(shot true median_ns)
 shot_cpu() { local u s; u=$(shot "$1" user_ns) s=$(shot "$1" sys_ns); [[ -n $u && -n $s ]] && echo $((u + s)) || true; }
 shot_fledge_cpu=$(shot_cpu fledge)
 shot_firejail_cpu=$(shot_cpu firejail)
-fmt_gbit() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {printf "%.2f Gbit/s", v * 8 / 1000}' || echo "n/a"; }
-plus_ms() { [[ -n $1 && -n $2 ]] && awk -v a="$1" -v b="$2" 'BEGIN {printf "%+.3f", (a - b) / 1e6}' || echo ""; }
-net_bulk_tun_ratio=$(div "$net_bulk_tun" "$net_bulk_direct")
-net_bulk_lo_ratio=$(div "$net_bulk_lo" "$net_bulk_direct")
-net_conn_tun_plus=$(plus_ms "$net_conn_tun" "$net_conn_direct")
-net_conn_lo_plus=$(plus_ms "$net_conn_lo" "$net_conn_direct")
+# BenchmarkEgressVsDirect reports its figures ready made: Gbit/s, ms, a ratio, ms over direct.
+fmt_gbps() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {printf "%.2f Gbit/s", v}' || echo "n/a"; }
+fmt_msv() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {printf "%.3f ms", v}' || echo "n/a"; }
+fmt_x() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {printf "%.2fx", v}' || echo "n/a"; }
+fmt_plus() { [[ -n $1 ]] && awk -v v="$1" 'BEGIN {printf "%+.3f ms", v}' || echo "n/a"; }
 row "#" "figure" "fledge" "baseline (same run)" "ratio" "goal" "meets"
 row "---" "----------------------------------------------" "------------" "----------------------------------" "--------" "------------------" "-------"
 row 1 "exec round trip of true, median (plugin->host)" "$(fmt_ms "$exec_fledge")" "os/exec sh -c true $(fmt_ms "$exec_bare")" "$(ratio "$exec_fledge" "$exec_bare")" "below 1c" "$exec_meets"
@@ -523,10 +528,10 @@ row 11a "  CPU of it (user + sys, mean)" "$(fmt_ms "$shot_fledge_cpu")" "firejai
 row 11b "  firejail --noprofile true" "$(fmt_ms "$shot_firejail")" "true alone $(fmt_ms "$shot_true")" "$(ratio "$shot_firejail" "$shot_true")" "peer" "-"
 row 11c "  bubblewrap, minimal, true" "$(fmt_ms "$shot_bwrap")" "true alone $(fmt_ms "$shot_true")" "$(ratio "$shot_bwrap" "$shot_true")" "peer" "-"
 row 11d "  sandbox-runtime: srt -c true" "$(fmt_ms "$shot_srt")" "true alone $(fmt_ms "$shot_true")" "$(ratio "$shot_srt" "$shot_true")" "peer" "-"
-row 12a "network: bulk 64 MiB one way, TUN path" "$(fmt_gbit "$net_bulk_tun")" "direct $(fmt_gbit "$net_bulk_direct")" "$(ratio "$net_bulk_tun" "$net_bulk_direct")" ">=0.5x" "$(meets "${net_bulk_tun_ratio:+-$net_bulk_tun_ratio}" -0.5)"
-row 12b "  the same, a granted loopback port" "$(fmt_gbit "$net_bulk_lo")" "direct $(fmt_gbit "$net_bulk_direct")" "$(ratio "$net_bulk_lo" "$net_bulk_direct")" ">=0.5x" "$(meets "${net_bulk_lo_ratio:+-$net_bulk_lo_ratio}" -0.5)"
-row 12c "network: connect+round trip+close, TUN path" "$(fmt_ms "$net_conn_tun")" "direct $(fmt_ms "$net_conn_direct")" "${net_conn_tun_plus:-n/a}${net_conn_tun_plus:+ ms}" "<=+0.3 ms" "$(meets "$net_conn_tun_plus" 0.3)"
-row 12d "  the same, a granted loopback port" "$(fmt_ms "$net_conn_lo")" "direct $(fmt_ms "$net_conn_direct")" "${net_conn_lo_plus:-n/a}${net_conn_lo_plus:+ ms}" "<=+0.3 ms" "$(meets "$net_conn_lo_plus" 0.3)"
+row 12a "network: download 64 MiB, TUN path" "$(fmt_gbps "$net_bulk_tun")" "direct $(fmt_gbps "$net_bulk_direct")" "$(fmt_x "$net_bulk_tun_ratio")" ">=0.5x" "$(meets "${net_bulk_tun_ratio:+-$net_bulk_tun_ratio}" -0.5)"
+row 12b "  the same, a granted loopback port" "$(fmt_gbps "$net_bulk_lo")" "direct $(fmt_gbps "$net_bulk_lo_direct")" "$(fmt_x "$net_bulk_lo_ratio")" ">=0.5x" "$(meets "${net_bulk_lo_ratio:+-$net_bulk_lo_ratio}" -0.5)"
+row 12c "network: connect+round trip+close, TUN path" "$(fmt_msv "$net_conn_tun")" "direct $(fmt_msv "$net_conn_direct")" "$(fmt_plus "$net_conn_tun_plus")" "<=+0.3 ms" "$(meets "$net_conn_tun_plus" 0.3)"
+row 12d "  the same, a granted loopback port" "$(fmt_msv "$net_conn_lo")" "direct $(fmt_msv "$net_conn_lo_direct")" "$(fmt_plus "$net_conn_lo_plus")" "<=+0.3 ms" "$(meets "$net_conn_lo_plus" 0.3)"
 join() { local IFS=,; echo "${*:-none}" | sed 's/,/, /g'; }
 echo "Goals: ${#goal_yes[@]} of $((${#goal_yes[@]} + ${#goal_no[@]} + ${#goal_unmeasured[@]})) rows with a goal meet it; missed: $(join "${goal_no[@]}"); not measured: $(join "${goal_unmeasured[@]}")."
 echo
@@ -548,7 +553,7 @@ for n in fledge firejail bwrap srt true; do
 	[[ -n $u && -n $sy ]] && cpu_line+=$(awk -v n="$n" -v u="$u" -v s="$sy" 'BEGIN {printf "; %s %.1f + %.1f ms", n, u / 1e6, s / 1e6}')
 done
 [[ -n $cpu_line ]] && echo "Row 11 CPU, user + sys: ${cpu_line#; }."
-echo "Rows 12a-12d: sandbox/netstack's BenchmarkEgressThroughput and BenchmarkEgressConnect ($count rounds, -benchtime $bt), a client in a plugin's network namespace against a server on this host, each beside the direct connection of the same benchmark; the TUN path crosses the TUN device and gVisor's stack, the loopback port a relay socket fledge holds in the namespace."
+echo "Rows 12a-12d: sandbox/netstack's BenchmarkEgressVsDirect ($count rounds, -benchtime $bt), a client in a plugin's network namespace against a server on this host, each operation through fledge followed by the same one direct, alternately in one loop (medians; the ratio and the ms over direct are the benchmark's own); the TUN path crosses the TUN device and gVisor's stack, the loopback port a relay socket fledge holds in the namespace."
 echo "Reproduce: make bench (FLEDGE_BENCH_INSTALL=1 installs the peers: bwrap, firejail, hyperfine, srt). Raw outputs: FLEDGE_BENCH_KEEP=1."
 
 # The network's raw figures (rows 12a-12d are in the table above).
