@@ -881,3 +881,15 @@ func launcherStderr(null int) uintptr {
 	}
 	return uintptr(null)
 }
+
+// launcherFirstForTest makes a session's first run start its launcher and go through it
+// (tests: every attack test of the package runs through the launcher with it).
+var launcherFirstForTest bool
+
+// startLauncherNow starts name's launcher and waits for it (launcherFirstForTest).
+func (s *Sandbox) startLauncherNow(name string, vt *viewTemplate, h *pidHolder, hostNet bool) *launcher {
+	s.startLauncherAhead(name, vt, h, hostNet)
+	s.launchers.pending.Wait()
+	l, _ := s.launchers.forRun(name, vt.t, h, hostNet)
+	return l
+}

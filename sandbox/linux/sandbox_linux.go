@@ -835,6 +835,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 				p.stdio.Abort()
 				return nil, err
 			}
+			if l == nil && launcherFirstForTest {
+				l = s.startLauncherNow(spec.Name, p.tmpl, tl.holder, hostNet)
+			}
 		}
 		if l != nil {
 			p.proc, err = s.launchVia(l, spec, p, pol, sys, tl)
