@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"sync"
@@ -146,18 +145,18 @@ func (ls *launchers) forRun(name string, tmpl *kernel.Template, holder *pidHolde
 	if l == nil || ls.closed {
 		return nil, nil
 	}
+	if l.tmpl != tmpl || l.holder != holder || !l.holder.alive() || l.hostNet != hostNet {
+		// The session's view or pid namespace was replaced (a holder that died takes its
+		// launcher with it), or the run's network shape differs: this run takes the thread
+		// launcher and a launcher for the new shape is started after it.
+		delete(ls.m, name)
+		go l.close()
+		return nil, nil
+	}
 	if !l.alive() {
 		delete(ls.m, name)
 		go l.close()
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, errLauncherGone)
-	}
-	if l.tmpl != tmpl || l.holder != holder || l.hostNet != hostNet {
-		// The session's view or pid namespace was replaced, or the run's network shape
-		// differs: this run takes the thread launcher and a launcher for the new shape is
-		// started after it.
-		delete(ls.m, name)
-		go l.close()
-		return nil, nil
 	}
 	return l, nil
 }
@@ -305,7 +304,7 @@ func startLauncher(exe string, tmpl *kernel.Template, h *pidHolder, hostNet bool
 // launch sends one run to the launcher and returns the command's pid (the host's child).
 // before runs while the launcher prepares; the command starts only once it returned nil.
 // notifyBack, when set, takes the seccomp listener once the fork is through.
-func (l *launcher) launch(req *launchRequest, fds []int, before *sandbox.Spec, notifyBack chan int) (int, error) {
+func (l *launcher) launch(req *launchRequest, fds []int, before func() error, notifyBack chan int) (int, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return 0, fmt.Errorf("%w: launcher request: %w", sandbox.ErrLaunch, err)
@@ -324,7 +323,7 @@ func (l *launcher) launch(req *launchRequest, fds []int, before *sandbox.Spec, n
 		l.dead.Store(true)
 		return 0, fmt.Errorf("%w: %w (%w)", sandbox.ErrLaunch, errLauncherGone, err)
 	}
-	beforeErr := sandbox.RunBeforeExec(before)
+	beforeErr := before()
 	msg, got, err := recvLauncher(pair[0])
 	if err != nil {
 		return 0, err
@@ -462,8 +461,9 @@ func closeFDs(fds []int) {
 // runLauncher is the launcher's main (stub.MaybeRun with stub.LauncherMarker).
 func runLauncher() int {
 	unix.Close(3) // the executable it was started through
-	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGPIPE,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	// No signal is ignored here: an ignored signal stays ignored in the commands it forks
+	// (CLONE_CLEAR_SIGHAND resets handlers only). It is in a session of its own (no
+	// terminal's signals), and the commands cannot signal it (Landlock's scope).
 	// Its /proc entries (mem, environ, fds, root) need CAP_SYS_PTRACE, which no command has.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 2
@@ -783,7 +783,10 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 			req.Notify, req.Trace, back = true, spec.Trace, gated.listenerBack
 		}
 	}
-	pid, err := l.launch(req, fds, spec, back)
+	pid, err := l.launch(req, fds, func() error {
+		p.recorded = true
+		return sandbox.RunBeforeExec(spec)
+	}, back)
 	if errors.Is(err, errLauncherGone) {
 		s.launchers.drop(spec.Name, l)
 	}

@@ -844,9 +844,17 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			if sp != nil && sp.bare {
 				sp = nil // its groups are p.cg's now
 			}
-			if errors.Is(err, kernel.ErrTemplateUnfit) {
+			switch {
+			case errors.Is(err, kernel.ErrTemplateUnfit):
 				l = nil // nothing was sent: from a thread, which builds the view afresh
-			} else {
+			case errors.Is(err, errLauncherGone) && !tl.holder.alive():
+				// The plugin's pid namespace ended (its holder died) and took the launcher
+				// with it: as the thread launcher does then, once more with a new holder.
+				l = nil
+				if p.recorded {
+					tl.before = nil // the decision record is written
+				}
+			default:
 				p.viaLauncher = true
 			}
 		}
@@ -968,8 +976,9 @@ type process struct {
 	// checkouts are the checkouts whose index the launch read: their gitlinks are looked
 	// at again once the tree is gone (gitnested_linux.go).
 	checkouts []*indexedCheckout
-	// viaLauncher: the run was launched by the session's launcher (launcher_linux.go).
-	viaLauncher bool
+	// viaLauncher: the run was launched by the session's launcher (launcher_linux.go);
+	// recorded: its BeforeExec ran there.
+	viaLauncher, recorded bool
 	// netDetach ends the run's own egress namespace (stub-built) once the tree is gone.
 	netDetach func()
 	// notify records the run's kernel refusals (nil: not asked for, or unavailable).
