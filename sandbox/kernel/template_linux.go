@@ -254,6 +254,9 @@ func PrepareRunMounts(t *Template, v *View, dirfd int) (*RunMounts, error) {
 	return r, nil
 }
 
+// NoteEntered counts a run that entered a copy of t elsewhere (a session's launcher).
+func (t *Template) NoteEntered() { t.entered.Add(1) }
+
 // EnterRunMounts mounts r into the calling thread's mount namespace, which must be a
 // private copy of the template r was prepared for (the launcher's threads), and enters the
 // working directory: the same steps EnterTemplate takes after its copy.

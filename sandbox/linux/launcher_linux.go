@@ -802,6 +802,7 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 		return nil, err
 	}
 	s.launchers.served.Add(1)
+	p.tmpl.t.NoteEntered()
 	// The child is ours and unreaped, so its pid cannot be reused before this handle exists.
 	return os.FindProcess(pid)
 }
