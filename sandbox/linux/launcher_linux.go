@@ -67,6 +67,9 @@ const (
 
 func init() { stub.RegisterLauncher(runLauncher) }
 
+// launcherBufs are the request buffers of the launcher's threads.
+var launcherBufs = sync.Pool{New: func() any { b := make([]byte, launcherMaxRequest); return &b }}
+
 // launchRequest is the JSON part of a request; the descriptors follow in fds's order.
 type launchRequest struct {
 	Policy   *stub.Policy `json:"policy"`
@@ -293,7 +296,13 @@ func startLauncher(exe string, tmpl *kernel.Template, h *pidHolder, hostNet bool
 	tv := unix.NsecToTimeval(launcherStartBound.Nanoseconds())
 	_ = unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	buf := make([]byte, 64)
-	n, err := unix.Read(pair[0], buf)
+	var n int
+	for {
+		n, err = unix.Read(pair[0], buf)
+		if err != unix.EINTR {
+			break
+		}
+	}
 	if err != nil || string(buf[:max(n, 0)]) != "ready" {
 		l.close()
 		return nil, fmt.Errorf("launcher did not start (%q, %v)", buf[:max(n, 0)], err)
@@ -510,7 +519,11 @@ func launcherSpare() {
 		os.Exit(3)
 	}
 	capsDropped := kernel.DropBoundingCaps() == nil
-	buf := make([]byte, launcherMaxRequest)
+	// One buffer per waiting thread, reused: a fresh megabyte per request was zeroed and
+	// faulted in every time, grew the heap the fork copies and ran the collector.
+	bufp := launcherBufs.Get().(*[]byte)
+	defer launcherBufs.Put(bufp)
+	buf := *bufp
 	oob := make([]byte, unix.CmsgSpace(4*launcherMaxFDs))
 	var n, oobn, flags int
 	var err error
