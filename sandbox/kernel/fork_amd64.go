@@ -27,6 +27,12 @@ type vforkSpec struct {
 	envv   uintptr      // 184
 	fail   childFailure // 192: written by a child that could not exec
 	zero   [8]byte      // 200: "0", written to cgroup.procs
+	scFlag uint64       // 208: seccomp's flags
+	scProg uintptr      // 216: *SockFprog, the filter (0: none)
+	scPl   uintptr      // 224: *SockFprog, the filter without listener (0: none)
+	scSock int64        // 232: where the listener goes (-1: nowhere)
+	scMsg  uintptr      // 240: *Msghdr carrying it
+	scFD   uintptr      // 248: *int32, its place in the message
 }
 
 const vforkStack = 16 << 10
@@ -40,7 +46,7 @@ func clone3VFork(spec *vforkSpec) (pid uintptr, errno uintptr)
 
 // forkExec forks c sharing this process's memory (CLONE_VM | CLONE_VFORK, like Go's own
 // fork): no page tables are copied. The child runs on a stack of its own, in assembly.
-func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit) (int, childFailure, syscall.Errno) {
+func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (int, childFailure, syscall.Errno) {
 	stack := make([]byte, vforkStack)
 	spec := &vforkSpec{nofile: *nofile}
 	spec.zero[0] = '0'
@@ -59,6 +65,19 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 	spec.path = uintptr(unsafe.Pointer(path))
 	spec.argv = uintptr(unsafe.Pointer(&argv[0]))
 	spec.envv = uintptr(unsafe.Pointer(&envv[0]))
+	spec.scSock = -1
+	if cs != nil {
+		spec.scFlag = cs.flags
+		spec.scProg = uintptr(unsafe.Pointer(&cs.prog))
+		if cs.hasPl {
+			spec.scPl = uintptr(unsafe.Pointer(&cs.plain))
+		}
+		if cs.cmsgFD != nil {
+			spec.scSock = int64(cs.sock)
+			spec.scMsg = uintptr(unsafe.Pointer(&cs.msg))
+			spec.scFD = uintptr(unsafe.Pointer(cs.cmsgFD))
+		}
+	}
 	// Every signal blocked around the fork (see forkExecChild); the child restores the mask.
 	all := ^uint64(0)
 	runtime.LockOSThread()
@@ -71,6 +90,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 	runtime.KeepAlive(path)
 	runtime.KeepAlive(argv)
 	runtime.KeepAlive(envv)
+	runtime.KeepAlive(cs)
 	if errno != 0 {
 		return -1, childFailure{}, syscall.Errno(errno)
 	}

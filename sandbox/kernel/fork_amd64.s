@@ -89,6 +89,43 @@ session:
 	SYSCALL
 	CMPQ	AX, $0xfffffffffffff001
 	JCC	fail
+	// The command's seccomp filter, last: nothing of ours runs under it but the
+	// listener's hand-over and execve.
+	MOVQ	216(R12), DX
+	CMPQ	DX, $0
+	JEQ	doexec
+	MOVQ	$1, DI			// SECCOMP_SET_MODE_FILTER
+	MOVQ	208(R12), SI
+	MOVQ	$317, AX		// seccomp
+	SYSCALL
+	MOVL	$5, R14
+	CMPQ	AX, $0xfffffffffffffff0	// -EBUSY: an enclosing filter has the listener
+	JNE	installed
+	MOVQ	224(R12), DX
+	CMPQ	DX, $0
+	JEQ	fail
+	MOVQ	$1, DI
+	MOVQ	$0, SI
+	MOVQ	$317, AX		// seccomp, without a listener
+	SYSCALL
+	CMPQ	AX, $0xfffffffffffff001
+	JCC	fail
+	JMP	doexec
+installed:
+	CMPQ	AX, $0xfffffffffffff001
+	JCC	fail
+	MOVQ	232(R12), DI
+	CMPQ	DI, $0
+	JLT	doexec
+	MOVQ	248(R12), BX
+	MOVL	AX, (BX)		// the listener into the message
+	MOVQ	240(R12), SI
+	MOVQ	$0x4000, DX		// MSG_NOSIGNAL
+	MOVQ	$46, AX			// sendmsg
+	SYSCALL
+	CMPQ	AX, $0xfffffffffffff001
+	JCC	fail
+doexec:
 	MOVQ	168(R12), DI
 	MOVQ	176(R12), SI
 	MOVQ	184(R12), DX

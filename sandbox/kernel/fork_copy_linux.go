@@ -14,7 +14,7 @@ import (
 
 // forkExec forks c without CLONE_VM (a copy of this process: no stack of its own is
 // needed, at the cost of copying the page tables) and waits on a pipe until it exec'd.
-func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit) (int, childFailure, syscall.Errno) {
+func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (int, childFailure, syscall.Errno) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return -1, childFailure{}, err.(syscall.Errno)
@@ -24,7 +24,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 		procs = &c.CgroupProcs[0]
 	}
 	stdio := c.Stdio
-	pfd, errno := forkExecChild(flags, cgroup, path, &argv[0], &envv[0], &stdio, procs, len(c.CgroupProcs), nofile, p[1])
+	pfd, errno := forkExecChild(flags, cgroup, path, &argv[0], &envv[0], &stdio, procs, len(c.CgroupProcs), nofile, p[1], cs)
 	unix.Close(p[1])
 	if errno != 0 {
 		unix.Close(p[0])
@@ -54,7 +54,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 //go:nosplit
 //go:norace
 func forkExecChild(flags, cgroup uint64, path *byte, argv, envv **byte, stdio *[3]int, procs *int, nprocs int,
-	nofile *unix.Rlimit, pipe int) (pidfd int, errno syscall.Errno) {
+	nofile *unix.Rlimit, pipe int, cs *childSeccomp) (pidfd int, errno syscall.Errno) {
 	pfd := int32(-1)
 	args := cloneArgs{flags: flags, pidfd: uint64(uintptr(unsafe.Pointer(&pfd))), cgroup: cgroup}
 	// Every signal blocked around the fork: a signal (Go's preemption) arriving while the
@@ -100,6 +100,24 @@ func forkExecChild(flags, cgroup uint64, path *byte, argv, envv **byte, stdio *[
 	if _, _, e = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, uintptr(unsafe.Pointer(nofile)), 0, 0, 0); e != 0 {
 		fail.step = 3
 		goto failed
+	}
+	if cs != nil {
+		// The command's seccomp filter, last (see ExecChild.Seccomp).
+		fail.step = 5
+		r, _, e = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, uintptr(cs.flags), uintptr(unsafe.Pointer(&cs.prog)))
+		switch {
+		case e == unix.EBUSY && cs.hasPl:
+			if _, _, e = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&cs.plain))); e != 0 {
+				goto failed
+			}
+		case e != 0:
+			goto failed
+		case cs.cmsgFD != nil:
+			*cs.cmsgFD = int32(r)
+			if _, _, e = syscall.RawSyscall(unix.SYS_SENDMSG, uintptr(cs.sock), uintptr(unsafe.Pointer(&cs.msg)), unix.MSG_NOSIGNAL); e != 0 {
+				goto failed
+			}
+		}
 	}
 	_, _, e = syscall.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(argv)), uintptr(unsafe.Pointer(envv)))
 	fail.step = 4

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"syscall"
 
+	"unsafe"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -37,6 +39,15 @@ type ExecChild struct {
 	CgroupProcs []int
 	// NoFile bounds RLIMIT_NOFILE (soft and hard, at most the caller's hard limit).
 	NoFile uint64
+	// Seccomp is the command's filter (nil: none), installed by the child as its last step
+	// before execve: the caller's thread never carries it, so its own clone3 needs no gate.
+	// With Listener the filter is installed with a notification listener, which the child
+	// sends (message "l", SCM_RIGHTS) to ListenerTo; where an enclosing filter has the
+	// listener already (EBUSY) it installs Plain instead and sends nothing.
+	Seccomp    *Filter
+	Listener   bool
+	Plain      *Filter
+	ListenerTo int
 }
 
 // ExecChildError: the child was forked but could not exec (or join a group, or take its
@@ -71,7 +82,60 @@ type childFailure struct {
 	errno uint32
 }
 
-var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec"}
+var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec", "seccomp"}
+
+// childSeccomp is the filter a child installs and where its listener goes, in memory the
+// child reads (heap: it does not move).
+type childSeccomp struct {
+	flags  uint64
+	prog   unix.SockFprog
+	plain  unix.SockFprog
+	hasPl  bool
+	sock   int
+	msg    unix.Msghdr
+	iov    unix.Iovec
+	data   [1]byte
+	oob    []byte
+	cmsgFD *int32
+	progs  [2][]unix.SockFilter
+}
+
+// newChildSeccomp builds c's filters and its listener message (nil: no filter).
+func newChildSeccomp(c *ExecChild) (*childSeccomp, error) {
+	if c.Seccomp == nil {
+		return nil, nil
+	}
+	cs := &childSeccomp{sock: -1}
+	prog, err := program(*c.Seccomp)
+	if err != nil {
+		return nil, err
+	}
+	cs.progs[0] = prog
+	cs.prog = unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if c.Listener {
+		cs.flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+		cs.sock = c.ListenerTo
+		if c.Plain != nil {
+			plain, err := program(*c.Plain)
+			if err != nil {
+				return nil, err
+			}
+			cs.progs[1] = plain
+			cs.plain = unix.SockFprog{Len: uint16(len(plain)), Filter: &plain[0]}
+			cs.hasPl = true
+		}
+		cs.data[0] = 'l'
+		cs.oob = unix.UnixRights(0)
+		cs.cmsgFD = (*int32)(unsafe.Pointer(&cs.oob[unix.CmsgLen(0)]))
+		cs.iov.Base = &cs.data[0]
+		cs.iov.SetLen(1)
+		cs.msg.Iov = &cs.iov
+		cs.msg.SetIovlen(1)
+		cs.msg.Control = &cs.oob[0]
+		cs.msg.SetControllen(len(cs.oob))
+	}
+	return cs, nil
+}
 
 // ForkExecParent forks and execs c from the calling (confined, locked) thread and returns a
 // pidfd of the child. It waits until the child has exec'd: an *ExecChildError means the
@@ -105,7 +169,12 @@ func ForkExecParent(c *ExecChild) (pidfd int, err error) {
 		flags |= unix.CLONE_INTO_CGROUP
 		cg = uint64(c.CgroupFD)
 	}
-	pfd, f, errno := forkExec(flags, cg, path, argv, envv, c, &nofile)
+	cs, err := newChildSeccomp(c)
+	if err != nil {
+		return -1, fmt.Errorf("seccomp: %w", err)
+	}
+	pfd, f, errno := forkExec(flags, cg, path, argv, envv, c, &nofile, cs)
+	runtime.KeepAlive(cs)
 	runtime.KeepAlive(argv)
 	runtime.KeepAlive(envv)
 	runtime.KeepAlive(c)

@@ -43,10 +43,6 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
-// AnyLaunchThread is the tid of a gate that lets the first clone3 through (AnswerClone3):
-// for a launcher in another pid namespace, whose thread ids the gate cannot name.
-const AnyLaunchThread = -1
-
 // ErrGateTimeout: no clone3 reached the gate in time (the launch failed before its fork).
 var ErrGateTimeout = errors.New("seccomp gate: no clone3 from the launch thread")
 
@@ -100,10 +96,6 @@ func AnswerClone3(listener, tid int, timeout time.Duration) error {
 
 // AnswerClone3Ready receives and answers one notification on listener, which poll has
 // reported readable: thread tid's clone3 continues (true), any other caller's gets ENOSYS.
-// tid AnyLaunchThread lets the first clone3 through: for a listener whose filter was put
-// on one thread alone (no TSYNC) and handed over before that thread forked, the first
-// clone3 can come from nowhere else (Go never makes its threads from a locked one), and
-// the caller stops answering once it went through.
 // A notification withdrawn before it could be answered is not an error (false): the
 // caller's clone3 comes again as a new one. It never blocks for long, so a watchdog can
 // serve the gates of several launches at once from one poll loop: served one after
@@ -119,7 +111,7 @@ func AnswerClone3Ready(listener, tid int) (bool, error) {
 		return false, fmt.Errorf("seccomp gate: recv: %w", errno)
 	}
 	resp := seccompNotifResp{ID: req.ID}
-	ours := (tid == AnyLaunchThread || int(req.Pid) == tid) && int(req.Data.Nr) == unix.SYS_CLONE3
+	ours := int(req.Pid) == tid && int(req.Data.Nr) == unix.SYS_CLONE3
 	switch {
 	case ours:
 		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE

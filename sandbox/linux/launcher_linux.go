@@ -312,15 +312,19 @@ func startLauncher(exe string, tmpl *kernel.Template, h *pidHolder, hostNet bool
 
 // launch sends one run to the launcher and returns the command's pid (the host's child).
 // before runs while the launcher prepares; the command starts only once it returned nil.
-// notifyBack, when set, takes the seccomp listener once the fork is through.
-func (l *launcher) launch(req *launchRequest, fds []int, before func() error, notifyBack chan int) (int, error) {
+// notifyBack, when set, takes the command's seccomp listener; notifyLost says the child
+// could not have one (an enclosing filter holds it).
+func (l *launcher) launch(req *launchRequest, fds []int, before func() error, notifyBack chan int) (pid int, notifyLost bool, err error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return 0, fmt.Errorf("%w: launcher request: %w", sandbox.ErrLaunch, err)
+		return 0, false, fmt.Errorf("%w: launcher request: %w", sandbox.ErrLaunch, err)
+	}
+	if len(data) > launcherMaxRequest {
+		return 0, false, fmt.Errorf("%w: launcher request of %d bytes (at most %d)", sandbox.ErrLaunch, len(data), launcherMaxRequest)
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return 0, fmt.Errorf("%w: launcher: %w", sandbox.ErrLaunch, err)
+		return 0, false, fmt.Errorf("%w: launcher: %w", sandbox.ErrLaunch, err)
 	}
 	defer unix.Close(pair[0])
 	tv := unix.NsecToTimeval(launcherWait.Nanoseconds())
@@ -330,68 +334,67 @@ func (l *launcher) launch(req *launchRequest, fds []int, before func() error, no
 	unix.Close(pair[1])
 	if err != nil {
 		l.dead.Store(true)
-		return 0, fmt.Errorf("%w: %w (%w)", sandbox.ErrLaunch, errLauncherGone, err)
+		return 0, false, fmt.Errorf("%w: %w (%w)", sandbox.ErrLaunch, errLauncherGone, err)
 	}
 	beforeErr := before()
-	msg, got, err := recvLauncher(pair[0])
-	if err != nil {
-		return 0, err
-	}
-	if bytes.HasPrefix(msg, []byte("err\x00")) {
-		closeFDs(got)
-		return 0, launcherStepError(msg[4:])
-	}
-	if string(msg) != "gate" || len(got) != 1 {
-		closeFDs(got)
-		l.dead.Store(true)
-		return 0, fmt.Errorf("%w: %w (unexpected answer %q)", sandbox.ErrLaunch, errLauncherGone, msg)
-	}
-	listener := got[0]
+	word := "go"
 	if beforeErr != nil {
-		// No fork: the launcher's clone3 gets ENOSYS once the listener is closed.
-		unix.Close(listener)
-		if _, rest, err := recvLauncher(pair[0]); err == nil {
-			for _, fd := range rest {
-				reapPidfd(fd)
+		word = "no"
+	}
+	if err := unix.Sendmsg(pair[0], []byte(word), nil, nil, unix.MSG_NOSIGNAL); err != nil && beforeErr == nil {
+		beforeErr = fmt.Errorf("%w: %w (%w)", sandbox.ErrLaunch, errLauncherGone, err)
+	}
+	// Answers: the child's seccomp listener ("l", when asked for), then the launch's end
+	// ("ok" with the child's pidfd, or "err").
+	listenerSent := false
+	for {
+		msg, got, err := recvLauncher(pair[0])
+		if err != nil {
+			if beforeErr != nil {
+				return 0, false, beforeErr
 			}
+			return 0, false, err
 		}
-		return 0, beforeErr
-	}
-	gateErr := kernel.AnswerClone3(listener, kernel.AnyLaunchThread, launcherWait)
-	if gateErr == nil && notifyBack != nil {
-		notifyBack <- listener
-	} else {
-		unix.Close(listener)
-	}
-	msg, got, err = recvLauncher(pair[0])
-	if err != nil {
-		return 0, err
-	}
-	pidfd := -1
-	if len(got) > 0 {
-		pidfd = got[0]
-		closeFDs(got[1:])
-	}
-	if string(msg) != "ok" || pidfd < 0 {
-		if pidfd >= 0 {
-			reapPidfd(pidfd)
+		switch {
+		case string(msg) == "l" && len(got) == 1 && !listenerSent && notifyBack != nil:
+			listenerSent = true
+			notifyBack <- got[0]
+			continue
+		case bytes.HasPrefix(msg, []byte("err\x00")):
+			closeFDs(got)
+			if beforeErr != nil {
+				return 0, false, beforeErr
+			}
+			return 0, false, launcherStepError(msg[4:])
+		case string(msg) == "ok" && len(got) == 1:
+			if beforeErr != nil {
+				// Cannot happen (the launcher forks only on "go"), but never a run
+				// without its record.
+				_ = unix.PidfdSendSignal(got[0], unix.SIGKILL, nil, 0)
+				reapPidfd(got[0])
+				return 0, false, beforeErr
+			}
+			pidfd := got[0]
+			defer unix.Close(pidfd)
+			pid, err := pidfdPid(pidfd)
+			if err != nil {
+				_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+				reapPidfd(pidfd)
+				return 0, false, fmt.Errorf("%w: launcher: %w", sandbox.ErrLaunch, err)
+			}
+			return pid, notifyBack != nil && !listenerSent, nil
+		default:
+			for _, fd := range got {
+				if string(msg) == "ok" || string(msg) == "err" {
+					reapPidfd(fd)
+				} else {
+					unix.Close(fd)
+				}
+			}
+			l.dead.Store(true)
+			return 0, false, fmt.Errorf("%w: %w (unexpected answer %q)", sandbox.ErrLaunch, errLauncherGone, msg)
 		}
-		if gateErr != nil {
-			return 0, threadStep("seccomp", fmt.Errorf("%w (launcher: %q)", gateErr, msg))
-		}
-		if bytes.HasPrefix(msg, []byte("err\x00")) {
-			return 0, launcherStepError(msg[4:])
-		}
-		return 0, fmt.Errorf("%w: %w (unexpected answer %q)", sandbox.ErrLaunch, errLauncherGone, msg)
 	}
-	defer unix.Close(pidfd)
-	pid, err := pidfdPid(pidfd)
-	if err != nil {
-		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-		reapPidfd(pidfd)
-		return 0, fmt.Errorf("%w: launcher: %w", sandbox.ErrLaunch, err)
-	}
-	return pid, nil
 }
 
 // recvLauncher reads one answer (bounded in size, time and descriptors).
@@ -566,6 +569,22 @@ func launcherSpare() {
 	}
 }
 
+// launcherAwaitGo waits for the host's word that the run may start ("go"; anything else,
+// or the host gone, is no).
+func launcherAwaitGo(reply int) error {
+	buf := make([]byte, 16)
+	for {
+		n, err := unix.Read(reply, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || string(buf[:max(n, 0)]) != "go" {
+			return fmt.Errorf("the host did not let the run start (%q, %v)", buf[:max(n, 0)], err)
+		}
+		return nil
+	}
+}
+
 func launcherFail(reply int, step string, err error) {
 	msg := "err\x00" + step + "\x00" + err.Error()
 	if len(msg) > 4000 {
@@ -654,28 +673,29 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	if err != nil {
 		return stepOf(err)
 	}
-	tl := &threadLaunch{pol: pol, notify: req.Notify, trace: req.Trace,
-		gate: func(int, int, chan int) error { return nil }}
-	listener, err := tl.installSeccomp(true)
-	if err != nil {
-		return stepOf(err)
+	// The command's seccomp filter goes on in the child, as its last step before execve
+	// (kernel.ExecChild.Seccomp): this thread forks unfiltered, so no clone3 gate.
+	f := kernel.Filter{DenyUnix: pol.DenyUnix, TCPOnly: pol.TCPOnly, ConnectCheck: pol.ConnectCheck}
+	var plain *kernel.Filter
+	if req.Notify {
+		plain = &kernel.Filter{DenyUnix: f.DenyUnix, TCPOnly: f.TCPOnly, ConnectCheck: f.ConnectCheck}
+		f.Notify, f.Trace = true, req.Trace
 	}
-	if listener < 0 {
-		return "seccomp", errors.New("no clone3 gate")
-	}
-	// To the host, which lets the fork through once the run's record is durable; ours is
-	// closed first, so the host holds the only copy.
-	err = unix.Sendmsg(reply, []byte("gate"), unix.UnixRights(listener), nil, unix.MSG_NOSIGNAL)
-	unix.Close(listener)
-	if err != nil {
-		return "seccomp", err
+	// Nothing starts before the host says the run's decision record is durable.
+	if err := launcherAwaitGo(reply); err != nil {
+		return "before exec", err
 	}
 	nofile := pol.NoFile
 	if nofile == 0 {
 		nofile = stub.DefaultNoFile
 	}
+	var filter *kernel.Filter
+	if kernel.SeccompSupported() {
+		filter = &f
+	}
 	pidfd, err := kernel.ForkExecParent(&kernel.ExecChild{Path: path, Argv: pol.Args, Env: pol.Env,
-		Stdio: [3]int{stdio[0], stdio[1], stdio[2]}, CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile})
+		Stdio: [3]int{stdio[0], stdio[1], stdio[2]}, CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile,
+		Seccomp: filter, Listener: req.Notify && filter != nil, Plain: plain, ListenerTo: reply})
 	if pidfd < 0 {
 		if errors.Is(err, unix.ENOMEM) {
 			return "pidns", err // fork refuses with ENOMEM in a pid namespace whose init died
@@ -796,10 +816,15 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 			req.Notify, req.Trace, back = true, spec.Trace, gated.listenerBack
 		}
 	}
-	pid, err := l.launch(req, fds, func() error {
+	pid, notifyLost, err := l.launch(req, fds, func() error {
 		p.recorded = true
 		return sandbox.RunBeforeExec(spec)
 	}, back)
+	if notifyLost && p.notify != nil {
+		p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records (an enclosing sandbox holds the seccomp listener)")
+		p.notify.abort()
+		p.notify = nil
+	}
 	if errors.Is(err, errLauncherGone) {
 		s.launchers.drop(spec.Name, l)
 	}
