@@ -53,7 +53,7 @@ func runHostHelper(launch, marker, dir string) int {
 	lp := 0
 	if viaLauncher {
 		sb.launchers.mu.Lock()
-		if l := sb.launchers.m["hostdeath"]; l != nil && p.(*process).viaLauncher {
+		if l := sb.launchers.m[launcherKey("hostdeath", false)]; l != nil && p.(*process).viaLauncher {
 			lp = l.proc.Pid
 		}
 		sb.launchers.mu.Unlock()

@@ -31,7 +31,7 @@ func withLauncher(t *testing.T, sb *Sandbox, e *env) *launcher {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		sb.launchers.mu.Lock()
-		l := sb.launchers.m[e.spec("").Name]
+		l := sb.launchers.m[launcherKey(e.spec("").Name, false)]
 		sb.launchers.mu.Unlock()
 		if l != nil {
 			return l

@@ -97,6 +97,25 @@ type launcher struct {
 	hostNet bool
 	dead    atomic.Bool
 	closeMu sync.Once
+	// inflight are the launches handed this launcher: one that is replaced is ended only
+	// after them.
+	inflight sync.WaitGroup
+}
+
+// retire ends l once the launches already handed it are done.
+func (l *launcher) retire() {
+	go func() {
+		l.inflight.Wait()
+		l.close()
+	}()
+}
+
+// launcherKey: a session has a launcher per network shape (the host's network, or its own).
+func launcherKey(name string, hostNet bool) string {
+	if hostNet {
+		return name + "\x00host-net"
+	}
+	return name
 }
 
 func (l *launcher) alive() bool {
@@ -144,23 +163,25 @@ type launchers struct {
 func (ls *launchers) forRun(name string, tmpl *kernel.Template, holder *pidHolder, hostNet bool) (*launcher, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	l := ls.m[name]
+	key := launcherKey(name, hostNet)
+	l := ls.m[key]
 	if l == nil || ls.closed {
 		return nil, nil
 	}
-	if l.tmpl != tmpl || l.holder != holder || !l.holder.alive() || l.hostNet != hostNet {
+	if l.tmpl != tmpl || l.holder != holder || !l.holder.alive() {
 		// The session's view or pid namespace was replaced (a holder that died takes its
-		// launcher with it), or the run's network shape differs: this run takes the thread
-		// launcher and a launcher for the new shape is started after it.
-		delete(ls.m, name)
-		go l.close()
+		// launcher with it): this run takes the thread launcher and a launcher for the new
+		// one is started after it.
+		delete(ls.m, key)
+		l.retire()
 		return nil, nil
 	}
 	if !l.alive() {
-		delete(ls.m, name)
+		delete(ls.m, key)
 		go l.close()
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrLaunch, errLauncherGone)
 	}
+	l.inflight.Add(1)
 	return l, nil
 }
 
@@ -171,15 +192,16 @@ func (s *Sandbox) startLauncherAhead(name string, vt *viewTemplate, h *pidHolder
 	if ls.disabled || vt == nil || h == nil {
 		return
 	}
+	key := launcherKey(name, hostNet)
 	ls.mu.Lock()
-	if ls.closed || ls.starting[name] || ls.m[name] != nil {
+	if ls.closed || ls.starting[key] || ls.m[key] != nil {
 		ls.mu.Unlock()
 		return
 	}
 	if ls.starting == nil {
 		ls.starting, ls.m = map[string]bool{}, map[string]*launcher{}
 	}
-	ls.starting[name] = true
+	ls.starting[key] = true
 	ls.pending.Add(1)
 	ls.mu.Unlock()
 	s.templates.hold(vt)
@@ -193,9 +215,9 @@ func (s *Sandbox) startLauncherAhead(name string, vt *viewTemplate, h *pidHolder
 			ls.lastErr.Store(err)
 		}
 		ls.mu.Lock()
-		delete(ls.starting, name)
-		if err == nil && !ls.closed && ls.m[name] == nil {
-			ls.m[name], l = l, nil
+		delete(ls.starting, key)
+		if err == nil && !ls.closed && ls.m[key] == nil {
+			ls.m[key], l = l, nil
 			ls.starts.Add(1)
 		}
 		ls.mu.Unlock()
@@ -748,12 +770,13 @@ func (n *pidNamespaces) hold(h *pidHolder) {
 func (ls *launchers) has(name string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return ls.m[name] != nil
+	return ls.m[launcherKey(name, false)] != nil || ls.m[launcherKey(name, true)] != nil
 }
 
 // launchVia launches p's run through the session's launcher l. errTemplateUnfit: nothing
 // was sent (the caller launches from a thread, which builds the view afresh).
 func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch) (*os.Process, error) {
+	defer l.inflight.Done()
 	dirfd := -1
 	if spec.Dir != nil {
 		dirfd = int(spec.Dir.Fd())
@@ -848,8 +871,8 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 // drop forgets l (found gone during a launch): the session's next run starts a new one.
 func (ls *launchers) drop(name string, l *launcher) {
 	ls.mu.Lock()
-	if ls.m[name] == l {
-		delete(ls.m, name)
+	if key := launcherKey(name, l.hostNet); ls.m[key] == l {
+		delete(ls.m, key)
 	}
 	ls.mu.Unlock()
 	go l.close()
