@@ -26,8 +26,10 @@ import (
 func withLauncher(t *testing.T, sb *Sandbox, e *env) *launcher {
 	t.Helper()
 	requirePidNS(t, sb)
-	res, out, errOut := run(t, sb, e.spec(`true`))
-	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	for range launcherAfterRuns {
+		res, out, errOut := run(t, sb, e.spec(`true`))
+		require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	}
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		sb.launchers.mu.Lock()

@@ -155,7 +155,23 @@ type launchers struct {
 	served   atomic.Int64 // runs launched by a launcher (tests)
 	disabled bool         // Options: never start one (the thread launcher for every run)
 	lastErr  atomic.Value // why the last start failed (error; tests, diagnostics)
+	// seen counts a session's runs from a thread with one template and holder: its
+	// launcher is started only at launcherAfterRuns (a session that runs its plugin and
+	// a command or two never pays for one).
+	seen map[string]launcherSeen
 }
+
+type launcherSeen struct {
+	tmpl   *kernel.Template
+	holder *pidHolder
+	runs   int
+}
+
+// launcherAfterRuns is how many runs of one session (same view template and pid
+// namespace) launch from a thread before its launcher is started: a launcher costs an
+// exec of fledge (several milliseconds of CPU) and pays back over a few runs; a plugin's
+// cold start with a command or two never needs it.
+const launcherAfterRuns = 3
 
 // forRun returns the name's launcher when it fits the run (same template, holder and
 // network shape). A launcher that died is dropped and errLauncherGone returned: the run
@@ -199,8 +215,19 @@ func (s *Sandbox) startLauncherAhead(name string, vt *viewTemplate, h *pidHolder
 		return
 	}
 	if ls.starting == nil {
-		ls.starting, ls.m = map[string]bool{}, map[string]*launcher{}
+		ls.starting, ls.m, ls.seen = map[string]bool{}, map[string]*launcher{}, map[string]launcherSeen{}
 	}
+	seen := ls.seen[key]
+	if seen.tmpl != vt.t || seen.holder != h {
+		seen = launcherSeen{tmpl: vt.t, holder: h}
+	}
+	seen.runs++
+	ls.seen[key] = seen
+	if seen.runs < launcherAfterRuns && !launcherFirstForTest {
+		ls.mu.Unlock()
+		return
+	}
+	delete(ls.seen, key)
 	ls.starting[key] = true
 	ls.pending.Add(1)
 	ls.mu.Unlock()
