@@ -821,12 +821,14 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
-		// The session's launcher where it can run (launcher_linux.go): a run with a view
-		// copied from the session's template, in the session's pid namespace, without
-		// network by destination. The rest, and a session's first run (its launcher is
-		// started after it), launch from a thread of fledge.
+		// The session's launcher where it can run (launcher_linux.go): a command (not a
+		// plugin process: its start through the launcher measured slower, see
+		// docs/performance.md) with a view copied from the session's template, in the
+		// session's pid namespace, without network by destination. The rest, and a
+		// session's first runs (its launcher is started after them), launch from a thread
+		// of fledge.
 		hostNet := spec.Network
-		canLauncher := !s.launchers.disabled && pol.View != nil && p.tmpl != nil && tl.holder != nil && rg == nil && kernel.SeccompSupported()
+		canLauncher := !s.launchers.disabled && spec.Kind == sandbox.KindExec && pol.View != nil && p.tmpl != nil && tl.holder != nil && rg == nil && kernel.SeccompSupported()
 		var l *launcher
 		if canLauncher && (sp == nil || sp.bare) {
 			// (A spare with a thread parked in its groups is launched from that thread.)
