@@ -85,6 +85,10 @@ type launchRequest struct {
 	V1       int          `json:"v1,omitempty"`
 	Notify   bool         `json:"notify,omitempty"`
 	Trace    bool         `json:"trace,omitempty"`
+	// Park: no run yet. The thread joins the v1 groups whose tasks files follow its
+	// private socket (the next run's spare groups), answers "parked" with a pidfd of
+	// itself and waits on that socket for the run's request.
+	Park bool `json:"park,omitempty"`
 }
 
 // launcher is the host's handle of one session launcher.
@@ -363,7 +367,7 @@ func startLauncher(exe string, tmpl *kernel.Template, h *pidHolder, hostNet bool
 // before runs while the launcher prepares; the command starts only once it returned nil.
 // notifyBack, when set, takes the command's seccomp listener; notifyLost says the child
 // could not have one (an enclosing filter holds it).
-func (l *launcher) launch(req *launchRequest, fds []int, before func() error, notifyBack chan int) (pid int, notifyLost bool, err error) {
+func (l *launcher) launch(sock int, req *launchRequest, fds []int, before func() error, notifyBack chan int) (pid int, notifyLost bool, err error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: launcher request: %w", sandbox.ErrLaunch, err)
@@ -379,7 +383,7 @@ func (l *launcher) launch(req *launchRequest, fds []int, before func() error, no
 	tv := unix.NsecToTimeval(launcherWait.Nanoseconds())
 	_ = unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	rights := unix.UnixRights(append([]int{pair[1]}, fds...)...)
-	err = unix.Sendmsg(l.sock, data, rights, nil, unix.MSG_NOSIGNAL)
+	err = unix.Sendmsg(sock, data, rights, nil, unix.MSG_NOSIGNAL)
 	unix.Close(pair[1])
 	if err != nil {
 		l.dead.Store(true)
@@ -589,9 +593,15 @@ func launcherSpare() {
 		os.Exit(0) // the host closed its end, or died
 	}
 	go launcherSpare()
+	launcherHandle(buf, n, oob[:oobn], flags, capsDropped, true)
+}
+
+// launcherHandle serves one request: a run, or (parkOK) a park, after which the same
+// thread waits on its private socket for the run.
+func launcherHandle(buf []byte, n int, oob []byte, flags int, capsDropped, parkOK bool) {
 	var fds []int
-	if oobn > 0 {
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+	if len(oob) > 0 {
+		if msgs, err := unix.ParseSocketControlMessage(oob); err == nil {
 			for i := range msgs {
 				if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
 					fds = append(fds, f...)
@@ -609,13 +619,52 @@ func launcherSpare() {
 		return
 	}
 	var req launchRequest
-	if err := json.Unmarshal(buf[:n], &req); err != nil || req.Policy == nil {
+	if err := json.Unmarshal(buf[:n], &req); err != nil || (req.Policy == nil && !req.Park) || (req.Park && !parkOK) {
 		launcherFail(reply, "request", fmt.Errorf("bad request: %v", err))
+		return
+	}
+	if req.Park {
+		parkThread(reply, fds[1:], buf, capsDropped)
 		return
 	}
 	if step, err := launchRequested(&req, fds[1:], reply, capsDropped); err != nil {
 		launcherFail(reply, step, err)
 	}
+}
+
+// parkThread joins the calling thread to the v1 groups of tasks (the next run's: the
+// migration's wait for an RCU grace period happens now, off that run's path), tells the
+// host with a pidfd of the thread, and launches the run that comes on priv. EOF on priv
+// releases it: the thread exits in the groups, and the host waits for that.
+func parkThread(priv int, tasks []int, buf []byte, capsDropped bool) {
+	for _, fd := range tasks {
+		if _, err := unix.Write(fd, []byte("0")); err != nil {
+			launcherFail(priv, "cgroup", err)
+			return
+		}
+	}
+	tfd, err := unix.PidfdOpen(unix.Gettid(), pidfdThread)
+	if err != nil {
+		launcherFail(priv, "cgroup", err)
+		return
+	}
+	err = unix.Sendmsg(priv, []byte("parked"), unix.UnixRights(tfd), nil, unix.MSG_NOSIGNAL)
+	unix.Close(tfd)
+	if err != nil {
+		return
+	}
+	oob := make([]byte, unix.CmsgSpace(4*launcherMaxFDs))
+	var n, oobn, flags int
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(priv, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil || n == 0 {
+		return // released unused
+	}
+	launcherHandle(buf, n, oob[:oobn], flags, capsDropped, false)
 }
 
 // launcherAwaitGo waits for the host's word that the run may start ("go"; anything else,
@@ -802,7 +851,7 @@ func (ls *launchers) has(name string) bool {
 
 // launchVia launches p's run through the session's launcher l. errTemplateUnfit: nothing
 // was sent (the caller launches from a thread, which builds the view afresh).
-func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch) (*os.Process, error) {
+func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch, sp *spare) (*os.Process, error) {
 	defer l.inflight.Done()
 	dirfd := -1
 	if spec.Dir != nil {
@@ -846,7 +895,27 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 	case sys.Cloneflags&unix.CLONE_NEWNET != 0:
 		req.NewNet = true
 	}
+	sock := l.sock
+	parked := sp != nil && sp.park != nil
+	if parked {
+		if sp.park.l == l {
+			// A thread of this launcher already in the run's v1 groups.
+			sock = sp.park.sock
+		} else {
+			sp.park.release()
+			parked = false
+		}
+		// The parked thread ends in the run's groups (launched from, or released): the
+		// run's cleanup waits for its death before it touches them.
+		left := make(chan struct{})
+		close(left)
+		p.left, p.launchExit = left, sp.park.exit
+		sp.park.exit = nil
+	}
 	for _, f := range pol.CgroupProcs {
+		if parked {
+			break // joined by the parked thread: the child is born in them
+		}
 		fd, err := unix.Open(f, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, threadStep("cgroup", err)
@@ -866,7 +935,7 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 			req.Notify, req.Trace, back = true, spec.Trace, gated.listenerBack
 		}
 	}
-	pid, notifyLost, err := l.launch(req, fds, func() error {
+	pid, notifyLost, err := l.launch(sock, req, fds, func() error {
 		p.recorded = true
 		return sandbox.RunBeforeExec(spec)
 	}, back)
@@ -984,4 +1053,68 @@ func (s *Sandbox) startLauncherNow(name string, vt *viewTemplate, h *pidHolder, 
 	s.launchers.pending.Wait()
 	l, _ := s.launchers.forRun(name, vt.t, h, hostNet)
 	return l
+}
+
+// launcherPark is a thread of a session's launcher parked in a spare's v1 groups.
+type launcherPark struct {
+	l    *launcher
+	sock int      // the host's end of the thread's private socket
+	exit *os.File // a pidfd of the thread (nil: handed to the run that used it)
+}
+
+// release lets the parked thread go unused and waits for its death (it leaves the groups
+// as it exits).
+func (pk *launcherPark) release() {
+	if pk.sock >= 0 {
+		unix.Close(pk.sock)
+		pk.sock = -1
+	}
+	if pk.exit != nil {
+		threadGone(pk.exit, leaveWait)
+		_ = pk.exit.Close()
+		pk.exit = nil
+	}
+}
+
+// parkIn parks a thread of the name's launcher in rc's v1 groups (nil: no launcher, no v1
+// groups, or it failed: the run's child joins them itself).
+func (s *Sandbox) parkIn(name string, hostNet bool, rc *runCgroup) *launcherPark {
+	run, _ := rc.v1Dirs()
+	if len(run) == 0 {
+		return nil
+	}
+	s.launchers.mu.Lock()
+	l := s.launchers.m[launcherKey(name, hostNet)]
+	s.launchers.mu.Unlock()
+	if l == nil || !l.alive() {
+		return nil
+	}
+	fds := make([]int, 0, len(run))
+	defer func() { closeFDs(fds) }()
+	for _, d := range run {
+		fd, err := unix.Open(d+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil
+		}
+		fds = append(fds, fd)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	err = unix.Sendmsg(l.sock, []byte(`{"park":true}`), unix.UnixRights(append([]int{pair[1]}, fds...)...), nil, unix.MSG_NOSIGNAL)
+	unix.Close(pair[1])
+	if err != nil {
+		unix.Close(pair[0])
+		return nil
+	}
+	tv := unix.NsecToTimeval(launcherWait.Nanoseconds())
+	_ = unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	msg, got, err := recvLauncher(pair[0])
+	if err != nil || string(msg) != "parked" || len(got) != 1 {
+		closeFDs(got)
+		unix.Close(pair[0])
+		return nil
+	}
+	return &launcherPark{l: l, sock: pair[0], exit: os.NewFile(uintptr(got[0]), "launcher thread")}
 }

@@ -842,7 +842,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 		}
 		if l != nil {
-			p.proc, err = s.launchVia(l, spec, p, pol, sys, tl)
+			p.proc, err = s.launchVia(l, spec, p, pol, sys, tl, sp)
 			if sp != nil && sp.bare {
 				sp = nil // its groups are p.cg's now
 			}

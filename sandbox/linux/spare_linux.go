@@ -39,9 +39,11 @@ type spare struct {
 	ipc bool
 	// capsDropped: the thread's bounding set is empty already.
 	capsDropped bool
-	// bare: the groups only, without a thread (for a session whose runs go through its
-	// launcher, which joins them from the command itself).
+	// bare: the groups only, without a thread of fledge's (for a session whose runs go
+	// through its launcher); park is a thread of that launcher already in them (nil: the
+	// run's child joins them itself).
 	bare bool
+	park *launcherPark
 }
 
 type launchResult struct {
@@ -91,7 +93,7 @@ func (s *Sandbox) takeSpare(spec *sandbox.Spec, bare bool) *spare {
 }
 
 // makeSpare prepares a spare in the background (at most one at a time).
-func (s *Sandbox) makeSpare(name string, limits sandbox.Limits, bare bool) {
+func (s *Sandbox) makeSpare(name string, limits sandbox.Limits, bare, hostNet bool) {
 	s.spares.mu.Lock()
 	if s.spares.making || s.spares.closed || s.spares.ready != nil {
 		s.spares.mu.Unlock()
@@ -102,7 +104,7 @@ func (s *Sandbox) makeSpare(name string, limits sandbox.Limits, bare bool) {
 	s.spares.mu.Unlock()
 	go func() {
 		defer s.spares.pending.Done()
-		sp := s.newSpare(name, limits, bare)
+		sp := s.newSpare(name, limits, bare, hostNet)
 		s.spares.mu.Lock()
 		s.spares.making = false
 		if sp != nil && !s.spares.closed && s.spares.ready == nil {
@@ -115,7 +117,7 @@ func (s *Sandbox) makeSpare(name string, limits sandbox.Limits, bare bool) {
 	}()
 }
 
-func (s *Sandbox) newSpare(name string, limits sandbox.Limits, bare bool) *spare {
+func (s *Sandbox) newSpare(name string, limits sandbox.Limits, bare, hostNet bool) *spare {
 	lim := limits
 	rc, degraded, err := newRunCgroup(s.cg, name, &lim)
 	if err != nil {
@@ -125,7 +127,8 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits, bare bool) *spare
 	// spare is an optimisation).
 	_ = s.guard.add(rc.guardItems()...)
 	if bare {
-		return &spare{rc: rc, degraded: degraded, name: name, limits: limits, bare: true}
+		return &spare{rc: rc, degraded: degraded, name: name, limits: limits, bare: true,
+			park: s.parkIn(name, hostNet, rc)}
 	}
 	sp := &spare{rc: rc, degraded: degraded, name: name, limits: limits,
 		jobs: make(chan *threadLaunch), results: make(chan launchResult, 1), released: make(chan struct{})}
@@ -212,6 +215,9 @@ func (s *Sandbox) disposeSpare(sp *spare, removeGroups bool) {
 // release lets the parked thread go unused and waits until it is gone (or clean again).
 func (sp *spare) release() {
 	if sp.bare {
+		if sp.park != nil {
+			sp.park.release()
+		}
 		return
 	}
 	sp.jobs <- nil
@@ -253,5 +259,5 @@ func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec, p *process) {
 	if s.launch != LaunchThread || len(s.cg.v1) == 0 || !s.cg.writable() {
 		return
 	}
-	s.makeSpare(spec.Name, spec.Limits, p.viaLauncher || s.launchers.has(spec.Name))
+	s.makeSpare(spec.Name, spec.Limits, p.viaLauncher || s.launchers.has(spec.Name), spec.Network)
 }
