@@ -23,7 +23,7 @@ import (
 )
 
 // The session launcher. One small process per plugin session (sandbox name) and network
-// shape, started in the background after the session's first launch: fledge re-executed
+// shape, started in the background after the session's launcherAfterRuns-th launch: fledge re-executed
 // with stub.LauncherMarker, born in the plugin's pid namespace, in an empty network
 // namespace of its own (or the host's, for a session whose runs have the host's network),
 // in a private copy of the session's view template and an IPC namespace of its own, with
@@ -34,19 +34,19 @@ import (
 // descriptors (stdio, the detached trees of its working directory and TMPDIR, its Landlock
 // ruleset, its unified cgroup and v1 cgroup.procs files, its network namespace) with a
 // socket pair of its own for the answers. A spare thread of the launcher, which made its
-// private fd table, cwd, mount and IPC namespaces and emptied its bounding set ahead, reads
-// it and launches: the run's mounts, Landlock, capabilities, seccomp (with clone3 gated),
-// then kernel.ForkExecParent, so the command is the host's child (Wait, reaping and the
-// tree kill stay the host's), born in its unified cgroup, joined to its v1 groups and with
-// its rlimits set before execve. The clone3 gate's listener goes back to the host, which
-// lets the fork through only once the run's decision record is durable. The thread then
-// exits; the next spare is already waiting.
+// private fd table, cwd, mount and IPC namespaces and emptied its bounding set ahead (and,
+// parked for a spare's groups, joined the run's v1 groups ahead), reads it and launches:
+// the run's mounts, Landlock, capabilities, then on the host's "go" (the run's decision
+// record is durable) kernel.ForkExecParent, so the command is the host's child (Wait,
+// reaping and the tree kill stay the host's), born in its unified cgroup and v1 groups,
+// with its rlimits and seccomp filter set before execve (the listener goes to the host).
+// The thread then exits; the next spare is already waiting.
 //
 // The launcher dies with its session (Sandbox.Close closes the socket and kills it), with
 // its pid namespace (the holder), and with the host (its end of the socket closes). A
 // launcher that is gone or misbehaves fails the exec that meets it (ErrLaunch); the next
-// exec of the session starts a new one meanwhile from the thread launcher, which confines
-// exactly as much.
+// exec of the session launches from a thread, which confines exactly as much, and a new
+// launcher is started after it.
 
 // errLauncherGone: the session's launcher died or stopped answering.
 var errLauncherGone = errors.New("the session's launcher is gone")
