@@ -120,41 +120,11 @@ func EnterTemplate(t *Template, v *View, dirfd int) error {
 }
 
 func enterTemplate(t *Template, v *View, dirfd int) error {
-	if !templateFits(v) {
-		return ErrTemplateUnfit
-	}
-	dir := filepath.Clean(v.Dir)
-	writable, grantedDir := templateDirGrant(v, dir)
-	if !grantedDir {
-		return ErrTemplateUnfit // a placeholder working directory: only a fresh view makes it
-	}
-	// The detached copies are taken in the host's namespace, before leaving it. Each is
-	// closed when this function returns, as the thread leaves for the fork.
-	tree, dirNow, err := cloneWorkDir(v, dirfd)
+	r, err := PrepareRunMounts(t, v, dirfd)
 	if err != nil {
 		return err
 	}
-	if tree >= 0 {
-		defer unix.Close(tree)
-	}
-	// The working directory's tree, mounted on the template's, covers the files the
-	// template shows beneath it: they are shown again on top of it (rarely: a run whose
-	// working directory holds the system CA bundle).
-	var files []int
-	if tree >= 0 && filesBeneath(v, dir, dirNow) {
-		var err error
-		if files, err = openFiles(v.Files); err != nil {
-			return err
-		}
-		defer closeFDs(files)
-	}
-	tmpTree, err := cloneRunTmp(t, v)
-	if err != nil {
-		return err
-	}
-	if tmpTree >= 0 {
-		defer unix.Close(tmpTree)
-	}
+	defer r.Close()
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare: %w", err)
 	}
@@ -165,12 +135,151 @@ func enterTemplate(t *Template, v *View, dirfd int) error {
 		return fmt.Errorf("host namespace: %w", err)
 	}
 	defer unix.Close(host)
-	if err := enterTemplateCopy(t, v, tmpTree); err != nil {
-		return err
+	if err := unix.Setns(t.ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter template: %w", err)
+	}
+	// A private copy: what this run mounts stays its own.
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("copy template: %w", err)
+	}
+	return enterRunMounts(v, r, host)
+}
+
+// RunMounts are a run's own parts of a template copy (its working directory and TMPDIR),
+// taken as detached mount trees in the host's mount namespace, where their paths lie, so
+// that a thread in a copy of the template (the launch thread, or the session's launcher
+// process, which never sees the host's tree) can mount them. Close releases them.
+type RunMounts struct {
+	Tree     int    // detached copy of the working directory's tree (-1: none)
+	DirNow   string // the working directory's path as the host saw it
+	Writable bool   // a writable grant covers the working directory
+	Files    []int  // v.Files, opened when the working directory covers one of them
+	TmpTree  int    // detached copy of the run's TMPDIR (-1: none)
+}
+
+// Close closes the trees and files.
+func (r *RunMounts) Close() {
+	for _, fd := range []*int{&r.Tree, &r.TmpTree} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	closeFDs(r.Files)
+	r.Files = nil
+}
+
+// FDs lists r's descriptors in a fixed order (Tree, TmpTree, Files) for passing them to
+// another process; RunMountsFrom takes them back in that order.
+func (r *RunMounts) FDs() []int {
+	var out []int
+	for _, fd := range []int{r.Tree, r.TmpTree} {
+		if fd >= 0 {
+			out = append(out, fd)
+		}
+	}
+	return append(out, r.Files...)
+}
+
+// RunMountsFrom rebuilds r's descriptors from fds (received in FDs's order): hasTree and
+// hasTmp say which of the first two are there, the rest are Files.
+func RunMountsFrom(dirNow string, writable, hasTree, hasTmp bool, fds []int) (*RunMounts, error) {
+	r := &RunMounts{Tree: -1, TmpTree: -1, DirNow: dirNow, Writable: writable}
+	take := func() (int, error) {
+		if len(fds) == 0 {
+			return -1, errors.New("run mounts: descriptor missing")
+		}
+		fd := fds[0]
+		fds = fds[1:]
+		return fd, nil
+	}
+	var err error
+	if hasTree {
+		if r.Tree, err = take(); err != nil {
+			return nil, err
+		}
+	}
+	if hasTmp {
+		if r.TmpTree, err = take(); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	r.Files = fds
+	return r, nil
+}
+
+// PrepareRunMounts takes, in the host's mount namespace, what a run adds to a copy of t:
+// the detached copies of its working directory (dirfd, the guarded handle of v.Dir; with
+// the system paths' idmapping where the view hides root's files) and TMPDIR, and the
+// mount point of the latter in the template's tmpfs. ErrTemplateUnfit: nothing was done.
+func PrepareRunMounts(t *Template, v *View, dirfd int) (*RunMounts, error) {
+	if !templateFits(v) {
+		return nil, ErrTemplateUnfit
+	}
+	dir := filepath.Clean(v.Dir)
+	writable, grantedDir := templateDirGrant(v, dir)
+	if !grantedDir {
+		return nil, ErrTemplateUnfit // a placeholder working directory: only a fresh view makes it
+	}
+	r := &RunMounts{Tree: -1, TmpTree: -1, Writable: writable}
+	ok := false
+	defer func() {
+		if !ok {
+			r.Close()
+		}
+	}()
+	// The detached copies are taken in the host's namespace, before leaving it.
+	var err error
+	if r.Tree, r.DirNow, err = cloneWorkDir(v, dirfd); err != nil {
+		return nil, err
+	}
+	if r.Tree >= 0 && dirHidesRoot(v) {
+		if err := idmapTree(r.Tree, v.IDMap); err != nil {
+			return nil, fmt.Errorf("working directory: %w", err)
+		}
+	}
+	// The working directory's tree, mounted on the template's, covers the files the
+	// template shows beneath it: they are shown again on top of it (rarely: a run whose
+	// working directory holds the system CA bundle).
+	if r.Tree >= 0 && filesBeneath(v, dir, r.DirNow) {
+		if r.Files, err = openFiles(v.Files); err != nil {
+			return nil, err
+		}
+	}
+	if r.TmpTree, err = cloneRunTmp(t, v); err != nil {
+		return nil, err
+	}
+	ok = true
+	return r, nil
+}
+
+// NoteEntered counts a run that entered a copy of t elsewhere (a session's launcher).
+func (t *Template) NoteEntered() { t.entered.Add(1) }
+
+// EnterRunMounts mounts r into the calling thread's mount namespace, which must be a
+// private copy of the template r was prepared for (the launcher's threads), and enters the
+// working directory: the same steps EnterTemplate takes after its copy.
+func EnterRunMounts(v *View, r *RunMounts) error {
+	if err := enterRunMounts(v, r, -1); err != nil {
+		return fmt.Errorf("%w: %w", ErrView, err)
+	}
+	return nil
+}
+
+// enterRunMounts is EnterTemplate's second half, on a thread in a private copy of the
+// template: TMPDIR, working directory, read-only /tmp, the IPC namespace's mqueue, cwd.
+// host (-1: none) is the namespace to go back to when the working directory cannot be
+// mounted (ErrTemplateUnfit); without one that is an error.
+func enterRunMounts(v *View, r *RunMounts, host int) error {
+	if r.TmpTree >= 0 {
+		if err := unix.MoveMount(r.TmpTree, "", unix.AT_FDCWD, filepath.Clean(v.RunTmp), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount TMPDIR: %w", err)
+		}
 	}
 	cwdfd := -1
-	if tree >= 0 {
-		fd, reopened, err := mountTemplateDir(v, tree, dirNow, writable, files, host)
+	if r.Tree >= 0 {
+		fd, reopened, err := mountTemplateDir(v, r.Tree, r.DirNow, r.Writable, r.Files, host)
 		if err != nil {
 			return err
 		}
@@ -244,24 +353,6 @@ func cloneRunTmp(t *Template, v *View) (int, error) {
 	return fd, nil
 }
 
-// enterTemplateCopy moves this thread into a private copy of the template's namespace and
-// mounts the run's TMPDIR (tmpTree, when >= 0) there.
-func enterTemplateCopy(t *Template, v *View, tmpTree int) error {
-	if err := unix.Setns(t.ns, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("enter template: %w", err)
-	}
-	// A private copy: what this run mounts stays its own.
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("copy template: %w", err)
-	}
-	if tmpTree >= 0 {
-		if err := unix.MoveMount(tmpTree, "", unix.AT_FDCWD, filepath.Clean(v.RunTmp), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("mount TMPDIR: %w", err)
-		}
-	}
-	return nil
-}
-
 // mountTemplateDir mounts the working directory's tree in the template copy with its
 // grant's rights, protects again what lies beneath it and returns the handle to enter.
 // reopened says the handle is a new one the caller must close once entered. A tree it
@@ -271,12 +362,10 @@ func mountTemplateDir(v *View, tree int, dirNow string, writable bool, files []i
 	// The path only: this thread's /proc is the view's now (maybe another pid
 	// namespace's), so the handle's current path was read before.
 	var where string
-	if dirHidesRoot(v) {
-		if err := idmapTree(tree, v.IDMap); err != nil {
-			return -1, false, fmt.Errorf("working directory: %w", err)
-		}
-	}
 	if cwdfd, where, err = mountDirAt("", tree, func() []string { return []string{dirNow, v.Dir} }, v); err != nil {
+		if host < 0 {
+			return -1, false, err
+		}
 		if serr := unix.Setns(host, unix.CLONE_NEWNS); serr != nil {
 			return -1, false, fmt.Errorf("%w (and back to the host's namespace: %w)", err, serr)
 		}
@@ -316,3 +405,16 @@ func isBeneath(p, root string) bool {
 
 // TmpFD is the template's /tmp directory fd (for tests that look into it).
 func (t *Template) TmpFD() int { return t.tmp }
+
+// EnterCopy moves the calling thread (CLONE_FS unshared, locked, discarded afterwards)
+// into a private copy of t's namespace: where a session's launcher is started, so that it
+// lives in the template's view and never in the host's tree.
+func (t *Template) EnterCopy() error {
+	if err := unix.Setns(t.ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("%w: enter template: %w", ErrView, err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("%w: copy template: %w", ErrView, err)
+	}
+	return unix.Chdir("/")
+}

@@ -38,6 +38,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		tmp  bool
 	}{
 		{"full", Options{}, true},
+		{"thread", Options{DisableLauncher: true}, true},
 		{"full-stub", Options{Launch: LaunchStub}, true},
 		{"no-tmp", Options{}, false},
 		{"fresh-view", Options{DisableViewTemplate: true}, true},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,10 @@ import (
 // sleep 45 in the foreground and the background, in a subshell, and setsid'd out of the
 // process group) whose every process carries marker, says so, and waits to be killed.
 func runHostHelper(launch, marker, dir string) int {
+	viaLauncher := launch == "launcher"
+	if viaLauncher {
+		launch, launcherFirstForTest = LaunchThread, true
+	}
 	sb, err := New(Options{Launch: launch})
 	if err != nil {
 		fmt.Println("new:", err)
@@ -45,7 +50,15 @@ func runHostHelper(launch, marker, dir string) int {
 		fmt.Println("start:", err)
 		return 1
 	}
-	fmt.Println("started", p.Pid(), sb.Report().HostDeath)
+	lp := 0
+	if viaLauncher {
+		sb.launchers.mu.Lock()
+		if l := sb.launchers.m[launcherKey("hostdeath", false)]; l != nil && p.(*process).viaLauncher {
+			lp = l.proc.Pid
+		}
+		sb.launchers.mu.Unlock()
+	}
+	fmt.Println("started", p.Pid(), sb.Report().HostDeath, "launcher", lp)
 	select {} // until kill -9
 }
 
@@ -56,7 +69,7 @@ func TestNothingOutlivesAKilledHost(t *testing.T) {
 	testutil.RequireContained(t)
 	self, err := os.Executable()
 	require.NoError(t, err)
-	for _, launch := range []string{LaunchThread, LaunchStub} {
+	for _, launch := range []string{LaunchThread, LaunchStub, "launcher"} {
 		t.Run(launch, func(t *testing.T) {
 			m := marker(t)
 			cmd := exec.Command(self, launch, m, t.TempDir())
@@ -78,6 +91,13 @@ func TestNothingOutlivesAKilledHost(t *testing.T) {
 			}
 			require.Len(t, treeOf(m), 7, "tree started")
 			holders := holdersOf(t, cmd.Process.Pid)
+			if launch == "launcher" {
+				// The session's launcher dies with the host too (its socket closes).
+				f := strings.Fields(line)
+				lp, _ := strconv.Atoi(f[len(f)-1])
+				require.NotZero(t, lp, "the run did not go through a launcher: %q", line)
+				holders = append(holders, lp)
+			}
 			if launch == LaunchThread {
 				require.Len(t, holders, 1, "the run's pid namespace has its holder")
 			}
@@ -98,7 +118,7 @@ func TestNothingOutlivesAKilledHost(t *testing.T) {
 				for time.Since(killed) < 2*time.Second && processAlive(h) {
 					time.Sleep(10 * time.Millisecond)
 				}
-				assert.False(t, processAlive(h), "pid-namespace holder %d outlived the host", h)
+				assert.False(t, processAlive(h), "pid-namespace holder or session launcher %d outlived the host", h)
 			}
 		})
 	}

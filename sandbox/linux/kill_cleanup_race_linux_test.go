@@ -17,7 +17,7 @@ import (
 // take the thread as gone: it was waited for already. Before, a closed pidfd read as "not
 // exited yet" and the Kill polled it until leaveWait (5 s) ran out.
 func TestKillRacingCleanupDoesNotStall(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no writable v1 hierarchy: the launch thread joins no group")
 	probe := openThreadExit(false)
@@ -48,7 +48,7 @@ func TestKillRacingCleanupDoesNotStall(t *testing.T) {
 // never leave one behind: a fork in flight is counted in the group before its parent can
 // exit. Run from spares and fresh threads alike, many times, checked in the process table.
 func TestTreeGoneCheckRacesForks(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
 	testutil.SkipUnlessSupported(t, sb.cg.unified != "", "no unified group: the tree is always killed")
 	e := newEnv(t)

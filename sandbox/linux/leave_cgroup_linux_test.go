@@ -39,7 +39,7 @@ func TestLaunchThreadLeavesRunGroups(t *testing.T) {
 }
 
 func testLaunchThreadLeavesRunGroups(t *testing.T, leave bool) {
-	sb := newSandbox(t, Options{})
+	sb := newSandbox(t, Options{DisableLauncher: true})
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no writable v1 hierarchy")
 	testutil.SkipUnlessSupported(t, sb.Report().FilesystemView != "" && os.Geteuid() == 0, "no private filesystem view here")
 	if !leave {

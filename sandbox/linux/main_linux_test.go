@@ -19,6 +19,9 @@ const helperEnv = "FLEDGE_LINUX_TEST_HELPER"
 
 func TestMain(m *testing.M) {
 	stub.MaybeRun()
+	// FLEDGE_TEST_LAUNCHER=1: every run that can goes through its session's launcher, the
+	// first one included (launcher_linux.go).
+	launcherFirstForTest = os.Getenv("FLEDGE_TEST_LAUNCHER") == "1"
 	if h := os.Getenv(helperEnv); h != "" {
 		os.Exit(runHelper(h))
 	}

@@ -61,7 +61,8 @@ func (s *Sandbox) prepareSpare(name string, limits sandbox.Limits) {
 	go func() {
 		defer s.spares.pending.Done()
 		defer close(f.done)
-		sp := s.newSpare(name, limits)
+		// A session's first runs launch from threads (its launcher comes later): a threaded spare.
+		sp := s.newSpare(name, limits, false, false)
 		s.spares.mu.Lock()
 		s.spares.making = false
 		if sp != nil && !s.spares.closed && s.spares.ready == nil {

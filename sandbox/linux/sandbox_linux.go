@@ -56,6 +56,10 @@ type Options struct {
 	// Prestart: a run follows at once, so a pid-namespace holder is started while New
 	// probes (prepare_linux.go), for the first name that asks.
 	Prestart bool
+	// DisableLauncher launches every run of LaunchThread from a thread of fledge instead
+	// of the session's launcher (launcher_linux.go): the same confinement, for benchmarks
+	// and tests of both paths.
+	DisableLauncher bool
 }
 
 // Launch methods.
@@ -109,6 +113,8 @@ type Sandbox struct {
 	cleanupErr []error
 
 	spares spares
+	// launchers are the sessions' launchers (launcher_linux.go).
+	launchers launchers
 	// tmps are finished runs' emptied TMPDIRs, handed to later runs (runtmp_linux.go).
 	tmps  runTmps
 	guard *guard
@@ -124,6 +130,9 @@ type Sandbox struct {
 // Close waits for finished runs' cleanup (cgroup and temp dir removal) and returns its
 // errors. Start must not be called afterwards.
 func (s *Sandbox) Close() error {
+	// The launchers first: each holds a view copied from a template and sits in a holder's
+	// pid namespace.
+	s.closeLaunchers()
 	// Each of these waits for the kernel (a spare thread's exit and its groups' removal, the
 	// release of detached mounts: an RCU grace period each); side by side they share them.
 	var closing sync.WaitGroup
@@ -156,6 +165,7 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // namespaces) and returns a sandbox that uses what it found.
 func New(opts Options) (*Sandbox, error) {
 	sb := &Sandbox{stubPath: opts.StubPath, launch: opts.Launch, hideRoot: -1, nested: newNestedStore()}
+	sb.launchers.disabled = opts.DisableLauncher
 	switch sb.launch {
 	case "":
 		sb.launch = LaunchThread
@@ -689,7 +699,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		var rc *runCgroup
 		var degraded []string
 		var err error
-		if sp = s.takeSpare(spec); sp != nil {
+		if sp = s.takeSpare(spec, s.launchers.has(spec.Name)); sp != nil {
 			rc, degraded = sp.rc, sp.degraded
 		} else {
 			rc, degraded, err = newRunCgroup(s.cg, spec.Name, &spec.Limits)
@@ -845,53 +855,51 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}
-		if rn := newRunNotify(spec, pol); rn != nil && kernel.SeccompSupported() {
-			if err := rn.prepare(tl, sys.UseCgroupFD && tl.gate != nil, spec.Trace); err != nil {
-				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
-			} else {
-				p.notify = rn
-				rn.watchLandlock(pol)
+		// The session's launcher where it can run (launcher_linux.go): a command (not a
+		// plugin process: its start through the launcher measured slower, see
+		// docs/performance.md) with a view copied from the session's template, in the
+		// session's pid namespace, without network by destination. The rest, and a
+		// session's first runs (its launcher is started after them), launch from a thread
+		// of fledge.
+		hostNet := spec.Network
+		canLauncher := !s.launchers.disabled && spec.Kind == sandbox.KindExec && pol.View != nil && p.tmpl != nil && tl.holder != nil && rg == nil && kernel.SeccompSupported()
+		var l *launcher
+		if canLauncher && (sp == nil || sp.bare) {
+			// (A spare with a thread parked in its groups is launched from that thread.)
+			if l, err = s.launchers.forRun(spec.Name, p.tmpl.t, tl.holder, hostNet); err != nil {
+				p.stdio.Started()
+				p.stdio.Abort()
+				return nil, err
+			}
+			if l == nil && launcherFirstForTest {
+				l = s.startLauncherNow(spec.Name, p.tmpl, tl.holder, hostNet)
 			}
 		}
-		launchOn := sp
-		sp = nil // the launch consumes the parked thread, whatever its outcome
-		p.proc, err = tl.start(launchOn)
-		p.left, p.launchExit = tl.left, tl.exit
-		if errors.Is(err, errPidNSGone) {
-			// The holder died after it was looked up (killed, the OOM killer): its
-			// namespace takes no new process. Once more, with a new holder, on a fresh
-			// thread; the audit record (BeforeExec) was already written.
-			s.pidns.drop(spec.Name, tl.holder)
-			s.pidns.put(tl.holder)
-			p.holder, tl.holder = nil, nil
-			if p.tmpl != nil {
-				_ = s.templates.release(p.tmpl, "")
-				p.tmpl, tl.tmpl = nil, nil
+		if l != nil {
+			p.proc, err = s.launchVia(l, spec, p, pol, sys, tl, sp)
+			if sp != nil && sp.bare {
+				sp = nil // its groups are p.cg's now
 			}
-			tl.before, tl.joined, tl.ipcDone, tl.capsDropped = nil, false, false, false
-			// The failed launch thread out of the groups before the next one joins them.
-			p.awaitLeft()
-			p.closeLaunchExit()
-			tl.exit = nil
-			err = join()
-			p.holder = tl.holder
-			if err == nil {
-				p.proc, err = tl.start(nil)
-				p.left, p.launchExit = tl.left, tl.exit
+			switch {
+			case errors.Is(err, kernel.ErrTemplateUnfit):
+				l = nil // nothing was sent: from a thread, which builds the view afresh
+			case errors.Is(err, errLauncherGone) && !tl.holder.alive():
+				// The plugin's pid namespace ended (its holder died) and took the launcher
+				// with it: as the thread launcher does then, once more with a new holder.
+				l = nil
+				if p.recorded {
+					tl.before = nil // the decision record is written
+				}
+			default:
+				p.viaLauncher = true
 			}
 		}
-		if p.notify != nil {
-			if err != nil || tl.notifyLost {
-				if tl.notifyLost {
-					p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records (an enclosing sandbox holds the seccomp listener)")
-				}
-				p.notify.abort()
-				if tl.listenerBack != nil {
-					s.guard.forget(tl.gateTID)
-				}
-				p.notify = nil
-			} else {
-				p.notify.launched()
+		if l == nil {
+			err = s.launchFromThread(spec, p, tl, sp, join)
+			sp = nil // the launch consumes the parked thread, whatever its outcome
+			if err == nil && canLauncher {
+				// The session's next runs go through its launcher, started now.
+				s.startLauncherAhead(spec.Name, p.tmpl, p.holder, hostNet)
 			}
 		}
 	}
@@ -1004,6 +1012,9 @@ type process struct {
 	// checkouts are the checkouts whose index the launch read: their gitlinks are looked
 	// at again once the tree is gone (gitnested_linux.go).
 	checkouts []*indexedCheckout
+	// viaLauncher: the run was launched by the session's launcher (launcher_linux.go);
+	// recorded: its BeforeExec ran there.
+	viaLauncher, recorded bool
 	// netDetach ends the run's own egress namespace (stub-built) once the tree is gone.
 	netDetach func()
 	// notify records the run's kernel refusals (nil: not asked for, or unavailable).

@@ -39,6 +39,11 @@ type spare struct {
 	ipc bool
 	// capsDropped: the thread's bounding set is empty already.
 	capsDropped bool
+	// bare: the groups only, without a thread of fledge's (for a session whose runs go
+	// through its launcher); park is a thread of that launcher already in them (nil: the
+	// run's child joins them itself).
+	bare bool
+	park *launcherPark
 }
 
 type launchResult struct {
@@ -63,7 +68,8 @@ func sameLimits(a, b sandbox.Limits) bool {
 // takeSpare returns the ready spare if it fits spec (nil otherwise). The next one is made
 // once this run has launched (spareAfterLaunch), so making it does not compete with the
 // launch and its audit fsync for the CPU.
-func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
+// bare asks for groups without a thread (the session has a launcher).
+func (s *Sandbox) takeSpare(spec *sandbox.Spec, bare bool) *spare {
 	if s.launch != LaunchThread || len(s.cg.v1) == 0 {
 		return nil // only the thread launcher joins v1 groups
 	}
@@ -72,7 +78,7 @@ func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
 	sp := s.spares.ready
 	s.spares.ready = nil
 	s.spares.mu.Unlock()
-	if sp != nil && (sp.name != spec.Name || !sameLimits(sp.limits, spec.Limits)) {
+	if sp != nil && (sp.name != spec.Name || !sameLimits(sp.limits, spec.Limits) || sp.bare != bare) {
 		// Releasing it waits for a cgroup migration; do that off this run's path.
 		old := sp
 		s.spares.pending.Add(1)
@@ -89,7 +95,7 @@ func (s *Sandbox) takeSpare(spec *sandbox.Spec) *spare {
 }
 
 // makeSpare prepares a spare in the background (at most one at a time).
-func (s *Sandbox) makeSpare(name string, limits sandbox.Limits) {
+func (s *Sandbox) makeSpare(name string, limits sandbox.Limits, bare, hostNet bool) {
 	s.spares.mu.Lock()
 	if s.spares.making || s.spares.closed || s.spares.ready != nil {
 		s.spares.mu.Unlock()
@@ -100,7 +106,7 @@ func (s *Sandbox) makeSpare(name string, limits sandbox.Limits) {
 	s.spares.mu.Unlock()
 	go func() {
 		defer s.spares.pending.Done()
-		sp := s.newSpare(name, limits)
+		sp := s.newSpare(name, limits, bare, hostNet)
 		s.spares.mu.Lock()
 		s.spares.making = false
 		if sp != nil && !s.spares.closed && s.spares.ready == nil {
@@ -113,7 +119,7 @@ func (s *Sandbox) makeSpare(name string, limits sandbox.Limits) {
 	}()
 }
 
-func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
+func (s *Sandbox) newSpare(name string, limits sandbox.Limits, bare, hostNet bool) *spare {
 	lim := limits
 	rc, degraded, err := newRunCgroup(s.cg, name, &lim)
 	if err != nil {
@@ -122,6 +128,10 @@ func (s *Sandbox) newSpare(name string, limits sandbox.Limits) *spare {
 	// A killed host must not leave the spare's groups behind either (best effort: a
 	// spare is an optimisation).
 	_ = s.guard.add(rc.guardItems()...)
+	if bare {
+		return &spare{rc: rc, degraded: degraded, name: name, limits: limits, bare: true,
+			park: s.parkIn(name, hostNet, rc)}
+	}
 	sp := &spare{rc: rc, degraded: degraded, name: name, limits: limits,
 		jobs: make(chan *threadLaunch), results: make(chan launchResult, 1), released: make(chan struct{})}
 	joined := make(chan error, 1)
@@ -206,6 +216,12 @@ func (s *Sandbox) disposeSpare(sp *spare, removeGroups bool) {
 
 // release lets the parked thread go unused and waits until it is gone (or clean again).
 func (sp *spare) release() {
+	if sp.bare {
+		if sp.park != nil {
+			sp.park.release()
+		}
+		return
+	}
 	sp.jobs <- nil
 	if sp.exit != nil {
 		threadGone(sp.exit, leaveWait)
@@ -245,5 +261,5 @@ func (s *Sandbox) spareAfterLaunch(spec *sandbox.Spec, p *process) {
 	if s.launch != LaunchThread || len(s.cg.v1) == 0 || !s.cg.writable() {
 		return
 	}
-	s.makeSpare(spec.Name, spec.Limits)
+	s.makeSpare(spec.Name, spec.Limits, p.viaLauncher || s.launchers.has(spec.Name), spec.Network)
 }

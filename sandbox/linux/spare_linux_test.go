@@ -18,7 +18,7 @@ import (
 // the same limits; a run asking for tighter limits gets groups with its own limits, and
 // the spare made for the old limits is thrown away.
 func TestSpareNeverLoosensLimits(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
 	if len(sb.cg.v1) == 0 {
 		t.Skip("pure cgroup v2: no v1 joins, no spares")

@@ -183,7 +183,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 		return 0, err
 	}
 	// The filter goes on in the private table, so a gate listener exists nowhere else.
-	listener, err := tl.installSeccomp(&sys)
+	listener, err := tl.installSeccomp(sys.UseCgroupFD)
 	if err != nil {
 		return 0, err
 	}
@@ -306,29 +306,36 @@ func (tl *threadLaunch) enterView() error {
 // narrows what the thread may read), applies Landlock, drops capabilities and marks every
 // inherited fd close-on-exec. It returns the program's path.
 func (tl *threadLaunch) restrictThread() (string, error) {
+	return restrictForExec(tl.pol, tl.ruleset, tl.capsDropped)
+}
+
+// restrictForExec is restrictThread's steps for any launching thread (the thread launcher's
+// or the session launcher's): ruleset is the Landlock ruleset (-1: build it here), and
+// capsDropped says the bounding set is empty already.
+func restrictForExec(pol *stub.Policy, ruleset int, capsDropped bool) (string, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return "", threadStep("no_new_privs", err)
 	}
-	path, err := stub.LookPath(tl.pol)
+	path, err := stub.LookPath(pol)
 	if err != nil {
 		return "", threadStep("exec", err)
 	}
-	if tl.pol.Landlock != nil {
-		if tl.pol.AuditName != "" {
+	if pol.Landlock != nil {
+		if pol.AuditName != "" {
 			// This thread dies after the launch; the child's name is the program's once
 			// it execs.
-			_ = kernel.SetThreadName(tl.pol.AuditName)
+			_ = kernel.SetThreadName(pol.AuditName)
 		}
-		restrict := func() error { return kernel.RestrictLandlock(tl.pol.Landlock, tl.ruleset) }
-		if tl.ruleset < 0 {
-			restrict = func() error { return kernel.ApplyLandlock(tl.pol.Landlock) }
+		restrict := func() error { return kernel.RestrictLandlock(pol.Landlock, ruleset) }
+		if ruleset < 0 {
+			restrict = func() error { return kernel.ApplyLandlock(pol.Landlock) }
 		}
 		if err := restrict(); err != nil {
 			return "", threadStep("landlock", err)
 		}
 	}
 	dropCaps := kernel.DropExecCaps
-	if tl.capsDropped {
+	if capsDropped {
 		dropCaps = kernel.DropExecCapsBoundingDone
 	}
 	if err := dropCaps(); err != nil {
@@ -336,7 +343,7 @@ func (tl *threadLaunch) restrictThread() (string, error) {
 	}
 	// In the private fd table (unshared above), every fd >= 3 is now close-on-exec: fds the
 	// host inherited without CLOEXEC must not reach the child; its stdio is dup'ed onto 0-2
-	// by ForkExec.
+	// by the fork.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return "", threadStep("close_fds", err)
 	}
@@ -344,10 +351,12 @@ func (tl *threadLaunch) restrictThread() (string, error) {
 }
 
 // installSeccomp puts the seccomp filter on the thread, in the form the launch needs: with
-// a clone3 gate, a notify listener (handed to the host here), both, or neither. It returns
-// the gate's listener (-1: none), which the caller closes once the fork is past it.
-func (tl *threadLaunch) installSeccomp(sys *syscall.SysProcAttr) (int, error) {
+// a clone3 gate (clone3: the fork is a clone3), a notify listener (handed to the host
+// here), both, or neither. It returns the gate's listener (-1: none), which the caller
+// closes once the fork is past it.
+func (tl *threadLaunch) installSeccomp(clone3 bool) (int, error) {
 	listener := -1
+	sys := &syscall.SysProcAttr{UseCgroupFD: clone3}
 	if !kernel.SeccompSupported() {
 		return listener, nil
 	}

@@ -37,7 +37,7 @@ func confinedThreads(t *testing.T) []string {
 // TestHostThreadsStayUnconfined: the thread launcher confines a throwaway thread; no host
 // thread may keep that state, and the host keeps full access while launches run.
 func TestHostThreadsStayUnconfined(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireLandlock(t, sb)
 	e := newEnv(t)
 	key := filepath.Join(e.home, ".ssh", "id_rsa")

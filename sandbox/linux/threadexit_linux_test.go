@@ -51,7 +51,7 @@ func threadState(t *testing.T, tid string) (state string, ok bool) {
 // thread is in. The control: the parked spare's thread, seen before Close, is confined
 // (no bounding set, the run's groups), so the check sees a thread that kept it.
 func TestLaunchThreadsNeverRejoinTheHost(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 groups: no spare threads")
 	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "bounding capabilities are dropped as root only")
@@ -150,7 +150,7 @@ func TestLaunchThreadsNeverRejoinTheHost(t *testing.T) {
 // groups (a new one, given every registration), not go ahead with none: the gate of its
 // fork and the host-death cleanup of its tree depend on it.
 func TestSpareRunReplacesDeadWatchdog(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 groups: no spares")
 	testutil.SkipUnlessSupported(t, sb.guard.available(), "no host-death watchdog here")
@@ -202,7 +202,7 @@ func TestSpareRunReplacesDeadWatchdog(t *testing.T) {
 // different namespaces, neither the host's. The control: the first run lists its own
 // segment, so the listing shows segments where there are any.
 func TestSpareIPCNamespacePerRun(t *testing.T) {
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 groups: no spares")
 	testutil.SkipUnlessSupported(t, sb.ipcns, "no IPC namespace per run here")
@@ -273,7 +273,7 @@ func TestSpareIPCNamespacePerRun(t *testing.T) {
 // TestRootCommandHasNoCapabilities: mknod of a raw disk).
 func TestSpareLaunchedRootCommandHasNoCapabilities(t *testing.T) {
 	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root to prove capabilities are dropped")
-	sb := newSandbox(t, Options{Launch: LaunchThread})
+	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
 	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 groups: no spares")
 	e := newEnv(t)

@@ -143,6 +143,16 @@ var ErrStubFailed = errors.New("sandbox stub failed before exec")
 
 var maybeRunCalled atomic.Bool
 
+// LauncherMarker is argv[1] of a plugin session's launcher (sandbox/linux launcher_linux.go).
+const LauncherMarker = "__fledge_sandbox_launcher__"
+
+// launcherMain is the launcher's entry point, registered by the backend that starts it
+// (the backend imports this package, not the other way round).
+var launcherMain func() int
+
+// RegisterLauncher sets the entry point MaybeRun runs for LauncherMarker.
+func RegisterLauncher(main func() int) { launcherMain = main }
+
 // MaybeRunCalled reports whether this process's main (or TestMain) called MaybeRun, so
 // that re-executing this executable with a marker is safe (it will not run the program's
 // own main instead).
@@ -162,6 +172,12 @@ func MaybeRun() {
 	}
 	if isPidNS(os.Args) {
 		os.Exit(runPidNS())
+	}
+	if len(os.Args) > 1 && os.Args[1] == LauncherMarker {
+		if launcherMain == nil {
+			os.Exit(exitStubFailed)
+		}
+		os.Exit(launcherMain())
 	}
 	if len(os.Args) > 1 && os.Args[1] == ProbeMarker {
 		os.Exit(runProbe())

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+
+package kernel
+
+import (
+	"fmt"
+	"runtime"
+	"syscall"
+
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ForkExecParent starts a program as a sibling of the calling process: the child of the
+// caller's parent (CLONE_PARENT), born in its cgroup (CLONE_INTO_CGROUP), with the calling
+// thread's confinement (namespaces, Landlock, seccomp, capabilities), and handed over as a
+// pidfd. The session's launcher uses it so that the host stays every command's parent:
+// its Wait, reaping and tree kill stay as they are.
+//
+// Go's syscall.ForkExec cannot do it: it forks with clone3 and exit signal SIGCHLD, which
+// the kernel refuses together with CLONE_PARENT (the parent's exit signal is inherited). So
+// the child is forked here without CLONE_VM (a copy of this process, which runs no Go code
+// but raw system calls) and with CLONE_CLEAR_SIGHAND (no Go signal handler can run in it).
+// Before execve it joins the v1 groups (the unified one it was born in), takes its stdio,
+// a session of its own and its rlimits: RLIMIT_CORE 0 and RLIMIT_NOFILE are in force from
+// the program's first instruction.
+
+// ExecChild describes the child of ForkExecParent.
+type ExecChild struct {
+	Path string
+	Argv []string
+	Env  []string
+	// Stdio are the fds that become 0, 1 and 2 (each at least 3).
+	Stdio [3]int
+	// CgroupFD is the unified group to be born in (-1: the caller's).
+	CgroupFD int
+	// CgroupProcs are v1 cgroup.procs files (fds) the child joins before execve.
+	CgroupProcs []int
+	// NoFile bounds RLIMIT_NOFILE (soft and hard, at most the caller's hard limit).
+	NoFile uint64
+	// Seccomp is the command's filter (nil: none), installed by the child as its last step
+	// before execve: the caller's thread never carries it, so its own clone3 needs no gate.
+	// With Listener the filter is installed with a notification listener, which the child
+	// sends (message "l", SCM_RIGHTS) to ListenerTo; where an enclosing filter has the
+	// listener already (EBUSY) it installs Plain instead and sends nothing.
+	Seccomp    *Filter
+	Listener   bool
+	Plain      *Filter
+	ListenerTo int
+}
+
+// ExecChildError: the child was forked but could not exec (or join a group, or take its
+// stdio); it exited with status 127 and is the caller's parent's to reap.
+type ExecChildError struct {
+	Step  string
+	Errno unix.Errno
+}
+
+func (e *ExecChildError) Error() string { return e.Step + ": " + e.Errno.Error() }
+
+func (e *ExecChildError) Unwrap() error { return e.Errno }
+
+// cloneArgs mirrors struct clone_args (include/uapi/linux/sched.h, CLONE_ARGS_SIZE_VER2).
+type cloneArgs struct {
+	flags      uint64
+	pidfd      uint64
+	childTID   uint64
+	parentTID  uint64
+	exitSignal uint64
+	stack      uint64
+	stackSize  uint64
+	tls        uint64
+	setTID     uint64
+	setTIDSize uint64
+	cgroup     uint64
+}
+
+// childFailure is what a failed child writes to the parent's pipe: its step and errno.
+type childFailure struct {
+	step  uint32
+	errno uint32
+}
+
+var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec", "seccomp"}
+
+// childSeccomp is the filter a child installs and where its listener goes, in memory the
+// child reads (heap: it does not move).
+type childSeccomp struct {
+	flags  uint64
+	prog   unix.SockFprog
+	plain  unix.SockFprog
+	hasPl  bool
+	sock   int
+	msg    unix.Msghdr
+	iov    unix.Iovec
+	data   [1]byte
+	oob    []byte
+	cmsgFD *int32
+	progs  [2][]unix.SockFilter
+}
+
+// newChildSeccomp builds c's filters and its listener message (nil: no filter).
+func newChildSeccomp(c *ExecChild) (*childSeccomp, error) {
+	if c.Seccomp == nil {
+		return nil, nil
+	}
+	cs := &childSeccomp{sock: -1}
+	prog, err := program(*c.Seccomp)
+	if err != nil {
+		return nil, err
+	}
+	cs.progs[0] = prog
+	cs.prog = unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if c.Listener {
+		cs.flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+		cs.sock = c.ListenerTo
+		if c.Plain != nil {
+			plain, err := program(*c.Plain)
+			if err != nil {
+				return nil, err
+			}
+			cs.progs[1] = plain
+			cs.plain = unix.SockFprog{Len: uint16(len(plain)), Filter: &plain[0]}
+			cs.hasPl = true
+		}
+		cs.data[0] = 'l'
+		cs.oob = unix.UnixRights(0)
+		cs.cmsgFD = (*int32)(unsafe.Pointer(&cs.oob[unix.CmsgLen(0)]))
+		cs.iov.Base = &cs.data[0]
+		cs.iov.SetLen(1)
+		cs.msg.Iov = &cs.iov
+		cs.msg.SetIovlen(1)
+		cs.msg.Control = &cs.oob[0]
+		cs.msg.SetControllen(len(cs.oob))
+	}
+	return cs, nil
+}
+
+// ForkExecParent forks and execs c from the calling (confined, locked) thread and returns a
+// pidfd of the child. It waits until the child has exec'd: an *ExecChildError means the
+// child exists but ran nothing (the pidfd is still returned, so its parent can reap it).
+func ForkExecParent(c *ExecChild) (pidfd int, err error) {
+	path, err := syscall.BytePtrFromString(c.Path)
+	if err != nil {
+		return -1, err
+	}
+	argv, err := syscall.SlicePtrFromStrings(c.Argv)
+	if err != nil {
+		return -1, err
+	}
+	envv, err := syscall.SlicePtrFromStrings(c.Env)
+	if err != nil {
+		return -1, err
+	}
+	for _, fd := range c.Stdio {
+		if fd < 3 {
+			return -1, fmt.Errorf("stdio fd %d below 3", fd)
+		}
+	}
+	var hard unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &hard); err != nil {
+		return -1, fmt.Errorf("nofile: %w", err)
+	}
+	nofile := unix.Rlimit{Cur: min(c.NoFile, hard.Max), Max: min(c.NoFile, hard.Max)}
+	flags := uint64(unix.CLONE_PARENT | unix.CLONE_PIDFD | unix.CLONE_CLEAR_SIGHAND)
+	cg := uint64(0)
+	if c.CgroupFD >= 0 {
+		flags |= unix.CLONE_INTO_CGROUP
+		cg = uint64(c.CgroupFD)
+	}
+	cs, err := newChildSeccomp(c)
+	if err != nil {
+		return -1, fmt.Errorf("seccomp: %w", err)
+	}
+	pfd, f, errno := forkExec(flags, cg, path, argv, envv, c, &nofile, cs)
+	runtime.KeepAlive(cs)
+	runtime.KeepAlive(argv)
+	runtime.KeepAlive(envv)
+	runtime.KeepAlive(c)
+	if errno != 0 {
+		return -1, fmt.Errorf("clone3: %w", errno)
+	}
+	if f.errno == 0 {
+		return pfd, nil
+	}
+	step := "exec"
+	if int(f.step) < len(childSteps) {
+		step = childSteps[f.step]
+	}
+	return pfd, &ExecChildError{Step: step, Errno: unix.Errno(f.errno)}
+}
