@@ -404,6 +404,10 @@ func (p *Provider) Close() error {
 	return nil
 }
 
+// ConcurrentCalls: a plugin's connection matches answers to requests by id, up to its
+// pending_requests bound.
+func (p *Provider) ConcurrentCalls() bool { return true }
+
 // Call runs one tool. Failures of the plugin or of fledge (timeout, crash, bad answer,
 // failed handshake) come back as a Result with their reason; the error is for a call that
 // cannot be made at all.

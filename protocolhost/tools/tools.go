@@ -144,8 +144,12 @@ func Registered() []string {
 	return out
 }
 
-// Catalogue is every tool of every installed plugin, for one fledge invocation.
+// Catalogue is every tool of every installed plugin, for one fledge invocation. It is safe
+// for concurrent use: listings and lookups take its lock, and a call runs outside it (see
+// Call), so concurrent calls overlap (and their durable decisions share fsyncs).
 type Catalogue struct {
+	// mu guards the maps below and the providers' listings; never held across a call.
+	mu        sync.Mutex
 	host      *Host
 	reg       *plugin.Registry
 	providers map[string]Provider
@@ -163,6 +167,16 @@ type Catalogue struct {
 	denied map[string]deniedTool
 	// Hooks, when set, run around every call (tools call, serve --mcp).
 	Hooks CallHooks
+	// serial holds a call of a provider that does not say it takes concurrent calls
+	// (ConcurrentCaller): such a provider gets one call at a time, as before.
+	serial map[Provider]*sync.Mutex
+}
+
+// ConcurrentCaller is a Provider whose Call may run for several calls at once (its sessions
+// match answers to requests and its recorder is shared safely). Other providers get their
+// calls one at a time.
+type ConcurrentCaller interface {
+	ConcurrentCalls() bool
 }
 
 // NewCatalogue prepares a catalogue over the installed plugins.
@@ -202,10 +216,20 @@ func (c *Catalogue) Watch(f func(plugin string)) {
 
 // Provider is this invocation's provider of a protocol (nil if none is registered), for
 // what a protocol offers beyond tools (jsonrpc-2.0 hook chains share its live plugins).
-func (c *Catalogue) Provider(protocol string) Provider { return c.provider(protocol) }
+func (c *Catalogue) Provider(protocol string) Provider {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.provider(protocol)
+}
 
 // Binding returns the verified binding of an installed plugin (cached).
 func (c *Catalogue) Binding(name string) (*core.Binding, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.binding(name)
+}
+
+func (c *Catalogue) binding(name string) (*core.Binding, error) {
 	if b, ok := c.bindings[name]; ok {
 		return b, nil
 	}
@@ -224,9 +248,11 @@ func (c *Catalogue) Binding(name string) (*core.Binding, error) {
 // List returns every tool, sorted by name. Plugins whose tools cannot be listed are
 // reported in c.Errors and left out.
 func (c *Catalogue) List(ctx context.Context) []Tool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []Tool
 	for _, en := range c.reg.Plugins {
-		b, err := c.Binding(en.Name)
+		b, err := c.binding(en.Name)
 		if err != nil {
 			c.Errors[en.Name] = err.Error()
 			continue
@@ -265,6 +291,12 @@ func (c *Catalogue) List(ctx context.Context) []Tool {
 
 // Find returns the tool of that public name.
 func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.find(ctx, name)
+}
+
+func (c *Catalogue) find(ctx context.Context, name string) (*Tool, *core.Binding, error) {
 	if !strings.HasPrefix(name, "plugin_") {
 		return nil, nil, fmt.Errorf("%w %q: tool names are plugin_<plugin>_<tool> (see 'fledge tools list')", ErrUnknownTool, name)
 	}
@@ -281,7 +313,7 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		if c.reg.Find(pname) == nil {
 			continue
 		}
-		b, err := c.Binding(pname)
+		b, err := c.binding(pname)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -297,7 +329,7 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		if err := c.quarantine(b, name); err != nil {
 			return nil, nil, err
 		}
-		if err := c.RefuseDenied(name); err != nil {
+		if err := c.refuseDenied(name); err != nil {
 			return nil, nil, err
 		}
 		for i := range ts {
@@ -315,9 +347,26 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 	return nil, nil, fmt.Errorf("%w %q (see 'fledge tools list')", ErrUnknownTool, name)
 }
 
-// Call checks args against the tool's declaration and runs it.
+// Call checks args against the tool's declaration and runs it. The lookup holds the
+// catalogue's lock; the call itself does not, so calls of a ConcurrentCaller overlap.
 func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) (*Tool, *Result, error) {
-	t, b, err := c.Find(ctx, name)
+	c.mu.Lock()
+	t, b, err := c.find(ctx, name)
+	var p Provider
+	var one *sync.Mutex
+	if err == nil {
+		p = c.provider(b.Manifest.Plugin.Protocol)
+		if cc, ok := p.(ConcurrentCaller); !ok || !cc.ConcurrentCalls() {
+			if c.serial == nil {
+				c.serial = map[Provider]*sync.Mutex{}
+			}
+			if one = c.serial[p]; one == nil {
+				one = &sync.Mutex{}
+				c.serial[p] = one
+			}
+		}
+	}
+	c.mu.Unlock()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -325,8 +374,11 @@ func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) 
 		c.Refuse(b, t, args, err)
 		return t, nil, err
 	}
-	p := c.provider(b.Manifest.Plugin.Protocol)
 	res, err := c.callWithHooks(ctx, p, t, args, func(args map[string]any) (*Result, error) {
+		if one != nil {
+			one.Lock()
+			defer one.Unlock()
+		}
 		return p.Call(ctx, b, *t, args)
 	})
 	return t, res, err
@@ -334,8 +386,14 @@ func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) 
 
 // Close ends every provider's plugins.
 func (c *Catalogue) Close() error {
-	var errs []error
+	c.mu.Lock()
+	ps := make([]Provider, 0, len(c.providers))
 	for _, p := range c.providers {
+		ps = append(ps, p)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, p := range ps {
 		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)
