@@ -14,6 +14,10 @@
 //	rpcdrive -n 200 -fsync-floor DIR
 //	median_ns=... p90_ns=... n=200
 //
+// With -in-place as well, the same lines are written in place into a preallocated file and
+// synced with fdatasync (no size or block allocation to commit): the floor of a log kept that
+// way.
+//
 // With -c N it runs N callers at once, each making its calls one after another, spread
 // over -conns K hosts' connections (K commands started, default 1: the N callers' requests
 // are pipelined on one connection and answers matched by id; K = N: N hosts, one caller
@@ -46,6 +50,7 @@ func main() {
 	n := flag.Int("n", 200, "tool calls")
 	tool := flag.String("tool", "echo", "tool name")
 	floor := flag.String("fsync-floor", "", "measure append+fsync on the disk of this directory instead")
+	inPlace := flag.Bool("in-place", false, "with -fsync-floor: write a preallocated file in place and fdatasync it instead")
 	relayMode := flag.Bool("relay", false, "relay lines between stdin/stdout and CMD")
 	callers := flag.Int("c", 1, "callers at once (pipelined on the connections)")
 	conns := flag.Int("conns", 1, "commands started for -c (the callers are spread over them)")
@@ -58,7 +63,7 @@ func main() {
 		return
 	}
 	if *floor != "" {
-		if err := fsyncFloor(*n, *floor); err != nil {
+		if err := fsyncFloor(*n, *floor, *inPlace); err != nil {
 			fmt.Fprintln(os.Stderr, "rpcdrive:", err)
 			os.Exit(1)
 		}
@@ -282,7 +287,7 @@ func concurrent(n, c, conns int, tool string, argv []string) error {
 // nothing else: a decision-sized line appended and fsynced, a head slot written in place in
 // a second file, an outcome-sized line appended (no lock, no encoding, no chain). It prints
 // the median and 90th percentile of the whole.
-func fsyncFloor(n int, dir string) error {
+func fsyncFloor(n int, dir string, inPlace bool) error {
 	f, err := os.CreateTemp(dir, "fsync-floor-*")
 	if err != nil {
 		return err
@@ -305,6 +310,9 @@ func fsyncFloor(n int, dir string) error {
 	}
 	decision, outcome, slot := line(650), line(450), line(512)
 	times := make([]time.Duration, 0, n)
+	if inPlace {
+		return inPlaceFloor(n, f, head, decision, outcome, slot)
+	}
 	for i := range n {
 		start := time.Now()
 		if _, err := f.Write(decision); err != nil {
