@@ -95,8 +95,10 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	s := &server{o: o, slots: make(chan struct{}, MaxConcurrentCalls)}
 	defer s.shutdown()
+	in, restore := pollableInput(o.In)
+	defer restore()
 	done := make(chan error, 1)
-	go s.read(ctx, lines.NewReader(o.In, o.LineMax), done)
+	go s.read(ctx, lines.NewReader(in, o.LineMax), done)
 	select {
 	case err := <-done:
 		s.calls.Wait()
