@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,61 @@ func TestServePipelinedCallsOverlap(t *testing.T) {
 		want = append(want, audit.EventToolOutcome+"/"+string(audit.Allow))
 	}
 	assert.Equal(t, want, events)
+}
+
+// TestServeCallSeesChangedDefinition: serve keeps a tool it vetted (its listing, pin check
+// and rules) only while the plugin's recorded definition and its pins file are unchanged: a
+// definition changed on disk between two calls is held back at the very next call, on
+// record, and never reaches the plugin.
+func TestServeCallSeesChangedDefinition(t *testing.T) {
+	home := setupServeWorld(t)
+	hostile, err := os.ReadFile(filepath.Join("testdata", "jsonrpc", "hostile"))
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "toolbox")
+	require.NoError(t, os.WriteFile(bin, hostile, 0o755))
+	installExe(t, bin, "")
+	handshake := filepath.Join(home, ".config", "fledge", "plugins", "toolbox", "handshake.json")
+
+	h := startServe(t, t.TempDir(), "--protocol", "jsonrpc-2.0")
+	result(t, h.call(1, "initialize", map[string]any{"protocol_version": 1}))
+	add := map[string]any{"name": "toolbox_add", "arguments": map[string]any{"a": 2, "b": 40}}
+	assert.Equal(t, map[string]any{"success": true, "result": float64(42)}, result(t, h.call(2, "tool/execute", add)))
+	// Settled files (the recorded handshake, the pins the first listing wrote), as a
+	// long-lived serve's are: what the kept tool's stamps vouch for (a stamp vouches once
+	// its file is a second old, internal/filestamp's Settle).
+	time.Sleep(1200 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, map[string]any{"success": true, "result": float64(42)}, result(t, h.call(3+i, "tool/execute", add)))
+	}
+
+	data, err := os.ReadFile(handshake)
+	require.NoError(t, err)
+	changed := strings.Replace(string(data), `"adds"`, `"adds; also reads ~/.ssh"`, 1)
+	require.NotEqual(t, string(data), changed)
+	require.NoError(t, os.WriteFile(handshake, []byte(changed), 0o644))
+	refused := result(t, h.call(10, "tool/execute", add))
+	assert.Equal(t, false, refused["success"])
+	assert.Contains(t, refused["result"], "changed since it was approved")
+
+	assert.Equal(t, map[string]any{"ok": true}, result(t, h.call(11, "shutdown", map[string]any{})))
+	require.NoError(t, waitExit(h))
+	var calls []string
+	require.NoError(t, audit.Read(filepath.Join(home, ".local", "state", "fledge", "audit.jsonl"), func(r *audit.Record) error {
+		if r.Event == audit.EventToolCall && r.Plugin != nil && r.Plugin.Name == "toolbox" {
+			calls = append(calls, string(r.Decision)+"/"+r.Reason)
+		}
+		return nil
+	}))
+	assert.Equal(t, []string{"allow/ok", "allow/ok", "allow/ok", "allow/ok", "deny/tool_changed"}, calls)
+}
+
+func waitExit(h *testHost) error {
+	done := make(chan error, 1)
+	go func() { done <- h.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("fledge serve did not exit after shutdown")
+	}
 }

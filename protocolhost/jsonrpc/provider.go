@@ -195,6 +195,19 @@ func (p *Provider) loadableLocked(name string) error {
 	return nil
 }
 
+// ListingVersion is the recorded handshake Tools lists from: the same manifest while the
+// file is the one read last (its stamp vouches for it) or holds the same bytes.
+func (p *Provider) ListingVersion(b *core.Binding) (any, bool) {
+	if err := p.Loadable(b.Entry.Name); err != nil {
+		return nil, false
+	}
+	m, err := p.recorded(b)
+	if err != nil {
+		return nil, false
+	}
+	return m, true
+}
+
 // Tools lists the plugin's tools from the handshake recorded at install: listing never
 // starts a plugin.
 func (p *Provider) Tools(_ context.Context, b *core.Binding) ([]tools.Tool, error) {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/internal/filestamp"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/project"
@@ -170,6 +172,27 @@ type Catalogue struct {
 	// serial holds a call of a provider that does not say it takes concurrent calls
 	// (ConcurrentCaller): such a provider gets one call at a time, as before.
 	serial map[Provider]*sync.Mutex
+	// vetted are tools found and let through by Find, kept while what decided them holds
+	// (see findKept): the plugin's listing and its pins file, unchanged.
+	vetted map[string]vettedTool
+}
+
+// vettedTool is a tool Find let through, with the stamps of what decided it.
+type vettedTool struct {
+	tool    Tool
+	b       *core.Binding
+	listing any             // the provider's ListingVersion before the listing
+	pins    filestamp.Stamp // the pins file's stamp before the check (pinned protocols)
+}
+
+// maxVetted bounds the kept tools (one per public name called).
+const maxVetted = 1024
+
+// StableListing is a Provider that can say cheaply whether a plugin's listing is the one it
+// gave before: ListingVersion returns a value equal to an earlier one only while Tools
+// would list the same tools (ok false: it cannot tell, the listing is made again).
+type StableListing interface {
+	ListingVersion(b *core.Binding) (v any, ok bool)
 }
 
 // ConcurrentCaller is a Provider whose Call may run for several calls at once (its sessions
@@ -300,6 +323,18 @@ func (c *Catalogue) find(ctx context.Context, name string) (*Tool, *core.Binding
 	if !strings.HasPrefix(name, "plugin_") {
 		return nil, nil, fmt.Errorf("%w %q: tool names are plugin_<plugin>_<tool> (see 'fledge tools list')", ErrUnknownTool, name)
 	}
+	if t, b := c.findKept(name); t != nil {
+		return t, b, nil
+	}
+	// What decides the tool, stamped before it is read (a change after the stamp makes the
+	// next call look again).
+	var (
+		listing  any
+		listed   bool
+		pinStamp filestamp.Stamp
+		pinsOK   bool
+		splits   int
+	)
 	// Plugin names may contain '_' (not jsonrpc ones): try every split. Two plugins that
 	// both offer the name cannot shadow each other: the call is refused.
 	var found *Tool
@@ -321,6 +356,11 @@ func (c *Catalogue) find(ctx context.Context, name string) (*Tool, *core.Binding
 		if p == nil {
 			continue
 		}
+		splits++
+		if sl, ok := p.(StableListing); ok {
+			listing, listed = sl.ListingVersion(b)
+		}
+		pinStamp, pinsOK = c.pinsStamp(b)
 		ts, err := p.Tools(ctx, b)
 		if err != nil {
 			return nil, nil, err
@@ -342,9 +382,57 @@ func (c *Catalogue) find(ctx context.Context, name string) (*Tool, *core.Binding
 		}
 	}
 	if found != nil {
+		// Kept only when one installed plugin could offer the name (no other listing can
+		// make it ambiguous) and both stamps can vouch.
+		if splits == 1 && listed && pinsOK {
+			if c.vetted == nil || len(c.vetted) >= maxVetted {
+				c.vetted = map[string]vettedTool{}
+			}
+			c.vetted[name] = vettedTool{tool: *found, b: foundB, listing: listing, pins: pinStamp}
+		}
 		return found, foundB, nil
 	}
 	return nil, nil, fmt.Errorf("%w %q (see 'fledge tools list')", ErrUnknownTool, name)
+}
+
+// findKept is the tool Find let through last time, while the provider says the plugin's
+// listing is the same and its pins file has the stamp it had before that check (nil
+// otherwise): the same listing, pins and (fixed for the invocation) tool rules decide the
+// same, so the listing, its schemas and the pin check are not made again for every call.
+func (c *Catalogue) findKept(name string) (*Tool, *core.Binding) {
+	v, ok := c.vetted[name]
+	if !ok {
+		return nil, nil
+	}
+	sl, ok := c.provider(v.b.Manifest.Plugin.Protocol).(StableListing)
+	if !ok {
+		return nil, nil
+	}
+	if ver, ok := sl.ListingVersion(v.b); !ok || ver != v.listing {
+		delete(c.vetted, name)
+		return nil, nil
+	}
+	if st, ok := c.pinsStamp(v.b); !ok || st != v.pins {
+		delete(c.vetted, name)
+		return nil, nil
+	}
+	t := v.tool
+	t.Params = append([]Param(nil), v.tool.Params...)
+	return &t, v.b
+}
+
+// pinsStamp is the stamp of the plugin's pins file when its protocol is pinned (the zero
+// stamp, true, when it is not: nothing on disk decides it), ok false when it cannot vouch
+// (no file yet, changed within the last second).
+func (c *Catalogue) pinsStamp(b *core.Binding) (filestamp.Stamp, bool) {
+	if !pinned[b.Manifest.Plugin.Protocol] {
+		return filestamp.Stamp{}, true
+	}
+	fi, err := os.Lstat(pins.Path(c.host.Env.ConfigDir, b.Entry.Name))
+	if err != nil {
+		return filestamp.Stamp{}, false
+	}
+	return filestamp.Of(fi, time.Now())
 }
 
 // Call checks args against the tool's declaration and runs it. The lookup holds the
