@@ -451,7 +451,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		timeout = d
 	}
 	start := time.Now()
-	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, timeout, nil)
+	raw, err := s.conn.Call(ctx, "tool/execute", toolParams{Arguments: args, Name: t.Tool}, timeout, nil)
 	var res *tools.Result
 	if err == nil {
 		res, err = toolResult(raw)
@@ -476,6 +476,12 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	}
 	s.rec.Record(audit.EventToolOutcome, d, rc, out, false)
 	return res, nil
+}
+
+// toolParams are tool/execute's params.
+type toolParams struct {
+	Arguments map[string]any `json:"arguments"`
+	Name      string         `json:"name"`
 }
 
 func toolResult(raw json.RawMessage) (*tools.Result, error) {

@@ -309,7 +309,21 @@ func (s *server) toolExecute(ctx context.Context, id json.RawMessage, params jso
 	if len(out) == 0 {
 		out = json.RawMessage(`""`)
 	}
-	s.reply(id, map[string]any{"success": res.Success, "result": out})
+	s.reply(id, toolAnswer{Result: out, Success: res.Success})
+}
+
+// toolAnswer is a tool/execute result, encoded without a map.
+type toolAnswer struct {
+	Result  json.RawMessage `json:"result"`
+	Success bool            `json:"success"`
+}
+
+// rpcAnswer is an answer with a result, encoded without a map (the keys in the order a
+// map's sorted keys had).
+type rpcAnswer struct {
+	ID      json.RawMessage `json:"id"`
+	JSONRPC string          `json:"jsonrpc"`
+	Result  any             `json:"result"`
 }
 
 // userText is an error as the host may show it: one line, bounded.
@@ -338,7 +352,7 @@ func (s *server) reply(id json.RawMessage, result any) {
 	if id == nil {
 		return
 	}
-	s.write(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+	s.write(rpcAnswer{ID: id, JSONRPC: "2.0", Result: result})
 }
 
 func (s *server) replyError(id json.RawMessage, code int, msg string) {
