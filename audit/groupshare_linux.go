@@ -4,6 +4,7 @@ package audit
 
 import (
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -60,8 +61,28 @@ type sharedSync struct {
 
 func (s *sharedSync) word(i int) *uint64 { return (*uint64)(unsafe.Pointer(&s.page[i*8])) }
 
-// openShared maps path's page (creating it); nil when it cannot (the log then syncs alone).
+// localFS are the filesystems whose shared mappings every process appending to the log
+// sees alike and whose fsync flushes what any process wrote to the file: local ones. A log
+// on a network filesystem (NFS, SMB, FUSE, 9p, Ceph) may be appended to from another
+// machine, whose page and dirty data this one does not share: there each process syncs
+// alone.
+var localFS = map[int64]bool{
+	0xEF53:     true, // ext2/3/4
+	0x58465342: true, // xfs
+	0x9123683E: true, // btrfs
+	0x01021994: true, // tmpfs
+	0xF2F52010: true, // f2fs
+	0x2FC12FC1: true, // zfs
+	0x794C7630: true, // overlayfs (its upper layer is local)
+}
+
+// openShared maps path's page (creating it); nil when it cannot, or when the log's
+// filesystem is not a local one (the log then syncs alone).
 func openShared(path string) *sharedSync {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(path), &fs); err != nil || !localFS[int64(fs.Type)] {
+		return nil
+	}
 	f, err := openPrivate(path, os.O_RDWR)
 	if err != nil {
 		return nil
