@@ -156,6 +156,7 @@ func TestAppenderProcess(t *testing.T) {
 // not shared there by design: openShared).
 func requireSharedPage(t *testing.T, path string) {
 	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 	s := openShared(path + SyncSuffix)
 	if s == nil {
 		t.Skipf("%s is not on a local filesystem: processes sync alone there", filepath.Dir(path))
