@@ -123,6 +123,12 @@ func Serve(ctx context.Context, o ServeOptions) error {
 func (s *server) read(ctx context.Context, lr *lines.Reader, done chan<- error) {
 	for {
 		line, n, err := lr.Next()
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			return // Serve returned: nothing more is answered, errors included
+		}
 		var le *lines.TooLongError
 		switch {
 		case errors.As(err, &le):
