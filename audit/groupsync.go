@@ -26,11 +26,13 @@ import (
 
 // syncWaiter is one record waiting to be on disk.
 type syncWaiter struct {
-	f    *os.File
-	done bool
-	err  error
-	pos  chainPos
-	t    time.Time
+	f *os.File
+	// epoch is the record's place in the cross-process count (groupshare_linux.go), 0 if none.
+	epoch uint64
+	done  bool
+	err   error
+	pos   chainPos
+	t     time.Time
 }
 
 type groupSync struct {
@@ -46,10 +48,15 @@ func (g *groupSync) init() {
 	}
 }
 
-// enqueue adds the record just written to f (at pos, written at t) to the next group.
-// Called under the log's lock, after the write returned.
-func (l *Log) enqueueSync(f *os.File, pos chainPos, t time.Time) *syncWaiter {
-	w := &syncWaiter{f: f, pos: pos, t: t}
+// enqueue adds the record just written to f (at pos, written at t; fi its fstat after the
+// write, nil if unknown) to the next group. Called under the log's lock, after the write
+// returned.
+func (l *Log) enqueueSync(f *os.File, fi os.FileInfo, pos chainPos, t time.Time) *syncWaiter {
+	var epoch uint64
+	if fi != nil {
+		epoch = l.share.wrote(fileKey(fi))
+	}
+	w := &syncWaiter{f: f, pos: pos, t: t, epoch: epoch}
 	l.gs.mu.Lock()
 	l.gs.init()
 	l.gs.queue = append(l.gs.queue, w)
@@ -80,7 +87,9 @@ func (l *Log) waitSynced(w *syncWaiter) error {
 		g.queue = nil
 		g.syncing = true
 		g.mu.Unlock()
-		err := l.io.syncFile(batch[0].f)
+		// Another process's fsync may cover the batch, or be running: syncFor waits for it
+		// rather than flushing the file a second time.
+		err := l.syncFor(batch[0].f, batchEpoch(batch))
 		if err != nil {
 			err = fmt.Errorf("audit: fsync %s: %w", l.path, err)
 		}
@@ -99,6 +108,19 @@ func (l *Log) waitSynced(w *syncWaiter) error {
 	}
 	g.mu.Unlock()
 	return w.err
+}
+
+// batchEpoch is the newest record's place in the cross-process count, 0 when any record of
+// the batch has none (then the batch is synced by this process alone).
+func batchEpoch(batch []*syncWaiter) uint64 {
+	var e uint64
+	for _, w := range batch {
+		if w.epoch == 0 {
+			return 0
+		}
+		e = max(e, w.epoch)
+	}
+	return e
 }
 
 // headAfterSync moves the head to pos once its group is on disk (the head never names a

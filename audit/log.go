@@ -192,6 +192,9 @@ type Log struct {
 	witnessErr bool
 	io         fileIO    // write and fsync; replaced only by tests that inject I/O failures
 	gs         groupSync // durable records waiting for a shared fsync (groupsync.go)
+	// share is the page shared with other processes appending to this log, so their
+	// durable records share fsyncs too (groupshare_linux.go); nil: this process syncs alone.
+	share *sharedSync
 }
 
 // fileIO is the two calls an append makes on the live file. Tests inject failures here
@@ -270,6 +273,9 @@ func Open(path string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{path: abs, dir: dir, opts: o, lock: lock, head: head, host: host, uid: os.Getuid(), pid: os.Getpid()}
+	if o.Fsync != FsyncNever {
+		l.share = openShared(abs + SyncSuffix)
+	}
 	err = l.locked(func() error {
 		f, err := l.liveFile()
 		if err != nil {
@@ -352,7 +358,7 @@ func (l *Log) AppendBudget(r *Record, durable bool, b Budget) error {
 		pos := chainPos{s.seq, s.hash}
 		fi := l.rememberAfter(f, pos)
 		if sync {
-			w, wfi, at = l.enqueueSync(f, pos, s.time), fi, start
+			w, wfi, at = l.enqueueSync(f, fi, pos, s.time), fi, start
 		} else if durable {
 			// fsync "never": the head moves now, as after a synced append.
 			l.advanceHead(pos, s.time)
@@ -435,7 +441,7 @@ func (l *Log) AppendDeferredSyncBudget(r *Record, b Budget) (sync func() error, 
 			// failed record) happens in that goroutine too: the caller's wait may run on a
 			// launch thread that is already confined (sandbox.Spec.BeforeExec), where file
 			// and socket calls would be refused or land in the run's view; it only receives.
-			w := l.enqueueSync(f, pos, s.time)
+			w := l.enqueueSync(f, fi, pos, s.time)
 			finish := l.rollbackOnFailure(func() error { return l.waitSynced(w) }, fi, start, &prev, pos, s.time)
 			done := make(chan error, 1)
 			go func() { done <- finish() }()
@@ -496,6 +502,8 @@ func (l *Log) Close() error {
 		}
 	}
 	errs = append(errs, l.lock.Close())
+	l.share.close()
+	l.share = nil
 	if l.head != nil {
 		errs = append(errs, l.head.Close())
 	}

@@ -133,6 +133,9 @@ func path(configDir, plugin string) string {
 	return filepath.Join(configDir, Dir, plugin+".json")
 }
 
+// Path is the file a plugin's pins are kept in (its stamp says whether they changed).
+func Path(configDir, plugin string) string { return path(configDir, plugin) }
+
 // Load reads a plugin's pins; (nil, nil) when it has none yet.
 func Load(configDir, plugin string) (*File, error) {
 	data, _, err := loadRaw(configDir, plugin)

@@ -278,6 +278,15 @@ func (c *conn) hasExpired() bool {
 
 type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
 
+// outRequest is a request to a plugin, encoded without a map (fields in the order a map's
+// sorted keys had).
+type outRequest struct {
+	ID      int64  `json:"id"`
+	JSONRPC string `json:"jsonrpc"`
+	Method  string `json:"method"`
+	Params  any    `json:"params"`
+}
+
 // send writes one request and returns its answer channel. before, if set, runs right
 // before the write (the audit sync: no durable record, no request).
 func (c *conn) send(method string, params any, deadline time.Time, before func() error) (int64, chan response, error) {
@@ -298,7 +307,7 @@ func (c *conn) send(method string, params any, deadline time.Time, before func()
 	c.pending[id] = ch
 	c.mu.Unlock()
 
-	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": id})
+	msg, err := json.Marshal(outRequest{ID: id, JSONRPC: "2.0", Method: method, Params: params})
 	if err == nil && before != nil {
 		err = before()
 	}

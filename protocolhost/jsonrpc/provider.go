@@ -195,6 +195,19 @@ func (p *Provider) loadableLocked(name string) error {
 	return nil
 }
 
+// ListingVersion is the recorded handshake Tools lists from: the same manifest while the
+// file is the one read last (its stamp vouches for it) or holds the same bytes.
+func (p *Provider) ListingVersion(b *core.Binding) (any, bool) {
+	if err := p.Loadable(b.Entry.Name); err != nil {
+		return nil, false
+	}
+	m, err := p.recorded(b)
+	if err != nil {
+		return nil, false
+	}
+	return m, true
+}
+
 // Tools lists the plugin's tools from the handshake recorded at install: listing never
 // starts a plugin.
 func (p *Provider) Tools(_ context.Context, b *core.Binding) ([]tools.Tool, error) {
@@ -404,6 +417,10 @@ func (p *Provider) Close() error {
 	return nil
 }
 
+// ConcurrentCalls: a plugin's connection matches answers to requests by id, up to its
+// pending_requests bound.
+func (p *Provider) ConcurrentCalls() bool { return true }
+
 // Call runs one tool. Failures of the plugin or of fledge (timeout, crash, bad answer,
 // failed handshake) come back as a Result with their reason; the error is for a call that
 // cannot be made at all.
@@ -434,7 +451,7 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 		timeout = d
 	}
 	start := time.Now()
-	raw, err := s.conn.Call(ctx, "tool/execute", map[string]any{"name": t.Tool, "arguments": args}, timeout, nil)
+	raw, err := s.conn.Call(ctx, "tool/execute", toolParams{Arguments: args, Name: t.Tool}, timeout, nil)
 	var res *tools.Result
 	if err == nil {
 		res, err = toolResult(raw)
@@ -459,6 +476,12 @@ func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args
 	}
 	s.rec.Record(audit.EventToolOutcome, d, rc, out, false)
 	return res, nil
+}
+
+// toolParams are tool/execute's params.
+type toolParams struct {
+	Arguments map[string]any `json:"arguments"`
+	Name      string         `json:"name"`
 }
 
 func toolResult(raw json.RawMessage) (*tools.Result, error) {

@@ -57,68 +57,57 @@ type server struct {
 	o         ServeOptions
 	outMu     sync.Mutex
 	closeOnce sync.Once
+
+	// mu guards stopped; calls counts the tool calls being answered (Add under mu).
+	mu      sync.Mutex
+	stopped bool // Serve returned or is returning (ctx ended): answer nothing more
+	calls   sync.WaitGroup
+	// slots bounds the tool calls answered at once; a reader that finds none free stops
+	// reading the host until one is.
+	slots chan struct{}
 }
+
+// MaxConcurrentCalls bounds the tool/execute requests fledge serve answers at once. A host
+// that pipelines more waits: fledge reads its next request once a call ends.
+const MaxConcurrentCalls = 64
 
 // shutdown ends every plugin once: shutdown, then SIGTERM, then SIGKILL.
 func (s *server) shutdown() { s.closeOnce.Do(func() { _ = s.o.Catalogue.Close() }) }
 
 // Serve answers the host's requests on In/Out until shutdown or the end of In; it shuts
-// every plugin down before it returns. Requests are answered in order.
+// every plugin down before it returns.
 //
-// One goroutine reads the requests and answers each before it reads the next, so a request
-// reaches its handler without a hand-off between goroutines. The caller's goroutine only
+// Tool calls overlap: a host that sends several tool/execute requests without waiting
+// (pipelined, matching answers by id as JSON-RPC 2.0 does) has them answered as each ends,
+// and their durable tool_call records share fsyncs (audit's group commit). Every other
+// request (initialize, hook/..., shutdown, errors) waits for the calls before it to end and
+// is answered in order, so a shutdown never overtakes a call.
+//
+// One goroutine at a time reads the host. On a tool call it hands the reading on to a new
+// goroutine and answers the call itself: the request reaches its handler without a hand-off
+// between goroutines, and the next request is read meanwhile. The caller's goroutine only
 // waits: for the end of the session, or for ctx (a signal), which ends it even while the
-// host sends nothing. A request being answered when ctx ends is finished (its calls see ctx)
-// before Serve returns, and none is started after.
+// host sends nothing. Requests being answered when ctx ends are finished (their calls see
+// ctx) before Serve returns, and none is started after.
 func Serve(ctx context.Context, o ServeOptions) error {
 	if o.Warn == nil {
 		o.Warn = func(string) {}
 	}
-	s := &server{o: o}
+	s := &server{o: o, slots: make(chan struct{}, MaxConcurrentCalls)}
 	defer s.shutdown()
-	var (
-		mu      sync.Mutex // held while a request is answered
-		stopped bool       // Serve returned (ctx ended): answer nothing more
-	)
+	in, restore := pollableInput(o.In)
+	defer restore()
 	done := make(chan error, 1)
-	go func() {
-		lr := lines.NewReader(o.In, o.LineMax)
-		for {
-			line, n, err := lr.Next()
-			mu.Lock()
-			if stopped {
-				mu.Unlock()
-				return
-			}
-			var le *lines.TooLongError
-			switch {
-			case errors.As(err, &le):
-				s.replyError(nil, CodeParseError, fmt.Sprintf("Parse error: line %d is over the %d-byte limit", n, o.LineMax))
-				mu.Unlock()
-				continue
-			case errors.Is(err, io.EOF):
-				err = nil
-				fallthrough
-			case err != nil:
-				mu.Unlock()
-				done <- err
-				return
-			}
-			finished := s.handle(ctx, line)
-			mu.Unlock()
-			if finished {
-				done <- nil
-				return
-			}
-		}
-	}()
+	go s.read(ctx, lines.NewReader(in, o.LineMax), done)
 	select {
 	case err := <-done:
+		s.calls.Wait()
 		return err
 	case <-ctx.Done():
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		s.calls.Wait()
 		// A request that ended the session while ctx ended reports as such.
 		select {
 		case err := <-done:
@@ -129,8 +118,88 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 }
 
-// handle answers one line; it reports whether the host asked fledge to shut down.
-func (s *server) handle(ctx context.Context, line []byte) bool {
+// read reads and answers the host's requests until one ends the session (sent on done), or
+// it hands the reading on with a tool call.
+func (s *server) read(ctx context.Context, lr *lines.Reader, done chan<- error) {
+	for {
+		line, n, err := lr.Next()
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			return // Serve returned: nothing more is answered, errors included
+		}
+		var le *lines.TooLongError
+		switch {
+		case errors.As(err, &le):
+			if !s.barrier() {
+				return
+			}
+			s.replyError(nil, CodeParseError, fmt.Sprintf("Parse error: line %d is over the %d-byte limit", n, s.o.LineMax))
+			s.mu.Unlock()
+			continue
+		case errors.Is(err, io.EOF):
+			done <- nil
+			return
+		case err != nil:
+			done <- err
+			return
+		}
+		req, ok := s.parse(line)
+		if !ok {
+			continue
+		}
+		if req.method == "tool/execute" {
+			// A free slot first: past the bound, the host is not read until a call ends.
+			s.slots <- struct{}{}
+			s.mu.Lock()
+			if s.stopped {
+				s.mu.Unlock()
+				<-s.slots
+				return
+			}
+			s.calls.Add(1)
+			s.mu.Unlock()
+			go s.read(ctx, lr, done)
+			s.toolExecute(ctx, req.id, req.params)
+			<-s.slots
+			s.calls.Done()
+			return
+		}
+		if !s.barrier() {
+			return
+		}
+		finished := s.handle(ctx, req)
+		s.mu.Unlock()
+		if finished {
+			done <- nil
+			return
+		}
+	}
+}
+
+// barrier waits for every tool call in flight to end and returns holding s.mu (false, not
+// holding it, once Serve stopped): what follows is answered after the calls before it.
+func (s *server) barrier() bool {
+	s.calls.Wait()
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// request is one parsed request: a nil id is a notification (no answer).
+type request struct {
+	method string
+	id     json.RawMessage
+	params json.RawMessage
+}
+
+// parse decodes one line; a line that is no request is answered with its error (false).
+// It answers only errors, which need no order: they carry the id sent, or null.
+func (s *server) parse(line []byte) (request, bool) {
 	var req rpcRequest
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.UseNumber()
@@ -141,7 +210,7 @@ func (s *server) handle(ctx context.Context, line []byte) bool {
 		} else {
 			s.replyError(nil, CodeParseError, "Parse error")
 		}
-		return false
+		return request{}, false
 	}
 	id := req.ID
 	if len(bytes.TrimSpace(id)) == 0 {
@@ -152,9 +221,15 @@ func (s *server) handle(ctx context.Context, line []byte) bool {
 			id = json.RawMessage("null")
 		}
 		s.replyError(id, CodeInvalidRequest, "Invalid Request: jsonrpc must be \"2.0\" and method a string")
-		return false
+		return request{}, false
 	}
-	method := *req.Method
+	return request{method: *req.Method, id: id, params: req.Params}, true
+}
+
+// handle answers one request other than a tool call; it reports whether the host asked
+// fledge to shut down.
+func (s *server) handle(ctx context.Context, req request) bool {
+	method, id := req.method, req.id
 	switch {
 	case method == "initialize":
 		s.reply(id, s.manifest(ctx))
@@ -163,9 +238,9 @@ func (s *server) handle(ctx context.Context, line []byte) bool {
 		s.reply(id, map[string]any{"ok": true})
 		return true
 	case method == "tool/execute":
-		s.toolExecute(ctx, id, req.Params)
+		s.toolExecute(ctx, id, req.params)
 	case strings.HasPrefix(method, "hook/") && len(method) > len("hook/"):
-		data, ok := objectParams(req.Params)
+		data, ok := objectParams(req.params)
 		if !ok {
 			s.replyError(id, CodeInvalidParams, "Invalid params: a hook's params must be an object")
 			return false
@@ -240,7 +315,21 @@ func (s *server) toolExecute(ctx context.Context, id json.RawMessage, params jso
 	if len(out) == 0 {
 		out = json.RawMessage(`""`)
 	}
-	s.reply(id, map[string]any{"success": res.Success, "result": out})
+	s.reply(id, toolAnswer{Result: out, Success: res.Success})
+}
+
+// toolAnswer is a tool/execute result, encoded without a map.
+type toolAnswer struct {
+	Result  json.RawMessage `json:"result"`
+	Success bool            `json:"success"`
+}
+
+// rpcAnswer is an answer with a result, encoded without a map (the keys in the order a
+// map's sorted keys had).
+type rpcAnswer struct {
+	ID      json.RawMessage `json:"id"`
+	JSONRPC string          `json:"jsonrpc"`
+	Result  any             `json:"result"`
 }
 
 // userText is an error as the host may show it: one line, bounded.
@@ -269,7 +358,7 @@ func (s *server) reply(id json.RawMessage, result any) {
 	if id == nil {
 		return
 	}
-	s.write(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+	s.write(rpcAnswer{ID: id, JSONRPC: "2.0", Result: result})
 }
 
 func (s *server) replyError(id json.RawMessage, code int, msg string) {

@@ -678,6 +678,9 @@ func (p *Provider) Instructions(ctx context.Context, b *core.Binding) string {
 
 // Call validates args against the tool's JSON Schema, records the decision, calls the
 // tool and records the outcome.
+// ConcurrentCalls: a server's session takes calls at once (the SDK matches answers by id).
+func (p *Provider) ConcurrentCalls() bool { return true }
+
 func (p *Provider) Call(ctx context.Context, b *core.Binding, t tools.Tool, args map[string]any) (*tools.Result, error) {
 	s, err := p.session(ctx, b)
 	if err != nil {

@@ -75,8 +75,9 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 	serveCtx := ctx
 	var srv *mcpsdk.Server
 	var feats *passOn
-	// The catalogue and some adapters are not safe for concurrent use: calls take turns,
-	// and so do the listings that keep the offered tools up to date.
+	// mu: the current catalogue and the offered tools; listings that keep them up to date
+	// take turns. Calls do not hold it: the catalogue locks its own lookups and gives a
+	// provider that is not safe for concurrent calls one call at a time.
 	var mu sync.Mutex
 	cur := cat
 	ready := make(chan struct{})
@@ -116,9 +117,12 @@ func Serve(ctx context.Context, cat *tools.Catalogue, in io.ReadCloser, out io.W
 				})
 			}
 			ctx, slot := withRawResult(ctx)
+			// The catalogue takes its own lock for the lookup and none for the call: calls
+			// of one client overlap, and their durable decisions share fsyncs.
 			mu.Lock()
-			defer mu.Unlock()
-			t, res, err := cur.Call(ctx, name, args)
+			c := cur
+			mu.Unlock()
+			t, res, err := c.Call(ctx, name, args)
 			if err != nil {
 				return errorResult(err.Error()), nil
 			}

@@ -46,6 +46,8 @@ type DefinitionsProvider interface {
 // Held reports whether a plugin's definition of that pin name (a DefinitionsProvider's)
 // is quarantined: changed or new since it was approved, as of the last listing.
 func (c *Catalogue) Held(plugin, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.held[plugin+"\x00"+name]
 }
 
@@ -236,7 +238,9 @@ func (c *Catalogue) HasPluginFor(name string) bool {
 // PluginTools lists one installed plugin's tools through the same gate as List (pins,
 // sanitised descriptions): what install shows, and pins, right after installing.
 func (c *Catalogue) PluginTools(ctx context.Context, name string) ([]Tool, error) {
-	b, err := c.Binding(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, err := c.binding(name)
 	if err != nil {
 		return nil, err
 	}

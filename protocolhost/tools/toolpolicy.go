@@ -66,6 +66,8 @@ type deniedTool struct {
 // listing): a server of the catalogue that does not offer it still refuses a call to it on
 // record (RefuseDenied).
 func (c *Catalogue) Denied(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_, ok := c.denied[name]
 	return ok
 }
@@ -73,6 +75,12 @@ func (c *Catalogue) Denied(name string) bool {
 // RefuseDenied refuses a call of a denied tool, on record: a tool_call deny with reason
 // tool_denied, the rule and who set it. Nil when the tool is not denied.
 func (c *Catalogue) RefuseDenied(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refuseDenied(name)
+}
+
+func (c *Catalogue) refuseDenied(name string) error {
 	d, ok := c.denied[name]
 	if !ok {
 		return nil
@@ -102,7 +110,9 @@ type ToolState struct {
 // ToolStates lists every tool a plugin offers (its definitions checked against their pins,
 // as for any listing) with the rules' decision on each: `fledge plugins tools NAME`.
 func (c *Catalogue) ToolStates(ctx context.Context, name string) ([]ToolState, error) {
-	b, err := c.Binding(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, err := c.binding(name)
 	if err != nil {
 		return nil, err
 	}

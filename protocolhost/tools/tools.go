@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fledgehq/fledge/audit"
+	"github.com/fledgehq/fledge/internal/filestamp"
 	"github.com/fledgehq/fledge/plugin"
 	"github.com/fledgehq/fledge/plugin/pins"
 	"github.com/fledgehq/fledge/project"
@@ -144,8 +146,12 @@ func Registered() []string {
 	return out
 }
 
-// Catalogue is every tool of every installed plugin, for one fledge invocation.
+// Catalogue is every tool of every installed plugin, for one fledge invocation. It is safe
+// for concurrent use: listings and lookups take its lock, and a call runs outside it (see
+// Call), so concurrent calls overlap (and their durable decisions share fsyncs).
 type Catalogue struct {
+	// mu guards the maps below and the providers' listings; never held across a call.
+	mu        sync.Mutex
 	host      *Host
 	reg       *plugin.Registry
 	providers map[string]Provider
@@ -163,6 +169,37 @@ type Catalogue struct {
 	denied map[string]deniedTool
 	// Hooks, when set, run around every call (tools call, serve --mcp).
 	Hooks CallHooks
+	// serial holds a call of a provider that does not say it takes concurrent calls
+	// (ConcurrentCaller): such a provider gets one call at a time, as before.
+	serial map[Provider]*sync.Mutex
+	// vetted are tools found and let through by Find, kept while what decided them holds
+	// (see findKept): the plugin's listing and its pins file, unchanged.
+	vetted map[string]vettedTool
+}
+
+// vettedTool is a tool Find let through, with the stamps of what decided it.
+type vettedTool struct {
+	tool    Tool
+	b       *core.Binding
+	listing any             // the provider's ListingVersion before the listing
+	pins    filestamp.Stamp // the pins file's stamp before the check (pinned protocols)
+}
+
+// maxVetted bounds the kept tools (one per public name called).
+const maxVetted = 1024
+
+// StableListing is a Provider that can say cheaply whether a plugin's listing is the one it
+// gave before: ListingVersion returns a value equal to an earlier one only while Tools
+// would list the same tools (ok false: it cannot tell, the listing is made again).
+type StableListing interface {
+	ListingVersion(b *core.Binding) (v any, ok bool)
+}
+
+// ConcurrentCaller is a Provider whose Call may run for several calls at once (its sessions
+// match answers to requests and its recorder is shared safely). Other providers get their
+// calls one at a time.
+type ConcurrentCaller interface {
+	ConcurrentCalls() bool
 }
 
 // NewCatalogue prepares a catalogue over the installed plugins.
@@ -202,10 +239,20 @@ func (c *Catalogue) Watch(f func(plugin string)) {
 
 // Provider is this invocation's provider of a protocol (nil if none is registered), for
 // what a protocol offers beyond tools (jsonrpc-2.0 hook chains share its live plugins).
-func (c *Catalogue) Provider(protocol string) Provider { return c.provider(protocol) }
+func (c *Catalogue) Provider(protocol string) Provider {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.provider(protocol)
+}
 
 // Binding returns the verified binding of an installed plugin (cached).
 func (c *Catalogue) Binding(name string) (*core.Binding, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.binding(name)
+}
+
+func (c *Catalogue) binding(name string) (*core.Binding, error) {
 	if b, ok := c.bindings[name]; ok {
 		return b, nil
 	}
@@ -224,9 +271,11 @@ func (c *Catalogue) Binding(name string) (*core.Binding, error) {
 // List returns every tool, sorted by name. Plugins whose tools cannot be listed are
 // reported in c.Errors and left out.
 func (c *Catalogue) List(ctx context.Context) []Tool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []Tool
 	for _, en := range c.reg.Plugins {
-		b, err := c.Binding(en.Name)
+		b, err := c.binding(en.Name)
 		if err != nil {
 			c.Errors[en.Name] = err.Error()
 			continue
@@ -265,9 +314,27 @@ func (c *Catalogue) List(ctx context.Context) []Tool {
 
 // Find returns the tool of that public name.
 func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.find(ctx, name)
+}
+
+func (c *Catalogue) find(ctx context.Context, name string) (*Tool, *core.Binding, error) {
 	if !strings.HasPrefix(name, "plugin_") {
 		return nil, nil, fmt.Errorf("%w %q: tool names are plugin_<plugin>_<tool> (see 'fledge tools list')", ErrUnknownTool, name)
 	}
+	if t, b := c.findKept(name); t != nil {
+		return t, b, nil
+	}
+	// What decides the tool, stamped before it is read (a change after the stamp makes the
+	// next call look again).
+	var (
+		listing  any
+		listed   bool
+		pinStamp filestamp.Stamp
+		pinsOK   bool
+		splits   int
+	)
 	// Plugin names may contain '_' (not jsonrpc ones): try every split. Two plugins that
 	// both offer the name cannot shadow each other: the call is refused.
 	var found *Tool
@@ -281,7 +348,7 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		if c.reg.Find(pname) == nil {
 			continue
 		}
-		b, err := c.Binding(pname)
+		b, err := c.binding(pname)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -289,6 +356,11 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		if p == nil {
 			continue
 		}
+		splits++
+		if sl, ok := p.(StableListing); ok {
+			listing, listed = sl.ListingVersion(b)
+		}
+		pinStamp, pinsOK = c.pinsStamp(b)
 		ts, err := p.Tools(ctx, b)
 		if err != nil {
 			return nil, nil, err
@@ -297,7 +369,7 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		if err := c.quarantine(b, name); err != nil {
 			return nil, nil, err
 		}
-		if err := c.RefuseDenied(name); err != nil {
+		if err := c.refuseDenied(name); err != nil {
 			return nil, nil, err
 		}
 		for i := range ts {
@@ -310,14 +382,79 @@ func (c *Catalogue) Find(ctx context.Context, name string) (*Tool, *core.Binding
 		}
 	}
 	if found != nil {
+		// Kept only when one installed plugin could offer the name (no other listing can
+		// make it ambiguous) and both stamps can vouch.
+		if splits == 1 && listed && pinsOK {
+			if c.vetted == nil || len(c.vetted) >= maxVetted {
+				c.vetted = map[string]vettedTool{}
+			}
+			c.vetted[name] = vettedTool{tool: *found, b: foundB, listing: listing, pins: pinStamp}
+		}
 		return found, foundB, nil
 	}
 	return nil, nil, fmt.Errorf("%w %q (see 'fledge tools list')", ErrUnknownTool, name)
 }
 
-// Call checks args against the tool's declaration and runs it.
+// findKept is the tool Find let through last time, while the provider says the plugin's
+// listing is the same and its pins file has the stamp it had before that check (nil
+// otherwise): the same listing, pins and (fixed for the invocation) tool rules decide the
+// same, so the listing, its schemas and the pin check are not made again for every call.
+func (c *Catalogue) findKept(name string) (*Tool, *core.Binding) {
+	v, ok := c.vetted[name]
+	if !ok {
+		return nil, nil
+	}
+	sl, ok := c.provider(v.b.Manifest.Plugin.Protocol).(StableListing)
+	if !ok {
+		return nil, nil
+	}
+	if ver, ok := sl.ListingVersion(v.b); !ok || ver != v.listing {
+		delete(c.vetted, name)
+		return nil, nil
+	}
+	if st, ok := c.pinsStamp(v.b); !ok || st != v.pins {
+		delete(c.vetted, name)
+		return nil, nil
+	}
+	t := v.tool
+	t.Params = append([]Param(nil), v.tool.Params...)
+	return &t, v.b
+}
+
+// pinsStamp is the stamp of the plugin's pins file when its protocol is pinned (the zero
+// stamp, true, when it is not: nothing on disk decides it), ok false when it cannot vouch
+// (no file yet, changed within the last second).
+func (c *Catalogue) pinsStamp(b *core.Binding) (filestamp.Stamp, bool) {
+	if !pinned[b.Manifest.Plugin.Protocol] {
+		return filestamp.Stamp{}, true
+	}
+	fi, err := os.Lstat(pins.Path(c.host.Env.ConfigDir, b.Entry.Name))
+	if err != nil {
+		return filestamp.Stamp{}, false
+	}
+	return filestamp.Of(fi, time.Now())
+}
+
+// Call checks args against the tool's declaration and runs it. The lookup holds the
+// catalogue's lock; the call itself does not, so calls of a ConcurrentCaller overlap.
 func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) (*Tool, *Result, error) {
-	t, b, err := c.Find(ctx, name)
+	c.mu.Lock()
+	t, b, err := c.find(ctx, name)
+	var p Provider
+	var one *sync.Mutex
+	if err == nil {
+		p = c.provider(b.Manifest.Plugin.Protocol)
+		if cc, ok := p.(ConcurrentCaller); !ok || !cc.ConcurrentCalls() {
+			if c.serial == nil {
+				c.serial = map[Provider]*sync.Mutex{}
+			}
+			if one = c.serial[p]; one == nil {
+				one = &sync.Mutex{}
+				c.serial[p] = one
+			}
+		}
+	}
+	c.mu.Unlock()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -325,8 +462,11 @@ func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) 
 		c.Refuse(b, t, args, err)
 		return t, nil, err
 	}
-	p := c.provider(b.Manifest.Plugin.Protocol)
 	res, err := c.callWithHooks(ctx, p, t, args, func(args map[string]any) (*Result, error) {
+		if one != nil {
+			one.Lock()
+			defer one.Unlock()
+		}
 		return p.Call(ctx, b, *t, args)
 	})
 	return t, res, err
@@ -334,8 +474,14 @@ func (c *Catalogue) Call(ctx context.Context, name string, args map[string]any) 
 
 // Close ends every provider's plugins.
 func (c *Catalogue) Close() error {
-	var errs []error
+	c.mu.Lock()
+	ps := make([]Provider, 0, len(c.providers))
 	for _, p := range c.providers {
+		ps = append(ps, p)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, p := range ps {
 		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)
