@@ -34,6 +34,13 @@ import (
 // HeadSuffix names the head file: <log path> + HeadSuffix.
 const HeadSuffix = ".head"
 
+// Sidecars are the files fledge keeps beside a log at path: its lock, the truncation head,
+// the shared fsync count, the export cursor and its lock. Each steers how the log is
+// written or shipped, so nothing but fledge may write them (policy denies them with the log).
+func Sidecars(path string) []string {
+	return []string{path + ".lock", path + HeadSuffix, path + SyncSuffix, CursorPath(path), CursorPath(path) + ".lock"}
+}
+
 const (
 	headSlotBytes = 512
 	headVersion   = 1

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/egress"
 
 	"github.com/fledgehq/fledge/sandbox"
@@ -61,7 +62,7 @@ type Paths struct {
 
 // Deny rule (how every profile encodes "never the fledge config or state dirs"):
 //
-// Deny holds ConfigDir, StateDir and the audit log. No allow entry may be equal to or an
+// Deny holds ConfigDir, StateDir, the audit log and the files fledge keeps beside it. No allow entry may be equal to or an
 // ancestor of a Deny path (the Linux sandbox refuses such a Spec, since Landlock cannot
 // subtract). An allow entry strictly INSIDE a Deny path is an explicit carve-out and is
 // permitted: the plugin's own dir and data dir live in <config>/plugins/<name>, and granting
@@ -70,7 +71,12 @@ type Paths struct {
 // express it as deny rules followed by the carve-out allows.
 func denyList(p Paths) []string {
 	var d []string
-	for _, x := range []string{p.ConfigDir, p.StateDir, p.AuditLog} {
+	paths := []string{p.ConfigDir, p.StateDir, p.AuditLog}
+	if p.AuditLog != "" {
+		// Outside the state dir the files beside the log are not covered by it.
+		paths = append(paths, audit.Sidecars(filepath.Clean(p.AuditLog))...)
+	}
+	for _, x := range paths {
 		if x == "" {
 			continue
 		}

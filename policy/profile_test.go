@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/sandbox"
 )
 
@@ -119,10 +120,25 @@ func TestDenyListAuditLog(t *testing.T) {
 	p := testPaths()
 	p.AuditLog = "/var/log/fledge/audit.jsonl"
 	a := ExecAccess(p, nil)
-	assert.Equal(t, []string{p.ConfigDir, p.StateDir, p.AuditLog}, a.Deny)
+	assert.Equal(t, append([]string{p.ConfigDir, p.StateDir, p.AuditLog}, audit.Sidecars(p.AuditLog)...), a.Deny)
 	p.AuditLog = p.StateDir + "/audit.jsonl" // already covered by the state dir
 	a = ExecAccess(p, nil)
 	assert.Equal(t, []string{p.ConfigDir, p.StateDir}, a.Deny)
+}
+
+// The files fledge keeps beside a log outside the state dir steer how it writes that log (its
+// lock, the truncation head, the shared fsync count, the export cursor): a grant naming one
+// of them exactly is refused like a grant of the log itself.
+func TestDenyListCoversAuditSidecars(t *testing.T) {
+	p := testPaths()
+	p.AuditLog = "/var/log/fledge/audit.jsonl"
+	for _, side := range audit.Sidecars(p.AuditLog) {
+		a := ExecAccess(p, nil)
+		a.ReadWrite = append(a.ReadWrite, side)
+		assert.Error(t, CheckAccess(a), side)
+	}
+	assert.Contains(t, audit.Sidecars(p.AuditLog), p.AuditLog+".sync")
+	assert.Contains(t, audit.Sidecars(p.AuditLog), p.AuditLog+".head")
 }
 
 func TestCheckAccess(t *testing.T) {
