@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -89,6 +92,27 @@ func GitWith(ctx context.Context, run Runner, root string, args ...string) (stri
 	return string(out), nil
 }
 
+// mayBeInRepo is false only when neither dir nor any directory above it has an entry named
+// `.git` (of any type). It looks at names only, never into a repository: whatever it finds
+// (or cannot tell) is left to the confined git to read.
+func mayBeInRepo(dir string) bool {
+	dir = filepath.Clean(dir)
+	if !filepath.IsAbs(dir) {
+		return true
+	}
+	for {
+		_, err := os.Lstat(filepath.Join(dir, ".git"))
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return true // there, or unknown (a directory it may not search): git decides
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return false
+		}
+		dir = parent
+	}
+}
+
 type limitedBuffer struct {
 	bytes.Buffer
 	max  int
@@ -114,8 +138,15 @@ type GitInfo struct {
 // ReadGitInfo returns nil when root is not a git work tree (git run directly).
 func ReadGitInfo(ctx context.Context, root string) *GitInfo { return ReadGitInfoWith(ctx, Local, root) }
 
-// ReadGitInfoWith is ReadGitInfo with git run through run.
+// ReadGitInfoWith is ReadGitInfo with git run through run. Where neither root nor any
+// directory above it has a `.git` entry, git is not run at all: it would answer "not a work
+// tree" (git finds a work tree only through a `.git` directory or file at or above it, and
+// its environment, gitEnv, names no GIT_DIR), and a confined git costs a whole sandboxed
+// launch (a pid-namespace holder, a view, cgroups) on every plugin start outside a repository.
 func ReadGitInfoWith(ctx context.Context, run Runner, root string) *GitInfo {
+	if !mayBeInRepo(root) {
+		return nil
+	}
 	Git := func(ctx context.Context, root string, args ...string) (string, error) {
 		return GitWith(ctx, run, root, args...)
 	}
