@@ -150,18 +150,20 @@ func ReadGitInfoWith(ctx context.Context, run Runner, root string) *GitInfo {
 	Git := func(ctx context.Context, root string, args ...string) (string, error) {
 		return GitWith(ctx, run, root, args...)
 	}
-	inside, err := Git(ctx, root, "rev-parse", "--is-inside-work-tree")
-	if err != nil || strings.TrimSpace(inside) != "true" {
-		return nil
-	}
-	gi := &GitInfo{}
-	if b, err := Git(ctx, root, "symbolic-ref", "--quiet", "--short", "HEAD"); err == nil {
-		gi.Branch = strings.TrimSpace(b)
-	} else if b, err := Git(ctx, root, "rev-parse", "--short", "HEAD"); err == nil {
-		gi.Branch = strings.TrimSpace(b) // detached HEAD
-	}
-	if st, err := Git(ctx, root, "status", "--porcelain"); err == nil {
-		gi.Dirty = strings.TrimSpace(st) != ""
+	gi, err := statusInfo(ctx, Git, root)
+	if err != nil {
+		// status refused: not a work tree, or a repository it cannot read whole (or more
+		// changes than the output bound, so dirty); ask the way that tells them apart.
+		inside, err2 := Git(ctx, root, "rev-parse", "--is-inside-work-tree")
+		if err2 != nil || strings.TrimSpace(inside) != "true" {
+			return nil
+		}
+		gi = &GitInfo{Dirty: errors.Is(err, ErrGitOutputTooLarge)}
+		if b, err := Git(ctx, root, "symbolic-ref", "--quiet", "--short", "HEAD"); err == nil {
+			gi.Branch = strings.TrimSpace(b)
+		} else if b, err := Git(ctx, root, "rev-parse", "--short", "HEAD"); err == nil {
+			gi.Branch = strings.TrimSpace(b) // detached HEAD
+		}
 	}
 	if rs, err := Git(ctx, root, "remote"); err == nil {
 		remotes := trimLines(rs)
@@ -182,4 +184,38 @@ func ReadGitInfoWith(ctx context.Context, run Runner, root string) *GitInfo {
 		}
 	}
 	return gi
+}
+
+// statusInfo reads the branch and whether the work tree is dirty with one git call (each
+// is a confined launch): `status --porcelain=v2 --branch` fails outside a work tree (as
+// `rev-parse --is-inside-work-tree` says false there), names the branch as `symbolic-ref
+// --short HEAD` does (without the `heads/` it adds where a tag has the same name), and lists the same entries as `status --porcelain` (tracked changes
+// and untracked files). Ahead/behind counts, which walk history, are not asked for. A
+// detached HEAD costs a second call, for its short name.
+func statusInfo(ctx context.Context, Git func(context.Context, string, ...string) (string, error), root string) (*GitInfo, error) {
+	out, err := Git(ctx, root, "status", "--porcelain=v2", "--branch", "--no-ahead-behind")
+	if err != nil {
+		return nil, err
+	}
+	gi := &GitInfo{}
+	head, detached := "", false
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "# branch.head "):
+			head = strings.TrimPrefix(line, "# branch.head ")
+			detached = head == "(detached)"
+		case strings.HasPrefix(line, "#"):
+		default:
+			gi.Dirty = true
+		}
+	}
+	gi.Branch = head
+	if detached {
+		gi.Branch = ""
+		if b, err := Git(ctx, root, "rev-parse", "--short", "HEAD"); err == nil {
+			gi.Branch = strings.TrimSpace(b)
+		}
+	}
+	return gi, nil
 }
