@@ -189,9 +189,10 @@ func ReadGitInfoWith(ctx context.Context, run Runner, root string) *GitInfo {
 // statusInfo reads the branch and whether the work tree is dirty with one git call (each
 // is a confined launch): `status --porcelain=v2 --branch` fails outside a work tree (as
 // `rev-parse --is-inside-work-tree` says false there), names the branch as `symbolic-ref
-// --short HEAD` does (without the `heads/` it adds where a tag has the same name), and lists the same entries as `status --porcelain` (tracked changes
-// and untracked files). Ahead/behind counts, which walk history, are not asked for. A
-// detached HEAD costs a second call, for its short name.
+// --short HEAD` does (without the `heads/` that adds where a tag has the same name), and
+// lists the same entries as `status --porcelain` (tracked changes and untracked files).
+// Ahead/behind counts, which walk history, are not asked for. A detached HEAD costs a
+// second call, for its short name.
 func statusInfo(ctx context.Context, Git func(context.Context, string, ...string) (string, error), root string) (*GitInfo, error) {
 	out, err := Git(ctx, root, "status", "--porcelain=v2", "--branch", "--no-ahead-behind")
 	if err != nil {
