@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -89,6 +92,27 @@ func GitWith(ctx context.Context, run Runner, root string, args ...string) (stri
 	return string(out), nil
 }
 
+// mayBeInRepo is false only when neither dir nor any directory above it has an entry named
+// `.git` (of any type). It looks at names only, never into a repository: whatever it finds
+// (or cannot tell) is left to the confined git to read.
+func mayBeInRepo(dir string) bool {
+	dir = filepath.Clean(dir)
+	if !filepath.IsAbs(dir) {
+		return true
+	}
+	for {
+		_, err := os.Lstat(filepath.Join(dir, ".git"))
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return true // there, or unknown (a directory it may not search): git decides
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return false
+		}
+		dir = parent
+	}
+}
+
 type limitedBuffer struct {
 	bytes.Buffer
 	max  int
@@ -114,23 +138,32 @@ type GitInfo struct {
 // ReadGitInfo returns nil when root is not a git work tree (git run directly).
 func ReadGitInfo(ctx context.Context, root string) *GitInfo { return ReadGitInfoWith(ctx, Local, root) }
 
-// ReadGitInfoWith is ReadGitInfo with git run through run.
+// ReadGitInfoWith is ReadGitInfo with git run through run. Where neither root nor any
+// directory above it has a `.git` entry, git is not run at all: it would answer "not a work
+// tree" (git finds a work tree only through a `.git` directory or file at or above it, and
+// its environment, gitEnv, names no GIT_DIR), and a confined git costs a whole sandboxed
+// launch (a pid-namespace holder, a view, cgroups) on every plugin start outside a repository.
 func ReadGitInfoWith(ctx context.Context, run Runner, root string) *GitInfo {
+	if !mayBeInRepo(root) {
+		return nil
+	}
 	Git := func(ctx context.Context, root string, args ...string) (string, error) {
 		return GitWith(ctx, run, root, args...)
 	}
-	inside, err := Git(ctx, root, "rev-parse", "--is-inside-work-tree")
-	if err != nil || strings.TrimSpace(inside) != "true" {
-		return nil
-	}
-	gi := &GitInfo{}
-	if b, err := Git(ctx, root, "symbolic-ref", "--quiet", "--short", "HEAD"); err == nil {
-		gi.Branch = strings.TrimSpace(b)
-	} else if b, err := Git(ctx, root, "rev-parse", "--short", "HEAD"); err == nil {
-		gi.Branch = strings.TrimSpace(b) // detached HEAD
-	}
-	if st, err := Git(ctx, root, "status", "--porcelain"); err == nil {
-		gi.Dirty = strings.TrimSpace(st) != ""
+	gi, err := statusInfo(ctx, Git, root)
+	if err != nil {
+		// status refused: not a work tree, or a repository it cannot read whole (or more
+		// changes than the output bound, so dirty); ask the way that tells them apart.
+		inside, err2 := Git(ctx, root, "rev-parse", "--is-inside-work-tree")
+		if err2 != nil || strings.TrimSpace(inside) != "true" {
+			return nil
+		}
+		gi = &GitInfo{Dirty: errors.Is(err, ErrGitOutputTooLarge)}
+		if b, err := Git(ctx, root, "symbolic-ref", "--quiet", "--short", "HEAD"); err == nil {
+			gi.Branch = strings.TrimSpace(b)
+		} else if b, err := Git(ctx, root, "rev-parse", "--short", "HEAD"); err == nil {
+			gi.Branch = strings.TrimSpace(b) // detached HEAD
+		}
 	}
 	if rs, err := Git(ctx, root, "remote"); err == nil {
 		remotes := trimLines(rs)
@@ -151,4 +184,39 @@ func ReadGitInfoWith(ctx context.Context, run Runner, root string) *GitInfo {
 		}
 	}
 	return gi
+}
+
+// statusInfo reads the branch and whether the work tree is dirty with one git call (each
+// is a confined launch): `status --porcelain=v2 --branch` fails outside a work tree (as
+// `rev-parse --is-inside-work-tree` says false there), names the branch as `symbolic-ref
+// --short HEAD` does (without the `heads/` that adds where a tag has the same name), and
+// lists the same entries as `status --porcelain` (tracked changes and untracked files).
+// Ahead/behind counts, which walk history, are not asked for. A detached HEAD costs a
+// second call, for its short name.
+func statusInfo(ctx context.Context, Git func(context.Context, string, ...string) (string, error), root string) (*GitInfo, error) {
+	out, err := Git(ctx, root, "status", "--porcelain=v2", "--branch", "--no-ahead-behind")
+	if err != nil {
+		return nil, err
+	}
+	gi := &GitInfo{}
+	head, detached := "", false
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "# branch.head "):
+			head = strings.TrimPrefix(line, "# branch.head ")
+			detached = head == "(detached)"
+		case strings.HasPrefix(line, "#"):
+		default:
+			gi.Dirty = true
+		}
+	}
+	gi.Branch = head
+	if detached {
+		gi.Branch = ""
+		if b, err := Git(ctx, root, "rev-parse", "--short", "HEAD"); err == nil {
+			gi.Branch = strings.TrimSpace(b)
+		}
+	}
+	return gi, nil
 }

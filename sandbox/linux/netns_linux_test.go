@@ -247,3 +247,42 @@ func TestNetNSAheadDistinctSideBySide(t *testing.T) {
 	}
 	assert.Greater(t, aheadNetNS.taken.Load(), taken, "some runs entered namespaces made ahead")
 }
+
+// TestNetNSProbeKeptForFirstRun: the namespace New's probe made is kept as one made ahead,
+// and the first run without network enters it (no second namespace made for it). It is as
+// fresh as any of the pool's: not the host's, nothing but a loopback device, no socket of
+// anyone's.
+func TestNetNSProbeKeptForFirstRun(t *testing.T) {
+	aheadNetNS.drain()
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	testutil.SkipUnlessSupported(t, sb.netns, "no network namespaces here")
+	aheadNetNS.mu.Lock()
+	require.Len(t, aheadNetNS.ready, 1, "the probe's namespace is kept")
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(aheadNetNS.ready[0], &st))
+	aheadNetNS.mu.Unlock()
+	probeNS := fmt.Sprintf("net:[%d]", st.Ino)
+	hostNS, err := os.Readlink("/proc/self/ns/net")
+	require.NoError(t, err)
+	taken := aheadNetNS.taken.Load()
+
+	e := newEnv(t)
+	spec := e.spec(`readlink /proc/self/ns/net; echo --; cat /proc/net/dev; echo --; cat /proc/net/unix`)
+	spec.UnixSockets = true
+	res, out, errOut := run(t, sb, spec)
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	assert.Equal(t, taken+1, aheadNetNS.taken.Load(), "the first run entered a namespace made ahead")
+	parts := strings.Split(out, "--\n")
+	require.Len(t, parts, 3, out)
+	ns := strings.TrimSpace(parts[0])
+	assert.Equal(t, probeNS, ns, "the first run is in the probe's namespace")
+	assert.NotEqual(t, hostNS, ns, "the first run is in the host's namespace")
+	var ifaces []string
+	for _, l := range strings.Split(parts[1], "\n") {
+		if name, _, ok := strings.Cut(l, ":"); ok {
+			ifaces = append(ifaces, strings.TrimSpace(name))
+		}
+	}
+	assert.Equal(t, []string{"lo"}, ifaces, "devices of the probe's namespace")
+	assert.Equal(t, 1, strings.Count(strings.TrimSpace(parts[2]), "\n")+1, "unix sockets in the probe's namespace: %s", parts[2])
+}

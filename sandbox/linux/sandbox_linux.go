@@ -291,15 +291,9 @@ func (s *Sandbox) tryUserView(opts Options) (bool, error) {
 // LandlockABI is the ABI this sandbox applies (0 = none).
 func (s *Sandbox) LandlockABI() int { return s.abi }
 
-// canUnshareNet tries unshare(CLONE_NEWNET) on a throwaway thread: the goroutine exits
-// still locked, so the runtime discards the thread and its namespace with it.
-func canUnshareNet() bool {
-	ok := false
-	// Never the main thread, which is wedged rather than ended when its locked goroutine
-	// exits, and would stay in the probe's namespace.
-	onDiscardedThread(func() { ok = unix.Unshare(unix.CLONE_NEWNET) == nil })
-	return ok
-}
+// canUnshareNet tries unshare(CLONE_NEWNET) on a throwaway thread, and keeps the namespace
+// it made as one made ahead (netNamespaces.probe).
+func canUnshareNet() bool { return aheadNetNS.probe() }
 
 // canBuildView tries a mount namespace on a throwaway thread (like canUnshareNet): a view
 // needs CAP_SYS_ADMIN there.
