@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: MIT
+
+//go:build linux
+
+package netstack
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fledgehq/fledge/egress"
+)
+
+// truncServer answers every request with a body whose end is the connection's end (no
+// Content-Length, no chunks: a client cannot tell a cut body from a whole one by its
+// framing, only by how the connection ended):
+//   - /big: 16 MiB, then a clean close;
+//   - /reset: 1 MiB, then a reset (the destination failed mid-body);
+//   - /stall: 1 MiB, then nothing while the connection stays open.
+func truncServer(t *testing.T) (port int) {
+	t.Helper()
+	l, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	chunk := make([]byte, 64<<10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+				n := 16 << 20
+				if req.URL.Path != "/big" {
+					n = 1 << 20
+				}
+				for sent := 0; sent < n; sent += len(chunk) {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+				switch req.URL.Path {
+				case "/reset":
+					c.(*net.TCPConn).SetLinger(0)
+				case "/stall":
+					time.Sleep(10 * time.Second)
+				}
+			}()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// fetchEnd downloads path on a new connection to addr in the namespace and returns the
+// bytes read and how the connection ended (nil: a clean end, the body looks whole).
+func fetchEnd(t *testing.T, d *nsDialer, addr, path string) (int64, error) {
+	t.Helper()
+	c, err := d.dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: svc.test\r\n\r\n", path)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength != -1 {
+		t.Fatalf("the body has a length (%d): the test needs one ended by the connection", resp.ContentLength)
+	}
+	// A slow reader: fledge's side fills and waits, as a busy program makes it.
+	var n int64
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := resp.Body.Read(buf)
+		n += int64(k)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if n < 2<<20 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// TestEgressCutTransferResets: a transfer fledge cannot complete (the connection's byte
+// bound, the destination's reset, the idle timeout) reaches the program as a reset, never
+// as a clean end that makes a cut body look whole, on every spliced path: an address grant,
+// a granted name (each request decided, answers followed) and a granted host loopback port;
+// the close is recorded with why.
+func TestEgressCutTransferResets(t *testing.T) {
+	needEngine(t)
+	port := truncServer(t)
+	p := strconv.Itoa(port)
+	host := hostAddr(t)
+	n := &names{m: map[string]string{"svc.test": host}}
+	for _, via := range []string{"address", "name", "loopback"} {
+		for _, c := range []struct {
+			path, reason string
+			lim          egress.Limits
+		}{
+			{"/big", egress.ReasonLimit, egress.Limits{MaxBytes: 4 << 20}},
+			{"/reset", "closed", egress.Limits{}},
+			{"/stall", "idle_timeout", egress.Limits{IdleTimeout: 500 * time.Millisecond}},
+		} {
+			t.Run(via+c.path, func(t *testing.T) {
+				grants := map[string][]string{"address": {host + ":" + p},
+					// The host's own address is reached by name only when it is granted too.
+					"name": {"svc.test:" + p, host + ":" + p}, "loopback": {"localhost:" + p}}[via]
+				e, rec := startEngine(t, grants, n, c.lim)
+				d := newNSDialer(t, e.NetNS())
+				target := host
+				switch via {
+				case "name":
+					fake, ok := e.fake.assign("svc.test")
+					if !ok {
+						t.Fatal("no session address for svc.test")
+					}
+					target = fake.String()
+				case "loopback":
+					target = "127.0.0.1"
+				}
+				start := time.Now()
+				got, err := fetchEnd(t, d, target+":"+p, c.path)
+				if err == nil {
+					t.Fatalf("%s: the connection ended cleanly after %d bytes: a cut body looks whole", c.path, got)
+				}
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatalf("%s: after %d bytes the read failed with %v, want a reset", c.path, got, err)
+				}
+				if time.Since(start) > 15*time.Second {
+					t.Fatalf("%s: the reset took %v", c.path, time.Since(start))
+				}
+				if ev := rec.await(egress.EventClose, "", true, c.reason); ev == nil {
+					t.Fatalf("no close record with reason %s: %+v", c.reason, rec.all())
+				}
+			})
+		}
+	}
+}
