@@ -671,7 +671,30 @@ func (e *Engine) accept(r *tcp.ForwarderRequest) net.Conn {
 	r.Complete(false)
 	ep.SocketOptions().SetKeepAlive(false)
 	ep.SocketOptions().SetDelayOption(false) // no Nagle: the program's small writes go out at once
-	return gonet.NewTCPConn(&wq, ep)
+	return &stackConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep}
+}
+
+// stackConn is a program's connection in the namespace's stack; unlike gonet's, it can be
+// ended with a reset (SetLinger, as net.TCPConn's).
+type stackConn struct {
+	*gonet.TCPConn
+	ep tcpip.Endpoint
+}
+
+// SetLinger 0 makes Close send a reset and drop what is unsent (net.TCPConn.SetLinger).
+func (c *stackConn) SetLinger(sec int) error {
+	c.ep.SocketOptions().SetLinger(tcpip.LingerOption{Enabled: sec >= 0, Timeout: time.Duration(max(sec, 0)) * time.Second})
+	return nil
+}
+
+// reset ends c with a reset (TCP RST) instead of a clean end: a transfer fledge cuts (the
+// byte bound, the idle timeout, the other side's failure) must fail where the program or
+// the destination can see it, never end like a whole stream. What is unsent is dropped.
+func reset(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = l.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // refuseNow records a refusal made before any decision (a bound), then refuses.
@@ -758,6 +781,8 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, how spliceMode, start t
 	}
 	done := make(chan struct{})
 	closeAll := func() { c.Close(); up.Close() }
+	// resetAll ends a connection fledge cuts: both sides see a reset, not a clean end.
+	resetAll := func() { reset(c); reset(up) }
 	// Idle watchdog and shutdown with the engine.
 	go func() {
 		t := time.NewTicker(idleTick(e.lim.IdleTimeout))
@@ -767,12 +792,12 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, how spliceMode, start t
 			case <-done:
 				return
 			case <-e.ctx.Done():
-				closeAll()
+				resetAll()
 				return
 			case now := <-t.C:
 				if now.Sub(time.Unix(0, last.Load())) > e.lim.IdleTimeout {
 					setReason("idle_timeout")
-					closeAll()
+					resetAll()
 					return
 				}
 			}
@@ -781,29 +806,26 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, how spliceMode, start t
 	var wg sync.WaitGroup
 	wg.Add(2)
 	if how.checkName {
-		f := newFlow(e, c, up, ev, &in, &out, &last, setReason, closeAll)
+		f := newFlow(e, c, up, ev, &in, &out, &last, setReason, resetAll)
 		f.proxied = how.proxied
 		go func() { defer wg.Done(); f.requests() }()
 		go func() { defer wg.Done(); f.responses() }()
 	} else {
-		go func() { // program -> destination
-			defer wg.Done()
-			if e.copy(up, c, &out, &last) {
+		// A clean end is passed on as one (half-close); the byte bound or either side's
+		// failure ends the whole connection with a reset.
+		end := func(err error, dst net.Conn) {
+			switch {
+			case err == nil:
+				halfClose(dst)
+			case errors.Is(err, errLimit):
 				setReason(egress.ReasonLimit)
-				closeAll()
-				return
+				resetAll()
+			default:
+				resetAll()
 			}
-			halfClose(up)
-		}()
-		go func() { // destination -> program
-			defer wg.Done()
-			if e.copy(c, up, &in, &last) {
-				setReason(egress.ReasonLimit)
-				closeAll()
-				return
-			}
-			halfClose(c)
-		}()
+		}
+		go func() { defer wg.Done(); end(e.copy(up, c, &out, &last), up) }() // program -> destination
+		go func() { defer wg.Done(); end(e.copy(c, up, &in, &last), c) }()   // destination -> program
 	}
 	wg.Wait()
 	close(done)
@@ -832,8 +854,9 @@ func idleTick(d time.Duration) time.Duration {
 // copyBufs are the splice buffers, reused: a flood of short connections costs no garbage.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
-// copy moves bytes src -> dst and reports whether the byte bound stopped it.
-func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
+// copy moves bytes src -> dst until src's clean end (nil), the byte bound (errLimit) or
+// either side's error.
+func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -841,15 +864,18 @@ func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
 		k, err := src.Read(buf)
 		if k > 0 {
 			if n.Add(int64(k)) > e.lim.MaxBytes {
-				return true
+				return errLimit
 			}
 			last.Store(time.Now().UnixNano())
 			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return false
+				return werr
 			}
 		}
+		if err == io.EOF {
+			return nil
+		}
 		if err != nil {
-			return false
+			return err
 		}
 	}
 }
