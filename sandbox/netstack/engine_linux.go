@@ -821,6 +821,7 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, how spliceMode, start t
 				setReason(egress.ReasonLimit)
 				resetAll()
 			default:
+				setReason(egress.ReasonReset)
 				resetAll()
 			}
 		}

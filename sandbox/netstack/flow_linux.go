@@ -136,6 +136,8 @@ func (f *flow) endOut(err error) {
 func (f *flow) ioEnd(err error) {
 	if errors.Is(err, errLimit) {
 		f.setReason(egress.ReasonLimit)
+	} else {
+		f.setReason(egress.ReasonReset)
 	}
 	f.closeAll()
 }
@@ -635,6 +637,7 @@ func (f *flow) endIn(err error) {
 		f.setReason(egress.ReasonLimit)
 		f.closeAll()
 	default:
+		f.setReason(egress.ReasonReset)
 		f.closeAll()
 	}
 }

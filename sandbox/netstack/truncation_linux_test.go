@@ -6,6 +6,7 @@ package netstack
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -122,7 +123,7 @@ func TestEgressCutTransferResets(t *testing.T) {
 			lim          egress.Limits
 		}{
 			{"/big", egress.ReasonLimit, egress.Limits{MaxBytes: 4 << 20}},
-			{"/reset", "closed", egress.Limits{}},
+			{"/reset", egress.ReasonReset, egress.Limits{}},
 			{"/stall", "idle_timeout", egress.Limits{IdleTimeout: 500 * time.Millisecond}},
 		} {
 			t.Run(via+c.path, func(t *testing.T) {
@@ -158,5 +159,70 @@ func TestEgressCutTransferResets(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestEgressCutTransferResetsBoundSecret: the same through a bound secret's destination
+// (fledge terminates TLS, puts the token in and answers from its own HTTP server): an answer
+// the destination cuts (its reset mid-body) never reaches the program as a clean end, even
+// framed by the connection's end (an HTTP/1.0 request), and is recorded.
+func TestEgressCutTransferResetsBoundSecret(t *testing.T) {
+	needEngine(t)
+	ca := newTestCA(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cert := ca.leaf(t, "api.test")
+	go func() {
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer raw.Close()
+				_ = raw.SetDeadline(time.Now().Add(30 * time.Second))
+				c := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+				chunk := make([]byte, 64<<10)
+				for i := 0; i < 16; i++ {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+				raw.(*net.TCPConn).SetLinger(0) // the destination fails mid-body
+			}()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	_, otherPort, _ := server(t, "other-body")
+	for _, proto := range []string{"HTTP/1.0", "HTTP/1.1"} {
+		t.Run(proto, func(t *testing.T) {
+			e, rec, ph, bundle := injectEngine(t, port, otherPort, ca.pool)
+			d := newNSDialer(t, e.NetNS())
+			c := attackConn(t, e, d, "api.test", port, true, bundle)
+			fmt.Fprintf(c, "GET /cut %s\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n\r\n", proto, ph)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer head: %v", err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				t.Fatalf("the answer ended cleanly after %d bytes: a cut body looks whole", n)
+			}
+			// The request went out (the secret in it): its record says the answer was cut.
+			if rec.await(egress.EventHTTP, "api.test", true, egress.ReasonReset) == nil {
+				t.Fatalf("no record of the cut answer: %+v", rec.all())
+			}
+			if rec.await(egress.EventClose, "api.test", true, egress.ReasonReset) == nil {
+				t.Fatalf("the connection's close does not say it was cut: %+v", rec.all())
+			}
+		})
 	}
 }
