@@ -7,11 +7,13 @@ package netstack
 import (
 	"bufio"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"syscall"
 	"testing"
@@ -69,18 +71,14 @@ func truncServer(t *testing.T) (port int) {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// fetchEnd downloads path on a new connection to addr in the namespace and returns the
-// bytes read and how the connection ended (nil: a clean end, the body looks whole).
-func fetchEnd(t *testing.T, d *nsDialer, addr, path string) (int64, error) {
+// fetchEnd downloads path on c and returns the bytes read and how the connection ended
+// (nil: a clean end, the body looks whole).
+func fetchEnd(t *testing.T, c net.Conn, br *bufio.Reader, path string) (int64, error) {
 	t.Helper()
-	c, err := d.dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: svc.test\r\n\r\n", path)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -109,15 +107,15 @@ func fetchEnd(t *testing.T, d *nsDialer, addr, path string) (int64, error) {
 // TestEgressCutTransferResets: a transfer fledge cannot complete (the connection's byte
 // bound, the destination's reset, the idle timeout) reaches the program as a reset, never
 // as a clean end that makes a cut body look whole, on every spliced path: an address grant,
-// a granted name (each request decided, answers followed) and a granted host loopback port;
-// the close is recorded with why.
+// a granted name (each request decided, answers followed), a granted host loopback port and
+// a CONNECT tunnel through the session's proxy; the close is recorded with why.
 func TestEgressCutTransferResets(t *testing.T) {
 	needEngine(t)
 	port := truncServer(t)
 	p := strconv.Itoa(port)
 	host := hostAddr(t)
 	n := &names{m: map[string]string{"svc.test": host}}
-	for _, via := range []string{"address", "name", "loopback"} {
+	for _, via := range []string{"address", "name", "loopback", "proxy"} {
 		for _, c := range []struct {
 			path, reason string
 			lim          egress.Limits
@@ -129,22 +127,36 @@ func TestEgressCutTransferResets(t *testing.T) {
 			t.Run(via+c.path, func(t *testing.T) {
 				grants := map[string][]string{"address": {host + ":" + p},
 					// The host's own address is reached by name only when it is granted too.
-					"name": {"svc.test:" + p, host + ":" + p}, "loopback": {"localhost:" + p}}[via]
-				e, rec := startEngine(t, grants, n, c.lim)
-				d := newNSDialer(t, e.NetNS())
-				target := host
-				switch via {
-				case "name":
-					fake, ok := e.fake.assign("svc.test")
-					if !ok {
-						t.Fatal("no session address for svc.test")
+					"name": {"svc.test:" + p, host + ":" + p}, "loopback": {"localhost:" + p},
+					"proxy": {"svc.test:" + p, host + ":" + p}}[via]
+				var conn net.Conn
+				var br *bufio.Reader
+				var rec *recorder
+				if via == "proxy" {
+					conn, br, rec = proxyTunnel(t, grants, n, c.lim, "svc.test:"+p)
+				} else {
+					var e *Engine
+					e, rec = startEngine(t, grants, n, c.lim)
+					d := newNSDialer(t, e.NetNS())
+					target := host
+					switch via {
+					case "name":
+						fake, ok := e.fake.assign("svc.test")
+						if !ok {
+							t.Fatal("no session address for svc.test")
+						}
+						target = fake.String()
+					case "loopback":
+						target = "127.0.0.1"
 					}
-					target = fake.String()
-				case "loopback":
-					target = "127.0.0.1"
+					var err error
+					if conn, err = d.dial(target + ":" + p); err != nil {
+						t.Fatal(err)
+					}
+					br = bufio.NewReader(conn)
 				}
 				start := time.Now()
-				got, err := fetchEnd(t, d, target+":"+p, c.path)
+				got, err := fetchEnd(t, conn, br, c.path)
 				if err == nil {
 					t.Fatalf("%s: the connection ended cleanly after %d bytes: a cut body looks whole", c.path, got)
 				}
@@ -160,6 +172,40 @@ func TestEgressCutTransferResets(t *testing.T) {
 			})
 		}
 	}
+}
+
+// proxyTunnel is a CONNECT tunnel to authority through an engine's session proxy.
+func proxyTunnel(t *testing.T, grants []string, n *names, lim egress.Limits, authority string) (net.Conn, *bufio.Reader, *recorder) {
+	t.Helper()
+	pol, err := egress.NewPolicy(false, grants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	e, err := NewShared(Config{Policy: pol, Limits: lim, Record: rec.add, Resolve: n.resolve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	px, err := e.StartProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(px.URL("http"))
+	pw, _ := u.User.Password()
+	c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", px.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", authority, authority,
+		base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT %s: %v %v", authority, err, resp)
+	}
+	return c, br, rec
 }
 
 // TestEgressCutTransferResetsBoundSecret: the same through a bound secret's destination
