@@ -22,6 +22,7 @@ const (
 	ReasonResolveFailed = "resolve_failed"  // the granted name did not resolve on the host
 	ReasonDialFailed    = "dial_failed"     // the destination refused or did not answer
 	ReasonLimit         = "limit_exceeded"  // connections in flight, names or bytes over the bound
+	ReasonReset         = "reset"           // a side failed part way (its reset): fledge reset the other side too
 	ReasonProtocol      = "protocol_refused"
 	ReasonIPv6          = "ipv6_refused"
 )

@@ -49,10 +49,10 @@ func BenchmarkEgressHTTPDownload(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n, _ := io.Copy(io.Discard, resp.Body)
+			n, err := io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if n != size {
-				b.Fatalf("got %d bytes", n)
+				b.Fatalf("got %d bytes: %v", n, err)
 			}
 		}
 	}
@@ -76,7 +76,9 @@ func BenchmarkEgressHTTPDownload(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			e, err := Start(Config{Policy: pol, Record: func(egress.Event) {}, Resolve: func(context.Context, string) ([]netip.Addr, time.Duration, error) {
+			// One kept-alive connection carries every iteration: past the default byte bound
+			// (1 GiB, 16 downloads) fledge would end it, rightly.
+			e, err := Start(Config{Policy: pol, Limits: egress.Limits{MaxBytes: 1 << 50}, Record: func(egress.Event) {}, Resolve: func(context.Context, string) ([]netip.Addr, time.Duration, error) {
 				return []netip.Addr{netip.MustParseAddr(host)}, time.Minute, nil
 			}})
 			if err != nil {

@@ -681,7 +681,30 @@ func (e *Engine) accept(r *tcp.ForwarderRequest) net.Conn {
 	r.Complete(false)
 	ep.SocketOptions().SetKeepAlive(false)
 	ep.SocketOptions().SetDelayOption(false) // no Nagle: the program's small writes go out at once
-	return gonet.NewTCPConn(&wq, ep)
+	return &stackConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep}
+}
+
+// stackConn is a program's connection in the namespace's stack; unlike gonet's, it can be
+// ended with a reset (SetLinger, as net.TCPConn's).
+type stackConn struct {
+	*gonet.TCPConn
+	ep tcpip.Endpoint
+}
+
+// SetLinger 0 makes Close send a reset and drop what is unsent (net.TCPConn.SetLinger).
+func (c *stackConn) SetLinger(sec int) error {
+	c.ep.SocketOptions().SetLinger(tcpip.LingerOption{Enabled: sec >= 0, Timeout: time.Duration(max(sec, 0)) * time.Second})
+	return nil
+}
+
+// reset ends c with a reset (TCP RST) instead of a clean end: a transfer fledge cuts (the
+// byte bound, the idle timeout, the other side's failure) must fail where the program or
+// the destination can see it, never end like a whole stream. What is unsent is dropped.
+func reset(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = l.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // refuseNow records a refusal made before any decision (a bound), then refuses.
@@ -770,35 +793,37 @@ func (e *Engine) splice(c, up net.Conn, ev egress.Event, how spliceMode, start t
 	}
 	done := make(chan struct{})
 	closeAll := func() { c.Close(); up.Close() }
+	// resetAll ends a connection fledge cuts: both sides see a reset, not a clean end.
+	resetAll := func() { reset(c); reset(up) }
 	// Shutdown with the engine and the idle watchdog are callbacks, not goroutines of the
 	// connection's own: nothing runs for them while bytes flow.
-	stopCtx := context.AfterFunc(e.ctx, closeAll)
-	idle := e.watchIdle(&last, done, func() { setReason("idle_timeout"); closeAll() })
+	stopCtx := context.AfterFunc(e.ctx, resetAll)
+	idle := e.watchIdle(&last, done, func() { setReason("idle_timeout"); resetAll() })
 	var wg sync.WaitGroup
 	wg.Add(1)
 	// One direction in a goroutine of its own, the other in this one.
 	if how.checkName {
-		f := newFlow(e, c, up, ev, &in, &out, &last, setReason, closeAll)
+		f := newFlow(e, c, up, ev, &in, &out, &last, setReason, resetAll)
 		f.proxied = how.proxied
 		go func() { defer wg.Done(); f.requests() }()
 		f.responses()
 	} else {
-		go func() { // program -> destination
-			defer wg.Done()
-			if e.copy(up, c, &out, &last) {
+		// A clean end is passed on as one (half-close); the byte bound or either side's
+		// failure ends the whole connection with a reset.
+		end := func(err error, dst net.Conn) {
+			switch {
+			case err == nil:
+				halfClose(dst)
+			case errors.Is(err, errLimit):
 				setReason(egress.ReasonLimit)
-				closeAll()
-				return
+				resetAll()
+			default:
+				setReason(egress.ReasonReset)
+				resetAll()
 			}
-			halfClose(up)
-		}()
-		// destination -> program
-		if e.copy(c, up, &in, &last) {
-			setReason(egress.ReasonLimit)
-			closeAll()
-		} else {
-			halfClose(c)
 		}
+		go func() { defer wg.Done(); end(e.copy(up, c, &out, &last), up) }() // program -> destination
+		end(e.copy(c, up, &in, &last), c)                                    // destination -> program
 	}
 	wg.Wait()
 	close(done)
@@ -928,8 +953,9 @@ func copyAll(dst io.Writer, src io.Reader) (int64, error) {
 	}
 }
 
-// copy moves bytes src -> dst and reports whether the byte bound stopped it.
-func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
+// copy moves bytes src -> dst until src's clean end (nil), the byte bound (errLimit) or
+// either side's error.
+func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) error {
 	b := newCopyBuffer()
 	defer b.release()
 	for {
@@ -937,15 +963,18 @@ func (e *Engine) copy(dst, src net.Conn, n, last *atomic.Int64) bool {
 		k, err := src.Read(buf)
 		if k > 0 {
 			if n.Add(int64(k)) > e.lim.MaxBytes {
-				return true
+				return errLimit
 			}
 			last.Store(time.Now().UnixNano())
 			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return false
+				return werr
 			}
 		}
+		if err == io.EOF {
+			return nil
+		}
 		if err != nil {
-			return false
+			return err
 		}
 		b.adapt(k)
 	}

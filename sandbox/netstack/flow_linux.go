@@ -67,7 +67,8 @@ type flow struct {
 	ev            egress.Event // the connection as decided: its name, port and address
 	in, out, last *atomic.Int64
 	setReason     func(string)
-	closeAll      func()
+	// closeAll ends the connection with a reset (a decision or a failure, never a clean end).
+	closeAll func()
 
 	slots   chan struct{} // a slot per request in flight
 	dead    chan struct{} // closed when the answers side has ended
@@ -78,6 +79,9 @@ type flow struct {
 	// proxied: a plain HTTP proxy connection (the session's proxy); every request must
 	// name this authority, the one connect decided.
 	proxied string
+	// inErr: the answers side's first failure (the destination's read, the program's write,
+	// the byte bound), kept by answersTee; only the responses goroutine touches it.
+	inErr error
 }
 
 func newFlow(e *Engine, c, up net.Conn, ev egress.Event, in, out, last *atomic.Int64, setReason func(string), closeAll func()) *flow {
@@ -117,11 +121,23 @@ func (f *flow) refuse(host string, port uint16, why string) {
 	f.closeAll()
 }
 
+// endOut passes the end of the program's stream on: a clean end as one (half-close), a
+// failure (a reset) as a reset, so a cut upload never looks whole to the destination.
+func (f *flow) endOut(err error) {
+	if err == io.EOF {
+		halfClose(f.up)
+		return
+	}
+	f.ioEnd(err)
+}
+
 // ioEnd ends the program's direction after an error that is no decision: the byte
 // bound, or a side that went away.
 func (f *flow) ioEnd(err error) {
 	if errors.Is(err, errLimit) {
 		f.setReason(egress.ReasonLimit)
+	} else {
+		f.setReason(egress.ReasonReset)
 	}
 	f.closeAll()
 }
@@ -137,7 +153,7 @@ func (f *flow) requests() {
 func (f *flow) stream(br *bufio.Reader, name string, port uint16, depth int) {
 	b, err := br.Peek(1)
 	if err != nil {
-		halfClose(f.up)
+		f.endOut(err)
 		return
 	}
 	if b[0] == 0x16 {
@@ -230,7 +246,7 @@ func readRequestHead(c net.Conn, br *bufio.Reader) (*egress.Request, error) {
 func (f *flow) httpRequests(br *bufio.Reader, name string, port uint16, depth int) {
 	for first := true; ; first = false {
 		if _, err := br.Peek(1); err != nil {
-			halfClose(f.up)
+			f.endOut(err)
 			return
 		}
 		req, err := f.readHead(br)
@@ -471,7 +487,7 @@ func (f *flow) setLost() {
 func (f *flow) responses() {
 	defer close(f.dead)
 	defer f.setLost()
-	rb := bufio.NewReaderSize(io.TeeReader(f.up, f.toProgram()), 64<<10)
+	rb := bufio.NewReaderSize(answersTee{f}, 64<<10)
 	discard := newCopyBuffer()
 	defer discard.release()
 	for {
@@ -584,10 +600,38 @@ func discardBody(body io.Reader, buf *copyBuffer) error {
 	}
 }
 
+// answersTee reads the destination's side and passes every byte on to the program as it
+// is read, before it is parsed. Its first failure is kept and returned from then on: a
+// reset read once reads as a clean end the next time, and the parse above it may drop an
+// error (an answer it cannot follow); the end of the connection must still be a reset.
+type answersTee struct{ f *flow }
+
+func (t answersTee) Read(p []byte) (int, error) {
+	f := t.f
+	if f.inErr != nil {
+		return 0, f.inErr
+	}
+	n, err := f.up.Read(p)
+	if n > 0 {
+		if _, werr := f.toProgram().Write(p[:n]); werr != nil {
+			f.inErr = werr
+			return 0, werr
+		}
+	}
+	if err != nil && err != io.EOF {
+		f.inErr = err
+	}
+	return n, err
+}
+
 // rawIn passes the rest of the destination's bytes on unread (those the reader had taken
 // are passed on already).
 func (f *flow) rawIn() {
 	f.setLost()
+	if f.inErr != nil {
+		f.endIn(f.inErr)
+		return
+	}
 	if f.in.Load() > f.e.lim.MaxBytes {
 		// The bound was crossed while an answer was read (the bytes that crossed it were
 		// not passed on): the connection ends now, not after the destination's next bytes,
@@ -599,13 +643,22 @@ func (f *flow) rawIn() {
 	f.endIn(err)
 }
 
+// endIn passes the end of the destination's answers on: a clean end as one (half-close),
+// the byte bound or a failure of either side as a reset, so a cut answer never looks whole.
 func (f *flow) endIn(err error) {
-	if errors.Is(err, errLimit) {
+	if err == nil || err == io.EOF {
+		err = f.inErr
+	}
+	switch {
+	case err == nil || err == io.EOF:
+		halfClose(f.c)
+	case errors.Is(err, errLimit):
 		f.setReason(egress.ReasonLimit)
 		f.closeAll()
-		return
+	default:
+		f.setReason(egress.ReasonReset)
+		f.closeAll()
 	}
-	halfClose(f.c)
 }
 
 // requestPath is a request target's path with the names of its query parameters, never

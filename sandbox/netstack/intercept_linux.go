@@ -63,6 +63,12 @@ type interceptor struct {
 	last     *atomic.Int64
 	idle     time.Duration
 	upstream netip.AddrPort
+	// raw is the program's connection under fledge's TLS (reset when an answer is cut);
+	// h1 while it carries HTTP/1 (an HTTP/2 answer cut is its stream's reset).
+	raw net.Conn
+	h1  bool
+	// cut: why an answer was cut ("" none): the connection's close record says so.
+	cut atomic.Pointer[string]
 }
 
 // intercept serves one program connection to name:port (decided and recorded already).
@@ -73,7 +79,7 @@ func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start
 	ic := &interceptor{e: e, name: ev.Host, port: ev.Port, address: ev.Address,
 		rules: pol.RulesFor(ev.Host, ev.Port), bound: pol.SecretsFor(ev.Host, ev.Port),
 		in: &in, out: &out, last: &last, idle: e.lim.IdleTimeout,
-		upstream: netip.AddrPortFrom(target, ev.Port)}
+		upstream: netip.AddrPortFrom(target, ev.Port), raw: c}
 	for _, s := range pol.Secrets {
 		if !containsSecret(ic.bound, s.Name) {
 			ic.foreign = append(ic.foreign, s)
@@ -81,6 +87,9 @@ func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start
 	}
 	reason := "closed"
 	defer func() {
+		if why := ic.cut.Load(); why != nil && reason == "closed" {
+			reason = *why
+		}
 		c.Close()
 		e.emit(egress.Event{Kind: egress.EventClose, Proto: "tcp", Host: ev.Host, Port: ev.Port, Address: ev.Address,
 			Allow: true, Reason: reason, BytesOut: out.Load(), BytesIn: in.Load(), Duration: time.Since(start)})
@@ -96,6 +105,7 @@ func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start
 	pc := &peekedConn{countConn: cc, br: br}
 	if first[0] != 0x16 {
 		ic.scheme = "http"
+		ic.h1 = true
 		ic.setup(false)
 		ic.serveHTTP1(pc)
 		return
@@ -135,6 +145,7 @@ func (e *Engine) intercept(c net.Conn, ev egress.Event, target netip.Addr, start
 	}
 	_ = tc.SetDeadline(time.Time{})
 	h2 := tc.ConnectionState().NegotiatedProtocol == "h2"
+	ic.h1 = !h2
 	ic.setup(h2)
 	if h2 {
 		srv := &http2.Server{MaxConcurrentStreams: interceptStreams, MaxReadFrameSize: 1 << 20, IdleTimeout: ic.idle}
@@ -330,6 +341,24 @@ func (ic *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = &countBody{ReadCloser: r.Body, n: &bodyIn}
 	}
 	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		// The proxy aborts the handler (http.ErrAbortHandler) when the answer's body fails part
+		// way (the destination's reset, the byte bound): Go's HTTP/1 server would then end
+		// the connection with TLS's clean close, and an answer framed by the connection's
+		// end would look whole. The request is recorded and the connection reset first.
+		if v := recover(); v != nil {
+			why := egress.ReasonReset
+			if ic.in.Load() > ic.e.lim.MaxBytes {
+				why = egress.ReasonLimit
+			}
+			ic.cut.CompareAndSwap(nil, &why)
+			ic.record(r, true, why, sw.status, used, bodyIn.Load(), sw.n)
+			if v == http.ErrAbortHandler && ic.h1 {
+				reset(ic.raw)
+			}
+			panic(v)
+		}
+	}()
 	ic.proxy.ServeHTTP(sw, r)
 	ok := st.reason == egress.ReasonGranted
 	ic.record(r, ok, st.reason, sw.status, used, bodyIn.Load(), sw.n)

@@ -420,6 +420,14 @@ func (c *readConn) CloseWrite() error {
 	return c.Conn.Close()
 }
 
+// SetLinger passes on to the program's side (a cut transfer resets it, as net.TCPConn's).
+func (c *readConn) SetLinger(sec int) error {
+	if l, ok := c.Conn.(interface{ SetLinger(int) error }); ok {
+		return l.SetLinger(sec)
+	}
+	return nil
+}
+
 func bufferedConn(c net.Conn, br *bufio.Reader) net.Conn {
 	if br.Buffered() == 0 {
 		return c
