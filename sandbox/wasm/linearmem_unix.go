@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 
-//go:build unix
+//go:build linux || darwin
 
 package wasm
 

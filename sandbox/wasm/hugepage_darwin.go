@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 
-//go:build unix && !linux
 
 package wasm
 
