@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 
-
 package wasm
 
 import "os"
