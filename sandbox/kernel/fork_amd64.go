@@ -15,10 +15,11 @@ import (
 // vforkSpec is what clone3VFork's child reads (fork_amd64.s: fixed offsets, checked by
 // TestVForkSpecLayout). It lives on the heap, which does not move.
 type vforkSpec struct {
-	args   cloneArgs    // 0
-	procs  uintptr      // 88: *int, the v1 cgroup.procs fds
-	nprocs int64        // 96
-	stdio  [3]int64     // 104
+	args   cloneArgs // 0
+	procs  uintptr   // 88: *int, the v1 cgroup.procs fds
+	nprocs int64     // 96
+	stdio  [3]int64  // 104
+	//lint:ignore U1000 the child reads it (fork_amd64.s)
 	core   unix.Rlimit  // 128
 	nofile unix.Rlimit  // 144
 	mask   uint64       // 160: the signal mask to restore in the child

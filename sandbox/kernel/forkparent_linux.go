@@ -63,15 +63,21 @@ func (e *ExecChildError) Unwrap() error { return e.Errno }
 
 // cloneArgs mirrors struct clone_args (include/uapi/linux/sched.h, CLONE_ARGS_SIZE_VER2).
 type cloneArgs struct {
-	flags      uint64
-	pidfd      uint64
-	childTID   uint64
-	parentTID  uint64
+	flags uint64
+	pidfd uint64
+	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
+	childTID uint64
+	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
+	parentTID uint64
+	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
 	exitSignal uint64
 	stack      uint64
 	stackSize  uint64
-	tls        uint64
-	setTID     uint64
+	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
+	tls uint64
+	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
+	setTID uint64
+	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
 	setTIDSize uint64
 	cgroup     uint64
 }

@@ -3,7 +3,6 @@
 package wasm
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -47,24 +46,6 @@ func keptPath(cacheDir, module string) string {
 func keptSum(digest, length, data []byte) uint32 {
 	sum := crc32.Update(crc32.ChecksumIEEE(digest), crc32.IEEETable, length)
 	return crc32.Update(sum, crc32.IEEETable, data)
-}
-
-// keptMatch returns the sha256 of data if entry is a whole, undamaged copy of exactly data.
-func keptMatch(entry, data []byte) (string, bool) {
-	if len(entry) != keptHeader+len(data) || string(entry[:len(keptMagic)]) != keptMagic {
-		return "", false
-	}
-	digest := entry[len(keptMagic) : len(keptMagic)+32]
-	length := entry[len(keptMagic)+32 : len(keptMagic)+40]
-	sum := binary.LittleEndian.Uint32(entry[len(keptMagic)+40 : keptHeader])
-	kept := entry[keptHeader:]
-	if binary.LittleEndian.Uint64(length) != uint64(len(data)) || keptSum(digest, length, kept) != sum {
-		return "", false
-	}
-	if !bytes.Equal(kept, data) {
-		return "", false
-	}
-	return hex.EncodeToString(digest), true
 }
 
 // keepCopy writes data, whose sha256 is digest, as the copy for the module at path (best

@@ -3,6 +3,9 @@
 package wasm
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
 	"os"
 	"syscall"
 
@@ -36,4 +39,22 @@ func keptDigest(cacheDir, path string, data []byte) (string, bool) {
 	defer unix.Munmap(m)
 	digest, ok := keptMatch(m, data)
 	return digest, ok
+}
+
+// keptMatch returns the sha256 of data if entry is a whole, undamaged copy of exactly data.
+func keptMatch(entry, data []byte) (string, bool) {
+	if len(entry) != keptHeader+len(data) || string(entry[:len(keptMagic)]) != keptMagic {
+		return "", false
+	}
+	digest := entry[len(keptMagic) : len(keptMagic)+32]
+	length := entry[len(keptMagic)+32 : len(keptMagic)+40]
+	sum := binary.LittleEndian.Uint32(entry[len(keptMagic)+40 : keptHeader])
+	kept := entry[keptHeader:]
+	if binary.LittleEndian.Uint64(length) != uint64(len(data)) || keptSum(digest, length, kept) != sum {
+		return "", false
+	}
+	if !bytes.Equal(kept, data) {
+		return "", false
+	}
+	return hex.EncodeToString(digest), true
 }

@@ -43,21 +43,6 @@ func mergedSum(key [32]byte, length []byte, merged []byte) uint32 {
 	return crc32.Update(sum, crc32.IEEETable, merged)
 }
 
-// checkMerged returns the merged bytes of entry if it is a whole, undamaged entry for key.
-func checkMerged(entry []byte, key [32]byte) ([]byte, bool) {
-	if len(entry) < mergedHeader || string(entry[:len(mergedMagic)]) != mergedMagic {
-		return nil, false
-	}
-	k := entry[len(mergedMagic) : len(mergedMagic)+32]
-	length := entry[len(mergedMagic)+32 : len(mergedMagic)+40]
-	sum := binary.LittleEndian.Uint32(entry[len(mergedMagic)+40 : mergedHeader])
-	merged := entry[mergedHeader:]
-	if string(k) != string(key[:]) || binary.LittleEndian.Uint64(length) != uint64(len(merged)) || mergedSum(key, length, merged) != sum {
-		return nil, false
-	}
-	return merged, true
-}
-
 // storeMerged writes the merged bytes of the module with key into the cache dir (best
 // effort: without the entry the next process merges again).
 func storeMerged(cacheDir string, key [32]byte, merged []byte) {

@@ -3,6 +3,7 @@
 package wasm
 
 import (
+	"encoding/binary"
 	"os"
 	"syscall"
 
@@ -40,4 +41,19 @@ func loadMerged(cacheDir string, key [32]byte) (merged []byte, unmap func(), ok 
 		return nil, nil, false
 	}
 	return merged[:len(merged):len(merged)], func() { _ = unix.Munmap(m) }, true
+}
+
+// checkMerged returns the merged bytes of entry if it is a whole, undamaged entry for key.
+func checkMerged(entry []byte, key [32]byte) ([]byte, bool) {
+	if len(entry) < mergedHeader || string(entry[:len(mergedMagic)]) != mergedMagic {
+		return nil, false
+	}
+	k := entry[len(mergedMagic) : len(mergedMagic)+32]
+	length := entry[len(mergedMagic)+32 : len(mergedMagic)+40]
+	sum := binary.LittleEndian.Uint32(entry[len(mergedMagic)+40 : mergedHeader])
+	merged := entry[mergedHeader:]
+	if string(k) != string(key[:]) || binary.LittleEndian.Uint64(length) != uint64(len(merged)) || mergedSum(key, length, merged) != sum {
+		return nil, false
+	}
+	return merged, true
 }
