@@ -767,7 +767,11 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	if pol.Landlock != nil && ruleset < 0 {
 		return "landlock", errors.New("no ruleset")
 	}
-	path, err := restrictForExec(pol, ruleset, capsDropped)
+	// The Landlock domain is the child's own (kernel.ExecChild.Landlock): this thread
+	// lives on past the command's execve, and Landlock's signal scope lets a process
+	// signal its own domain, so in the command's domain it could be killed (the whole
+	// launcher with it) or stopped by the command.
+	path, err := restrictForExec(pol, ruleset, capsDropped, false)
 	if err != nil {
 		return stepOf(err)
 	}
@@ -787,12 +791,16 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	if nofile == 0 {
 		nofile = stub.DefaultNoFile
 	}
+	llFD, llFlags := -1, uint32(0)
+	if pol.Landlock != nil {
+		llFD, llFlags = ruleset, kernel.LandlockRestrictFlags(pol.Landlock)
+	}
 	var filter *kernel.Filter
 	if kernel.SeccompSupported() {
 		filter = &f
 	}
 	pidfd, err := kernel.ForkExecParent(&kernel.ExecChild{Path: path, Argv: pol.Args, Env: pol.Env,
-		Stdio: [3]int{stdio[0], stdio[1], stdio[2]}, CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile,
+		Stdio: [3]int{stdio[0], stdio[1], stdio[2]}, Landlock: llFD, LandlockFlags: llFlags, CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile,
 		Seccomp: filter, Listener: req.Notify && filter != nil, Plain: plain, ListenerTo: reply})
 	if pidfd < 0 {
 		if errors.Is(err, unix.ENOMEM) {

@@ -3,9 +3,12 @@
 package linux
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,3 +173,94 @@ func TestLauncherCommandHoldsNothing(t *testing.T) {
 		assert.NotContains(t, f, "socket", "a socket reached the command as stdio: %v", fds)
 	}
 }
+
+// launcherTids are the launcher's thread ids in its pid namespace.
+func launcherTids(t *testing.T, pid int) []string {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	require.NoError(t, err)
+	var tids []string
+	for _, e := range ents {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				f := strings.Fields(v)
+				tids = append(tids, f[len(f)-1])
+			}
+		}
+	}
+	return tids
+}
+
+// TestLaunchingThreadUnreachable: the launcher's thread that forked a command is in no
+// Landlock domain the command can signal. A command that signals the launcher's threads
+// from its first instruction (a static program given their ids) reaches none of them, in
+// 100 runs; the launcher stays up and serving.
+func TestLaunchingThreadUnreachable(t *testing.T) {
+	testutil.RequireContained(t)
+	_, err := exec.LookPath("gcc")
+	testutil.SkipUnlessSupported(t, err == nil, "needs gcc for the signalling program")
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	testutil.SkipUnlessSupported(t, sb.LandlockABI() >= 6, "signal scoping needs Landlock ABI 6")
+	e := newEnv(t)
+	// In the project (read-write, so also executable): the same grants as the session's
+	// other runs, so the same view and launcher.
+	bin := e.project
+	src := filepath.Join(t.TempDir(), "k.c")
+	require.NoError(t, os.WriteFile(src, []byte(tgkillProgram), 0o644))
+	out, err := exec.Command("gcc", "-O2", "-static", "-o", filepath.Join(bin, "k"), src).CombinedOutput()
+	testutil.SkipUnlessSupported(t, err == nil, "gcc -static: "+string(out))
+	l := withLauncher(t, sb, e)
+	lp := strconv.Itoa(nsPid(t, l.proc.Pid))
+	reached, failed := 0, 0
+	for range 100 {
+		spec := e.spec("")
+		spec.Path = filepath.Join(bin, "k")
+		spec.Args = append([]string{"k", lp}, launcherTids(t, l.proc.Pid)...)
+		var out bytes.Buffer
+		spec.Stdout, spec.Stderr = &out, &out
+		before := sb.launchers.served.Load()
+		p, err := sb.Start(context.Background(), spec)
+		if err != nil {
+			// The launcher died under the launch (its thread was killed before it
+			// answered).
+			failed++
+			t.Logf("start: %v", err)
+			break
+		}
+		res := waitFor(t, p)
+		require.Equal(t, 0, res.ExitCode, "%s", out.String())
+		require.Equal(t, before+1, sb.launchers.served.Load(), "the run did not go through the launcher")
+		if out.Len() > 0 {
+			reached++
+			t.Logf("%s", out.String())
+		}
+		if !l.alive() {
+			break
+		}
+	}
+	assert.Zero(t, failed, "a launch failed")
+	assert.Zero(t, reached, "a command signalled the launcher's threads")
+	assert.True(t, l.alive(), "a command killed the launcher")
+}
+
+// tgkillProgram signals (0, then SIGKILL on success) the threads of argv[1] whose ids
+// follow, from its first instruction on, for a bounded number of rounds.
+const tgkillProgram = `#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	int tgid = atoi(argv[1]), n = argc - 2, hit = 0;
+	for (int round = 0; round < 2000 && !hit; round++)
+		for (int i = 0; i < n; i++)
+			if (syscall(SYS_tgkill, tgid, atoi(argv[i + 2]), 0) == 0) { hit = atoi(argv[i + 2]); break; }
+	if (hit) { syscall(SYS_tgkill, tgid, hit, SIGKILL); printf("reached %d\n", hit); }
+	return 0;
+}
+`
