@@ -114,6 +114,17 @@ func (l *launcher) retire() {
 	}()
 }
 
+// launcherCaps are the capabilities the launcher keeps (every other one leaves its
+// bounding set before it is executed, so no thread of it ever has one): mounts and
+// namespaces (CAP_SYS_ADMIN; CAP_SYS_CHROOT for a mount namespace), emptying its spare
+// threads' bounding sets (CAP_SETPCAP), its empty supplementary groups (CAP_SETGID),
+// paths and files of other users in the view (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
+// CAP_FOWNER, CAP_CHOWN), a network namespace's setup (CAP_NET_ADMIN) and rlimits
+// (CAP_SYS_RESOURCE). Its commands get none of them (restrictForExec).
+const launcherCaps = 1<<unix.CAP_SYS_ADMIN | 1<<unix.CAP_SYS_CHROOT | 1<<unix.CAP_SETPCAP |
+	1<<unix.CAP_SETGID | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
+	1<<unix.CAP_FOWNER | 1<<unix.CAP_CHOWN | 1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_SYS_RESOURCE
+
 // launcherKey: a session has a launcher per network shape (the host's network, or its own).
 func launcherKey(name string, hostNet bool) string {
 	if hostNet {
@@ -322,6 +333,11 @@ func startLauncher(exe string, tmpl *kernel.Template, h *pidHolder, hostNet bool
 			return
 		}
 		if err = unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return
+		}
+		// The launcher's capabilities (root's: its permitted set is this bounding set
+		// after execve). The thread is discarded afterwards.
+		if err = kernel.DropBoundingCapsExcept(launcherCaps); err != nil {
 			return
 		}
 		// Nothing the host inherited without CLOEXEC reaches the launcher.

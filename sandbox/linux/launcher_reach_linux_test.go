@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
 	"github.com/fledgehq/fledge/sandbox/kernel"
@@ -264,3 +265,47 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// TestLauncherHoldsOnlyItsCapabilities: the launcher keeps only the capabilities its
+// launches use (mounts and namespaces, dropping the bounding set, paths of other users,
+// its groups): none of its threads has, in any set, one to load modules, trace or signal
+// other processes, raw I/O, BPF, perf, device nodes, uid changes, file capabilities,
+// the clock, reboot or the audit's configuration. Its commands still run.
+func TestLauncherHoldsOnlyItsCapabilities(t *testing.T) {
+	testutil.RequireContained(t)
+	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root: the launcher runs as root only")
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	e := newEnv(t)
+	l := withLauncher(t, sb, e)
+	forbidden := map[string]int{"CAP_KILL": unix.CAP_KILL, "CAP_SETUID": unix.CAP_SETUID,
+		"CAP_SYS_MODULE": unix.CAP_SYS_MODULE, "CAP_SYS_RAWIO": unix.CAP_SYS_RAWIO,
+		"CAP_SYS_PTRACE": unix.CAP_SYS_PTRACE, "CAP_SYS_BOOT": unix.CAP_SYS_BOOT,
+		"CAP_SYS_TIME": unix.CAP_SYS_TIME, "CAP_MKNOD": unix.CAP_MKNOD,
+		"CAP_AUDIT_CONTROL": unix.CAP_AUDIT_CONTROL, "CAP_SETFCAP": unix.CAP_SETFCAP,
+		"CAP_MAC_ADMIN": unix.CAP_MAC_ADMIN, "CAP_BPF": unix.CAP_BPF,
+		"CAP_PERFMON": unix.CAP_PERFMON, "CAP_NET_RAW": unix.CAP_NET_RAW,
+		"CAP_CHECKPOINT_RESTORE": unix.CAP_CHECKPOINT_RESTORE}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", l.proc.Pid))
+	require.NoError(t, err)
+	for _, ent := range ents {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", l.proc.Pid, ent.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			set, v, ok := strings.Cut(line, ":\t")
+			if !ok || !strings.HasPrefix(set, "Cap") {
+				continue
+			}
+			mask, err := strconv.ParseUint(v, 16, 64)
+			require.NoError(t, err, line)
+			for name, c := range forbidden {
+				assert.Zero(t, mask&(1<<c), "the launcher's thread %s holds %s in %s", ent.Name(), name, set)
+			}
+		}
+	}
+	before := sb.launchers.served.Load()
+	res, out, errOut := run(t, sb, e.spec(`echo ok`))
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	assert.Equal(t, before+1, sb.launchers.served.Load(), "the run did not go through the launcher")
+}
