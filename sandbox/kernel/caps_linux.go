@@ -62,9 +62,16 @@ func dropExecCaps(bounding bool) error {
 // read (PR_CAPBSET_READ), not dropped again: each drop replaces the thread's credentials,
 // a few microseconds apiece, and a launch thread made ahead of its run (spare_linux.go in
 // the sandbox) has dropped them all before DropExecCaps runs.
-func DropBoundingCaps() error {
+func DropBoundingCaps() error { return DropBoundingCapsExcept(0) }
+
+// DropBoundingCapsExcept is DropBoundingCaps keeping the capabilities in keep (a mask,
+// bit n for capability n).
+func DropBoundingCapsExcept(keep uint64) error {
 	last := lastCapOnce()
 	for c := 0; c <= last; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
 		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
 			continue
 		}

@@ -34,6 +34,8 @@ type vforkSpec struct {
 	scSock int64        // 232: where the listener goes (-1: nowhere)
 	scMsg  uintptr      // 240: *Msghdr carrying it
 	scFD   uintptr      // 248: *int32, its place in the message
+	llFD   int64        // 256: the Landlock ruleset to restrict with (-1: none)
+	llFl   uint64       // 264: landlock_restrict_self's flags
 }
 
 const vforkStack = 16 << 10
@@ -67,6 +69,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 	spec.argv = uintptr(unsafe.Pointer(&argv[0]))
 	spec.envv = uintptr(unsafe.Pointer(&envv[0]))
 	spec.scSock = -1
+	spec.llFD, spec.llFl = int64(c.Landlock), uint64(c.LandlockFlags)
 	if cs != nil {
 		spec.scFlag = cs.flags
 		spec.scProg = uintptr(unsafe.Pointer(&cs.prog))

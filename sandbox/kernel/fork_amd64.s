@@ -89,6 +89,18 @@ session:
 	SYSCALL
 	CMPQ	AX, $0xfffffffffffff001
 	JCC	fail
+	// The command's Landlock domain: made here, not on the forking thread (see
+	// ExecChild.Landlock).
+	MOVQ	256(R12), DI
+	CMPQ	DI, $0
+	JLT	filter
+	MOVQ	264(R12), SI
+	MOVQ	$446, AX		// landlock_restrict_self
+	SYSCALL
+	MOVL	$6, R14
+	CMPQ	AX, $0xfffffffffffff001
+	JCC	fail
+filter:
 	// The command's seccomp filter, last: nothing of ours runs under it but the
 	// listener's hand-over and execve.
 	MOVQ	216(R12), DX

@@ -24,7 +24,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 		procs = &c.CgroupProcs[0]
 	}
 	stdio := c.Stdio
-	pfd, errno := forkExecChild(flags, cgroup, path, &argv[0], &envv[0], &stdio, procs, len(c.CgroupProcs), nofile, p[1], cs)
+	pfd, errno := forkExecChild(flags, cgroup, path, &argv[0], &envv[0], &stdio, procs, len(c.CgroupProcs), nofile, p[1], c.Landlock, uintptr(c.LandlockFlags), cs)
 	unix.Close(p[1])
 	if errno != 0 {
 		unix.Close(p[0])
@@ -54,7 +54,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 //go:nosplit
 //go:norace
 func forkExecChild(flags, cgroup uint64, path *byte, argv, envv **byte, stdio *[3]int, procs *int, nprocs int,
-	nofile *unix.Rlimit, pipe int, cs *childSeccomp) (pidfd int, errno syscall.Errno) {
+	nofile *unix.Rlimit, pipe int, ruleset int, llFlags uintptr, cs *childSeccomp) (pidfd int, errno syscall.Errno) {
 	pfd := int32(-1)
 	args := cloneArgs{flags: flags, pidfd: uint64(uintptr(unsafe.Pointer(&pfd))), cgroup: cgroup}
 	// Every signal blocked around the fork: a signal (Go's preemption) arriving while the
@@ -100,6 +100,14 @@ func forkExecChild(flags, cgroup uint64, path *byte, argv, envv **byte, stdio *[
 	if _, _, e = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, uintptr(unsafe.Pointer(nofile)), 0, 0, 0); e != 0 {
 		fail.step = 3
 		goto failed
+	}
+	// The command's Landlock domain: made here, not on the forking thread (see
+	// ExecChild.Landlock).
+	if ruleset >= 0 {
+		if _, _, e = syscall.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(ruleset), llFlags, 0); e != 0 {
+			fail.step = 6
+			goto failed
+		}
 	}
 	if cs != nil {
 		// The command's seccomp filter, last (see ExecChild.Seccomp).

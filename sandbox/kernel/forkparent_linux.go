@@ -37,6 +37,12 @@ type ExecChild struct {
 	CgroupFD int
 	// CgroupProcs are v1 cgroup.procs files (fds) the child joins before execve.
 	CgroupProcs []int
+	// Landlock is a ruleset fd the child restricts itself with (landlock_restrict_self,
+	// LandlockFlags) after its rlimits and before its seccomp filter; -1: none. Restricted
+	// there, the calling thread never is in the command's domain, which Landlock's signal
+	// scope lets the command signal.
+	Landlock      int
+	LandlockFlags uint32
 	// NoFile bounds RLIMIT_NOFILE (soft and hard, at most the caller's hard limit).
 	NoFile uint64
 	// Seccomp is the command's filter (nil: none), installed by the child as its last step
@@ -88,7 +94,7 @@ type childFailure struct {
 	errno uint32
 }
 
-var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec", "seccomp"}
+var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec", "seccomp", "landlock"}
 
 // childSeccomp is the filter a child installs and where its listener goes, in memory the
 // child reads (heap: it does not move).

@@ -195,14 +195,20 @@ func buildRuleset(l *Landlock) (int, []pathID, error) {
 
 // restrictSelf enforces the ruleset rfd on the calling thread only: no TSYNC flag.
 func restrictSelf(l *Landlock, rfd int) error {
+	if err := ll.LandlockRestrictSelf(rfd, LandlockRestrictFlags(l)); err != nil {
+		return fmt.Errorf("restrict_self: %w", err)
+	}
+	return nil
+}
+
+// LandlockRestrictFlags are the flags of l's landlock_restrict_self (also made by a
+// forked child: ExecChild.Landlock).
+func LandlockRestrictFlags(l *Landlock) uint32 {
 	var flags uint32
 	if l.LogExec && min(l.ABI, MaxLandlockABI) >= 7 {
 		flags |= ll.FlagRestrictSelfLogNewExecOn
 	}
-	if err := ll.LandlockRestrictSelf(rfd, flags); err != nil {
-		return fmt.Errorf("restrict_self: %w", err)
-	}
-	return nil
+	return flags
 }
 
 // addFDRule allows rights beneath the directory fd refers to (name is for errors).

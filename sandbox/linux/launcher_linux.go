@@ -114,6 +114,17 @@ func (l *launcher) retire() {
 	}()
 }
 
+// launcherCaps are the capabilities the launcher keeps (every other one leaves its
+// bounding set before it is executed, so no thread of it ever has one): mounts and
+// namespaces (CAP_SYS_ADMIN; CAP_SYS_CHROOT for a mount namespace), emptying its spare
+// threads' bounding sets (CAP_SETPCAP), its empty supplementary groups (CAP_SETGID),
+// paths and files of other users in the view (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
+// CAP_FOWNER, CAP_CHOWN), a network namespace's setup (CAP_NET_ADMIN) and rlimits
+// (CAP_SYS_RESOURCE). Its commands get none of them (restrictForExec).
+const launcherCaps = 1<<unix.CAP_SYS_ADMIN | 1<<unix.CAP_SYS_CHROOT | 1<<unix.CAP_SETPCAP |
+	1<<unix.CAP_SETGID | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
+	1<<unix.CAP_FOWNER | 1<<unix.CAP_CHOWN | 1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_SYS_RESOURCE
+
 // launcherKey: a session has a launcher per network shape (the host's network, or its own).
 func launcherKey(name string, hostNet bool) string {
 	if hostNet {
@@ -322,6 +333,11 @@ func startLauncher(exe string, tmpl *kernel.Template, h *pidHolder, hostNet bool
 			return
 		}
 		if err = unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return
+		}
+		// The launcher's capabilities (root's: its permitted set is this bounding set
+		// after execve). The thread is discarded afterwards.
+		if err = kernel.DropBoundingCapsExcept(launcherCaps); err != nil {
 			return
 		}
 		// Nothing the host inherited without CLOEXEC reaches the launcher.
@@ -767,7 +783,11 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	if pol.Landlock != nil && ruleset < 0 {
 		return "landlock", errors.New("no ruleset")
 	}
-	path, err := restrictForExec(pol, ruleset, capsDropped)
+	// The Landlock domain is the child's own (kernel.ExecChild.Landlock): this thread
+	// lives on past the command's execve, and Landlock's signal scope lets a process
+	// signal its own domain, so in the command's domain it could be killed (the whole
+	// launcher with it) or stopped by the command.
+	path, err := restrictForExec(pol, ruleset, capsDropped, false)
 	if err != nil {
 		return stepOf(err)
 	}
@@ -787,12 +807,16 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	if nofile == 0 {
 		nofile = stub.DefaultNoFile
 	}
+	llFD, llFlags := -1, uint32(0)
+	if pol.Landlock != nil {
+		llFD, llFlags = ruleset, kernel.LandlockRestrictFlags(pol.Landlock)
+	}
 	var filter *kernel.Filter
 	if kernel.SeccompSupported() {
 		filter = &f
 	}
 	pidfd, err := kernel.ForkExecParent(&kernel.ExecChild{Path: path, Argv: pol.Args, Env: pol.Env,
-		Stdio: [3]int{stdio[0], stdio[1], stdio[2]}, CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile,
+		Stdio: [3]int{stdio[0], stdio[1], stdio[2]}, Landlock: llFD, LandlockFlags: llFlags, CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile,
 		Seccomp: filter, Listener: req.Notify && filter != nil, Plain: plain, ListenerTo: reply})
 	if pidfd < 0 {
 		if errors.Is(err, unix.ENOMEM) {

@@ -306,13 +306,14 @@ func (tl *threadLaunch) enterView() error {
 // narrows what the thread may read), applies Landlock, drops capabilities and marks every
 // inherited fd close-on-exec. It returns the program's path.
 func (tl *threadLaunch) restrictThread() (string, error) {
-	return restrictForExec(tl.pol, tl.ruleset, tl.capsDropped)
+	return restrictForExec(tl.pol, tl.ruleset, tl.capsDropped, true)
 }
 
 // restrictForExec is restrictThread's steps for any launching thread (the thread launcher's
-// or the session launcher's): ruleset is the Landlock ruleset (-1: build it here), and
-// capsDropped says the bounding set is empty already.
-func restrictForExec(pol *stub.Policy, ruleset int, capsDropped bool) (string, error) {
+// or the session launcher's): ruleset is the Landlock ruleset (-1: build it here),
+// capsDropped says the bounding set is empty already, and !landlockHere leaves the
+// restriction to the forked child (the session launcher's).
+func restrictForExec(pol *stub.Policy, ruleset int, capsDropped, landlockHere bool) (string, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return "", threadStep("no_new_privs", err)
 	}
@@ -329,6 +330,12 @@ func restrictForExec(pol *stub.Policy, ruleset int, capsDropped bool) (string, e
 		restrict := func() error { return kernel.RestrictLandlock(pol.Landlock, ruleset) }
 		if ruleset < 0 {
 			restrict = func() error { return kernel.ApplyLandlock(pol.Landlock) }
+		}
+		if !landlockHere {
+			// The child restricts itself (kernel.ExecChild.Landlock), under the name set
+			// above: a thread that outlives the fork in the command's own domain could be
+			// signalled by the command (Landlock's signal scope admits its own domain).
+			restrict = func() error { return nil }
 		}
 		if err := restrict(); err != nil {
 			return "", threadStep("landlock", err)
