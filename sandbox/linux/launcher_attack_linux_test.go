@@ -3,7 +3,6 @@
 package linux
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fledgehq/fledge/sandbox"
+	"github.com/fledgehq/fledge/testkit/testutil"
 )
 
 // withLauncher runs the session's first command (which starts its launcher) and waits
@@ -179,7 +179,8 @@ func TestLauncherRunsAreIsolated(t *testing.T) {
 	e := newEnv(t)
 	withLauncher(t, sb, e)
 	before := sb.launchers.served.Load()
-	var out1 bytes.Buffer
+	// Read while the run still writes to it.
+	var out1 testutil.SyncBuffer
 	spec1 := e.spec(`echo secret > "$TMPDIR/s"; echo "$TMPDIR"; command -v ipcmk >/dev/null && ipcmk -M 4096 >/dev/null; sleep 2`)
 	spec1.Stdout = &out1
 	p1, err := sb.Start(context.Background(), spec1)

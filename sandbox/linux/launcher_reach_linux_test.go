@@ -3,7 +3,6 @@
 package linux
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -221,7 +220,8 @@ func TestLaunchingThreadUnreachable(t *testing.T) {
 		spec := e.spec("")
 		spec.Path = filepath.Join(bin, "k")
 		spec.Args = append([]string{"k", lp}, launcherTids(t, l.proc.Pid)...)
-		var out bytes.Buffer
+		// Both streams into one buffer: two copying goroutines write it.
+		var out testutil.SyncBuffer
 		spec.Stdout, spec.Stderr = &out, &out
 		before := sb.launchers.served.Load()
 		p, err := sb.Start(context.Background(), spec)
@@ -235,7 +235,7 @@ func TestLaunchingThreadUnreachable(t *testing.T) {
 		res := waitFor(t, p)
 		require.Equal(t, 0, res.ExitCode, "%s", out.String())
 		require.Equal(t, before+1, sb.launchers.served.Load(), "the run did not go through the launcher")
-		if out.Len() > 0 {
+		if out.String() != "" {
 			reached++
 			t.Logf("%s", out.String())
 		}
