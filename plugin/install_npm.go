@@ -455,7 +455,7 @@ func FetchNPM(ctx context.Context, o NPMOptions) (*NPMPackage, error) {
 
 // wrapperScript runs node on the entry point with the arguments. Arguments are quoted
 // literally except ${FLEDGE_PROJECT_ROOT}, ${FLEDGE_DATA_DIR} and ${FLEDGE_PLUGIN_DIR},
-// which the shell expands when the server starts.
+// which the shell expands when the server starts (shellArg).
 func wrapperScript(node, entry string, args, env []string) string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n# Written by fledge: runs the npm package's entry point from this plugin dir.\n")
@@ -467,10 +467,22 @@ func wrapperScript(node, entry string, args, env []string) string {
 	// The entry is the package's to name (package.json "bin"/"main"): quoted like the rest.
 	fmt.Fprintf(&b, "exec %s \"$here\"/%s", shellQuote(node), shellQuote(entry))
 	for _, a := range args {
-		b.WriteString(" " + shellWord(a))
+		b.WriteString(" " + shellArg(a))
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// shellArg is shellWord for one argument, except that an argument that is only a
+// placeholder is left out when its variable is empty: a server run without a project gets
+// no argument rather than an empty one (which a server would read as its working directory).
+func shellArg(a string) string {
+	for _, p := range placeholders {
+		if a == "${"+p+"}" {
+			return `${` + p + `:+"${` + p + `}"}`
+		}
+	}
+	return shellWord(a)
 }
 
 // shellWord quotes s for sh, leaving the placeholders expandable.

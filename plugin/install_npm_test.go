@@ -36,6 +36,27 @@ func TestWrapperScriptQuotesEverything(t *testing.T) {
 	assert.NoFileExists(t, marker)
 }
 
+// An argument that is only a placeholder is passed as its value, and left out (not passed
+// empty) when the variable is empty: the filesystem server run without a project must not
+// read an empty argument as its working directory.
+func TestWrapperScriptDropsEmptyPlaceholderArgument(t *testing.T) {
+	dir := t.TempDir()
+	script := wrapperScript("/bin/sh", "print.sh", []string{"${FLEDGE_PROJECT_ROOT}", "a b", "${FLEDGE_DATA_DIR}"}, nil)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bin", "server"), []byte(script), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "print.sh"), []byte(`printf '%s|' "$#" "$@"`), 0o644))
+	run := func(env ...string) string {
+		cmd := exec.Command(filepath.Join(dir, "bin", "server"))
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		return string(out)
+	}
+	assert.Equal(t, "3|/my proj|a b|/data|", run("FLEDGE_PROJECT_ROOT=/my proj", "FLEDGE_DATA_DIR=/data"))
+	assert.Equal(t, "2|a b|/data|", run("FLEDGE_DATA_DIR=/data"), "no project: no argument")
+	assert.Equal(t, "2|a b|/data|", run("FLEDGE_PROJECT_ROOT=", "FLEDGE_DATA_DIR=/data"))
+}
+
 func TestNPMRequestCheck(t *testing.T) {
 	ok := NPMRequest{Package: "@modelcontextprotocol/server-filesystem", Version: "^2026.8.0", Args: []string{"/x"}, Env: []string{"A_B=c"},
 		Secrets: []string{"GITHUB_TOKEN@api.github.com:443", "OTHER"}}
@@ -185,6 +206,10 @@ func TestNPMKnownDefaults(t *testing.T) {
 	sj, err = defaultsFor(dir, "@x/unknown")
 	require.NoError(t, err)
 	assert.Nil(t, sj)
+	sj, err = defaultsFor(dir, "@modelcontextprotocol/server-filesystem")
+	require.NoError(t, err)
+	require.NotNil(t, sj)
+	assert.Equal(t, []string{"${FLEDGE_PROJECT_ROOT}"}, sj.args, "the filesystem server allows the project from its start")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "server.json"), []byte(`{"packages": [{"registryType": "npm",
   "identifier": "@modelcontextprotocol/server-memory", "environmentVariables": [{"name": "MEMORY_FILE_PATH", "default": "/elsewhere"}]}]}`), 0o644))
 	sj, err = defaultsFor(dir, "@modelcontextprotocol/server-memory")

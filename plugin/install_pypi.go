@@ -855,7 +855,7 @@ func writePyPITree(dir, py string, r *PyPIRequest, script, version string, pk *P
 	}
 	fmt.Fprintf(&b, "exec %s -I -S -B \"$here\"/bin/launch.py %s %s", shellQuote(py), shellQuote(r.Package), shellQuote(script))
 	for _, a := range r.Args {
-		b.WriteString(" " + shellWord(a))
+		b.WriteString(" " + shellArg(a))
 	}
 	b.WriteString("\n")
 	if err := os.WriteFile(filepath.Join(dir, "bin", "server"), []byte(b.String()), 0o755); err != nil {
