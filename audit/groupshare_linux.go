@@ -3,8 +3,11 @@
 package audit
 
 import (
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,9 +28,19 @@ import (
 // the count is raised under the log's lock after the write, and a leader reads it before its
 // fsync starts, so the count it publishes covers only records already written. Counts are
 // per live file (a generation in the high 32 bits, raised whenever a writer finds another
-// file at the log's path), and a count is trusted only for the file it names; anything
-// unexpected (no page, another generation, a leader that does not finish within shareWait)
-// falls back to the process's own fsync.
+// file at the log's path, and started at a random value whenever the page is made anew, so
+// a count read from an older page is never taken for one of the new), and a count is
+// trusted only for the file it names; anything unexpected (no page, another generation, a
+// leader that does not finish within shareWait) falls back to the process's own fsync.
+//
+// Which processes hold the log open is asked of the kernel, not counted on the page: each
+// holds a shared open-file-description lock on one byte past the page for as long as its Log
+// is open, which the kernel drops when the process exits however it exits (a SIGKILL
+// included), so a process killed with the log open is not waited for. A page cut short under
+// the mapping (truncated by another process of the user, or by logrotate's copytruncate)
+// would be a SIGBUS on the next access: every access runs with faults turned into a
+// recovered panic, and a Log that meets one gives the page up and syncs alone; the next
+// process to open the log makes the page anew.
 
 // SyncSuffix names the shared page of the cross-process group commit: <log path> + SyncSuffix.
 const SyncSuffix = ".sync"
@@ -35,6 +48,9 @@ const SyncSuffix = ".sync"
 const (
 	sharePage  = 4096
 	shareMagic = 0x666c656467657331 // "fledges1"
+	// holderByte is the byte (past the page) each process holding the log open keeps a shared
+	// lock on: the kernel's list of its holders, which a killed process leaves.
+	holderByte = sharePage
 	// shareWait bounds the wait for another process's fsync before syncing ourselves.
 	shareWait = 20 * time.Millisecond
 	// shareNap bounds one futex wait (a leader that died is noticed by its lock's release).
@@ -47,7 +63,7 @@ const (
 // The page's words (8-byte aligned uint64s; the futex word is the low half of wake).
 const (
 	wMagic   = 0
-	wOpeners = 1 // processes holding the log open (a crashed one is never taken off)
+	_        = 1 // once a count of the processes holding the log open (holderByte now)
 	wIno     = 2 // device and inode of the live file the counts are of (mixed)
 	wWritten = 3 // generation<<32 | durable records written to that file
 	wSynced  = 4 // generation<<32 | the count an fsync started after has covered
@@ -55,8 +71,12 @@ const (
 )
 
 type sharedSync struct {
-	f    *os.File // holds the leader's flock
+	f    *os.File // holds the leader's flock and this process's holder lock
+	fd   uintptr
 	page []byte
+	// lost is set once an access to the page faulted (the file was cut short): from then
+	// on this Log syncs alone.
+	lost atomic.Bool
 }
 
 func (s *sharedSync) word(i int) *uint64 { return (*uint64)(unsafe.Pointer(&s.page[i*8])) }
@@ -109,24 +129,72 @@ func openShared(path string) *sharedSync {
 	if err != nil {
 		return fail()
 	}
-	s := &sharedSync{f: f, page: page}
-	if atomic.LoadUint64(s.word(wMagic)) != shareMagic {
-		for i := 0; i < sharePage/8; i++ {
-			atomic.StoreUint64(s.word(i), 0)
-		}
-		atomic.StoreUint64(s.word(wMagic), shareMagic)
+	s := &sharedSync{f: f, fd: f.Fd(), page: page}
+	held := unix.Flock_t{Type: unix.F_RDLCK, Whence: 0, Start: holderByte, Len: 1}
+	if unix.FcntlFlock(s.fd, unix.F_OFD_SETLK, &held) != nil {
+		_ = unix.Munmap(page)
+		return fail()
 	}
-	atomic.AddUint64(s.word(wOpeners), 1)
+	if !s.guard(func() {
+		if atomic.LoadUint64(s.word(wMagic)) != shareMagic {
+			for i := 0; i < sharePage/8; i++ {
+				atomic.StoreUint64(s.word(i), 0)
+			}
+			atomic.StoreUint64(s.word(wWritten), uint64(rand.Uint32())<<32)
+			atomic.StoreUint64(s.word(wMagic), shareMagic)
+		}
+	}) {
+		_ = unix.Munmap(page)
+		return fail()
+	}
 	return s
+}
+
+// guard runs fn, an access to the page, with a fault turned into a panic it recovers: the
+// page cut short under the mapping. It reports whether fn ran whole; once one faulted the
+// page is given up (lost) and guard runs nothing.
+func (s *sharedSync) guard(fn func()) (ok bool) {
+	if s.lost.Load() {
+		return false
+	}
+	was := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(was)
+		if r := recover(); r != nil {
+			if e, isErr := r.(runtime.Error); !isErr || !isFault(e) {
+				panic(r)
+			}
+			s.lost.Store(true)
+			ok = false
+		}
+	}()
+	fn()
+	return true
+}
+
+// isFault reports whether a runtime error is a memory fault (they carry its address).
+func isFault(e runtime.Error) bool {
+	_, ok := e.(interface{ Addr() uintptr })
+	return ok
 }
 
 func (s *sharedSync) close() {
 	if s == nil {
 		return
 	}
-	atomic.AddUint64(s.word(wOpeners), ^uint64(0))
 	_ = unix.Munmap(s.page)
 	_ = s.f.Close()
+}
+
+// others reports whether another process (or another Log of this one) holds the log open:
+// whether any lock on holderByte is held but this Log's own. An error counts as yes (the
+// leader's lock and its bounded wait are then taken, as with company).
+func (s *sharedSync) others() bool {
+	probe := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: holderByte, Len: 1}
+	if err := unix.FcntlFlock(s.fd, unix.F_OFD_GETLK, &probe); err != nil {
+		return true
+	}
+	return probe.Type != unix.F_UNLCK
 }
 
 // fileKey identifies a live file for the page (0: unknown).
@@ -144,30 +212,40 @@ func (s *sharedSync) wrote(key uint64) uint64 {
 	if s == nil || key == 0 {
 		return 0
 	}
-	if atomic.LoadUint64(s.word(wIno)) != key {
-		gen := atomic.LoadUint64(s.word(wWritten))>>32 + 1
-		atomic.StoreUint64(s.word(wWritten), gen<<32)
-		atomic.StoreUint64(s.word(wIno), key)
+	var e uint64
+	if !s.guard(func() {
+		if atomic.LoadUint64(s.word(wIno)) != key {
+			gen := atomic.LoadUint64(s.word(wWritten))>>32 + 1
+			atomic.StoreUint64(s.word(wWritten), gen<<32)
+			atomic.StoreUint64(s.word(wIno), key)
+		}
+		e = atomic.AddUint64(s.word(wWritten), 1)
+	}) {
+		return 0
 	}
-	e := atomic.AddUint64(s.word(wWritten), 1)
-	if uint32(e) == ^uint32(0) {
+	if uint32(e) == ^uint32(0) || e == 0 {
 		return 0 // the count would wrap: sync alone until the next file
 	}
 	return e
 }
 
 // covered reports whether an fsync that started after record e was written has finished.
+// Called inside guard.
 func (s *sharedSync) covered(e uint64) bool {
 	d := atomic.LoadUint64(s.word(wSynced))
 	return d>>32 == e>>32 && d >= e
 }
 
 // publish records that every record up to start (read before an fsync of its file began)
-// is on disk, and wakes the waiters.
+// is on disk, and wakes the waiters. A count of a generation that is no longer the page's
+// (the log rotated, or the page was made anew) is not published. Called inside guard.
 func (s *sharedSync) publish(start uint64) {
 	for {
 		d := atomic.LoadUint64(s.word(wSynced))
-		if d>>32 > start>>32 || (d>>32 == start>>32 && d >= start) {
+		if d>>32 == start>>32 && d >= start {
+			break
+		}
+		if atomic.LoadUint64(s.word(wWritten))>>32 != start>>32 {
 			break
 		}
 		if atomic.CompareAndSwapUint64(s.word(wSynced), d, start) {
@@ -190,40 +268,57 @@ func (s *sharedSync) nap(v uint32) {
 
 // syncFor makes record e of f durable: at once when another process's fsync covered it,
 // after waiting for one that is running, or with an fsync of its own (published for the
-// others). Without a page (or e 0) it is f's fsync.
+// others). Without a page (or e 0, or a page lost) it is f's fsync.
 func (l *Log) syncFor(f *os.File, e uint64) error {
 	s := l.share
 	if s == nil || e == 0 {
 		return l.io.syncFile(f)
 	}
-	if s.covered(e) {
+	var done, leader bool
+	var start uint64
+	ok := s.guard(func() {
+		if s.covered(e) {
+			done = true
+			return
+		}
+		deadline := time.Now().Add(shareWait)
+		for s.others() {
+			v := uint32(atomic.LoadUint64(s.word(wWake)))
+			if s.covered(e) {
+				done = true
+				return
+			}
+			err := unix.Flock(int(s.fd), unix.LOCK_EX|unix.LOCK_NB)
+			if err == nil {
+				leader = true
+				if s.covered(e) {
+					done = true
+					return
+				}
+				break
+			}
+			if (err != unix.EWOULDBLOCK && err != unix.EINTR) || time.Now().After(deadline) {
+				break // no leader to wait for: our own fsync
+			}
+			s.nap(v)
+		}
+		start = atomic.LoadUint64(s.word(wWritten))
+	})
+	if leader {
+		defer funlock(s.f)
+	}
+	if ok && done {
 		return nil
 	}
-	deadline := time.Now().Add(shareWait)
-	for atomic.LoadUint64(s.word(wOpeners)) > 1 {
-		v := uint32(atomic.LoadUint64(s.word(wWake)))
-		if s.covered(e) {
-			return nil
-		}
-		err := unix.Flock(int(s.f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			defer funlock(s.f)
-			if s.covered(e) {
-				return nil
-			}
-			break
-		}
-		if (err != unix.EWOULDBLOCK && err != unix.EINTR) || time.Now().After(deadline) {
-			break // no leader to wait for: our own fsync
-		}
-		s.nap(v)
-	}
-	start := atomic.LoadUint64(s.word(wWritten))
 	err := l.io.syncFile(f)
-	if err == nil && start>>32 == e>>32 && start >= e {
-		s.publish(start)
-	} else {
-		s.wake()
+	if ok {
+		s.guard(func() {
+			if err == nil && start>>32 == e>>32 && start >= e {
+				s.publish(start)
+			} else {
+				s.wake()
+			}
+		})
 	}
 	return err
 }
