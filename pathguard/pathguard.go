@@ -44,6 +44,9 @@ var (
 	ErrClosed = errors.New("pathguard: guard closed")
 	// ErrBusy is wrapped when the kernel kept reporting concurrent renames (EAGAIN).
 	ErrBusy = errors.New("pathguard: path kept changing during resolution")
+	// ErrUnsupported is returned by New where no directory can be resolved beneath a root by
+	// handle (every OS but the unix ones).
+	ErrUnsupported = errors.New("pathguard: not supported on this OS")
 )
 
 // Reason says why a request was refused. The values are stable; they land in audit records.

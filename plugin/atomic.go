@@ -24,7 +24,7 @@ var ErrTooLarge = errors.New("file too large")
 // anything but a regular file and anything larger than max bytes. A missing file returns an
 // error matching os.ErrNotExist.
 func readRegular(path string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|oNoFollow|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("%s: %w", path, ErrUnsafeFile)
@@ -63,7 +63,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 		return err
 	}
 	tmp := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, perm)
 	if err != nil {
 		return err
 	}

@@ -136,7 +136,7 @@ func safeLink(root, path string) (string, error) {
 // copyFile copies one regular file without following a symlink swapped in at either end,
 // failing once more than budget bytes were copied.
 func copyFile(src, dst string, perm os.FileMode, budget int64) (int64, error) {
-	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	in, err := os.OpenFile(src, os.O_RDONLY|oNoFollow|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -144,7 +144,7 @@ func copyFile(src, dst string, perm os.FileMode, budget int64) (int64, error) {
 	if st, err := in.Stat(); err != nil || !st.Mode().IsRegular() {
 		return 0, fmt.Errorf("%w: %s changed while being copied", ErrUnsafeTree, src)
 	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, perm)
 	if err != nil {
 		return 0, err
 	}

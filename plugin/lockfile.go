@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/BurntSushi/toml"
 
@@ -73,8 +72,8 @@ type LockEntry struct {
 func ReadLock(dir string) (*Lock, error) {
 	path := filepath.Join(dir, ProjectLockFile)
 	if st, err := os.Lstat(path); err == nil {
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
-			return nil, fmt.Errorf("%w: %s has %d hard links (another file can rewrite it); copy it to a file of its own", ErrBadLock, path, sys.Nlink)
+		if n := hardLinks(st); n > 1 {
+			return nil, fmt.Errorf("%w: %s has %d hard links (another file can rewrite it); copy it to a file of its own", ErrBadLock, path, n)
 		}
 	}
 	data, err := readRegular(path, MaxLockBytes)
@@ -176,7 +175,7 @@ func TreeDigest(dir string) (string, error) {
 			if total > 4*MaxTreeBytes {
 				return fmt.Errorf("%w: more than %d bytes", ErrTreeTooLarge, 4*MaxTreeBytes)
 			}
-			f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+			f, err := os.OpenFile(p, os.O_RDONLY|oNoFollow, 0)
 			if err != nil {
 				return err
 			}

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"syscall"
 
 	"github.com/fledgehq/fledge/protocolhost/core"
 	"github.com/fledgehq/fledge/ui"
@@ -28,7 +27,7 @@ func (h *Host) ShowPluginLog(name string, w io.Writer) error {
 	}
 	shown := false
 	for _, p := range []string{prev, cur} {
-		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		f, err := os.OpenFile(p, os.O_RDONLY|oNoFollow, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

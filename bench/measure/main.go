@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -81,11 +80,7 @@ func run(outPath, errPath string, timeout time.Duration, argv []string) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: killed after %s", argv[0], timeout)
 	}
-	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	var tree int64
-	if ru != nil {
-		tree = int64(ru.Maxrss) // KiB on Linux (int32 on 32-bit systems)
-	}
+	tree := treeMaxRSS(cmd.ProcessState)
 	fmt.Printf("wall_ns=%d hwm_kib=%d tree_maxrss_kib=%d user_ns=%d sys_ns=%d exit=%d\n", wall.Nanoseconds(), peak, tree,
 		cmd.ProcessState.UserTime().Nanoseconds(), cmd.ProcessState.SystemTime().Nanoseconds(), cmd.ProcessState.ExitCode())
 	return nil

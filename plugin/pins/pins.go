@@ -148,7 +148,7 @@ func Load(configDir, plugin string) (*File, error) {
 // loadRaw reads a plugin's pin file and returns it with the fstat taken before it was read;
 // (nil, nil, nil) when it has none yet.
 func loadRaw(configDir, plugin string) ([]byte, os.FileInfo, error) {
-	f, err := os.OpenFile(path(configDir, plugin), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path(configDir, plugin), os.O_RDONLY|oNoFollow|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil
 	}
@@ -195,7 +195,7 @@ func Save(configDir string, pf *File) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(dir, "."+pf.Plugin+".tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o600)
 	if err != nil {
 		return err
 	}

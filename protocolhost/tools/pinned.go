@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/fledgehq/fledge/audit"
 	"github.com/fledgehq/fledge/plugin"
@@ -276,8 +275,8 @@ func (c *Catalogue) PinsStamp() string {
 			continue
 		}
 		fmt.Fprintf(&b, "%s:%d:%d", e.Name(), fi.Size(), fi.ModTime().UnixNano())
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			fmt.Fprintf(&b, ":%d", st.Ino)
+		if ino, ok := inodeOf(fi); ok {
+			fmt.Fprintf(&b, ":%d", ino)
 		}
 		b.WriteByte('/')
 	}
