@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fledgehq/fledge/third_party/wazero"
 	"github.com/fledgehq/fledge/third_party/wazero/api"
@@ -325,6 +326,7 @@ func (e *engine) compile(ctx context.Context, k modKey, data, merged []byte) (*c
 	// Compiled without the lock; flights make two starts of one module wait for one
 	// compile, and if two compile anyway (the module was not kept) one entry is kept.
 	compiles.Add(1)
+	began := time.Now()
 	key, err := compileKey(digest)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
@@ -350,6 +352,9 @@ func (e *engine) compile(ctx context.Context, k modKey, data, merged []byte) (*c
 		}
 		return nil, fmt.Errorf("%w: %v", ErrModule, err)
 	}
+	// A compile that wrote to the cache dir (wazero's code, the merged bytes) may have taken
+	// it past its bound (cacheprune.go); one that found everything there costs a few stats.
+	maybePruneCache(e.key.cacheDir, began, time.Now())
 	c := &compiled{eng: e, digest: digest, data: data, cm: cm, cost: int64(len(data)) * (1 + compiledFactor), users: 1, unmap: unmap}
 
 	registry.mu.Lock()

@@ -83,3 +83,10 @@ func SetCompiledBounds(modules int, bytes int64) (restore func()) {
 		registry.maxModules, registry.maxBytes = m, b
 	}
 }
+
+// SetCacheMaxBytes lowers the compilation cache dir's bound (cacheprune.go) for a test.
+func SetCacheMaxBytes(n int64) (restore func()) {
+	old := cacheMaxBytes
+	cacheMaxBytes = n
+	return func() { cacheMaxBytes = old }
+}

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+
+package wasm
+
+import (
+	"os"
+	"syscall"
+	"time"
+)
+
+// accessTime is fi's access time.
+func accessTime(fi os.FileInfo) (time.Time, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(st.Atim.Sec, st.Atim.Nsec), true
+}
