@@ -38,10 +38,13 @@ const (
 	vnetGSONone       = 0
 	// tunReadSize holds the largest packet the MTU allows behind its header.
 	tunReadSize = vnetHdrLen + tunMTU
-	// tunSmallCopy: a packet up to this size is copied out of the read buffer into a
-	// right-sized one, so that small segments queued in gVisor's receive buffers do not each
-	// hold a 64 KiB chunk; larger ones take the read buffer itself.
-	tunSmallCopy = 2048
+	// tunSmallCopy: a packet below this size is copied out of the read buffer into a chunk
+	// of its own size class (the next power of two), larger ones take the read buffer
+	// itself (a 64 KiB chunk). Either way a packet holds at most twice its bytes: gVisor
+	// counts a segment's bytes, not its chunk, against the receive buffer, and a program
+	// sending mid-sized segments to a destination that does not read must not make fledge
+	// hold 64 KiB for each.
+	tunSmallCopy = tunReadSize / 2
 )
 
 // tunLink is a stack.LinkEndpoint on a TUN fd with virtio-net headers. One goroutine reads
@@ -189,7 +192,7 @@ func (l *tunLink) readLoop() {
 			continue
 		}
 		var pv *buffer.View
-		if payload <= tunSmallCopy {
+		if payload < tunSmallCopy {
 			pv = buffer.NewViewWithData(v.AsSlice()[:payload])
 		} else {
 			pv = v
