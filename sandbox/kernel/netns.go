@@ -19,6 +19,10 @@ type EgressNet struct {
 	DNS []string `json:"dns,omitempty"`
 }
 
+// TUNVnetHdrLen is the virtio-net header in front of every packet read from or written to
+// the TUN device of an EgressNet (struct virtio_net_hdr, the kernel's default size).
+const TUNVnetHdrLen = 10
+
 // EgressFDs are the descriptors BuildEgressNet made, in the order they cross a socket.
 type EgressFDs struct {
 	TUN    int

@@ -102,7 +102,11 @@ func BuildEgressNet(n *EgressNet) (_ *EgressFDs, err error) {
 }
 
 // openTUN opens a TUN device without packet information, non-blocking (the userspace
-// stack polls it).
+// stack polls it), each packet behind a virtio-net header (TUNVnetHdrLen bytes) so that
+// checksums can be left to the other side: TUN_F_CSUM lets the namespace's kernel hand
+// over TCP segments it did not checksum, and fledge's segments come in marked the same way
+// (packets that crossed only memory; a checksum guards against a wire, not a sender).
+// No segmentation offload: with the 65520 MTU a segment is already the IPv4 maximum.
 func openTUN(name string) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -113,8 +117,12 @@ func openTUN(name string) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}

@@ -22,7 +22,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
@@ -283,36 +282,34 @@ func (e *Engine) startStack(tunFD int) (*stack.Stack, error) {
 	ufwd := udp.NewForwarder(st, e.handleUDP)
 	st.SetTransportProtocolHandler(udp.ProtocolNumber, ufwd.HandlePacket)
 
-	ep, err := fdbased.New(&fdbased.Options{
-		FDs:                []int{tunFD},
-		MTU:                tunMTU,
-		PacketDispatchMode: fdbased.Readv,
-		// Every packet read from the TUN device was made by the namespace's own kernel
-		// and crossed only memory: its checksums are not verified again (about 6% of the
-		// CPU of a bulk upload). A checksum is no check of who sent a packet, and each
-		// connection is decided whatever its packets carry.
-		RXChecksumOffload: true,
-		// Packets are queued from the reading goroutine to processor goroutines (one per
-		// CPU), never handed to the stack inline: RemoveNIC holds the stack's lock while it
-		// waits for the reader to stop, and a reader delivering a packet needs that lock.
-	})
+	// The TUN link of tunlink_linux.go: fdbased cannot use the device's virtio-net header.
+	// It reads every packet with one readv in its own goroutine and hands it to the stack
+	// inline (no queue to processor goroutines); its Attach(nil), which RemoveNIC calls
+	// under the stack's lock, stops the reader without waiting for it.
+	ep, err := newTUNLink(tunFD)
 	if err != nil {
 		return nil, fmt.Errorf("%w: link: %w", ErrSetup, err)
+	}
+	fail := func(err error) (*stack.Stack, error) {
+		st.Close() // removes the NIC, which closes the link
+		ep.Close() // the NIC was never made
+		st.Wait()
+		return nil, err
 	}
 	// Disabled until it is set up: no packet is handled before every destination address is
 	// "ours" (the stack accepts any connection and fledge decides it).
 	if terr := st.CreateNICWithOptions(nicID, ep, stack.NICOptions{Disabled: true}); terr != nil {
-		return nil, fmt.Errorf("%w: nic: %s", ErrSetup, terr)
+		return fail(fmt.Errorf("%w: nic: %s", ErrSetup, terr))
 	}
 	if terr := st.SetPromiscuousMode(nicID, true); terr != nil {
-		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
+		return fail(fmt.Errorf("%w: %s", ErrSetup, terr))
 	}
 	if terr := st.SetSpoofing(nicID, true); terr != nil {
-		return nil, fmt.Errorf("%w: %s", ErrSetup, terr)
+		return fail(fmt.Errorf("%w: %s", ErrSetup, terr))
 	}
 	st.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
 	if terr := st.EnableNIC(nicID); terr != nil {
-		return nil, fmt.Errorf("%w: nic: %s", ErrSetup, terr)
+		return fail(fmt.Errorf("%w: nic: %s", ErrSetup, terr))
 	}
 	return st, nil
 }
