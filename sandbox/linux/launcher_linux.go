@@ -30,14 +30,15 @@ import (
 // no_new_privs, not dumpable, without supplementary groups, its terminal signals ignored.
 // It holds nothing of the host but its end of a private socket pair (fd 0).
 //
-// Per exec the host sends it one SOCK_SEQPACKET message: the policy (JSON) and the run's
-// descriptors (stdio, the detached trees of its working directory and TMPDIR, its Landlock
-// ruleset, its unified cgroup and v1 cgroup.procs files, its network namespace) with a
-// socket pair of its own for the answers. A spare thread of the launcher, which made its
-// private fd table, cwd, mount and IPC namespaces and emptied its bounding set ahead (and,
-// parked for a spare's groups, joined the run's v1 groups ahead), reads it and launches:
-// the run's mounts, Landlock, capabilities, then on the host's "go" (the run's decision
-// record is durable) kernel.ForkExecParent, so the command is the host's child (Wait,
+// Per exec the host sends it one SOCK_SEQPACKET message: the policy (JSON; of its Landlock
+// part only whether there is a domain and how it logs) and the run's descriptors (stdio,
+// the detached trees of its working directory and TMPDIR, its Landlock ruleset, its
+// unified cgroup and v1 cgroup.procs files, its network namespace) with a socket pair of
+// its own for the answers. A spare thread of the launcher, which made its private fd
+// table, cwd, mount and IPC namespaces and emptied its bounding set ahead (and, parked for
+// a spare's groups, joined the run's v1 groups ahead), reads it and launches: the run's
+// mounts, Landlock, capabilities, then, once the host says the run's decision record is
+// durable (in the request itself, or a "go" after it), kernel.ForkExecParent, so the command is the host's child (Wait,
 // reaping and the tree kill stay the host's), born in its unified cgroup and v1 groups,
 // with its rlimits and seccomp filter set before execve (the listener goes to the host).
 // The thread then exits; the next spare is already waiting.
