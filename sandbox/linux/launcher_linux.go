@@ -449,8 +449,8 @@ func (l *launcher) launch(sock int, req *launchRequest, fds []int, rec *recordWa
 			return 0, false, launcherStepError(msg[4:])
 		case string(msg) == "ok" && len(got) == 1:
 			if beforeErr != nil {
-				// Cannot happen (the launcher forks only on "go"), but never a run
-				// without its record.
+				// Cannot happen (the launcher forks only once told the record is
+				// durable), but never a run without its record.
 				_ = unix.PidfdSendSignal(got[0], unix.SIGKILL, nil, 0)
 				reapPidfd(got[0])
 				return 0, false, beforeErr
@@ -969,6 +969,8 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 		}
 	}
 	back := p.launcherNotify(spec, pol, req)
+	// After launcherNotify, which names the run for its Landlock records (AuditName).
+	req.Policy = launcherPolicy(pol)
 	pid, notifyLost, err := l.launch(sock, req, fds, rec, back)
 	p.launcherNotifyDone(notifyLost, err)
 	if errors.Is(err, errLauncherGone) {
@@ -983,11 +985,11 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 	return os.FindProcess(pid)
 }
 
-// runRequest is the request of one run and its descriptors (stdio, the run's mounts, its
+// runRequest is the request of one run (its policy is set last) and its descriptors (stdio, the run's mounts, its
 // Landlock ruleset, unified cgroup and network namespace); done closes those it opened.
 func runRequest(spec *sandbox.Spec, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch, rm *kernel.RunMounts) (req *launchRequest, fds []int, done func(), err error) {
 	done = func() {}
-	req = &launchRequest{Policy: launcherPolicy(pol), DirNow: rm.DirNow, Writable: rm.Writable,
+	req = &launchRequest{DirNow: rm.DirNow, Writable: rm.Writable,
 		Tree: rm.Tree >= 0, Tmp: rm.TmpTree >= 0, Files: len(rm.Files)}
 	fds = make([]int, 0, 12)
 	for _, f := range tl.files {
