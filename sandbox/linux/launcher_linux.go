@@ -38,9 +38,10 @@ import (
 // table, cwd, mount and IPC namespaces and emptied its bounding set ahead (and, parked for
 // a spare's groups, joined the run's v1 groups ahead), reads it and launches: the run's
 // mounts, Landlock, capabilities, then, once the host says the run's decision record is
-// durable (in the request itself, or a "go" after it), kernel.ForkExecParent, so the command is the host's child (Wait,
-// reaping and the tree kill stay the host's), born in its unified cgroup and v1 groups,
-// with its rlimits and seccomp filter set before execve (the listener goes to the host).
+// durable (in the request itself, or a "go" after it), kernel.ForkExecParent, so the
+// command is the host's child (Wait, reaping and the tree kill stay the host's), born in
+// its unified cgroup and v1 groups, with its rlimits and seccomp filter set before execve
+// (the listener goes to the host).
 // The thread then exits; the next spare is already waiting.
 //
 // The launcher dies with its session (Sandbox.Close closes the socket and kills it), with
