@@ -30,16 +30,18 @@ import (
 // no_new_privs, not dumpable, without supplementary groups, its terminal signals ignored.
 // It holds nothing of the host but its end of a private socket pair (fd 0).
 //
-// Per exec the host sends it one SOCK_SEQPACKET message: the policy (JSON) and the run's
-// descriptors (stdio, the detached trees of its working directory and TMPDIR, its Landlock
-// ruleset, its unified cgroup and v1 cgroup.procs files, its network namespace) with a
-// socket pair of its own for the answers. A spare thread of the launcher, which made its
-// private fd table, cwd, mount and IPC namespaces and emptied its bounding set ahead (and,
-// parked for a spare's groups, joined the run's v1 groups ahead), reads it and launches:
-// the run's mounts, Landlock, capabilities, then on the host's "go" (the run's decision
-// record is durable) kernel.ForkExecParent, so the command is the host's child (Wait,
-// reaping and the tree kill stay the host's), born in its unified cgroup and v1 groups,
-// with its rlimits and seccomp filter set before execve (the listener goes to the host).
+// Per exec the host sends it one SOCK_SEQPACKET message: the policy (JSON; of its Landlock
+// part only whether there is a domain and how it logs) and the run's descriptors (stdio,
+// the detached trees of its working directory and TMPDIR, its Landlock ruleset, its
+// unified cgroup and v1 cgroup.procs files, its network namespace) with a socket pair of
+// its own for the answers. A spare thread of the launcher, which made its private fd
+// table, cwd, mount and IPC namespaces and emptied its bounding set ahead (and, parked for
+// a spare's groups, joined the run's v1 groups ahead), reads it and launches: the run's
+// mounts, Landlock, capabilities, then, once the host says the run's decision record is
+// durable (in the request itself, or a "go" after it), kernel.ForkExecParent, so the
+// command is the host's child (Wait, reaping and the tree kill stay the host's), born in
+// its unified cgroup and v1 groups, with its rlimits and seccomp filter set before execve
+// (the listener goes to the host).
 // The thread then exits; the next spare is already waiting.
 //
 // The launcher dies with its session (Sandbox.Close closes the socket and kills it), with
@@ -85,6 +87,8 @@ type launchRequest struct {
 	V1       int          `json:"v1,omitempty"`
 	Notify   bool         `json:"notify,omitempty"`
 	Trace    bool         `json:"trace,omitempty"`
+	// Go: the run's decision record is durable already; no "go" follows.
+	Go bool `json:"go,omitempty"`
 	// Park: no run yet. The thread joins the v1 groups whose tasks files follow its
 	// private socket (the next run's spare groups), answers "parked" with a pidfd of
 	// itself and waits on that socket for the run's request.
@@ -380,10 +384,17 @@ func startLauncher(exe string, tmpl *kernel.Template, h *pidHolder, hostNet bool
 }
 
 // launch sends one run to the launcher and returns the command's pid (the host's child).
-// before runs while the launcher prepares; the command starts only once it returned nil.
-// notifyBack, when set, takes the command's seccomp listener; notifyLost says the child
+// The command starts only once rec (the run's decision record) is durable: when it is by
+// the time the request is sent, the request says so (Go) and the launcher forks as soon as
+// it is ready; otherwise the launcher prepares meanwhile and waits for a "go" sent once it
+// is. notifyBack, when set, takes the command's seccomp listener; notifyLost says the child
 // could not have one (an enclosing filter holds it).
-func (l *launcher) launch(sock int, req *launchRequest, fds []int, before func() error, notifyBack chan int) (pid int, notifyLost bool, err error) {
+func (l *launcher) launch(sock int, req *launchRequest, fds []int, rec *recordWait, notifyBack chan int) (pid int, notifyLost bool, err error) {
+	done, beforeErr := rec.ready()
+	if done && beforeErr != nil {
+		return 0, false, beforeErr // nothing sent: no run without its record
+	}
+	req.Go = done
 	data, err := json.Marshal(req)
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: launcher request: %w", sandbox.ErrLaunch, err)
@@ -405,13 +416,15 @@ func (l *launcher) launch(sock int, req *launchRequest, fds []int, before func()
 		l.dead.Store(true)
 		return 0, false, fmt.Errorf("%w: %w (%w)", sandbox.ErrLaunch, errLauncherGone, err)
 	}
-	beforeErr := before()
-	word := "go"
-	if beforeErr != nil {
-		word = "no"
-	}
-	if err := unix.Sendmsg(pair[0], []byte(word), nil, nil, unix.MSG_NOSIGNAL); err != nil && beforeErr == nil {
-		beforeErr = fmt.Errorf("%w: %w (%w)", sandbox.ErrLaunch, errLauncherGone, err)
+	if !done {
+		beforeErr = rec.wait()
+		word := "go"
+		if beforeErr != nil {
+			word = "no"
+		}
+		if err := unix.Sendmsg(pair[0], []byte(word), nil, nil, unix.MSG_NOSIGNAL); err != nil && beforeErr == nil {
+			beforeErr = fmt.Errorf("%w: %w (%w)", sandbox.ErrLaunch, errLauncherGone, err)
+		}
 	}
 	// Answers: the child's seccomp listener ("l", when asked for), then the launch's end
 	// ("ok" with the child's pidfd, or "err").
@@ -437,8 +450,8 @@ func (l *launcher) launch(sock int, req *launchRequest, fds []int, before func()
 			return 0, false, launcherStepError(msg[4:])
 		case string(msg) == "ok" && len(got) == 1:
 			if beforeErr != nil {
-				// Cannot happen (the launcher forks only on "go"), but never a run
-				// without its record.
+				// Cannot happen (the launcher forks only once told the record is
+				// durable), but never a run without its record.
 				_ = unix.PidfdSendSignal(got[0], unix.SIGKILL, nil, 0)
 				reapPidfd(got[0])
 				return 0, false, beforeErr
@@ -501,8 +514,18 @@ func launcherStepError(b []byte) error {
 	return threadStep(string(step), errors.New(string(msg)))
 }
 
-// pidfdPid reads the pid (in this process's pid namespace) a pidfd refers to.
+// pidfdPid reads the pid (in this process's pid namespace) a pidfd refers to: one ioctl
+// (Linux 6.13), else its fdinfo (an open, a read and a close of a /proc file).
 func pidfdPid(pidfd int) (int, error) {
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_PID}
+	if unix.IoctlPidfdInfo(pidfd, &info) == nil && info.Mask&unix.PIDFD_INFO_PID != 0 && info.Tgid > 0 {
+		return int(info.Tgid), nil
+	}
+	return pidfdPidFdinfo(pidfd)
+}
+
+// pidfdPidFdinfo is pidfdPid from the pidfd's fdinfo.
+func pidfdPidFdinfo(pidfd int) (int, error) {
 	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
 	if err != nil {
 		return 0, err
@@ -707,55 +730,69 @@ func launcherFail(reply int, step string, err error) {
 	_ = unix.Sendmsg(reply, []byte(msg), nil, nil, unix.MSG_NOSIGNAL)
 }
 
-// launchRequested runs one launch on the calling spare thread; on error it returns the
-// failed step.
-func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool) (string, error) {
+// runFDs are a request's descriptors, in the order the host sends them (-1, nil: absent).
+type runFDs struct {
+	stdio   [3]int
+	mounts  []int // the detached trees of the working directory and TMPDIR, and their files
+	ruleset int
+	cgroup  int
+	netns   int
+	v1      []int // cgroup.procs files of the run's v1 groups
+}
+
+// takeRunFDs splits fds as req says they come.
+func takeRunFDs(req *launchRequest, fds []int) (runFDs, error) {
+	r := runFDs{ruleset: -1, cgroup: -1, netns: -1}
 	take := func(n int) ([]int, error) {
-		if n > len(fds) {
+		if n < 0 || n > len(fds) {
 			return nil, errors.New("descriptor missing")
 		}
 		out := fds[:n]
 		fds = fds[n:]
 		return out, nil
 	}
-	one := func(has bool) (int, error) {
+	one := func(has bool, to *int) error {
 		if !has {
-			return -1, nil
+			return nil
 		}
 		f, err := take(1)
-		if err != nil {
-			return -1, err
+		if err == nil {
+			*to = f[0]
 		}
-		return f[0], nil
+		return err
 	}
 	stdio, err := take(3)
 	if err != nil {
-		return "request", err
+		return r, err
 	}
-	mounts := 0
+	copy(r.stdio[:], stdio)
+	mounts := req.Files
 	if req.Tree {
 		mounts++
 	}
 	if req.Tmp {
 		mounts++
 	}
-	mfds, err := take(mounts + req.Files)
-	if err != nil {
-		return "request", err
+	if r.mounts, err = take(mounts); err != nil {
+		return r, err
 	}
-	ruleset, err := one(req.Ruleset)
-	if err != nil {
-		return "request", err
+	if err := one(req.Ruleset, &r.ruleset); err != nil {
+		return r, err
 	}
-	cgroup, err := one(req.Cgroup)
-	if err != nil {
-		return "request", err
+	if err := one(req.Cgroup, &r.cgroup); err != nil {
+		return r, err
 	}
-	netns, err := one(req.NetNS)
-	if err != nil {
-		return "request", err
+	if err := one(req.NetNS, &r.netns); err != nil {
+		return r, err
 	}
-	v1, err := take(req.V1)
+	r.v1, err = take(req.V1)
+	return r, err
+}
+
+// launchRequested runs one launch on the calling spare thread; on error it returns the
+// failed step.
+func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool) (string, error) {
+	r, err := takeRunFDs(req, fds)
 	if err != nil {
 		return "request", err
 	}
@@ -763,9 +800,34 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	if pol.View == nil {
 		return "request", errors.New("no view")
 	}
+	if step, err := enterRun(req, &r); err != nil {
+		return step, err
+	}
+	if pol.Landlock != nil && r.ruleset < 0 {
+		return "landlock", errors.New("no ruleset")
+	}
+	// The Landlock domain is the child's own (kernel.ExecChild.Landlock): this thread
+	// lives on past the command's execve, and Landlock's signal scope lets a process
+	// signal its own domain, so in the command's domain it could be killed (the whole
+	// launcher with it) or stopped by the command.
+	path, err := restrictForExec(pol, r.ruleset, capsDropped, false)
+	if err != nil {
+		return stepOf(err)
+	}
+	// Nothing starts before the host says the run's decision record is durable.
+	if !req.Go {
+		if err := launcherAwaitGo(reply); err != nil {
+			return "before exec", err
+		}
+	}
+	return forkRun(req, &r, path, reply)
+}
+
+// enterRun puts the calling thread into the run's network namespace and mounts.
+func enterRun(req *launchRequest, r *runFDs) (string, error) {
 	switch {
-	case netns >= 0:
-		if err := unix.Setns(netns, unix.CLONE_NEWNET); err != nil {
+	case r.netns >= 0:
+		if err := unix.Setns(r.netns, unix.CLONE_NEWNET); err != nil {
 			return "network namespace", err
 		}
 	case req.NewNet:
@@ -773,24 +835,20 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 			return "network namespace", err
 		}
 	}
-	rm, err := kernel.RunMountsFrom(req.DirNow, req.Writable, req.Tree, req.Tmp, append([]int{}, mfds...))
+	rm, err := kernel.RunMountsFrom(req.DirNow, req.Writable, req.Tree, req.Tmp, append([]int{}, r.mounts...))
 	if err != nil {
 		return "request", err
 	}
-	if err := kernel.EnterRunMounts(pol.View, rm); err != nil {
+	if err := kernel.EnterRunMounts(req.Policy.View, rm); err != nil {
 		return "view", err
 	}
-	if pol.Landlock != nil && ruleset < 0 {
-		return "landlock", errors.New("no ruleset")
-	}
-	// The Landlock domain is the child's own (kernel.ExecChild.Landlock): this thread
-	// lives on past the command's execve, and Landlock's signal scope lets a process
-	// signal its own domain, so in the command's domain it could be killed (the whole
-	// launcher with it) or stopped by the command.
-	path, err := restrictForExec(pol, ruleset, capsDropped, false)
-	if err != nil {
-		return stepOf(err)
-	}
+	return "", nil
+}
+
+// forkRun forks the command (kernel.ForkExecParent: the child sets its rlimits, Landlock
+// domain and seccomp filter, then execs) and answers the host with its pidfd.
+func forkRun(req *launchRequest, r *runFDs, path string, reply int) (string, error) {
+	pol := req.Policy
 	// The command's seccomp filter goes on in the child, as its last step before execve
 	// (kernel.ExecChild.Seccomp): this thread forks unfiltered, so no clone3 gate.
 	f := kernel.Filter{DenyUnix: pol.DenyUnix, TCPOnly: pol.TCPOnly, ConnectCheck: pol.ConnectCheck}
@@ -799,24 +857,20 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 		plain = &kernel.Filter{DenyUnix: f.DenyUnix, TCPOnly: f.TCPOnly, ConnectCheck: f.ConnectCheck}
 		f.Notify, f.Trace = true, req.Trace
 	}
-	// Nothing starts before the host says the run's decision record is durable.
-	if err := launcherAwaitGo(reply); err != nil {
-		return "before exec", err
-	}
 	nofile := pol.NoFile
 	if nofile == 0 {
 		nofile = stub.DefaultNoFile
 	}
 	llFD, llFlags := -1, uint32(0)
 	if pol.Landlock != nil {
-		llFD, llFlags = ruleset, kernel.LandlockRestrictFlags(pol.Landlock)
+		llFD, llFlags = r.ruleset, kernel.LandlockRestrictFlags(pol.Landlock)
 	}
 	var filter *kernel.Filter
 	if kernel.SeccompSupported() {
 		filter = &f
 	}
 	pidfd, err := kernel.ForkExecParent(&kernel.ExecChild{Path: path, Argv: pol.Args, Env: pol.Env,
-		Stdio: [3]int{stdio[0], stdio[1], stdio[2]}, Landlock: llFD, LandlockFlags: llFlags, CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile,
+		Stdio: r.stdio, Landlock: llFD, LandlockFlags: llFlags, CgroupFD: r.cgroup, CgroupProcs: r.v1, NoFile: nofile,
 		Seccomp: filter, Listener: req.Notify && filter != nil, Plain: plain, ListenerTo: reply})
 	if pidfd < 0 {
 		if errors.Is(err, unix.ENOMEM) {
@@ -889,22 +943,69 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 		return nil, threadStep("view", err)
 	}
 	defer rm.Close()
-	req := &launchRequest{Policy: pol, DirNow: rm.DirNow, Writable: rm.Writable,
+	// From here the run goes to the launcher or fails: its decision record is awaited on
+	// a goroutine of its own, so the request can say whether it is durable already, and
+	// every return below waits for it (a caller that launches again from a thread must
+	// not find it half done).
+	rec := awaitRecord(spec)
+	p.recorded = true
+	defer rec.wait()
+	req, fds, closeReq, err := runRequest(spec, pol, sys, tl, rm)
+	defer closeReq()
+	if err != nil {
+		return nil, err
+	}
+	sock := p.takeParked(l, sp)
+	if sock < 0 {
+		sock = l.sock
+		// No thread parked in the run's v1 groups: the child joins them itself.
+		for _, f := range pol.CgroupProcs {
+			fd, err := unix.Open(f, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, threadStep("cgroup", err)
+			}
+			defer unix.Close(fd)
+			req.V1++
+			fds = append(fds, fd)
+		}
+	}
+	back := p.launcherNotify(spec, pol, req)
+	// After launcherNotify, which names the run for its Landlock records (AuditName).
+	req.Policy = launcherPolicy(pol)
+	pid, notifyLost, err := l.launch(sock, req, fds, rec, back)
+	p.launcherNotifyDone(notifyLost, err)
+	if errors.Is(err, errLauncherGone) {
+		s.launchers.drop(spec.Name, l)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.launchers.served.Add(1)
+	p.tmpl.t.NoteEntered()
+	// The child is ours and unreaped, so its pid cannot be reused before this handle exists.
+	return os.FindProcess(pid)
+}
+
+// runRequest is the request of one run (its policy is set last) and its descriptors (stdio, the run's mounts, its
+// Landlock ruleset, unified cgroup and network namespace); done closes those it opened.
+func runRequest(spec *sandbox.Spec, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch, rm *kernel.RunMounts) (req *launchRequest, fds []int, done func(), err error) {
+	done = func() {}
+	req = &launchRequest{DirNow: rm.DirNow, Writable: rm.Writable,
 		Tree: rm.Tree >= 0, Tmp: rm.TmpTree >= 0, Files: len(rm.Files)}
-	fds := make([]int, 0, 12)
-	for _, f := range p.stdio.Files {
+	fds = make([]int, 0, 12)
+	for _, f := range tl.files {
 		fds = append(fds, int(f.Fd()))
 	}
 	fds = append(fds, rm.FDs()...)
 	if pol.Landlock != nil {
 		fd, err := kernel.LandlockRuleset(pol.Landlock)
 		if errors.Is(err, kernel.ErrCoversDenied) {
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, err)
+			return nil, nil, done, fmt.Errorf("%w: %w", sandbox.ErrInvalidSpec, err)
 		}
 		if err != nil {
-			return nil, threadStep("landlock", err)
+			return nil, nil, done, threadStep("landlock", err)
 		}
-		defer unix.Close(fd)
+		done = func() { unix.Close(fd) }
 		req.Ruleset = true
 		fds = append(fds, fd)
 	}
@@ -919,73 +1020,113 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 	case sys.Cloneflags&unix.CLONE_NEWNET != 0:
 		req.NewNet = true
 	}
-	sock := l.sock
-	parked := sp != nil && sp.park != nil
-	if parked {
-		if sp.park.l == l {
-			// A thread of this launcher already in the run's v1 groups.
-			sock = sp.park.sock
-		} else {
-			sp.park.release()
-			parked = false
-		}
-		// The parked thread ends in the run's groups (launched from, or released): the
-		// run's cleanup waits for its death before it touches them.
-		left := make(chan struct{})
-		close(left)
-		p.left, p.launchExit = left, sp.park.exit
-		sp.park.exit = nil
+	return req, fds, done, nil
+}
+
+// launcherPolicy is what of pol the launcher needs. Its Landlock rules are in the ruleset
+// sent along (built and cached here): the request carries whether there is a domain and
+// how it logs, not the path lists (two thirds of a request, decoded by the launcher for
+// every run).
+func launcherPolicy(pol *stub.Policy) *stub.Policy {
+	if pol.Landlock == nil {
+		return pol
 	}
-	for _, f := range pol.CgroupProcs {
-		if parked {
-			break // joined by the parked thread: the child is born in them
-		}
-		fd, err := unix.Open(f, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, threadStep("cgroup", err)
-		}
-		defer unix.Close(fd)
-		req.V1++
-		fds = append(fds, fd)
+	c := *pol
+	c.Landlock = &kernel.Landlock{ABI: pol.Landlock.ABI, LogExec: pol.Landlock.LogExec}
+	return &c
+}
+
+// takeParked returns the socket of l's thread parked in sp's v1 groups (-1: none, or
+// another launcher's, which is released). The parked thread ends in the run's groups
+// (launched from, or released): the run's cleanup waits for its death before it touches
+// them.
+func (p *process) takeParked(l *launcher, sp *spare) int {
+	if sp == nil || sp.park == nil {
+		return -1
 	}
-	var back chan int
-	if rn := newRunNotify(spec, pol); rn != nil && kernel.SeccompSupported() {
-		gated := &threadLaunch{}
-		if err := rn.prepare(gated, true, spec.Trace); err != nil {
-			p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
-		} else {
-			p.notify = rn
-			rn.watchLandlock(pol)
-			req.Notify, req.Trace, back = true, spec.Trace, gated.listenerBack
-		}
+	sock := -1
+	if sp.park.l == l {
+		sock = sp.park.sock
+	} else {
+		sp.park.release()
 	}
-	pid, notifyLost, err := l.launch(sock, req, fds, func() error {
-		p.recorded = true
-		return sandbox.RunBeforeExec(spec)
-	}, back)
-	if notifyLost && p.notify != nil {
+	left := make(chan struct{})
+	close(left)
+	p.left, p.launchExit = left, sp.park.exit
+	sp.park.exit = nil
+	return sock
+}
+
+// launcherNotify prepares the run's kernel refusal records (the child's seccomp listener
+// comes back on the returned channel; nil: none).
+func (p *process) launcherNotify(spec *sandbox.Spec, pol *stub.Policy, req *launchRequest) chan int {
+	rn := newRunNotify(spec, pol)
+	if rn == nil || !kernel.SeccompSupported() {
+		return nil
+	}
+	gated := &threadLaunch{}
+	if err := rn.prepare(gated, true, spec.Trace); err != nil {
+		p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
+		return nil
+	}
+	p.notify = rn
+	rn.watchLandlock(pol)
+	req.Notify, req.Trace = true, spec.Trace
+	return gated.listenerBack
+}
+
+// launcherNotifyDone settles the run's kernel refusal records after the launch.
+func (p *process) launcherNotifyDone(notifyLost bool, err error) {
+	if p.notify == nil {
+		return
+	}
+	if notifyLost {
 		p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records (an enclosing sandbox holds the seccomp listener)")
 		p.notify.abort()
 		p.notify = nil
-	}
-	if errors.Is(err, errLauncherGone) {
-		s.launchers.drop(spec.Name, l)
-	}
-	if p.notify != nil {
-		if err != nil {
-			p.notify.abort()
-			p.notify = nil
-		} else {
-			p.notify.launched()
-		}
+		return
 	}
 	if err != nil {
-		return nil, err
+		p.notify.abort()
+		p.notify = nil
+		return
 	}
-	s.launchers.served.Add(1)
-	p.tmpl.t.NoteEntered()
-	// The child is ours and unreaped, so its pid cannot be reused before this handle exists.
-	return os.FindProcess(pid)
+	p.notify.launched()
+}
+
+// recordWait is a run's BeforeExec (its decision record made durable) on a goroutine of its
+// own: ready asks without waiting whether it is done.
+type recordWait struct {
+	done chan struct{}
+	err  error
+}
+
+func awaitRecord(spec *sandbox.Spec) *recordWait {
+	r := &recordWait{done: make(chan struct{})}
+	if spec.BeforeExec == nil {
+		close(r.done)
+		return r
+	}
+	go func() {
+		r.err = sandbox.RunBeforeExec(spec)
+		close(r.done)
+	}()
+	return r
+}
+
+// ready reports whether the record is settled, and its error if so.
+func (r *recordWait) ready() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+func (r *recordWait) wait() error {
+	<-r.done
+	return r.err
 }
 
 // drop forgets l (found gone during a launch): the session's next run starts a new one.

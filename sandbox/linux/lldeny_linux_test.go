@@ -25,19 +25,30 @@ func TestLandlockDenialsRecorded(t *testing.T) {
 	testutil.SkipUnlessSupported(t, kernel.LandlockABI() >= 7, "Landlock ABI 7 (denials in the kernel's audit)")
 	testutil.KernelAudit(t)
 	require.True(t, kernel.LandlockAuditReadable(), "root reads the kernel's audit (CAP_AUDIT_READ)")
-	for _, launch := range []string{LaunchThread, LaunchStub} {
+	for _, launch := range []string{LaunchThread, LaunchStub, launchViaLauncher} {
 		t.Run(launch, func(t *testing.T) { testLandlockDenials(t, launch, false) })
 		t.Run(launch+"-late", func(t *testing.T) { testLandlockDenials(t, launch, true) })
 	}
 }
+
+// launchViaLauncher: the run goes through the session's launcher (started by the session's
+// first runs), whose request names the run for its Landlock records.
+const launchViaLauncher = "launcher"
 
 // late: the spec lets Wait return before the Landlock records settle (KernelDenialsLate,
 // what every session does): Wait must hand over a channel that is still open when it
 // returns (the settle takes at least landlockDrain), and every denial and the true count
 // must still be reported before that channel closes.
 func testLandlockDenials(t *testing.T, launch string, late bool) {
-	sb := newSandbox(t, Options{Launch: launch})
 	e := newEnv(t)
+	var sb *Sandbox
+	if launch == launchViaLauncher {
+		sb = newSandbox(t, Options{Launch: LaunchThread})
+		withLauncher(t, sb, e)
+	} else {
+		sb = newSandbox(t, Options{Launch: launch})
+	}
+	served := sb.launchers.served.Load()
 	script := `for i in 1 2 3; do ls "$HOME" 2>&1; echo ls=$?; done`
 	// Positive control: unconfined, it works.
 	ctl := exec.Command("/bin/sh", "-c", script)
@@ -58,6 +69,9 @@ func testLandlockDenials(t *testing.T, launch string, late bool) {
 	}
 	res, stdout, errOut := run(t, sb, spec)
 	require.Equal(t, 0, res.ExitCode, errOut)
+	if launch == launchViaLauncher {
+		require.Equal(t, served+1, sb.launchers.served.Load(), "the run did not go through the launcher")
+	}
 	if late {
 		require.NotNil(t, settled, "Wait handed over the settle")
 		select {
