@@ -31,7 +31,7 @@ type pidNamespaces struct {
 	closed  bool
 	// ahead is a holder started before any name asked for one (prestart), taken by the
 	// first name that needs a holder. No name ever had it, so taking it is the same as
-	// starting one then; only the exec of fledge it costs is off that name's first launch.
+	// starting one then; only its start is off that name's first launch.
 	ahead *pidHolder
 	// aheadDone is closed once the prestart has ended (nil: none is under way).
 	aheadDone chan struct{}
