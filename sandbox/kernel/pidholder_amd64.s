@@ -188,3 +188,29 @@ exit:
 	MOVQ	$231, AX		// exit_group
 	SYSCALL
 	JMP	exit
+
+// func clone3Parked(args *cloneArgs) (pid uintptr, errno uintptr)
+//
+// The child (CLONE_VM, on args's stack, every signal blocked, default handlers) only
+// sleeps until it is killed; it shares the parent's memory and runs no Go code.
+TEXT ·clone3Parked(SB),NOSPLIT,$0-24
+	MOVQ	args+0(FP), DI
+	MOVQ	$88, SI			// sizeof(struct clone_args), version 2
+	MOVQ	$435, AX		// clone3
+	SYSCALL
+	CMPQ	AX, $0
+	JEQ	parked
+	CMPQ	AX, $0xfffffffffffff001
+	JLS	parkedok
+	NEGQ	AX
+	MOVQ	$-1, pid+8(FP)
+	MOVQ	AX, errno+16(FP)
+	RET
+parkedok:
+	MOVQ	AX, pid+8(FP)
+	MOVQ	$0, errno+16(FP)
+	RET
+parked:
+	MOVQ	$34, AX			// pause: no signal is delivered, SIGKILL ends it
+	SYSCALL
+	JMP	parked
