@@ -110,6 +110,12 @@ func newHideRootNS() (int, error) {
 	if fd, err := kernel.ForkUserNS(idMap.String(), idMap.String()); err == nil {
 		return fd, nil
 	}
+	return execHideRootNS()
+}
+
+// execHideRootNS makes newHideRootNS's namespace with a child that is fledge started again,
+// stopped at its execve.
+func execHideRootNS() (int, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return -1, err
