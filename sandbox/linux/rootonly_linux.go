@@ -97,7 +97,7 @@ var hideRootMap = []syscall.SysProcIDMap{
 
 // newHideRootNS returns an fd of a new user namespace with hideRootMap. Only a process can
 // make one (unshare(CLONE_NEWUSER) refuses a multi-threaded caller). On amd64 a child is
-// forked into it that runs no code of fledge's (kernel.ForkUserNS); elsewhere, or should
+// forked into it that only sleeps until it is killed (kernel.ForkUserNS); elsewhere, or should
 // that fail, a child is started in it and stopped before it runs any code: PTRACE_TRACEME
 // makes its execve stop it with SIGTRAP. Its namespace is opened, then it is killed. The
 // launching thread is discarded: it was the tracer, and were it to exit first the child
