@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fledgehq/fledge/sandbox/kernel"
 	"github.com/fledgehq/fledge/sandbox/stub"
 )
 
@@ -30,7 +31,7 @@ type pidNamespaces struct {
 	closed  bool
 	// ahead is a holder started before any name asked for one (prestart), taken by the
 	// first name that needs a holder. No name ever had it, so taking it is the same as
-	// starting one then; only the exec of fledge it costs is off that name's first launch.
+	// starting one then; only its start is off that name's first launch.
 	ahead *pidHolder
 	// aheadDone is closed once the prestart has ended (nil: none is under way).
 	aheadDone chan struct{}
@@ -275,8 +276,55 @@ func startPidHolder(exe string) (*pidHolder, error) {
 	return h, h.ready()
 }
 
-// launchPidHolder starts a holder process; ready then waits for its procfs.
+// goHolder makes launchPidHolder start the Go holder (an exec of fledge) even where the
+// forked one can start; tests set it to check both.
+var goHolder atomic.Bool
+
+// launchPidHolder starts a holder process; ready then waits for its procfs. The holder is
+// forked (kernel.ForkPidHolder: no exec of fledge, about 5 ms less per session) where it
+// can be; elsewhere, and should the fork fail, it is fledge re-executed (the Go holder).
 func launchPidHolder(exe string) (*pidHolder, error) {
+	if !goHolder.Load() {
+		h, err := forkPidHolder()
+		if err == nil {
+			return h, nil
+		}
+		if !errors.Is(err, kernel.ErrUnsupported) {
+			// Not expected where the Go holder starts (it takes the same steps); that one is
+			// tried, and reports its own error if it fails too.
+			goHolder.Store(true)
+		}
+	}
+	return execPidHolder(exe)
+}
+
+// forkPidHolder starts the forked holder (kernel.ForkPidHolder).
+func forkPidHolder() (*pidHolder, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	pid, pidFD, err := kernel.ForkPidHolder(fds[1], stub.PidNSMarker)
+	unix.Close(fds[1])
+	if err != nil {
+		unix.Close(fds[0])
+		return nil, err
+	}
+	// The pidfd from clone3 names the holder before anyone could reap it; os.FindProcess
+	// opens one of its own for Wait and Kill.
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		unix.Close(pidFD)
+		unix.Close(fds[0]) // the holder reads EOF and exits
+		return nil, err
+	}
+	h := &pidHolder{proc: proc, sock: fds[0], nsFD: -1, procFD: -1, pidFD: pidFD}
+	go func() { _, _ = proc.Wait(); h.dead.Store(true) }()
+	return h, nil
+}
+
+// execPidHolder starts the Go holder, fledge re-executed (sandbox/stub/pidns_linux.go).
+func execPidHolder(exe string) (*pidHolder, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -95,11 +96,26 @@ var hideRootMap = []syscall.SysProcIDMap{
 }
 
 // newHideRootNS returns an fd of a new user namespace with hideRootMap. Only a process can
-// make one (unshare(CLONE_NEWUSER) refuses a multi-threaded caller), so a child is started
-// in it and stopped before it runs any code: PTRACE_TRACEME makes its execve stop it with
-// SIGTRAP. Its namespace is opened, then it is killed. The launching thread is discarded:
-// it was the tracer, and were it to exit first the child would go on (Pdeathsig kills it).
+// make one (unshare(CLONE_NEWUSER) refuses a multi-threaded caller). On amd64 a child is
+// forked into it that only sleeps until it is killed (kernel.ForkUserNS); elsewhere, or should
+// that fail, a child is started in it and stopped before it runs any code: PTRACE_TRACEME
+// makes its execve stop it with SIGTRAP. Its namespace is opened, then it is killed. The
+// launching thread is discarded: it was the tracer, and were it to exit first the child
+// would go on (Pdeathsig kills it).
 func newHideRootNS() (int, error) {
+	var idMap strings.Builder
+	for _, m := range hideRootMap {
+		fmt.Fprintf(&idMap, "%d %d %d\n", m.ContainerID, m.HostID, m.Size)
+	}
+	if fd, err := kernel.ForkUserNS(idMap.String(), idMap.String()); err == nil {
+		return fd, nil
+	}
+	return execHideRootNS()
+}
+
+// execHideRootNS makes newHideRootNS's namespace with a child that is fledge started again,
+// stopped at its execve.
+func execHideRootNS() (int, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return -1, err

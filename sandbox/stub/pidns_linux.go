@@ -15,7 +15,9 @@ import (
 
 // The pid-namespace holder. The thread launcher forks every child of a session into one
 // pid namespace whose init is this process (this executable again, with PidNSMarker as
-// argv[1], started with CLONE_NEWPID): a child that were pid 1 itself would ignore every
+// argv[1], started with CLONE_NEWPID; on amd64 fledge forks a holder that takes the same
+// steps in assembly instead, sandbox/kernel/pidholder_amd64.go, and this one is the
+// fallback): a child that were pid 1 itself would ignore every
 // signal it has no handler for (the host's SIGTERM step would be lost) and would leave its
 // orphans unreaped. The holder:
 //   - makes one detached, read-only `proc` mount of its namespace (fsopen/fsmount, from
