@@ -120,7 +120,10 @@ func TestFollowWaitsForNewline(t *testing.T) {
 	lines := fileLines(t, path)
 	writeLines(t, path, [][]byte{lines[0], lines[1][:40]})
 	got := startFollow(t, path, Filter{})
-	time.Sleep(500 * time.Millisecond)
+	// The whole record first (however long a loaded machine takes to read it), then a few
+	// more looks at the half one, which must not come out.
+	waitFor(t, 30*time.Second, func() bool { r, _ := got.snapshot(); return len(r) >= 1 }, "the whole record")
+	time.Sleep(3 * DefaultFollowInterval)
 	r, _ := got.snapshot()
 	require.Len(t, r, 1)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)

@@ -172,18 +172,28 @@ func TestExportCollectorKilledMidStream(t *testing.T) {
 			require.NoError(t, err)
 			e := otlp.NewExporter(path, c, otlp.Options{Interval: 20 * time.Millisecond})
 			e.Start()
+			killed := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 60; i++ {
+					if i == 30 {
+						<-killed // the second half is written while the collector is down
+					}
 					appendRecords(t, l, 25, "a", "b", "c")
 					time.Sleep(20 * time.Millisecond)
 				}
 			}()
-			time.Sleep(300 * time.Millisecond)
+			// Killed once the collector has taken part of the stream, however long a loaded
+			// machine takes to send the first batch (a fixed 300 ms was often too short).
+			deadline := time.Now().Add(30 * time.Second)
+			for len(col.Received()) == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
 			before := len(col.Received())
 			col.Kill()
+			close(killed)
 			time.Sleep(700 * time.Millisecond)
 			col.Restart()
 			wg.Wait()

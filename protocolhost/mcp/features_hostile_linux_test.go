@@ -149,7 +149,18 @@ func TestHostileServerPromptsLogsSamplingThroughServe(t *testing.T) {
 	// A flood of 500 log messages at once: a bounded number reaches the client.
 	require.NoError(t, cs.SetLoggingLevel(context.Background(), &mcpsdk.SetLoggingLevelParams{Level: "debug"}))
 	assert.Equal(t, "flooded", callText1(t, cs, "plugin_"+name+"_logflood"))
-	time.Sleep(500 * time.Millisecond)
+	// The messages are passed on apart from the call's answer: wait for the first to reach
+	// the client and for the drop to be on record, however long a loaded machine takes.
+	logDropped := func() bool {
+		for _, r := range f.records(audit.EventLimit) {
+			if r.Details[audit.DetailLimit] == "log_messages" {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, func() bool { return c.logs.Load() > 0 && logDropped() }, 30*time.Second, 20*time.Millisecond,
+		"no log message reached the client, or no drop is on record")
 	n := c.logs.Load()
 	t.Logf("log flood: 500 sent, %d passed on to the client", n)
 	assert.Positive(t, n, "log messages pass on")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,8 +226,12 @@ func TestServeJSONRPCRefusesRugPulledTool(t *testing.T) {
 	poke := map[string]any{"name": "hostile-rugpull_poke", "arguments": map[string]any{}}
 	first := ask(2, "tool/execute", poke)
 	assert.Equal(t, true, first["success"], "%v", first)
-	// The server's notifications/tools/list_changed follows its answer: fledge lists again.
-	time.Sleep(time.Second)
+	// The server's notifications/tools/list_changed follows its answer, so a call sent at
+	// once may overtake it (nothing orders the two): wait until fledge has taken it and
+	// asked the server for its tools again, as a host's next call some time later would.
+	require.Eventually(t, func() bool {
+		return strings.Contains(f.pluginLog("hostile-rugpull"), "hostile: listed anew")
+	}, 30*time.Second, 10*time.Millisecond, "fledge never listed the server's tools again after its list_changed")
 	second := ask(3, "tool/execute", poke)
 	assert.Equal(t, false, second["success"], "%v", second)
 	assert.Contains(t, second["result"], "tool definition changed since it was approved")

@@ -179,15 +179,21 @@ func TestLauncherRunsAreIsolated(t *testing.T) {
 	e := newEnv(t)
 	withLauncher(t, sb, e)
 	before := sb.launchers.served.Load()
-	// Read while the run still writes to it.
+	// Read while the run still writes to it. The first run says its TMPDIR once its file
+	// and IPC object exist, and stays until the second run is done (a file the test makes),
+	// so the second looks while both are there however slow a loaded machine makes either.
 	var out1 testutil.SyncBuffer
-	spec1 := e.spec(`echo secret > "$TMPDIR/s"; echo "$TMPDIR"; command -v ipcmk >/dev/null && ipcmk -M 4096 >/dev/null; sleep 2`)
+	release := filepath.Join(e.project, "release")
+	spec1 := e.spec(`echo secret > "$TMPDIR/s"; command -v ipcmk >/dev/null && ipcmk -M 4096 >/dev/null; echo "$TMPDIR"; i=0; while [ ! -e "$0" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done`, release)
 	spec1.Stdout = &out1
 	p1, err := sb.Start(context.Background(), spec1)
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond)
+	deadline := time.Now().Add(waitBound)
+	for !strings.Contains(out1.String(), "\n") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	tmp1 := strings.TrimSpace(out1.String())
-	require.NotEmpty(t, tmp1)
+	require.NotEmpty(t, tmp1, "the first run never said its TMPDIR")
 	res, out, errOut := run(t, sb, e.spec(`[ "$TMPDIR" = "$0" ] && echo same-tmp; cat "$0/s" 2>/dev/null && echo read-other; ls /tmp 2>/dev/null; command -v ipcs >/dev/null && ipcs -m | grep -c 4096; true`, tmp1))
 	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
 	assert.NotContains(t, out, "same-tmp")
@@ -195,6 +201,9 @@ func TestLauncherRunsAreIsolated(t *testing.T) {
 	assert.NotContains(t, out, "read-other")
 	assert.NotContains(t, out, filepath.Base(tmp1), "another run's TMPDIR is visible in /tmp")
 	assert.NotContains(t, out, "\n1\n", "another run's IPC object is visible")
-	waitFor(t, p1)
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	r1 := waitFor(t, p1)
+	assert.Equal(t, 0, r1.ExitCode)
+	assert.False(t, r1.TimedOut)
 	assert.Equal(t, before+2, sb.launchers.served.Load())
 }

@@ -37,22 +37,22 @@ func TestPrivateTmpParentSymlink(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, e.outside, link, "the command planted its link")
 
-	spec := e.spec(`echo pwned > "$TMPDIR/planted" && echo "tmp=$TMPDIR" && sleep 1`)
+	spec := e.spec(`echo pwned > "$TMPDIR/planted"; echo "tmp=$TMPDIR"; sleep 1`)
 	var out, errb testutil.SyncBuffer
 	spec.Stdout, spec.Stderr = &out, &errb
 	p, err := sb.Start(context.Background(), spec)
 	require.NoError(t, err)
-	var seen []string
-	deadline := time.Now().Add(1200 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		ents, _ := os.ReadDir(e.outside)
-		for _, en := range ents {
-			seen = append(seen, en.Name())
-		}
-		if len(seen) > 0 {
-			break
-		}
+	// Looked at once the command has written (it says its TMPDIR after), while it still
+	// runs: the run's temp dir is removed at its end, so a look after would see nothing.
+	deadline := time.Now().Add(waitBound)
+	for !strings.Contains(out.String(), "tmp=") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
+	}
+	require.Contains(t, out.String(), "tmp=", "the command never wrote: %s", errb.String())
+	var seen []string
+	ents, _ := os.ReadDir(e.outside)
+	for _, en := range ents {
+		seen = append(seen, en.Name())
 	}
 	r := waitFor(t, p)
 	assert.Equal(t, 0, r.ExitCode, errb.String())

@@ -97,6 +97,8 @@ readline.createInterface({ input: process.stdin }).on('line', (raw) => {
       send({ jsonrpc: '2.0', id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: mode === 'rugpull' ? { listChanged: true } : {} }, serverInfo: { name: 'hostile-' + mode, version: '1.0.0' } } });
       return;
     case 'tools/list':
+      // What a test waits on: fledge took the change it was told of and lists again.
+      if (mode === 'rugpull' && pulled) process.stderr.write('hostile: listed anew\n');
       send({ jsonrpc: '2.0', id: m.id, result: { tools: mode === 'prompter' ? ['pull', 'logflood', 'sample', 'elicit'].map((n) => tool(n, 'misbehaves')) : toolList() } });
       return;
     case 'prompts/list':
