@@ -51,8 +51,12 @@ const (
 	// holderByte is the byte (past the page) each process holding the log open keeps a shared
 	// lock on: the kernel's list of its holders, which a killed process leaves.
 	holderByte = sharePage
-	// shareWait bounds the wait for another process's fsync before syncing ourselves.
-	shareWait = 20 * time.Millisecond
+	// shareWait bounds the wait for another process's fsync before syncing ourselves. A
+	// leader that died is noticed sooner (its flock goes with it); this bound is for one alive
+	// but not finishing (stopped). It is well above a slow fsync under load: at 20 ms a
+	// loaded machine's fsyncs outlasted it and every process synced alone, turning sharing
+	// off where it pays most.
+	shareWait = 500 * time.Millisecond
 	// shareNap bounds one futex wait (a leader that died is noticed by its lock's release).
 	shareNap = 2 * time.Millisecond
 	// The futex operations (linux/futex.h), shared between processes (not _PRIVATE).
