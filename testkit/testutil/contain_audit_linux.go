@@ -173,6 +173,19 @@ func auditRequest(typ uint16, payload []byte) ([]byte, error) {
 
 var auditClientMu sync.Mutex
 
+// auditClient is the harness's switch as one *os.File for the whole process: a File made
+// per test would be closed by its finalizer once that test's cleanup let go of it, and the
+// next test's write would meet a closed descriptor (or, reused, another file).
+func auditClient(fd int) *os.File {
+	auditClientOnce.Do(func() { auditClientFile = os.NewFile(uintptr(fd), "audit-client") })
+	return auditClientFile
+}
+
+var (
+	auditClientOnce sync.Once
+	auditClientFile *os.File
+)
+
 // KernelAudit turns the kernel's audit on for the rest of the test and back to what it
 // was at its end (through the harness's outer process). It skips (or fails under
 // FLEDGE_REQUIRE_SANDBOX=1) outside the harness. While on, records also reach the
@@ -184,7 +197,7 @@ func KernelAudit(t testing.TB) {
 	var fd int
 	_, err := fmt.Sscan(os.Getenv(containAuditEnv), &fd)
 	SkipUnlessSupported(t, err == nil && fd > 2, "the harness's kernel audit switch")
-	c := os.NewFile(uintptr(fd), "audit-client")
+	c := auditClient(fd)
 	ask := func(on bool) error {
 		auditClientMu.Lock()
 		defer auditClientMu.Unlock()
