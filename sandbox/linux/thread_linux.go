@@ -181,7 +181,9 @@ func (tl *threadLaunch) onThread() (int, error) {
 	ruleset := tl.ruleset
 	if tl.pol.Landlock != nil && ruleset < 0 {
 		// The image's paths, opened in the view; the child restricts itself with them.
-		fd, err := kernel.LandlockRuleset(tl.pol.Landlock)
+		// Not the cached ruleset: the cache keeps numbers of fledge's shared fd table, and
+		// this thread's table is its own.
+		fd, err := kernel.BuildLandlockRuleset(tl.pol.Landlock)
 		if err != nil {
 			tl.leaveCgroups(tidb)
 			return 0, threadStep("landlock", err)
