@@ -36,6 +36,7 @@ type vforkSpec struct {
 	scFD   uintptr      // 248: *int32, its place in the message
 	llFD   int64        // 256: the Landlock ruleset to restrict with (-1: none)
 	llFl   uint64       // 264: landlock_restrict_self's flags
+	plain  uint64       // 272: set to 1 by a child that installed the plain filter
 }
 
 const vforkStack = 16 << 10
@@ -49,15 +50,18 @@ func clone3VFork(spec *vforkSpec) (pid uintptr, errno uintptr)
 
 // forkExec forks c sharing this process's memory (CLONE_VM | CLONE_VFORK, like Go's own
 // fork): no page tables are copied. The child runs on a stack of its own, in assembly.
-func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (int, childFailure, syscall.Errno) {
+func forkExec(args cloneArgs, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (forkResult, syscall.Errno) {
 	stack := make([]byte, vforkStack)
 	spec := &vforkSpec{nofile: *nofile}
 	spec.zero[0] = '0'
 	pfd := new(int32)
 	*pfd = -1
-	spec.args = cloneArgs{flags: flags | unix.CLONE_VM | unix.CLONE_VFORK, cgroup: cgroup,
-		pidfd: uint64(uintptr(unsafe.Pointer(pfd))),
-		stack: uint64(uintptr(unsafe.Pointer(&stack[0]))), stackSize: vforkStack}
+	spec.args = args
+	spec.args.flags |= unix.CLONE_VM | unix.CLONE_VFORK
+	spec.args.stack, spec.args.stackSize = uint64(uintptr(unsafe.Pointer(&stack[0]))), vforkStack
+	if args.flags&unix.CLONE_PIDFD != 0 {
+		spec.args.pidfd = uint64(uintptr(unsafe.Pointer(pfd)))
+	}
 	if len(c.CgroupProcs) > 0 {
 		spec.procs = uintptr(unsafe.Pointer(&c.CgroupProcs[0]))
 		spec.nprocs = int64(len(c.CgroupProcs))
@@ -86,7 +90,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 	all := ^uint64(0)
 	runtime.LockOSThread()
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&spec.mask)), 8, 0, 0)
-	_, errno := clone3VFork(spec)
+	pid, errno := clone3VFork(spec)
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&spec.mask)), 0, 8, 0, 0)
 	runtime.UnlockOSThread()
 	runtime.KeepAlive(stack)
@@ -96,7 +100,7 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 	runtime.KeepAlive(envv)
 	runtime.KeepAlive(cs)
 	if errno != 0 {
-		return -1, childFailure{}, syscall.Errno(errno)
+		return forkResult{pid: -1, pidfd: -1}, syscall.Errno(errno)
 	}
-	return int(*pfd), spec.fail, 0
+	return forkResult{pid: int(pid), pidfd: int(*pfd), plain: spec.plain != 0, fail: spec.fail}, 0
 }

@@ -39,6 +39,7 @@ func TestVForkSpecLayout(t *testing.T) {
 		{"scFD", unsafe.Offsetof(s.scFD), 248},
 		{"llFD", unsafe.Offsetof(s.llFD), 256},
 		{"llFl", unsafe.Offsetof(s.llFl), 264},
+		{"plain", unsafe.Offsetof(s.plain), 272},
 	} {
 		assert.Equal(t, c.want, c.got, c.name)
 	}

@@ -14,37 +14,45 @@ import (
 
 // forkExec forks c without CLONE_VM (a copy of this process: no stack of its own is
 // needed, at the cost of copying the page tables) and waits on a pipe until it exec'd.
-func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (int, childFailure, syscall.Errno) {
+func forkExec(args cloneArgs, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (forkResult, syscall.Errno) {
+	res := forkResult{pid: -1, pidfd: -1}
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return -1, childFailure{}, err.(syscall.Errno)
+		return res, err.(syscall.Errno)
 	}
 	var procs *int
 	if len(c.CgroupProcs) > 0 {
 		procs = &c.CgroupProcs[0]
 	}
 	stdio := c.Stdio
-	pfd, errno := forkExecChild(flags, cgroup, path, &argv[0], &envv[0], &stdio, procs, len(c.CgroupProcs), nofile, p[1], c.Landlock, uintptr(c.LandlockFlags), cs)
+	pid, pfd, errno := forkExecChild(&args, path, &argv[0], &envv[0], &stdio, procs, len(c.CgroupProcs), nofile, p[1], c.Landlock, uintptr(c.LandlockFlags), cs)
 	unix.Close(p[1])
 	if errno != 0 {
 		unix.Close(p[0])
-		return -1, childFailure{}, errno
+		return res, errno
 	}
+	res.pid, res.pidfd = pid, pfd
+	// Records until the execve closes the pipe: a failure ends the child; stepPlain says
+	// it installed the plain filter and goes on.
 	var f childFailure
 	buf := (*[unsafe.Sizeof(f)]byte)(unsafe.Pointer(&f))[:]
-	var n int
-	var err error
 	for {
-		n, err = unix.Read(p[0], buf)
-		if !errors.Is(err, unix.EINTR) {
-			break
+		n, err := unix.Read(p[0], buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
+		if err != nil || n < len(buf) {
+			break // closed by the execve
+		}
+		if f.step == stepPlain && f.errno == 0 {
+			res.plain = true
+			continue
+		}
+		res.fail = f
+		break
 	}
 	unix.Close(p[0])
-	if err != nil || n == 0 {
-		return pfd, childFailure{}, 0 // closed by the execve
-	}
-	return pfd, f, 0
+	return res, 0
 }
 
 // forkExecChild is the fork. In the child it makes only raw system calls and never
@@ -53,22 +61,24 @@ func forkExec(flags, cgroup uint64, path *byte, argv, envv []*byte, c *ExecChild
 //
 //go:nosplit
 //go:norace
-func forkExecChild(flags, cgroup uint64, path *byte, argv, envv **byte, stdio *[3]int, procs *int, nprocs int,
-	nofile *unix.Rlimit, pipe int, ruleset int, llFlags uintptr, cs *childSeccomp) (pidfd int, errno syscall.Errno) {
+func forkExecChild(args *cloneArgs, path *byte, argv, envv **byte, stdio *[3]int, procs *int, nprocs int,
+	nofile *unix.Rlimit, pipe int, ruleset int, llFlags uintptr, cs *childSeccomp) (pid, pidfd int, errno syscall.Errno) {
 	pfd := int32(-1)
-	args := cloneArgs{flags: flags, pidfd: uint64(uintptr(unsafe.Pointer(&pfd))), cgroup: cgroup}
+	if args.flags&unix.CLONE_PIDFD != 0 {
+		args.pidfd = uint64(uintptr(unsafe.Pointer(&pfd)))
+	}
 	// Every signal blocked around the fork: a signal (Go's preemption) arriving while the
 	// kernel copies the process restarts the clone3 (ERESTARTNOINTR), and a gate that let
 	// the first one through would answer the restarted one with ENOSYS.
 	all, old := ^uint64(0), uint64(0)
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
-	r, _, e := syscall.RawSyscall6(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args), 0, 0, 0, 0)
+	r, _, e := syscall.RawSyscall6(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0, 0, 0, 0)
 	if e != 0 || r != 0 {
 		syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&old)), 0, 8, 0, 0)
 		if e != 0 {
-			return -1, e
+			return -1, -1, e
 		}
-		return int(pfd), 0
+		return int(r), int(pfd), 0
 	}
 	// The child: its handlers are the defaults (CLONE_CLEAR_SIGHAND), so the thread's
 	// own mask can come back.
@@ -118,6 +128,8 @@ func forkExecChild(flags, cgroup uint64, path *byte, argv, envv **byte, stdio *[
 			if _, _, e = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&cs.plain))); e != 0 {
 				goto failed
 			}
+			plain := childFailure{step: stepPlain}
+			syscall.RawSyscall(unix.SYS_WRITE, uintptr(pipe), uintptr(unsafe.Pointer(&plain)), unsafe.Sizeof(plain))
 		case e != 0:
 			goto failed
 		case cs.cmsgFD != nil:

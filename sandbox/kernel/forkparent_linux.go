@@ -26,7 +26,7 @@ import (
 // a session of its own and its rlimits: RLIMIT_CORE 0 and RLIMIT_NOFILE are in force from
 // the program's first instruction.
 
-// ExecChild describes the child of ForkExecParent.
+// ExecChild describes the child of ForkExecParent and ForkExecChild.
 type ExecChild struct {
 	Path string
 	Argv []string
@@ -74,8 +74,7 @@ type cloneArgs struct {
 	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
 	childTID uint64
 	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
-	parentTID uint64
-	//lint:ignore U1000 the kernel reads it: the layout is struct clone_args
+	parentTID  uint64
 	exitSignal uint64
 	stack      uint64
 	stackSize  uint64
@@ -95,6 +94,10 @@ type childFailure struct {
 }
 
 var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec", "seccomp", "landlock"}
+
+// stepPlain is not a failure: the copying fork's child reports with it that it installed
+// the plain filter (the vfork's child says so in memory it shares).
+const stepPlain = 7
 
 // childSeccomp is the filter a child installs and where its listener goes, in memory the
 // child reads (heap: it does not move).
@@ -153,52 +156,79 @@ func newChildSeccomp(c *ExecChild) (*childSeccomp, error) {
 // pidfd of the child. It waits until the child has exec'd: an *ExecChildError means the
 // child exists but ran nothing (the pidfd is still returned, so its parent can reap it).
 func ForkExecParent(c *ExecChild) (pidfd int, err error) {
+	_, pidfd, _, err = forkExecWith(c, unix.CLONE_PARENT|unix.CLONE_PIDFD, 0)
+	return pidfd, err
+}
+
+// ForkExecChild forks and execs c from the calling (confined, locked) thread as a child
+// of the calling process (exit signal SIGCHLD: an ordinary child, for Wait) and returns
+// its pid. The child takes the same steps as ForkExecParent's, in the same order, before
+// execve, so the thread that forks it never holds the command's Landlock domain or seccomp
+// filter and the command's rlimits are in force from its first instruction. It waits
+// until the child has exec'd: an *ExecChildError means the child exists (pid) but ran
+// nothing, and is the caller's to reap. listenerLost says the child installed c.Plain
+// instead of c.Seccomp (an enclosing filter holds the listener) and sent none.
+func ForkExecChild(c *ExecChild) (pid int, listenerLost bool, err error) {
+	pid, _, listenerLost, err = forkExecWith(c, 0, uint64(unix.SIGCHLD))
+	return pid, listenerLost, err
+}
+
+// forkExecWith is the fork of both: flags are added to the child's own, exitSignal is
+// clone3's exit_signal.
+func forkExecWith(c *ExecChild, flags, exitSignal uint64) (pid, pidfd int, listenerLost bool, err error) {
 	path, err := syscall.BytePtrFromString(c.Path)
 	if err != nil {
-		return -1, err
+		return -1, -1, false, err
 	}
 	argv, err := syscall.SlicePtrFromStrings(c.Argv)
 	if err != nil {
-		return -1, err
+		return -1, -1, false, err
 	}
 	envv, err := syscall.SlicePtrFromStrings(c.Env)
 	if err != nil {
-		return -1, err
+		return -1, -1, false, err
 	}
 	for _, fd := range c.Stdio {
 		if fd < 3 {
-			return -1, fmt.Errorf("stdio fd %d below 3", fd)
+			return -1, -1, false, fmt.Errorf("stdio fd %d below 3", fd)
 		}
 	}
 	var hard unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &hard); err != nil {
-		return -1, fmt.Errorf("nofile: %w", err)
+		return -1, -1, false, fmt.Errorf("nofile: %w", err)
 	}
 	nofile := unix.Rlimit{Cur: min(c.NoFile, hard.Max), Max: min(c.NoFile, hard.Max)}
-	flags := uint64(unix.CLONE_PARENT | unix.CLONE_PIDFD | unix.CLONE_CLEAR_SIGHAND)
-	cg := uint64(0)
+	args := cloneArgs{flags: flags | unix.CLONE_CLEAR_SIGHAND, exitSignal: exitSignal}
 	if c.CgroupFD >= 0 {
-		flags |= unix.CLONE_INTO_CGROUP
-		cg = uint64(c.CgroupFD)
+		args.flags |= unix.CLONE_INTO_CGROUP
+		args.cgroup = uint64(c.CgroupFD)
 	}
 	cs, err := newChildSeccomp(c)
 	if err != nil {
-		return -1, fmt.Errorf("seccomp: %w", err)
+		return -1, -1, false, fmt.Errorf("seccomp: %w", err)
 	}
-	pfd, f, errno := forkExec(flags, cg, path, argv, envv, c, &nofile, cs)
+	r, errno := forkExec(args, path, argv, envv, c, &nofile, cs)
 	runtime.KeepAlive(cs)
 	runtime.KeepAlive(argv)
 	runtime.KeepAlive(envv)
 	runtime.KeepAlive(c)
 	if errno != 0 {
-		return -1, fmt.Errorf("clone3: %w", errno)
+		return -1, -1, false, fmt.Errorf("clone3: %w", errno)
 	}
-	if f.errno == 0 {
-		return pfd, nil
+	if r.fail.errno == 0 {
+		return r.pid, r.pidfd, r.plain, nil
 	}
 	step := "exec"
-	if int(f.step) < len(childSteps) {
-		step = childSteps[f.step]
+	if int(r.fail.step) < len(childSteps) {
+		step = childSteps[r.fail.step]
 	}
-	return pfd, &ExecChildError{Step: step, Errno: unix.Errno(f.errno)}
+	return r.pid, r.pidfd, r.plain, &ExecChildError{Step: step, Errno: unix.Errno(r.fail.errno)}
+}
+
+// forkResult is what forkExec reports: the child's pid and pidfd (-1 unless asked for),
+// whether it installed the plain filter, and its failure (errno 0: it exec'd).
+type forkResult struct {
+	pid, pidfd int
+	plain      bool
+	fail       childFailure
 }

@@ -282,6 +282,14 @@ func addPathRule(rfd int, path string, rights uint64, deny map[fileKey]string, n
 // Callers get their own dup, so the bounded cache can close what it evicts.
 func LandlockRuleset(l *Landlock) (int, error) { return rulesets.get(l) }
 
+// BuildLandlockRuleset builds a ruleset fd for l outside the cache, for a thread with a
+// private fd table (the cache keeps descriptor numbers of the process's shared table) or
+// paths that only its view has. The caller closes it.
+func BuildLandlockRuleset(l *Landlock) (int, error) {
+	fd, _, err := buildRuleset(l)
+	return fd, err
+}
+
 // RestrictLandlock enforces ruleset rfd (built for l) on the calling OS thread only. The
 // caller must hold runtime.LockOSThread, have set no_new_privs on the same thread, and must
 // let that thread die (exit the goroutine still locked) once it has started the child.

@@ -7,14 +7,15 @@
 // IPC namespace per run, ipc_linux.go) and CLONE_NEWNET for network=deny, fchdir into the guarded directory handle, join the run's
 // v1 cgroups with its tid, the private filesystem view (as root: a mount namespace with
 // only the grants, entered by path and checked against the handle; the system paths
-// idmapped so that root's files are nobody's, rootonly_linux.go), no_new_privs,
-// Landlock, the capability drop, unshare(CLONE_FILES) and every fd >= 3 close-on-exec,
-// the seccomp deny-list, then fork+exec with setsid (no controlling terminal) and
-// CLONE_INTO_CGROUP; RLIMIT_CORE=0 and RLIMIT_NOFILE are set with prlimit right after the
-// fork. LaunchStub re-executes the stub (package stub) instead, which does the same steps
-// in itself (joining v1 groups through cgroup.procs) and has no rlimit window, at the cost
-// of a Go runtime start per run. The kernel steps are package sandbox/kernel, shared by
-// both.
+// idmapped so that root's files are nobody's, rootonly_linux.go), no_new_privs, the
+// capability drop, unshare(CLONE_FILES) and every fd >= 3 close-on-exec, then a vfork
+// (clone3, CLONE_INTO_CGROUP) whose child takes its stdio, setsid (no controlling
+// terminal), RLIMIT_CORE=0 and RLIMIT_NOFILE, makes the command's Landlock domain and
+// installs the seccomp deny-list itself before execve (execChild, the session launcher's
+// child's steps too): the thread is never in the command's domain nor under its filter.
+// LaunchStub re-executes the stub (package stub) instead, which does the same steps in
+// itself (joining v1 groups through cgroup.procs), at the cost of a Go runtime start per
+// run. The kernel steps are package sandbox/kernel, shared by both.
 //
 // Without root (no CAP_SYS_ADMIN) but with user namespaces, every run uses the stub,
 // started in new user (uid/gid mapped to themselves), mount and pid namespaces with
@@ -25,8 +26,7 @@
 //
 // Host death (guard_linux.go): each sandbox starts a watchdog process on first use and
 // registers every tree's cgroups with it before the tree starts; if the host dies by any
-// signal the watchdog kills them. It also answers the seccomp clone3 gate the thread
-// launcher's own CLONE_INTO_CGROUP fork needs.
+// signal the watchdog kills them.
 //
 // Ordering, so that no process escapes its cgroup: the unified group is entered at clone
 // time (CLONE_INTO_CGROUP); v1 controller groups (hybrid/legacy: memory, pids, cpu,

@@ -810,7 +810,7 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	// lives on past the command's execve, and Landlock's signal scope lets a process
 	// signal its own domain, so in the command's domain it could be killed (the whole
 	// launcher with it) or stopped by the command.
-	path, err := restrictForExec(pol, r.ruleset, capsDropped, false)
+	path, err := restrictForExec(pol, capsDropped)
 	if err != nil {
 		return stepOf(err)
 	}
@@ -845,33 +845,13 @@ func enterRun(req *launchRequest, r *runFDs) (string, error) {
 	return "", nil
 }
 
-// forkRun forks the command (kernel.ForkExecParent: the child sets its rlimits, Landlock
-// domain and seccomp filter, then execs) and answers the host with its pidfd.
+// forkRun forks the command (kernel.ForkExecParent with the child's own steps, execChild:
+// its rlimits, Landlock domain and seccomp filter, then execve) and answers the host with
+// its pidfd. The filter goes on in the child, as its last step before execve, so this
+// thread forks unfiltered and needs no clone3 gate.
 func forkRun(req *launchRequest, r *runFDs, path string, reply int) (string, error) {
 	pol := req.Policy
-	// The command's seccomp filter goes on in the child, as its last step before execve
-	// (kernel.ExecChild.Seccomp): this thread forks unfiltered, so no clone3 gate.
-	f := kernel.Filter{DenyUnix: pol.DenyUnix, TCPOnly: pol.TCPOnly, ConnectCheck: pol.ConnectCheck}
-	var plain *kernel.Filter
-	if req.Notify {
-		plain = &kernel.Filter{DenyUnix: f.DenyUnix, TCPOnly: f.TCPOnly, ConnectCheck: f.ConnectCheck}
-		f.Notify, f.Trace = true, req.Trace
-	}
-	nofile := pol.NoFile
-	if nofile == 0 {
-		nofile = stub.DefaultNoFile
-	}
-	llFD, llFlags := -1, uint32(0)
-	if pol.Landlock != nil {
-		llFD, llFlags = r.ruleset, kernel.LandlockRestrictFlags(pol.Landlock)
-	}
-	var filter *kernel.Filter
-	if kernel.SeccompSupported() {
-		filter = &f
-	}
-	pidfd, err := kernel.ForkExecParent(&kernel.ExecChild{Path: path, Argv: pol.Args, Env: pol.Env,
-		Stdio: r.stdio, Landlock: llFD, LandlockFlags: llFlags, CgroupFD: r.cgroup, CgroupProcs: r.v1, NoFile: nofile,
-		Seccomp: filter, Listener: req.Notify && filter != nil, Plain: plain, ListenerTo: reply})
+	pidfd, err := kernel.ForkExecParent(execChild(pol, path, r.stdio, r.ruleset, r.cgroup, r.v1, req.Notify, req.Trace, reply))
 	if pidfd < 0 {
 		if errors.Is(err, unix.ENOMEM) {
 			return "pidns", err // fork refuses with ENOMEM in a pid namespace whose init died
@@ -1143,9 +1123,10 @@ func (ls *launchers) drop(name string, l *launcher) {
 // spare's parked thread when sp has one; join points tl at the session's pid namespace and
 // template again after a holder died.
 func (s *Sandbox) launchFromThread(spec *sandbox.Spec, p *process, tl *threadLaunch, sp *spare, join func() error) error {
-	pol, sys := tl.pol, tl.sys
+	pol := tl.pol
 	if rn := newRunNotify(spec, pol); rn != nil && kernel.SeccompSupported() {
-		if err := rn.prepare(tl, sys.UseCgroupFD && tl.gate != nil, spec.Trace); err != nil {
+		if err := rn.prepare(tl, false, spec.Trace); err != nil {
+			tl.notify = false
 			p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
 		} else {
 			p.notify = rn
@@ -1188,9 +1169,6 @@ func (s *Sandbox) launchFromThread(spec *sandbox.Spec, p *process, tl *threadLau
 				p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records (an enclosing sandbox holds the seccomp listener)")
 			}
 			p.notify.abort()
-			if tl.listenerBack != nil {
-				s.guard.forget(tl.gateTID)
-			}
 			p.notify = nil
 		} else {
 			p.notify.launched()

@@ -16,8 +16,8 @@ import (
 )
 
 // Kernel refusals as records (sandbox.Spec.KernelDenials): the launch installs its filter
-// with kernel.Filter.Notify (and Trace), the listener comes to the host (from the launch
-// thread over a socket pair, or back from the watchdog that passed the clone3 gate), and
+// with kernel.Filter.Notify (and Trace), the listener comes to the host (from the forked
+// child or the stub over a socket pair, or in the session launcher's answer), and
 // a kernel.NotifyServer answers the run's refused calls and reports them, rate-limited by
 // a sandbox.DenialLog, until the run's tree is gone.
 
@@ -85,7 +85,7 @@ func (rn *runNotify) prepareStub(pol *stub.Policy, l *stub.Launch, trace bool) e
 }
 
 // prepare points a thread launch at rn (tl nil: a stub launch): over a socket pair, or
-// (gated) back from the watchdog.
+// (gated) into tl.listenerBack, which the session launcher's answer fills.
 func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 	if tl != nil {
 		tl.notify, tl.trace = true, trace

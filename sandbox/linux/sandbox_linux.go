@@ -833,19 +833,6 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			p.stdio.Abort()
 			return nil, err
 		}
-		if sys.UseCgroupFD && kernel.SeccompSupported() {
-			// The launch forks with clone3 (CLONE_INTO_CGROUP); the watchdog, already
-			// running for this tree's cgroups, gates it.
-			if p.guarded != nil {
-				tl.gate = s.guard.gate
-			} else if spec.Strict {
-				p.stdio.Started()
-				p.stdio.Abort()
-				return nil, fmt.Errorf("%w: clone3 cannot be filtered without the host-death watchdog", sandbox.ErrUnavailable)
-			} else {
-				p.mode.Degraded = append(p.mode.Degraded, "seccomp: clone3 not filtered (no watchdog to gate it)")
-			}
-		}
 		if p.cg != nil {
 			tl.v1Tasks, tl.v1Back = p.cg.v1Dirs()
 		}

@@ -187,12 +187,9 @@ func TestStdioAndEnv(t *testing.T) {
 func TestNoTerminalAndFds(t *testing.T) {
 	sb := newSandbox(t, Options{})
 	e := newEnv(t)
-	// No controlling terminal and nothing beyond stdio (ls itself opens one for the dir).
-	// The thread launcher sets RLIMIT_CORE/NOFILE with prlimit right after the start (the
-	// documented window, thread_linux.go); the limits are read once that window is over, so
-	// a loaded machine does not make this test flaky while it still fails if they are never
-	// set.
-	res, out, errOut := run(t, sb, e.spec(`(exec 3</dev/tty) 2>/dev/null && echo tty; ls /proc/self/fd | wc -l; sleep 0.2; ulimit -c; ulimit -n`))
+	// No controlling terminal and nothing beyond stdio (ls itself opens one for the dir);
+	// the rlimits are the child's own from its first instruction.
+	res, out, errOut := run(t, sb, e.spec(`(exec 3</dev/tty) 2>/dev/null && echo tty; ls /proc/self/fd | wc -l; ulimit -c; ulimit -n`))
 	require.Equal(t, 0, res.ExitCode, errOut)
 	assert.Equal(t, []string{"4", "0", strconv.Itoa(stub.DefaultNoFile)}, strings.Fields(out))
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -27,10 +28,13 @@ import (
 // other threads are never touched. This saves the stub's Go runtime start (most of the
 // sandbox overhead of a short command).
 //
-// What the thread cannot do per thread: rlimits are per process, so RLIMIT_CORE and
-// RLIMIT_NOFILE are set on the child with prlimit right after it starts (a window of a few
-// microseconds in which the program runs with the host's limits); the stub path has no
-// such window.
+// What the thread does not take on: the command's Landlock domain, its seccomp filter and
+// its rlimits (per process) are the forked child's own steps before execve (execChild, the
+// session launcher's child's too). Landlock's signal scope lets a process signal its own
+// domain, and this thread lives a moment past the command's start: in that domain it (and
+// with it fledge) could be signalled by the command where the command sees fledge's threads
+// (no pid namespace). Set by the child, the rlimits hold from the program's first
+// instruction.
 
 // errThreadStep wraps a failure on the launch thread like a stub step failure.
 func threadStep(step string, err error) error {
@@ -51,17 +55,13 @@ type threadLaunch struct {
 	backFDs []int
 	files   []*os.File
 	sys     *syscall.SysProcAttr
-	// gate hands a clone3 gate listener to the watchdog (nil: none available).
-	gate func(tid, listener int, back chan int) error
 	// notify asks for the deny-list's refusals (and, with trace, the traced calls) to go
-	// to a listener the host serves (kernel.Filter.Notify/Trace); the listener reaches
-	// the host through listenerTo (a socket of the host's table) or, gated, back from the
-	// watchdog into listenerBack.
+	// to a listener the host serves (kernel.Filter.Notify/Trace); the child sends the
+	// listener to listenerTo (a socket of the host's table). listenerBack is where the
+	// session launcher's answer hands it over (runNotify.prepare, gated).
 	notify, trace bool
 	listenerTo    int
 	listenerBack  chan int
-	// gateTID is the launch thread that handed its gate over (0: none yet).
-	gateTID int
 	// notifyLost says the listener could not be had (an enclosing filter holds one).
 	notifyLost bool
 	// pidNS is the run's pid namespace (an fd of its holder, -1: none): the thread joins it
@@ -98,7 +98,7 @@ type threadLaunch struct {
 func (tl *threadLaunch) start(sp *spare) (*os.Process, error) {
 	tl.ruleset = -1
 	// With an image as the root, the rules name the image's paths: they are opened on the
-	// launch thread once it is in the view (restrictLaunch), never here in the host's tree.
+	// launch thread once it is in the view (onThread), never here in the host's tree.
 	if tl.pol.Landlock != nil && (tl.pol.View == nil || tl.pol.View.Root == "") {
 		fd, err := kernel.LandlockRuleset(tl.pol.Landlock)
 		if err != nil && sp != nil {
@@ -178,21 +178,22 @@ func (tl *threadLaunch) onThread() (int, error) {
 			return 0, err
 		}
 	}
+	ruleset := tl.ruleset
+	if tl.pol.Landlock != nil && ruleset < 0 {
+		// The image's paths, opened in the view; the child restricts itself with them.
+		// Not the cached ruleset: the cache keeps numbers of fledge's shared fd table, and
+		// this thread's table is its own.
+		fd, err := kernel.BuildLandlockRuleset(tl.pol.Landlock)
+		if err != nil {
+			tl.leaveCgroups(tidb)
+			return 0, threadStep("landlock", err)
+		}
+		defer unix.Close(fd)
+		ruleset = fd
+	}
 	path, err := tl.restrictThread()
 	if err != nil {
 		return 0, err
-	}
-	// The filter goes on in the private table, so a gate listener exists nowhere else.
-	listener, err := tl.installSeccomp(sys.UseCgroupFD)
-	if err != nil {
-		return 0, err
-	}
-	if listener >= 0 {
-		defer func() {
-			if listener >= 0 {
-				unix.Close(listener)
-			}
-		}()
 	}
 	if tl.before != nil {
 		if err := sandbox.RunBeforeExec(tl.before); err != nil {
@@ -200,19 +201,7 @@ func (tl *threadLaunch) onThread() (int, error) {
 			return 0, err
 		}
 	}
-	if listener >= 0 {
-		// Right before the fork. Our copy is closed first, so the watchdog holds the only
-		// one: if it dies, the kernel answers the pending clone3 with ENOSYS instead of
-		// leaving this thread (and a stop-the-world waiting for it) stuck.
-		tl.gateTID = tid
-		if err := tl.gate(tid, listener, tl.listenerBack); err != nil {
-			tl.leaveCgroups(tidb)
-			return 0, threadStep("seccomp", err)
-		}
-		unix.Close(listener)
-		listener = -1
-	}
-	return tl.forkChild(path, &sys, tidb)
+	return tl.forkChild(path, ruleset, &sys, tidb)
 }
 
 // unshareThread gives the thread its own cwd, fd table and (when asked) IPC and network
@@ -256,7 +245,36 @@ func (tl *threadLaunch) unshareThread() (syscall.SysProcAttr, error) {
 			return sys, threadStep("fchdir", err)
 		}
 	}
+	if c := sys.Credential; c != nil {
+		// The child's groups and ids, taken by this thread alone (raw system calls: Go's
+		// own apply them to every thread of fledge) while it still holds CAP_SETGID and
+		// CAP_SETUID; the child inherits them.
+		if err := setThreadCredential(c); err != nil {
+			return sys, threadStep("credential", err)
+		}
+		sys.Credential = nil
+	}
 	return sys, nil
+}
+
+// setThreadCredential sets the calling thread's supplementary groups, gid and uid to c's.
+func setThreadCredential(c *syscall.Credential) error {
+	var groups unsafe.Pointer
+	if len(c.Groups) > 0 {
+		groups = unsafe.Pointer(&c.Groups[0])
+	}
+	if !c.NoSetGroups {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(c.Groups)), uintptr(groups), 0); e != 0 {
+			return fmt.Errorf("setgroups: %w", e)
+		}
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGID, uintptr(c.Gid), 0, 0); e != 0 {
+		return fmt.Errorf("setgid: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETUID, uintptr(c.Uid), 0, 0); e != 0 {
+		return fmt.Errorf("setuid: %w", e)
+	}
+	return nil
 }
 
 // joinGroups moves the thread (tid tidb) into the run's v1 cgroups, which its child
@@ -302,18 +320,18 @@ func (tl *threadLaunch) enterView() error {
 	return nil
 }
 
-// restrictThread sets no_new_privs, finds the program (in the view, before Landlock
-// narrows what the thread may read), applies Landlock, drops capabilities and marks every
-// inherited fd close-on-exec. It returns the program's path.
+// restrictThread sets no_new_privs, finds the program (in the view), drops capabilities
+// and marks every inherited fd close-on-exec. It returns the program's path.
 func (tl *threadLaunch) restrictThread() (string, error) {
-	return restrictForExec(tl.pol, tl.ruleset, tl.capsDropped, true)
+	return restrictForExec(tl.pol, tl.capsDropped)
 }
 
 // restrictForExec is restrictThread's steps for any launching thread (the thread launcher's
-// or the session launcher's): ruleset is the Landlock ruleset (-1: build it here),
-// capsDropped says the bounding set is empty already, and !landlockHere leaves the
-// restriction to the forked child (the session launcher's).
-func restrictForExec(pol *stub.Policy, ruleset int, capsDropped, landlockHere bool) (string, error) {
+// or the session launcher's); capsDropped says the bounding set is empty already. The
+// command's Landlock domain is not made here but by the forked child (execChild), under
+// the name set here: a thread that outlives the fork in the command's own domain could be
+// signalled by the command (Landlock's signal scope admits its own domain).
+func restrictForExec(pol *stub.Policy, capsDropped bool) (string, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return "", threadStep("no_new_privs", err)
 	}
@@ -321,25 +339,10 @@ func restrictForExec(pol *stub.Policy, ruleset int, capsDropped, landlockHere bo
 	if err != nil {
 		return "", threadStep("exec", err)
 	}
-	if pol.Landlock != nil {
-		if pol.AuditName != "" {
-			// This thread dies after the launch; the child's name is the program's once
-			// it execs.
-			_ = kernel.SetThreadName(pol.AuditName)
-		}
-		restrict := func() error { return kernel.RestrictLandlock(pol.Landlock, ruleset) }
-		if ruleset < 0 {
-			restrict = func() error { return kernel.ApplyLandlock(pol.Landlock) }
-		}
-		if !landlockHere {
-			// The child restricts itself (kernel.ExecChild.Landlock), under the name set
-			// above: a thread that outlives the fork in the command's own domain could be
-			// signalled by the command (Landlock's signal scope admits its own domain).
-			restrict = func() error { return nil }
-		}
-		if err := restrict(); err != nil {
-			return "", threadStep("landlock", err)
-		}
+	if pol.Landlock != nil && pol.AuditName != "" {
+		// This thread dies after the launch; the child, which makes the domain, has this
+		// name until it execs.
+		_ = kernel.SetThreadName(pol.AuditName)
 	}
 	dropCaps := kernel.DropExecCaps
 	if capsDropped {
@@ -357,82 +360,74 @@ func restrictForExec(pol *stub.Policy, ruleset int, capsDropped, landlockHere bo
 	return path, nil
 }
 
-// installSeccomp puts the seccomp filter on the thread, in the form the launch needs: with
-// a clone3 gate (clone3: the fork is a clone3), a notify listener (handed to the host
-// here), both, or neither. It returns the gate's listener (-1: none), which the caller
-// closes once the fork is past it.
-func (tl *threadLaunch) installSeccomp(clone3 bool) (int, error) {
-	listener := -1
-	sys := &syscall.SysProcAttr{UseCgroupFD: clone3}
-	if !kernel.SeccompSupported() {
-		return listener, nil
+// execChild is what the forked child of either launcher (the thread launcher's and the
+// session launcher's) does itself, in this order, before execve (kernel.ExecChild): join
+// the v1 groups v1 (cgroup.procs fds; none where the forking thread sits in them), take
+// stdio, a session of its own, RLIMIT_CORE 0 and the run's RLIMIT_NOFILE, restrict itself
+// with the command's Landlock ruleset (-1: none), and install the command's seccomp filter
+// last, with its refusals' listener sent to listenerTo when notify. cgroup is the unified
+// group to be born in (-1: the forking thread's). The forking thread is then never in the
+// command's Landlock domain nor under its filter, and the command has its limits from its
+// first instruction.
+func execChild(pol *stub.Policy, path string, stdio [3]int, ruleset, cgroup int, v1 []int, notify, trace bool, listenerTo int) *kernel.ExecChild {
+	nofile := pol.NoFile
+	if nofile == 0 {
+		nofile = stub.DefaultNoFile
 	}
-	var err error
-	f := kernel.Filter{DenyUnix: tl.pol.DenyUnix, TCPOnly: tl.pol.TCPOnly, ConnectCheck: tl.pol.ConnectCheck}
-	notify := kernel.Filter{DenyUnix: f.DenyUnix, TCPOnly: f.TCPOnly, ConnectCheck: f.ConnectCheck, Notify: tl.notify, Trace: tl.trace}
-	switch {
-	case sys.UseCgroupFD && tl.gate != nil && tl.notify:
-		// One listener for both: the watchdog passes our clone3 and hands it back.
-		if listener, err = kernel.InstallGatedFilter(notify); err != nil {
-			return -1, threadStep("seccomp", err)
-		}
-	case tl.notify && (!sys.UseCgroupFD || tl.gate == nil):
-		if sys.UseCgroupFD {
-			notify.AllowClone3 = true // no gate: reported as degraded by Start
-		}
-		l, err := kernel.InstallNotifyFilter(notify)
-		switch {
-		case errors.Is(err, kernel.ErrListenerBusy):
-			tl.notifyLost = true
-			f.AllowClone3 = notify.AllowClone3
-			if err := kernel.InstallFilter(f); err != nil {
-				return -1, threadStep("seccomp", err)
-			}
-		case err != nil:
-			return -1, threadStep("seccomp", err)
-		default:
-			// To the host now, before anything of this thread can be refused or
-			// traced (its own calls wait on the listener too).
-			err := unix.Sendmsg(tl.listenerTo, []byte("l"), unix.UnixRights(l), nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
-			unix.Close(l)
-			if err != nil {
-				return -1, threadStep("seccomp", fmt.Errorf("hand the listener to the host: %w", err))
-			}
-		}
-	case sys.UseCgroupFD && tl.gate != nil:
-		// CLONE_INTO_CGROUP makes our own fork a clone3, which the filter refuses to
-		// everyone else: the watchdog lets exactly this thread's call through.
-		if listener, err = kernel.InstallGatedFilter(f); err != nil {
-			return -1, threadStep("seccomp", err)
-		}
-	case sys.UseCgroupFD:
-		f.AllowClone3 = true // no gate: reported as degraded by Start
-		if err := kernel.InstallFilter(f); err != nil {
-			return -1, threadStep("seccomp", err)
-		}
-	default:
-		if err := kernel.InstallFilter(f); err != nil {
-			return -1, threadStep("seccomp", err)
-		}
+	c := &kernel.ExecChild{Path: path, Argv: pol.Args, Env: pol.Env, Stdio: stdio, Landlock: -1,
+		CgroupFD: cgroup, CgroupProcs: v1, NoFile: nofile}
+	if pol.Landlock != nil {
+		c.Landlock, c.LandlockFlags = ruleset, kernel.LandlockRestrictFlags(pol.Landlock)
 	}
-	return listener, nil
+	if kernel.SeccompSupported() {
+		f := kernel.Filter{DenyUnix: pol.DenyUnix, TCPOnly: pol.TCPOnly, ConnectCheck: pol.ConnectCheck}
+		if notify {
+			plain := f
+			c.Plain = &plain
+			f.Notify, f.Trace = true, trace
+			c.Listener, c.ListenerTo = true, listenerTo
+		}
+		c.Seccomp = &f
+	}
+	return c
 }
 
-// forkChild forks and execs the program from the confined thread and sets the child's
-// rlimits (per process, so not inherited from the thread); a child that cannot get them
-// is killed and reaped.
-func (tl *threadLaunch) forkChild(path string, sys *syscall.SysProcAttr, tidb []byte) (int, error) {
-	// syscall.ForkExec, not os.StartProcess: the latter keeps a pidfd, which would live in
-	// this thread's private fd table; the caller opens its own handle with FindProcess.
-	fds := make([]uintptr, len(tl.files))
-	for i, f := range tl.files {
-		fds[i] = f.Fd()
+// forkChild forks the program from the confined thread with the child's own steps
+// (execChild) and returns its pid; a child that could not exec is reaped.
+func (tl *threadLaunch) forkChild(path string, ruleset int, sys *syscall.SysProcAttr, tidb []byte) (int, error) {
+	if sys.Cloneflags != 0 || sys.Setpgid || sys.Setctty || sys.Foreground || sys.Ptrace || sys.Pdeathsig != 0 {
+		tl.leaveCgroups(tidb)
+		return 0, threadStep("exec", errors.New("unsupported process attributes for the launch thread"))
 	}
-	pid, err := syscall.ForkExec(path, tl.pol.Args, &syscall.ProcAttr{Env: tl.pol.Env, Files: fds, Sys: sys})
+	if len(tl.files) != 3 {
+		tl.leaveCgroups(tidb)
+		return 0, threadStep("stdio", fmt.Errorf("%d stdio files, want 3", len(tl.files)))
+	}
+	// The child dups its stdio onto 0-2 from fds above them: in this thread's private
+	// table, a stream that is one of fledge's own 0-2 gets a copy there first.
+	var stdio [3]int
+	for i, f := range tl.files {
+		fd := int(f.Fd())
+		if fd < 3 {
+			d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+			if err != nil {
+				tl.leaveCgroups(tidb)
+				return 0, threadStep("stdio", err)
+			}
+			defer unix.Close(d)
+			fd = d
+		}
+		stdio[i] = fd
+	}
+	cgroup := -1
+	if sys.UseCgroupFD {
+		cgroup = sys.CgroupFD
+	}
+	pid, lost, err := kernel.ForkExecChild(execChild(tl.pol, path, stdio, ruleset, cgroup, nil, tl.notify, tl.trace, tl.listenerTo))
 	if err != nil {
 		tl.leaveCgroups(tidb)
 		if pid > 0 {
-			_ = unix.Kill(pid, unix.SIGKILL)
+			// Forked, but it exited (127) before its execve: ours to reap.
 			var ws unix.WaitStatus
 			_, _ = unix.Wait4(pid, &ws, 0, nil)
 		}
@@ -440,16 +435,16 @@ func (tl *threadLaunch) forkChild(path string, sys *syscall.SysProcAttr, tidb []
 			// fork refuses with ENOMEM in a pid namespace whose init has died.
 			return 0, fmt.Errorf("%w: %w", sandbox.ErrLaunch, errPidNSGone)
 		}
-		return 0, threadStep("exec", fmt.Errorf("%s: %w", path, err))
+		step := "exec"
+		var ce *kernel.ExecChildError
+		if errors.As(err, &ce) {
+			step = ce.Step
+		}
+		return 0, threadStep(step, fmt.Errorf("%s: %w", path, err))
 	}
+	tl.notifyLost = tl.notify && lost
 	// The child is born; the thread leaves the run's groups once the pid is handed back.
 	tl.leaveTid = tidb
-	if err := setChildRlimits(pid, tl.pol.NoFile); err != nil {
-		_ = unix.Kill(pid, unix.SIGKILL)
-		var ws unix.WaitStatus
-		_, _ = unix.Wait4(pid, &ws, 0, nil)
-		return 0, threadStep("rlimit", err)
-	}
 	return pid, nil
 }
 
@@ -466,24 +461,6 @@ func fchdirVerified(dir *os.File, pol *stub.Policy) error {
 			st.Dev, st.Ino, pol.DirDev, pol.DirIno)
 	}
 	return unix.Fchdir(int(dir.Fd()))
-}
-
-func setChildRlimits(pid int, nofile uint64) error {
-	if err := unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil); err != nil {
-		return fmt.Errorf("core: %w", err)
-	}
-	if nofile == 0 {
-		nofile = stub.DefaultNoFile
-	}
-	var cur unix.Rlimit
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &cur); err != nil {
-		return fmt.Errorf("nofile: %w", err)
-	}
-	nofile = min(nofile, cur.Max)
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: nofile, Max: nofile}, nil); err != nil {
-		return fmt.Errorf("nofile: %w", err)
-	}
-	return nil
 }
 
 // leaveDelayForTest holds the launch thread in the run's groups a while after the fork,

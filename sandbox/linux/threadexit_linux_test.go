@@ -147,8 +147,8 @@ func TestLaunchThreadsNeverRejoinTheHost(t *testing.T) {
 // TestSpareRunReplacesDeadWatchdog: a run launched from a spare adds groups the watchdog
 // already has (registered when the spare was made), so nothing is sent for them. If the
 // watchdog was killed meanwhile, that run must still get a live watchdog holding its
-// groups (a new one, given every registration), not go ahead with none: the gate of its
-// fork and the host-death cleanup of its tree depend on it.
+// groups (a new one, given every registration), not go ahead with none: the host-death
+// cleanup of its tree depends on it.
 func TestSpareRunReplacesDeadWatchdog(t *testing.T) {
 	sb := newSandbox(t, Options{Launch: LaunchThread, DisableLauncher: true})
 	requireCgroup(t, sb)
