@@ -3,6 +3,7 @@
 package fledgev1
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,7 +69,29 @@ func TestPathguardSwapRaceThroughPlugin(t *testing.T) {
 			continue
 		}
 		refused++
-		assert.Equal(t, "path_escape", ex["reason"], "exec %d: %v", i, ex)
+		// Refused by the path guard, never a launch that failed under the swaps (the
+		// session's launcher meeting a working directory that kept moving once failed
+		// such runs as "the session's launcher is gone").
+		assert.Equal(t, "path_escape", ex["reason"], "exec %d: %v (its record: %s)", i, ex, outcomeError(t, f.auditPath, ex["reason"]))
 	}
 	t.Logf("%d execs ran inside the project, %d refused, %d swaps", ran, refused, flips)
+}
+
+// outcomeError is the error of the log's exec_outcome records with the given reason (what
+// a failed launch says it met).
+func outcomeError(t *testing.T, path string, reason any) string {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		var r struct {
+			Event   string         `json:"event"`
+			Reason  string         `json:"reason"`
+			Details map[string]any `json:"details"`
+		}
+		if json.Unmarshal([]byte(l), &r) == nil && r.Event == "exec_outcome" && r.Reason == fmt.Sprint(reason) {
+			out = append(out, fmt.Sprint(r.Details["error"]))
+		}
+	}
+	return strings.Join(out, "; ")
 }

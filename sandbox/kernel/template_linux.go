@@ -364,7 +364,9 @@ func mountTemplateDir(v *View, tree int, dirNow string, writable bool, files []i
 	var where string
 	if cwdfd, where, err = mountDirAt("", tree, func() []string { return []string{dirNow, v.Dir} }, v); err != nil {
 		if host < 0 {
-			return -1, false, err
+			// A launcher's thread has no host namespace to go back to: the caller
+			// launches the run afresh elsewhere (its path kept changing under it).
+			return -1, false, fmt.Errorf("%w: %w", ErrTemplateUnfit, err)
 		}
 		if serr := unix.Setns(host, unix.CLONE_NEWNS); serr != nil {
 			return -1, false, fmt.Errorf("%w (and back to the host's namespace: %w)", err, serr)

@@ -508,8 +508,11 @@ func recvLauncher(fd int) ([]byte, []int, error) {
 // launcherStepError turns the launcher's "step\x00message" into the thread launcher's error.
 func launcherStepError(b []byte) error {
 	step, msg, _ := bytes.Cut(b, []byte{0})
-	if string(step) == "pidns" {
+	switch string(step) {
+	case "pidns":
 		return fmt.Errorf("%w: %w", sandbox.ErrLaunch, errPidNSGone)
+	case stepUnfit:
+		return fmt.Errorf("%w (the launcher: %s)", kernel.ErrTemplateUnfit, msg)
 	}
 	return threadStep(string(step), errors.New(string(msg)))
 }
@@ -668,8 +671,19 @@ func launcherHandle(buf []byte, n int, oob []byte, flags int, capsDropped, parkO
 	}
 	if step, err := launchRequested(&req, fds[1:], reply, capsDropped); err != nil {
 		launcherFail(reply, step, err)
+		if !req.Go {
+			// The host's word is still to come: closing the socket with it unread would
+			// reset the connection, and the host would read "launcher gone" instead of
+			// the failure just sent.
+			_ = launcherAwaitGo(reply)
+		}
 	}
 }
+
+// stepUnfit is the step a launcher names when the run's working directory could not be
+// mounted in its copy of the view (kernel.ErrTemplateUnfit): its path kept changing under
+// the thread. The host launches that run from a thread instead.
+const stepUnfit = "unfit"
 
 // parkThread joins the calling thread to the v1 groups of tasks (the next run's: the
 // migration's wait for an RCU grace period happens now, off that run's path), tells the
@@ -816,6 +830,7 @@ func launchRequested(req *launchRequest, fds []int, reply int, capsDropped bool)
 	}
 	// Nothing starts before the host says the run's decision record is durable.
 	if !req.Go {
+		req.Go = true // the host's word is taken, whatever it is
 		if err := launcherAwaitGo(reply); err != nil {
 			return "before exec", err
 		}
@@ -840,6 +855,9 @@ func enterRun(req *launchRequest, r *runFDs) (string, error) {
 		return "request", err
 	}
 	if err := kernel.EnterRunMounts(req.Policy.View, rm); err != nil {
+		if errors.Is(err, kernel.ErrTemplateUnfit) {
+			return stepUnfit, err // the host launches it from a thread, in a view built afresh
+		}
 		return "view", err
 	}
 	return "", nil
@@ -907,8 +925,9 @@ func (ls *launchers) has(name string) bool {
 	return ls.m[launcherKey(name, false)] != nil || ls.m[launcherKey(name, true)] != nil
 }
 
-// launchVia launches p's run through the session's launcher l. errTemplateUnfit: nothing
-// was sent (the caller launches from a thread, which builds the view afresh).
+// launchVia launches p's run through the session's launcher l. kernel.ErrTemplateUnfit:
+// the launcher started nothing (the caller launches from a thread, which builds the view
+// afresh); the run's decision record is written when p.recorded says so.
 func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch, sp *spare) (*os.Process, error) {
 	defer l.inflight.Done()
 	dirfd := -1

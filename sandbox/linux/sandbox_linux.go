@@ -863,7 +863,16 @@ func (s *Sandbox) Start(ctx context.Context, spec *sandbox.Spec) (sandbox.Proces
 			}
 			switch {
 			case errors.Is(err, kernel.ErrTemplateUnfit):
-				l = nil // nothing was sent: from a thread, which builds the view afresh
+				// The launcher started nothing (or nothing was sent): from a thread,
+				// which builds the view afresh. A launcher thread parked in the run's
+				// groups ends there; it is gone before the next one joins them.
+				l = nil
+				if p.recorded {
+					tl.before = nil // the decision record is written
+				}
+				p.awaitLeft()
+				p.closeLaunchExit()
+				p.left, p.launchExit = nil, nil
 			case errors.Is(err, errLauncherGone) && !tl.holder.alive():
 				// The plugin's pid namespace ended (its holder died) and took the launcher
 				// with it: as the thread launcher does then, once more with a new holder.
