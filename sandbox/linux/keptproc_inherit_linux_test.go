@@ -5,7 +5,6 @@ package linux
 import (
 	"errors"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,10 +26,10 @@ func TestKeptFullProcNotInherited(t *testing.T) {
 	testutil.SkipUnlessSupported(t, os.Geteuid() == 0, "needs root")
 	var path string
 	var serr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies with its mount namespace
+	// Never the main thread: the runtime keeps a locked main thread whose goroutine
+	// exits (wedged, not ended), and /proc/self would then show this namespace to every
+	// later test of the process.
+	onDiscardedThread(func() {
 		if serr = unix.Unshare(unix.CLONE_NEWNS); serr != nil {
 			return
 		}
@@ -41,8 +40,7 @@ func TestKeptFullProcNotInherited(t *testing.T) {
 			return
 		}
 		path, serr = kernel.FullProc()
-	}()
-	<-done
+	})
 	if errors.Is(serr, unix.EINVAL) {
 		t.Skipf("not supported, skipping: no subset=pid here (%v)", serr)
 	}

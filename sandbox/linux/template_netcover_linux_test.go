@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync"
 	"testing"
 
@@ -61,16 +60,16 @@ func TestTemplateIdentitiesNetCoversUnderSubsetPid(t *testing.T) {
 	var before, again, after map[string]fileID
 	var serr error
 	var lacks, present bool
-	done := make(chan struct{})
 	ip := func(args ...string) error {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %v: %w: %s", args, err, out)
 		}
 		return nil
 	}
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies with its namespaces
+	// Never the main thread: the runtime keeps a locked main thread whose goroutine
+	// exits (wedged, not ended), and /proc/self would then show this namespace to every
+	// later test of the process.
+	onDiscardedThread(func() {
 		if serr = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWNET); serr != nil {
 			return
 		}
@@ -100,8 +99,7 @@ func TestTemplateIdentitiesNetCoversUnderSubsetPid(t *testing.T) {
 			return
 		}
 		after, serr = identities(v)
-	}()
-	<-done
+	})
 	if errors.Is(serr, unix.EINVAL) && !lacks {
 		t.Skipf("not supported, skipping: no subset=pid here (%v)", serr)
 	}

@@ -146,6 +146,10 @@ func auditRequest(typ uint16, payload []byte) ([]byte, error) {
 	buf := make([]byte, 8192)
 	for range 4 { // the reply and the ack, in either order
 		n, _, err := unix.Recvfrom(fd, buf, 0)
+		for i := 0; err == unix.EINTR && i < 100; i++ {
+			// A signal (Go's preemption among them) cut the wait short: not an answer.
+			n, _, err = unix.Recvfrom(fd, buf, 0)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("audit request %d: %w", typ, err)
 		}
