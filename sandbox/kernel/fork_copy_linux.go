@@ -68,8 +68,7 @@ func forkExecChild(args *cloneArgs, path *byte, argv, envv **byte, stdio *[3]int
 		args.pidfd = uint64(uintptr(unsafe.Pointer(&pfd)))
 	}
 	// Every signal blocked around the fork: a signal (Go's preemption) arriving while the
-	// kernel copies the process restarts the clone3 (ERESTARTNOINTR), and a gate that let
-	// the first one through would answer the restarted one with ENOSYS.
+	// kernel copies the process restarts the clone3 (ERESTARTNOINTR), the copy made again.
 	all, old := ^uint64(0), uint64(0)
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
 	r, _, e := syscall.RawSyscall6(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0, 0, 0, 0)
