@@ -12,6 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// stepPlain is not a failure: the copying fork's child reports with it that it installed
+// the plain filter (the vfork's child says so in memory it shares).
+const stepPlain = 7
+
 // forkExec forks c without CLONE_VM (a copy of this process: no stack of its own is
 // needed, at the cost of copying the page tables) and waits on a pipe until it exec'd.
 func forkExec(args cloneArgs, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (forkResult, syscall.Errno) {

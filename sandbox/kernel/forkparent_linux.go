@@ -95,10 +95,6 @@ type childFailure struct {
 
 var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec", "seccomp", "landlock"}
 
-// stepPlain is not a failure: the copying fork's child reports with it that it installed
-// the plain filter (the vfork's child says so in memory it shares).
-const stepPlain = 7
-
 // childSeccomp is the filter a child installs and where its listener goes, in memory the
 // child reads (heap: it does not move).
 type childSeccomp struct {
