@@ -12,6 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// stepPlain is not a failure: the copying fork's child reports with it that it installed
+// the plain filter (the vfork's child says so in memory it shares).
+const stepPlain = 7
+
 // forkExec forks c without CLONE_VM (a copy of this process: no stack of its own is
 // needed, at the cost of copying the page tables) and waits on a pipe until it exec'd.
 func forkExec(args cloneArgs, path *byte, argv, envv []*byte, c *ExecChild, nofile *unix.Rlimit, cs *childSeccomp) (forkResult, syscall.Errno) {
@@ -68,8 +72,7 @@ func forkExecChild(args *cloneArgs, path *byte, argv, envv **byte, stdio *[3]int
 		args.pidfd = uint64(uintptr(unsafe.Pointer(&pfd)))
 	}
 	// Every signal blocked around the fork: a signal (Go's preemption) arriving while the
-	// kernel copies the process restarts the clone3 (ERESTARTNOINTR), and a gate that let
-	// the first one through would answer the restarted one with ENOSYS.
+	// kernel copies the process restarts the clone3 (ERESTARTNOINTR), the copy made again.
 	all, old := ^uint64(0), uint64(0)
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&all)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
 	r, _, e := syscall.RawSyscall6(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0, 0, 0, 0)

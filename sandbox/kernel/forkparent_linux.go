@@ -46,7 +46,7 @@ type ExecChild struct {
 	// NoFile bounds RLIMIT_NOFILE (soft and hard, at most the caller's hard limit).
 	NoFile uint64
 	// Seccomp is the command's filter (nil: none), installed by the child as its last step
-	// before execve: the caller's thread never carries it, so its own clone3 needs no gate.
+	// before execve: the caller's thread never carries it, so its own clone3 is never refused.
 	// With Listener the filter is installed with a notification listener, which the child
 	// sends (message "l", SCM_RIGHTS) to ListenerTo; where an enclosing filter has the
 	// listener already (EBUSY) it installs Plain instead and sends nothing.
@@ -94,10 +94,6 @@ type childFailure struct {
 }
 
 var childSteps = [...]string{"cgroup", "stdio", "setsid", "rlimit", "exec", "seccomp", "landlock"}
-
-// stepPlain is not a failure: the copying fork's child reports with it that it installed
-// the plain filter (the vfork's child says so in memory it shares).
-const stepPlain = 7
 
 // childSeccomp is the filter a child installs and where its listener goes, in memory the
 // child reads (heap: it does not move).

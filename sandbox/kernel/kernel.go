@@ -62,13 +62,6 @@ type Filter struct {
 	// a TCP socket connect to the host's loopback on the allowed ports only: Landlock's
 	// rule is a port, at any address. Without a listener connect answers ENOSYS (closed).
 	ConnectCheck bool
-	// GateClone3 sends clone3 to a user-notification listener instead of answering ENOSYS
-	// at once (see InstallGatedFilter). Only the thread launcher sets it, when its own
-	// fork must be a clone3 (CLONE_INTO_CGROUP).
-	GateClone3 bool
-	// AllowClone3 leaves clone3 unfiltered: only for a launcher that must fork with clone3
-	// and has no gate (reported as degraded).
-	AllowClone3 bool
 	// Notify answers the deny-list's refusals (its EPERM and EACCES rows) through a seccomp
 	// user-notification listener instead of in the filter, so the host sees each one (pid,
 	// syscall, arguments) and records it. Only refused calls reach the listener, so a run

@@ -146,6 +146,27 @@ func verdictFor(tcpOnly bool, nr int, args [6]uint64) (rule, unix.Errno) {
 	return rule{}, 0
 }
 
+// seccompNotif and seccompNotifResp mirror struct seccomp_notif / seccomp_notif_resp
+// (include/uapi/linux/seccomp.h); x/sys has the ioctl numbers but not the structs.
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Data  struct {
+		Nr                 int32
+		Arch               uint32
+		InstructionPointer uint64
+		Args               [6]uint64
+	}
+}
+
+type seccompNotifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
 // answer sends resp for req; a notification withdrawn meanwhile (the caller was
 // interrupted or died) is not an error.
 func answer(listener int, resp *seccompNotifResp) error {

@@ -94,7 +94,7 @@ const (
 	setIDMode                 // the set-id rules: mode argument has S_ISUID/S_ISGID
 	socketFamily              // socket(domain not in values); AF_UNIX answered apart (Filter.DenyUnix)
 	socketPair                // socketpair: as socketFamily, AF_UNIX only as a stream/seqpacket pair when Filter.DenyUnix
-	denyClone3                // clone3: ENOSYS, or the gate
+	denyClone3                // clone3: ENOSYS
 	enosysAlways              // ENOSYS unconditionally (openat2)
 	anyBitArg                 // deny when argument modeArg & values[0] != 0
 )
@@ -334,7 +334,7 @@ func denyTable(f Filter) []rule {
 	}
 	out := rules[:0]
 	for _, r := range rules {
-		if r.nr < 0 || (r.check == denyClone3 && f.AllowClone3) {
+		if r.nr < 0 {
 			continue
 		}
 		out = append(out, r)
@@ -668,11 +668,7 @@ func (a *asm) ruleBlock(f Filter, i int, r rule, to filterTargets) {
 	case socketFamily, socketPair:
 		a.socketBlock(i, r, deny, allow, unixDeny)
 	case denyClone3:
-		if f.GateClone3 {
-			a.stmt(bpfRET, unix.SECCOMP_RET_USER_NOTIF)
-		} else {
-			a.stmt(bpfRET, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
-		}
+		a.stmt(bpfRET, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
 	}
 }
 
@@ -743,13 +739,13 @@ func (a *asm) socketBlock(i int, r rule, deny, allow, unixDeny string) {
 // InstallFilter installs the filter on the calling thread only (inherited by what it forks
 // and execs). no_new_privs must already be set on this thread. Where the architecture has
 // no filter (SeccompSupported false) it does nothing: the sandbox reports that as degraded
-// before it gets here. f.GateClone3 is not allowed here (use InstallGatedFilter).
+// before it gets here. f.Notify and f.Trace are not allowed here (use InstallNotifyFilter).
 func InstallFilter(f Filter) error {
 	if !SeccompSupported() {
 		return nil
 	}
-	if f.GateClone3 || f.Notify || f.Trace {
-		return errors.New("seccomp: a filter with a listener needs InstallGatedFilter or InstallNotifyFilter")
+	if f.Notify || f.Trace {
+		return errors.New("seccomp: a filter with a listener needs InstallNotifyFilter")
 	}
 	_, err := install(f, 0)
 	return err

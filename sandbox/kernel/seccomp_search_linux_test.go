@@ -73,7 +73,7 @@ func TestSearchDispatchDecidesAsTheChain(t *testing.T) {
 	// Every Filter value (each of its five switches on or off).
 	var filters []Filter
 	for bits := range 32 {
-		filters = append(filters, Filter{DenyUnix: bits&1 != 0, GateClone3: bits&2 != 0, AllowClone3: bits&4 != 0,
+		filters = append(filters, Filter{DenyUnix: bits&1 != 0, TCPOnly: bits&2 != 0, ConnectCheck: bits&4 != 0,
 			Notify: bits&8 != 0, Trace: bits&16 != 0})
 	}
 	// Numbers past the table's range too: each side of every number the filter names, the

@@ -17,13 +17,11 @@ import (
 )
 
 // TestViewConcurrentLaunches runs many commands at once through the real sandbox with the
-// private view, each granted a single file (a file mount point in the view's root). Two
-// races made concurrent launches fail while a lone one worked: the mount point was
-// created through an fd opened for writing, which another launch thread's fork or private
-// fd table kept open, so making the view's root read-only failed with EBUSY; and the
-// watchdog served the clone3 gates one after another, so a launch stuck behind another's
-// pending clone3 held its gate until the timeout and that clone3 got ENOSYS. Every
-// command must start, see its own argument and read the granted file.
+// private view, each granted a single file (a file mount point in the view's root). A race
+// made concurrent launches fail while a lone one worked: the mount point was created
+// through an fd opened for writing, which another launch thread's fork or private fd
+// table kept open, so making the view's root read-only failed with EBUSY. Every command
+// must start, see its own argument and read the granted file.
 func TestViewConcurrentLaunches(t *testing.T) {
 	const (
 		total    = 32

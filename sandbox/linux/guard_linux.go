@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,8 +19,7 @@ import (
 // guard is the host side of the host-death watchdog (see sandbox/stub/watchdog_linux.go):
 // it starts the watchdog on first use and registers every running tree's cgroups (or
 // process group) with it before the tree starts, so a host killed by any signal leaves
-// nothing running. It also hands the watchdog the clone3 gate of each launch that needs
-// one (thread launcher, CLONE_INTO_CGROUP).
+// nothing running.
 type guard struct {
 	mu     sync.Mutex
 	exe    string
@@ -29,11 +27,7 @@ type guard struct {
 	proc   *os.Process
 	exited chan struct{}
 	regs   map[string]bool // "+cg DIR" / "+pg N" records currently registered
-	// wants are the launch threads whose gate listener comes back from the watchdog once
-	// passed (gate with back): the host serves the run's refusals on it.
-	wants  map[int]chan int
-	reader chan struct{} // closed when the reader of fd has ended (nil: none)
-	closed bool          // close was called: ensure starts nothing any more
+	closed bool            // close was called: ensure starts nothing any more
 }
 
 // errNoWatchdog: this executable cannot be re-executed as the watchdog.
@@ -43,7 +37,7 @@ var errNoWatchdog = errors.New("no host-death watchdog: the executable's main do
 const guardCloseBound = 10 * time.Second
 
 func newGuard(stubPath string) *guard {
-	g := &guard{exe: stubPath, fd: -1, regs: map[string]bool{}, wants: map[int]chan int{}}
+	g := &guard{exe: stubPath, fd: -1, regs: map[string]bool{}}
 	if g.exe == "" && stub.MaybeRunCalled() {
 		if p, err := os.Executable(); err == nil {
 			g.exe = p
@@ -83,8 +77,6 @@ func (g *guard) startLocked() error {
 		return fmt.Errorf("start watchdog: %w", err)
 	}
 	g.fd, g.proc, g.exited = fds[0], proc, make(chan struct{})
-	g.reader = make(chan struct{})
-	go g.read(fds[0], g.reader)
 	go func(p *os.Process, done chan struct{}) { _, _ = p.Wait(); close(done) }(proc, g.exited)
 	recs := make([]string, 0, len(g.regs))
 	for rec := range g.regs {
@@ -150,7 +142,7 @@ func (g *guard) add(items ...string) error {
 		}
 		if g.fd >= 0 {
 			// Dead since: a new one, given every registration.
-			g.closeFD(g.fd, g.reader)
+			closeGuardFD(g.fd)
 			g.fd = -1
 		}
 		err := g.startLocked()
@@ -183,7 +175,7 @@ func (g *guard) ensure() error {
 		return nil
 	}
 	if g.fd >= 0 {
-		g.closeFD(g.fd, g.reader)
+		closeGuardFD(g.fd)
 		g.fd = -1
 	}
 	return g.startLocked()
@@ -208,101 +200,17 @@ func (g *guard) sendLocked(items []string) error {
 	}
 	if err := g.sendRecords(items); err != nil {
 		// The watchdog is gone (killed by someone): start a new one.
-		g.closeFD(g.fd, g.reader)
+		closeGuardFD(g.fd)
 		g.fd = -1
 		return g.startLocked()
 	}
 	return nil
 }
 
-// gate hands the clone3 gate listener of launch thread tid to the watchdog, which lets
-// that thread's clone3 through and refuses every other. Called on the launch thread: it
-// only sends on the socket (the fd number is the same in the thread's private table).
-func (g *guard) gate(tid, listener int, back chan int) error {
-	g.mu.Lock()
-	fd := g.fd
-	if back != nil {
-		g.wants[tid] = back
-	}
-	g.mu.Unlock()
-	if fd < 0 {
-		g.forget(tid)
-		return errNoWatchdog
-	}
-	msg := "gate " + strconv.Itoa(tid)
-	if back != nil {
-		msg += " back"
-	}
-	if err := unix.Sendmsg(fd, []byte(msg), unix.UnixRights(listener), nil, unix.MSG_NOSIGNAL); err != nil {
-		g.forget(tid)
-		return fmt.Errorf("watchdog gate: %w", err)
-	}
-	return nil
-}
-
-// forget drops a launch thread's wish for its listener back (its launch failed or gave up
-// waiting); a listener that still arrives is closed.
-func (g *guard) forget(tid int) {
-	g.mu.Lock()
-	delete(g.wants, tid)
-	g.mu.Unlock()
-}
-
-// maxGuardMsg bounds one message from the watchdog ("listener TID").
-const maxGuardMsg = 64
-
-// read takes the gate listeners the watchdog hands back and passes each to the launch
-// that waits for it (closing any nobody waits for). It ends when the socket is shut down
-// or the watchdog is gone.
-func (g *guard) read(fd int, done chan struct{}) {
-	defer close(done)
-	buf := make([]byte, maxGuardMsg)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	for {
-		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			return
-		}
-		var fds []int
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-			for _, m := range msgs {
-				if rights, err := unix.ParseUnixRights(&m); err == nil {
-					fds = append(fds, rights...)
-				}
-			}
-		}
-		tidS, ok := strings.CutPrefix(string(buf[:n]), "listener ")
-		tid, err := strconv.Atoi(tidS)
-		if ok && err == nil && len(fds) == 1 {
-			g.mu.Lock()
-			ch := g.wants[tid]
-			delete(g.wants, tid)
-			g.mu.Unlock()
-			if ch != nil {
-				ch <- fds[0] // buffered, and each tid is handed one listener
-				continue
-			}
-		}
-		for _, f := range fds {
-			unix.Close(f)
-		}
-	}
-}
-
-// closeFD shuts the socket down (which ends its reader), waits for the reader, then
-// closes it: closing an fd a reader still blocks on would leave the number free for reuse
-// under it.
-func (g *guard) closeFD(fd int, reader chan struct{}) {
+// closeGuardFD shuts the host's end down, so the watchdog reads EOF at once even while a
+// copy of it is still open elsewhere (a child between its fork and its exec), and closes it.
+func closeGuardFD(fd int) {
 	_ = unix.Shutdown(fd, unix.SHUT_RDWR)
-	if reader != nil {
-		select {
-		case <-reader:
-		case <-time.After(guardCloseBound):
-		}
-	}
 	unix.Close(fd)
 }
 
@@ -326,13 +234,13 @@ func (g *guard) remove(items ...string) {
 // reaps it.
 func (g *guard) close() error {
 	g.mu.Lock()
-	fd, exited, reader := g.fd, g.exited, g.reader
+	fd, exited := g.fd, g.exited
 	g.fd, g.closed = -1, true
 	g.mu.Unlock()
 	if fd < 0 {
 		return nil
 	}
-	g.closeFD(fd, reader)
+	closeGuardFD(fd)
 	select {
 	case <-exited:
 		return nil

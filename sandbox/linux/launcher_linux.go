@@ -866,7 +866,7 @@ func enterRun(req *launchRequest, r *runFDs) (string, error) {
 // forkRun forks the command (kernel.ForkExecParent with the child's own steps, execChild:
 // its rlimits, Landlock domain and seccomp filter, then execve) and answers the host with
 // its pidfd. The filter goes on in the child, as its last step before execve, so this
-// thread forks unfiltered and needs no clone3 gate.
+// thread forks unfiltered: its own clone3 is never refused.
 func forkRun(req *launchRequest, r *runFDs, path string, reply int) (string, error) {
 	pol := req.Policy
 	pidfd, err := kernel.ForkExecParent(execChild(pol, path, r.stdio, r.ruleset, r.cgroup, r.v1, req.Notify, req.Trace, reply))
@@ -1063,15 +1063,14 @@ func (p *process) launcherNotify(spec *sandbox.Spec, pol *stub.Policy, req *laun
 	if rn == nil || !kernel.SeccompSupported() {
 		return nil
 	}
-	gated := &threadLaunch{}
-	if err := rn.prepare(gated, true, spec.Trace); err != nil {
+	if err := rn.prepare(nil, true, spec.Trace); err != nil {
 		p.mode.Degraded = append(p.mode.Degraded, "kernel refusal records ("+err.Error()+")")
 		return nil
 	}
 	p.notify = rn
 	rn.watchLandlock(pol)
 	req.Notify, req.Trace = true, spec.Trace
-	return gated.listenerBack
+	return rn.ch
 }
 
 // launcherNotifyDone settles the run's kernel refusal records after the launch.

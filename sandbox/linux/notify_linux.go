@@ -40,7 +40,7 @@ type runNotify struct {
 	// connectTCP: the loopback ports the run may connect to (pol.ConnectCheck), nil: all.
 	connectTCP []uint16
 	tcpOnly    bool          // pol.TCPOnly
-	pair       [2]int        // socket pair of a launch without gate (-1: none)
+	pair       [2]int        // socket pair of a thread or stub launch (-1: none)
 	cancel     chan struct{} // closed when the launch failed
 	// stubEnd owns pair[1] for a stub launch (its fd 8); closed once the stub started.
 	stubEnd *os.File
@@ -84,9 +84,9 @@ func (rn *runNotify) prepareStub(pol *stub.Policy, l *stub.Launch, trace bool) e
 	return nil
 }
 
-// prepare points a thread launch at rn (tl nil: a stub launch): over a socket pair, or
-// (gated) into tl.listenerBack, which the session launcher's answer fills.
-func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
+// prepare points a thread launch at rn (tl nil: a stub launch, or inAnswer): over a
+// socket pair, or (inAnswer) straight into rn.ch, which the session launcher's answer fills.
+func (rn *runNotify) prepare(tl *threadLaunch, inAnswer bool, trace bool) error {
 	if tl != nil {
 		tl.notify, tl.trace = true, trace
 	}
@@ -101,8 +101,7 @@ func (rn *runNotify) prepare(tl *threadLaunch, gated bool, trace bool) error {
 		case <-time.After(listenerWait):
 		}
 	}()
-	if gated {
-		tl.listenerBack = rn.ch
+	if inAnswer {
 		return nil
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)

@@ -57,11 +57,9 @@ type threadLaunch struct {
 	sys     *syscall.SysProcAttr
 	// notify asks for the deny-list's refusals (and, with trace, the traced calls) to go
 	// to a listener the host serves (kernel.Filter.Notify/Trace); the child sends the
-	// listener to listenerTo (a socket of the host's table). listenerBack is where the
-	// session launcher's answer hands it over (runNotify.prepare, gated).
+	// listener to listenerTo (a socket of the host's table).
 	notify, trace bool
 	listenerTo    int
-	listenerBack  chan int
 	// notifyLost says the listener could not be had (an enclosing filter holds one).
 	notifyLost bool
 	// pidNS is the run's pid namespace (an fd of its holder, -1: none): the thread joins it
