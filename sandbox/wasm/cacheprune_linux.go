@@ -14,5 +14,5 @@ func accessTime(fi os.FileInfo) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return time.Unix(st.Atim.Sec, st.Atim.Nsec), true
+	return time.Unix(int64(st.Atim.Sec), int64(st.Atim.Nsec)), true // int32 fields on 386
 }
