@@ -112,4 +112,3 @@ func (r *loopReader) Read(p []byte) (int, error) {
 	}
 	return n, nil
 }
-

@@ -56,7 +56,7 @@ func sanitize(s string, keepSGR bool) string {
 }
 
 // isPlain reports whether s is printable ASCII, \n and \t only: what sanitize keeps as is.
-func isPlain(s string) bool {
+func isPlain[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; (c < 0x20 && c != '\n' && c != '\t') || c >= 0x7f {
 			return false
