@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fledgehq/fledge/protocol"
@@ -161,5 +162,28 @@ func TestOutputStreamByteForByte(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, string(want), got[0])
 		})
+	}
+}
+
+// TestConsoleOutputNoGarbage: a plugin's output and log lines, piped or on a terminal,
+// allocate nothing per line once the console's buffers are made (make bench, row 2b).
+func TestConsoleOutputNoGarbage(t *testing.T) {
+	on := true
+	for _, opts := range []Options{
+		{Out: io.Discard, Err: io.Discard},
+		{Out: io.Discard, Err: io.Discard, TTYOut: true, TTYErr: true, Color: &on},
+	} {
+		u := New(opts)
+		h := u.(Holder)
+		play := func() {
+			h.Hold()
+			u.Output("compiled module 01: ok\n")
+			u.Log("fledge-bench", "info", "step 3 of the build finished")
+			u.Log("fledge-bench", "debug", "two\nlines")
+			h.Release()
+		}
+		play()
+		assert.Zero(t, testing.AllocsPerRun(200, play), "TTYOut %v", opts.TTYOut)
+		u.Close()
 	}
 }
