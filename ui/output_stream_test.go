@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -186,4 +187,24 @@ func TestConsoleOutputNoGarbage(t *testing.T) {
 		assert.Zero(t, testing.AllocsPerRun(200, play), "TTYOut %v", opts.TTYOut)
 		u.Close()
 	}
+}
+
+// TestHeldOutputIsCopied: output a terminal holds back while a question is open is shown as
+// it was given, even when the caller reuses the buffer its text pointed into (a transient
+// message: the next line of the plugin overwrites it).
+func TestHeldOutputIsCopied(t *testing.T) {
+	var out, errb bytes.Buffer
+	off := false
+	c := New(Options{Out: &out, Err: &errb, TTYOut: true, TTYErr: true, Color: &off}).(*console)
+	buf := []byte("first line\n")
+	c.beginQuestion()
+	c.Output(unsafe.String(&buf[0], len(buf)))
+	copy(buf, "\x1b]52;c;x\a\n") // the next message lands in the same buffer
+	// Log lines held meanwhile are copies of the console's own reused line buffer.
+	c.Log("p", "info", "one")
+	c.Log("p", "info", "two")
+	c.endQuestion("")
+	c.Close()
+	assert.Equal(t, "first line\n", out.String())
+	assert.Equal(t, "[p] info: one\n[p] info: two\n", errb.String())
 }
