@@ -81,14 +81,15 @@ func skip(kind LineErrorKind, typ string, id ID, format string, args ...any) *Li
 }
 
 // decodeLine decodes one non-blank line. Strings and raw ids are copied out of line, which
-// the caller may reuse afterwards.
-func decodeLine(line []byte, inbound bool) (*Message, *LineError) {
+// the caller may reuse afterwards; except with fast, where an output or log message is
+// fast's own and its strings point into line (see ReaderOptions.Transient).
+func decodeLine(line []byte, inbound bool, fast *transientMessage) (*Message, *LineError) {
 	if line[0] != '{' {
 		// A stray print from the plugin, most likely; its text is not worth quoting back.
 		return nil, skip(Malformed, "", nil, "not a JSON object")
 	}
 	if !inbound {
-		if m, ok := decodeFast(line); ok {
+		if m, ok := decodeFastInto(line, fast); ok {
 			return m, nil
 		}
 	}

@@ -4,6 +4,7 @@ package protocol
 
 import (
 	"unicode/utf8"
+	"unsafe"
 )
 
 // decodeFast decodes the two messages a chatty plugin sends most, output and log, without
@@ -13,8 +14,36 @@ import (
 // UTF-8, no control characters and no surrogate escapes — and reports ok=false for
 // anything else, which then takes the encoding/json path. Within that subset both paths
 // give the same message (FuzzDecodeFast checks it), so the fast path changes speed only.
-func decodeFast(line []byte) (*Message, bool) {
-	p := fastParser{b: line}
+func decodeFast(line []byte) (*Message, bool) { return decodeFastInto(line, nil) }
+
+// transientMessage is the message a Reader with ReaderOptions.Transient returns for every
+// fast-path line: one per Reader, overwritten by the next line, so a chatty plugin's output
+// leaves no garbage behind (make bench, row 2b: the heap stays at its live size).
+type transientMessage struct {
+	m Message
+	o Output
+	l Log
+	// scratch holds the strings that had escapes; bounded by maxTransientScratch between
+	// lines so one long line does not pin its size for the rest of the session.
+	scratch []byte
+}
+
+// maxTransientScratch is the largest scratch kept from one line to the next; a larger one
+// (a line with a long escaped string) is dropped after its line and made again if needed.
+const maxTransientScratch = 16 << 10
+
+// reset readies t for the next line: the previous line's strings are no longer valid.
+func (t *transientMessage) reset() {
+	if cap(t.scratch) > maxTransientScratch {
+		t.scratch = nil
+	}
+	t.scratch = t.scratch[:0]
+}
+
+// decodeFastInto is decodeFast; with t, the message is t's own and its strings point into
+// line and t.scratch (valid until the caller reuses either), with nil, all is copied.
+func decodeFastInto(line []byte, t *transientMessage) (*Message, bool) {
+	p := fastParser{b: line, t: t}
 	if !p.byte('{') {
 		return nil, false
 	}
@@ -69,6 +98,11 @@ func decodeFast(line []byte) (*Message, bool) {
 		if !seen[fkText] {
 			return nil, false
 		}
+		if t != nil {
+			t.o = Output{Text: text}
+			t.m = Message{Type: TypeOutput, Output: &t.o}
+			return &t.m, true
+		}
 		// One allocation for the message and its payload.
 		x := &struct {
 			m Message
@@ -80,6 +114,11 @@ func decodeFast(line []byte) (*Message, bool) {
 	case TypeLog:
 		if !seen[fkMessage] {
 			return nil, false
+		}
+		if t != nil {
+			t.l = Log{Level: level, Message: message}
+			t.m = Message{Type: TypeLog, Log: &t.l}
+			return &t.m, true
 		}
 		x := &struct {
 			m Message
@@ -104,6 +143,19 @@ const (
 type fastParser struct {
 	b []byte
 	i int
+	t *transientMessage // nil: strings are copied out of b
+}
+
+// string turns b (a part of the line, or of the scratch once complete) into a string: a copy,
+// or for a transient message the bytes themselves, valid as long as the message is.
+func (p *fastParser) string(b []byte) string {
+	if p.t == nil {
+		return string(b)
+	}
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 func (p *fastParser) ws() {
@@ -161,6 +213,7 @@ func (p *fastParser) str() (string, bool) {
 	}
 	start := p.i
 	var buf []byte // nil until the first escape
+	bufStart := 0  // where this string starts in buf (the scratch of a transient message)
 	high := false
 	for p.i < len(p.b) {
 		c := p.b[p.i]
@@ -172,14 +225,25 @@ func (p *fastParser) str() (string, bool) {
 				return "", false
 			}
 			if buf == nil {
-				return string(raw), true
+				return p.string(raw), true
+			}
+			if p.t != nil {
+				// Earlier strings of this line stay valid: append never writes where they
+				// point (below len, or in the old array when it grows).
+				p.t.scratch = buf
+				return p.string(buf[bufStart:]), true
 			}
 			return string(buf), true
 		case c < 0x20:
 			return "", false
 		case c == '\\':
 			if buf == nil {
-				buf = append(make([]byte, 0, p.i-start+16), p.b[start:p.i]...)
+				if p.t != nil {
+					buf, bufStart = p.t.scratch, len(p.t.scratch)
+					buf = append(buf, p.b[start:p.i]...)
+				} else {
+					buf = append(make([]byte, 0, p.i-start+16), p.b[start:p.i]...)
+				}
 			}
 			if p.i+1 >= len(p.b) {
 				return "", false

@@ -25,6 +25,12 @@ type ReaderOptions struct {
 	// cancel); false decodes what the host receives from a plugin (prompt ... metadata).
 	// Types of the other direction are UnknownType.
 	Inbound bool
+	// Transient lets Next return output and log messages that leave no garbage: the
+	// message is the Reader's own and its strings point into the Reader's buffers, so both
+	// are valid only until the next call to Next. For a loop that hands each message on
+	// before it reads the next and keeps none of its strings (copy what must be kept).
+	// Other messages are always the caller's.
+	Transient bool
 }
 
 // SkipCounts counts skipped lines by kind.
@@ -73,6 +79,7 @@ type Reader struct {
 	line  int
 	err   error // sticky: io.EOF or a wrapped read error
 	stats ReaderStats
+	fast  *transientMessage // with Transient: the message every fast-path line reuses
 }
 
 // NewReader returns a Reader over r.
@@ -80,7 +87,11 @@ func NewReader(r io.Reader, opts ReaderOptions) *Reader {
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = DefaultMaxLine
 	}
-	return &Reader{sc: lines.NewScanner(r, opts.MaxLine), opts: opts}
+	rd := &Reader{sc: lines.NewScanner(r, opts.MaxLine), opts: opts}
+	if opts.Transient && !opts.Inbound {
+		rd.fast = &transientMessage{}
+	}
+	return rd
 }
 
 // Stats returns the counters so far.
@@ -117,7 +128,10 @@ func (r *Reader) Next() (*Message, error) {
 		if len(line) == 0 {
 			continue
 		}
-		msg, lerr := decodeLine(line, r.opts.Inbound)
+		if r.fast != nil {
+			r.fast.reset()
+		}
+		msg, lerr := decodeLine(line, r.opts.Inbound, r.fast)
 		if lerr != nil {
 			lerr.Line = r.line
 			lerr.Length = n

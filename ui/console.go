@@ -84,6 +84,12 @@ type console struct {
 	closed     bool
 
 	prog progress
+
+	// logMu guards the log line buffer and the last plugin tag (Log).
+	logMu     sync.Mutex
+	logLine   []byte
+	tagPlugin string
+	tag       string
 }
 
 // New returns the UI for opts: interactive when !NonInteractive and In is a terminal,
@@ -146,59 +152,97 @@ func pluginTag(plugin string) string {
 	return "[" + name + "]"
 }
 
-// prefixLines renders text with prefix on every line. Every line gets it so a multi-line
-// message cannot forge a line that looks like fledge's own (e.g. "fledge: warning: ...").
-func (c *console) prefixLines(prefix, sgr, text string) string {
+// appendPrefixed appends text with the prefix (tag, and " level:" when level is not
+// empty) on every line. Every line gets it so a multi-line message cannot forge a line that
+// looks like fledge's own (e.g. "fledge: warning: ...").
+func (c *console) appendPrefixed(b []byte, tag, level, sgr, text string) []byte {
 	text = clipLines(Sanitize(strings.TrimSuffix(text, "\n")), MaxLineBytes, MaxShownLines)
-	var b strings.Builder
-	for _, ln := range strings.Split(text, "\n") {
+	for {
+		ln, rest, more := strings.Cut(text, "\n")
 		if c.color {
-			b.WriteString("\x1b[" + sgr + "m" + prefix + "\x1b[0m")
+			b = append(b, "\x1b["...)
+			b = append(b, sgr...)
+			b = append(b, 'm')
+			b = appendPrefix(b, tag, level)
+			b = append(b, "\x1b[0m"...)
 			if sgr == levels["debug"] {
-				b.WriteString("\x1b[2m")
+				b = append(b, "\x1b[2m"...)
 			}
 		} else {
-			b.WriteString(prefix)
+			b = appendPrefix(b, tag, level)
 		}
 		if ln != "" {
-			b.WriteByte(' ')
+			b = append(b, ' ')
 		}
 		if c.color || !c.ttyErr || !strings.ContainsRune(ln, esc) {
-			b.WriteString(ln)
+			b = append(b, ln...)
 		} else {
 			// colour is off on a terminal: the plugin's colours go too
-			b.WriteString(plainText(ln))
+			b = append(b, plainText(ln)...)
 		}
 		if c.color && (strings.ContainsRune(ln, esc) || sgr == levels["debug"]) {
-			b.WriteString("\x1b[0m") // a plugin colour must not leak into the next line
+			b = append(b, "\x1b[0m"...) // a plugin colour must not leak into the next line
 		}
-		b.WriteByte('\n')
+		b = append(b, '\n')
+		if !more {
+			return b
+		}
+		text = rest
 	}
-	return b.String()
 }
 
+func appendPrefix(b []byte, tag, level string) []byte {
+	b = append(b, tag...)
+	if level != "" {
+		b = append(b, ' ')
+		b = append(b, level...)
+		b = append(b, ':')
+	}
+	return b
+}
+
+// maxKeptLogLine bounds the log line buffer kept between Log calls: a long message's
+// buffer is dropped after it (a log message is shown cut to MaxShownLines lines of
+// MaxLineBytes, so one can take up to 800 KiB).
+const maxKeptLogLine = 16 << 10
+
+// Log builds the line in a buffer it keeps, and keeps no string it is given (see
+// TextCopier): a chatty plugin's log lines leave no garbage.
 func (c *console) Log(plugin, level, message string) {
 	l := normLevel(level)
-	line := c.prefixLines(pluginTag(plugin)+" "+l+":", levels[l], message)
-	if !c.color && !c.ttyErr {
-		// not a terminal: no escape sequence at all in the log (defence in depth)
-		line = plainText(line)
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	if c.tag == "" || plugin != c.tagPlugin {
+		c.tagPlugin, c.tag = strings.Clone(plugin), pluginTag(plugin)
 	}
-	c.writeErr(line, true)
+	b := c.appendPrefixed(c.logLine[:0], c.tag, l, levels[l], message)
+	if !c.color && !c.ttyErr && !isPlain(b) {
+		// not a terminal: no escape sequence at all in the log (defence in depth)
+		b = append(b[:0], plainText(string(b))...)
+	}
+	c.writeErr(b, true)
+	if cap(b) > maxKeptLogLine {
+		b = nil
+	}
+	c.logLine = b
 }
 
 func (c *console) Warn(message string) {
-	line := c.prefixLines("fledge: warning:", levels["warn"], message)
-	if !c.color && !c.ttyErr {
-		line = plainText(line)
+	line := c.appendPrefixed(nil, "fledge: warning:", "", levels["warn"], message)
+	if !c.color && !c.ttyErr && !isPlain(line) {
+		line = []byte(plainText(string(line)))
 	}
 	c.writeErr(line, false)
 }
 
+// CopiesText: Output and Log copy what they keep (TextCopier).
+func (c *console) CopiesText() {}
+
 // writeErr writes a whole line block to stderr, around the progress display. Plugin log
 // lines wait (bounded) while a question is on screen; host warnings too, since they would
-// tear the form just the same, but they are never dropped.
-func (c *console) writeErr(s string, droppable bool) {
+// tear the form just the same, but they are never dropped. s is the caller's to reuse once
+// writeErr returns: what is held is copied.
+func (c *console) writeErr(s []byte, droppable bool) {
 	if c.errApart && c.holdErr(s) {
 		return
 	}
@@ -210,7 +254,7 @@ func (c *console) writeErr(s string, droppable bool) {
 			c.dropped++
 			return
 		}
-		c.heldLogs = append(c.heldLogs, s)
+		c.heldLogs = append(c.heldLogs, string(s))
 		return
 	}
 	c.prog.hide()
@@ -219,7 +263,7 @@ func (c *console) writeErr(s string, droppable bool) {
 		_, _ = io.WriteString(c.err, "\n")
 		c.midLine = false
 	}
-	_, _ = io.WriteString(c.err, s)
+	_, _ = c.err.Write(s)
 	c.prog.show()
 }
 
@@ -249,7 +293,7 @@ func (c *console) Output(text string) {
 		c.cond.Wait()
 	}
 	if c.asking {
-		c.heldOut = append(c.heldOut, text)
+		c.heldOut = append(c.heldOut, strings.Clone(text)) // text may be the caller's buffer
 		c.heldOutLen += len(text)
 		return
 	}

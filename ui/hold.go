@@ -55,7 +55,7 @@ func (c *console) Hold() {
 
 // holdErr keeps a stderr line while holding (reports false when it must be written now).
 // Only when stderr is apart from stdout: there is no order between two files to keep.
-func (c *console) holdErr(s string) bool {
+func (c *console) holdErr(s []byte) bool {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
 	if !c.holding || len(s) >= maxHeldPiped {

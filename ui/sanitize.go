@@ -56,7 +56,7 @@ func sanitize(s string, keepSGR bool) string {
 }
 
 // isPlain reports whether s is printable ASCII, \n and \t only: what sanitize keeps as is.
-func isPlain(s string) bool {
+func isPlain[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; (c < 0x20 && c != '\n' && c != '\t') || c >= 0x7f {
 			return false
@@ -193,10 +193,26 @@ func controlString(s string, i int) int {
 // s must already be sanitised; a cut through a colour sequence is cleaned up by
 // re-sanitising the cut line.
 func clipLines(s string, maxLine, maxLines int) string {
-	if maxLines > 0 && len(s) <= maxLine && strings.IndexByte(s, '\n') < 0 {
-		return s // one short line: nothing to cut
+	if maxLines > 0 && linesFit(s, maxLine, maxLines) {
+		return s // nothing to cut: no copy (a chatty plugin's usual message)
 	}
 	return clipLinesFull(s, maxLine, maxLines)
+}
+
+// linesFit reports whether s has at most maxLines lines of at most maxLine bytes each,
+// counted as clipLinesFull counts them (a final "\n" starts one more, empty, line).
+func linesFit(s string, maxLine, maxLines int) bool {
+	for n := 1; n <= maxLines; n++ {
+		ln, rest, more := strings.Cut(s, "\n")
+		if len(ln) > maxLine {
+			return false
+		}
+		if !more {
+			return true
+		}
+		s = rest
+	}
+	return false
 }
 
 func clipLinesFull(s string, maxLine, maxLines int) string {

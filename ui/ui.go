@@ -54,3 +54,12 @@ type UI interface {
 	// Close clears any progress display.
 	Close()
 }
+
+// TextCopier is a UI whose Output and Log keep no string they are given once they return
+// (they copy what they hold back), so the strings may point into a buffer the caller
+// reuses: the fledge-v1 host then reads its plugin's output and log messages transient
+// (protocol.ReaderOptions.Transient), which leaves no garbage per message.
+type TextCopier interface {
+	UI
+	CopiesText()
+}

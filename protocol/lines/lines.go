@@ -44,6 +44,9 @@ func TooLongDetail(n int64, limit int) string {
 	return fmt.Sprintf("line too long (at least %d bytes, limit %d)", n, limit)
 }
 
+// maxKeptLong is the largest assembly buffer kept from one line to the next.
+const maxKeptLong = 64 << 10
+
 // Scanner reads raw lines of at most Max bytes. It is not safe for concurrent use.
 type Scanner struct {
 	br        *bufio.Reader
@@ -78,6 +81,10 @@ func (s *Scanner) BytesRead() int64 { return s.bytesRead }
 // valid until the next call. err is io.EOF at the end (a final unterminated line comes with
 // it, raw > 0) or the read error.
 func (s *Scanner) ReadLine() (line []byte, raw, n int64, tooLong bool, err error) {
+	if cap(s.long) > maxKeptLong {
+		// One long line does not pin its size (up to the bound) for the rest of the stream.
+		s.long = nil
+	}
 	s.long = s.long[:0]
 	limit := s.max + 2 // content plus an optional "\r\n"
 	for {

@@ -72,8 +72,30 @@ func (e *Env) grantedSecrets(entry *plugin.Entry) (map[string]string, error) {
 // out. The plugin's own output and log lines pass as they are: that is the plugin speaking
 // to its user.
 func (e *Env) RedactWarnings(u ui.UI) ui.UI {
-	return redactingUI{UI: u, r: e.Redactor()}
+	r := redactingUI{UI: u, r: e.Redactor()}
+	if c, ok := u.(consoleUI); ok {
+		// What the console can do beyond ui.UI stays visible through the wrapper: holding
+		// piped output (one write per read of the plugin's pipe) and copying what it keeps
+		// (no garbage per message).
+		return redactingConsole{redactingUI: r, c: c}
+	}
+	return r
 }
+
+// consoleUI is what ui.New's console offers beyond ui.UI.
+type consoleUI interface {
+	ui.Holder
+	ui.TextCopier
+}
+
+type redactingConsole struct {
+	redactingUI
+	c consoleUI
+}
+
+func (u redactingConsole) Hold()       { u.c.Hold() }
+func (u redactingConsole) Release()    { u.c.Release() }
+func (u redactingConsole) CopiesText() {}
 
 type redactingUI struct {
 	ui.UI

@@ -30,7 +30,10 @@ func (s *session) readLoop(r io.Reader) {
 	// Output and log lines of one read are written together (the user's stdout when piped).
 	r, release := ui.HoldingReader(r, s.opts.UI)
 	defer release()
-	rd := protocol.NewReader(r, protocol.ReaderOptions{MaxLine: s.lim.LineMax})
+	// A UI that copies what it keeps takes output and log messages straight from the
+	// Reader's buffers: dispatch hands each on before the next is read.
+	_, copies := s.opts.UI.(ui.TextCopier)
+	rd := protocol.NewReader(r, protocol.ReaderOptions{MaxLine: s.lim.LineMax, Transient: copies})
 	for {
 		msg, err := rd.Next()
 		if err == io.EOF {
