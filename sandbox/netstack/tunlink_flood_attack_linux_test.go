@@ -232,3 +232,60 @@ func TestTUNLinkEndMidFloodNoLeak(t *testing.T) {
 		t.Fatalf("open descriptors %d -> %d over %d ends", f0, f1, rounds)
 	}
 }
+
+// TestTUNLinkFrameSizeEdges: the largest packet the MTU allows, frames of 64 KiB and
+// 64 KiB+1, one that fills the read buffer exactly and ones past it (up to the IPv4
+// maximum): none reaches the stack as more bytes than the buffer holds (a cut packet's
+// IPv4 length then exceeds what arrived, and the stack drops it), none crashes the reader;
+// a zero-length frame is dropped; the reader serves on after each.
+func TestTUNLinkFrameSizeEdges(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[1])
+	link, err := newFrameLink(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldDispatcher{}
+	link.Attach(h)
+	defer link.Close()
+	// The packet buffer behind the header is tunReadSize bytes: a frame longer than
+	// header and buffer is cut there (a TUN read reports the cut, a seqpacket read not).
+	most := kernel.TUNVnetHdrLen + tunReadSize
+	sizes := []int{0, kernel.TUNVnetHdrLen + tunMTU, 1 << 16, 1<<16 + 1, most, most + 1, kernel.TUNVnetHdrLen + 65535, 100}
+	for _, n := range sizes {
+		f := make([]byte, n)
+		if n > kernel.TUNVnetHdrLen {
+			f[kernel.TUNVnetHdrLen] = 0x45
+		}
+		if _, err := unix.Write(fds[1], f); err != nil {
+			t.Fatalf("write %d: %v", n, err)
+		}
+	}
+	want := []int{tunMTU, 1<<16 - kernel.TUNVnetHdrLen, 1<<16 + 1 - kernel.TUNVnetHdrLen, tunReadSize, tunReadSize, tunReadSize, 90}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.mu.Lock()
+		k := len(h.got)
+		h.mu.Unlock()
+		if k >= len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d packets delivered: the reader stopped", k, len(want))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, n := range want {
+		if h.got[i] != n {
+			t.Fatalf("packet %d: %d bytes delivered, want %d (delivered: %v)", i, h.got[i], n, h.got)
+		}
+	}
+	if d := link.dropped.Load(); d != 1 {
+		t.Fatalf("%d frames dropped, want 1 (the zero-length one)", d)
+	}
+}
