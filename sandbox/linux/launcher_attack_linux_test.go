@@ -207,3 +207,32 @@ func TestLauncherRunsAreIsolated(t *testing.T) {
 	assert.False(t, r1.TimedOut)
 	assert.Equal(t, before+2, sb.launchers.served.Load())
 }
+
+// TestLauncherRunsKeepNoDescriptors: runs through a session's launcher (most launched from
+// a thread parked ahead in their groups) leave no descriptor of fledge behind. A parked
+// thread's socket was once kept after its run: one socket per exec, until a long session
+// (fledge serve, a bench of 1000 execs) met "too many open files".
+func TestLauncherRunsKeepNoDescriptors(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	e := newEnv(t)
+	withLauncher(t, sb, e)
+	count := func() int {
+		d, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(d)
+	}
+	runs := func(n int) {
+		for range n {
+			// Limits give the run v1 groups, where a launcher thread is parked ahead.
+			spec := e.spec(`true`)
+			spec.Limits.MemoryBytes, spec.Limits.Pids = 1<<30, 256
+			res, out, errOut := run(t, sb, spec)
+			require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+		}
+	}
+	runs(10) // caches and spares settle
+	served, before := sb.launchers.served.Load(), count()
+	runs(60)
+	require.GreaterOrEqual(t, sb.launchers.served.Load()-served, int64(50), "the runs went through the launcher")
+	assert.LessOrEqual(t, count()-before, 4, "descriptors kept after 60 runs (before %d)", before)
+}

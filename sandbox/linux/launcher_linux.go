@@ -955,7 +955,9 @@ func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *st
 		return nil, err
 	}
 	sock := p.takeParked(l, sp)
-	if sock < 0 {
+	if sock >= 0 {
+		defer unix.Close(sock)
+	} else {
 		sock = l.sock
 		// No thread parked in the run's v1 groups: the child joins them itself.
 		for _, f := range pol.CgroupProcs {
@@ -1035,8 +1037,8 @@ func launcherPolicy(pol *stub.Policy) *stub.Policy {
 	return &c
 }
 
-// takeParked returns the socket of l's thread parked in sp's v1 groups (-1: none, or
-// another launcher's, which is released). The parked thread ends in the run's groups
+// takeParked returns the socket of l's thread parked in sp's v1 groups, for the caller to
+// close (-1: none, or another launcher's, which is released). The parked thread ends in the run's groups
 // (launched from, or released): the run's cleanup waits for its death before it touches
 // them.
 func (p *process) takeParked(l *launcher, sp *spare) int {
@@ -1045,7 +1047,8 @@ func (p *process) takeParked(l *launcher, sp *spare) int {
 	}
 	sock := -1
 	if sp.park.l == l {
-		sock = sp.park.sock
+		sock = sp.park.sock // the caller's now, closed once the launch has its answer
+		sp.park.sock = -1
 	} else {
 		sp.park.release()
 	}
