@@ -136,3 +136,59 @@ func TestSandboxStartsLeakNothing(t *testing.T) {
 	pid, _ := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
 	assert.LessOrEqual(t, pid, 0, "a child of a start was left to reap")
 }
+
+// TestPidNamespaceEndsWithSandboxWhenHolderStopped: a holder reads its socket until
+// fledge's end closes, then exits, and its namespace with it. A process outside the
+// namespace with the holder's uid (here a command of another sandbox without a pid
+// namespace or Landlock, which sees the host's pids) can stop it with SIGSTOP; a stopped
+// holder reads nothing. Closing the sandbox must still end the holder and whatever runs in
+// its namespace.
+func TestPidNamespaceEndsWithSandboxWhenHolderStopped(t *testing.T) {
+	testutil.RequireContained(t)
+	sb, err := New(Options{Launch: LaunchThread})
+	require.NoError(t, err)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = sb.Close()
+		}
+	})
+	requirePidNS(t, sb)
+	h := onlyHolder(t, sb)
+	holder := h.proc.Pid
+	t.Cleanup(func() { _ = h.proc.Kill() })
+	outside := newSandbox(t, Options{Launch: LaunchThread, DisableLandlock: true, DisablePidNS: true})
+	e := newEnv(t)
+	res, out, errOut := run(t, outside, e.spec(`kill -STOP "$0" && echo stopped`, strconv.Itoa(holder)))
+	require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+	require.Equal(t, "stopped\n", out)
+	for range 100 {
+		if procState(holder) == "T" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, "T", procState(holder), "the holder was not stopped")
+	require.NoError(t, sb.Close())
+	closed = true
+	st := procState(holder)
+	for i := 0; i < 200 && st != "" && st != "Z"; i++ {
+		time.Sleep(10 * time.Millisecond)
+		st = procState(holder)
+	}
+	assert.Contains(t, []string{"", "Z"}, st, "the stopped holder outlived its sandbox's close")
+}
+
+// procState is the state letter of pid ("": no such process).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
