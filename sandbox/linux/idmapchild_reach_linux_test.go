@@ -123,7 +123,13 @@ func TestIDMapChildUnreachableWithoutLandlock(t *testing.T) {
 	p, err := sb.Start(context.Background(), spec)
 	require.NoError(t, err)
 	done := make(chan struct{})
-	go func() { defer close(done); _, _ = p.Wait() }()
+	code := -1
+	go func() {
+		defer close(done)
+		if r, err := p.Wait(); err == nil {
+			code = r.ExitCode
+		}
+	}()
 	deadline := time.Now().Add(waitBound)
 	for {
 		if _, err := os.Stat(filepath.Join(e.project, "ready")); err == nil {
@@ -152,6 +158,7 @@ loop:
 		_ = p.Kill()
 		t.Fatal("the command did not stop")
 	}
+	require.Equal(t, 0, code, "the watching command failed: %s%s", out.String(), errOut.String())
 	t.Logf("%d namespaces made", made)
 	assert.Empty(t, strings.TrimSpace(out.String()), "a command reached the idmapping child (fledge's memory and fds)")
 }
