@@ -142,9 +142,25 @@ func TestSandboxStartsLeakNothing(t *testing.T) {
 // namespace with the holder's uid (here a command of another sandbox without a pid
 // namespace or Landlock, which sees the host's pids) can stop it with SIGSTOP; a stopped
 // holder reads nothing. Closing the sandbox must still end the holder and whatever runs in
-// its namespace.
+// its namespace, the forked holder and the Go one alike.
 func TestPidNamespaceEndsWithSandboxWhenHolderStopped(t *testing.T) {
 	testutil.RequireContained(t)
+	for _, goH := range []bool{false, true} {
+		name := "forked"
+		if goH {
+			name = "go"
+		}
+		t.Run(name, func(t *testing.T) {
+			goHolder.Store(goH)
+			t.Cleanup(func() { goHolder.Store(false) })
+			holderEndsWhenStopped(t)
+		})
+	}
+}
+
+// holderEndsWhenStopped is TestPidNamespaceEndsWithSandboxWhenHolderStopped with the
+// holder goHolder picks.
+func holderEndsWhenStopped(t *testing.T) {
 	sb, err := New(Options{Launch: LaunchThread})
 	require.NoError(t, err)
 	closed := false
