@@ -84,19 +84,19 @@ int main(void) {
 }
 `
 
-// lockedBuffer is a bytes.Buffer written by a run while the test reads it.
-type idmapLockedBuffer struct {
+// watchOutput is a watching command's output: written by its run while the test reads it.
+type watchOutput struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *idmapLockedBuffer) Write(p []byte) (int, error) {
+func (l *watchOutput) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *idmapLockedBuffer) String() string {
+func (l *watchOutput) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -117,7 +117,7 @@ func TestIDMapChildUnreachableWithoutLandlock(t *testing.T) {
 	bin := buildStatic(t, e.project, "u", foreignUserNSProgram)
 	spec := e.spec("")
 	spec.Path, spec.Args = bin, []string{"u"}
-	out := &idmapLockedBuffer{}
+	out := &watchOutput{}
 	var errOut bytes.Buffer
 	spec.Stdout, spec.Stderr = out, &errOut
 	p, err := sb.Start(context.Background(), spec)

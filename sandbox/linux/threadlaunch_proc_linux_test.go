@@ -93,7 +93,7 @@ func TestLaunchThreadProcDoorsShut(t *testing.T) {
 	bin := buildStatic(t, e.project, "tasks", hostTasksProgram)
 	spec := e.spec("")
 	spec.Path, spec.Args = bin, []string{"tasks", strconv.Itoa(os.Getpid())}
-	out := &idmapLockedBuffer{}
+	out := &watchOutput{}
 	var errOut bytes.Buffer
 	spec.Stdout, spec.Stderr = out, &errOut
 	p, err := sb.Start(context.Background(), spec)
