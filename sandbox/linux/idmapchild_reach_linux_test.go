@@ -118,8 +118,8 @@ func TestIDMapChildUnreachableWithoutLandlock(t *testing.T) {
 	spec := e.spec("")
 	spec.Path, spec.Args = bin, []string{"u"}
 	out := &watchOutput{}
-	var errOut bytes.Buffer
-	spec.Stdout, spec.Stderr = out, &errOut
+	errOut := &watchOutput{}
+	spec.Stdout, spec.Stderr = out, errOut
 	p, err := sb.Start(context.Background(), spec)
 	require.NoError(t, err)
 	done := make(chan struct{})

@@ -3,7 +3,6 @@
 package linux
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -94,8 +93,8 @@ func TestLaunchThreadProcDoorsShut(t *testing.T) {
 	spec := e.spec("")
 	spec.Path, spec.Args = bin, []string{"tasks", strconv.Itoa(os.Getpid())}
 	out := &watchOutput{}
-	var errOut bytes.Buffer
-	spec.Stdout, spec.Stderr = out, &errOut
+	errOut := &watchOutput{}
+	spec.Stdout, spec.Stderr = out, errOut
 	p, err := sb.Start(context.Background(), spec)
 	require.NoError(t, err)
 	done := make(chan struct{})
