@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -20,6 +21,10 @@ import (
 //go:noescape
 func clone3Parked(args *cloneArgs) (pid uintptr, errno uintptr)
 
+// forkUserNSMu: one ForkUserNS child at a time, so the first to end does not make fledge
+// dumpable again while another's child lives.
+var forkUserNSMu sync.Mutex
+
 // ForkUserNS returns an fd of a new user namespace with the given uid_map and gid_map
 // contents (setgroups denied). Only a process can make one (unshare(CLONE_NEWUSER) refuses
 // a multi-threaded caller): a child is forked into it sharing this process's memory
@@ -27,7 +32,30 @@ func clone3Parked(args *cloneArgs) (pid uintptr, errno uintptr)
 // handlers, where it runs only a pause loop of assembly; its maps are written, its
 // namespace opened, and it is killed and reaped before this returns. ErrUnsupported: not
 // here (the caller makes the namespace another way).
+//
+// The namespace is owned by fledge's euid, and the owner of a user namespace holds every
+// capability in it: any process of that uid, even one without capabilities (a root command),
+// passes the capability checks of ptrace access to the child, whose memory is fledge's and
+// whose fd table a copy of fledge's. A root fledge is therefore not dumpable while the child
+// lives: access to its memory, /proc/PID/{mem,environ,fd,...} then needs CAP_SYS_PTRACE in
+// the namespace that made fledge's memory (the host's), which such a process lacks. (A
+// fledge that is not root is open to its own uid anyway: it holds no capability.)
 func ForkUserNS(uidMap, gidMap string) (int, error) {
+	if os.Geteuid() == 0 {
+		forkUserNSMu.Lock()
+		defer forkUserNSMu.Unlock()
+		was, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+		if err != nil {
+			return -1, fmt.Errorf("%w: dumpable: %w", ErrUnsupported, err)
+		}
+		if was != 0 {
+			if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+				return -1, fmt.Errorf("%w: dumpable: %w", ErrUnsupported, err)
+			}
+			// Deferred first, so it runs last: once the child is killed and reaped.
+			defer func() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(was), 0, 0, 0) }()
+		}
+	}
 	stack := make([]byte, 512)
 	args := &cloneArgs{flags: unix.CLONE_VM | unix.CLONE_NEWUSER | unix.CLONE_CLEAR_SIGHAND,
 		exitSignal: uint64(unix.SIGCHLD),

@@ -459,12 +459,19 @@ func (n *pidNamespaces) drop(name string, h *pidHolder) {
 	}
 }
 
+// close ends the holder: its socket closed, it reads EOF and exits; and killed, for a
+// holder that reads nothing: one stopped by SIGSTOP from outside its namespace (by a
+// process of its uid) would otherwise outlive the sandbox, its namespace with it.
 func (h *pidHolder) close() {
 	for _, fd := range []*int{&h.sock, &h.nsFD, &h.procFD, &h.pidFD} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1
 		}
+	}
+	if h.proc != nil && !h.dead.Load() {
+		// A pidfd's kill (os.Process): never another process that took a reaped pid.
+		_ = h.proc.Kill()
 	}
 }
 
