@@ -236,3 +236,42 @@ func TestLauncherRunsKeepNoDescriptors(t *testing.T) {
 	require.GreaterOrEqual(t, sb.launchers.served.Load()-served, int64(50), "the runs went through the launcher")
 	assert.LessOrEqual(t, count()-before, 4, "descriptors kept after 60 runs (before %d)", before)
 }
+
+// TestParkedThreadOfUnusedSpareKeepsNoDescriptors: a launcher thread parked ahead in the
+// next run's v1 groups, when that run is launched from a thread of fledge instead (the
+// next plugin session's own process, in a sandbox shared across sessions as fledge serve
+// and make bench have it), leaves no descriptor of fledge behind. Its socket was once
+// kept: one socket per plugin session, for as long as fledge ran.
+func TestParkedThreadOfUnusedSpareKeepsNoDescriptors(t *testing.T) {
+	sb := newSandbox(t, Options{Launch: LaunchThread})
+	testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 cgroup controllers: runs have no groups to park a thread in")
+	e := newEnv(t)
+	withLauncher(t, sb, e)
+	count := func() int {
+		d, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(d)
+	}
+	limited := func(kind sandbox.Kind) *sandbox.Spec {
+		// Limits give the run v1 groups, where a launcher thread is parked ahead.
+		spec := e.spec(`true`)
+		spec.Kind = kind
+		spec.Limits.MemoryBytes, spec.Limits.Pids = 1<<30, 256
+		return spec
+	}
+	sessions := func(n int) {
+		for range n {
+			// A command through the launcher (its spare gets a parked thread), then
+			// the next session's plugin process, launched from a thread of fledge.
+			for _, kind := range []sandbox.Kind{sandbox.KindExec, sandbox.KindPlugin} {
+				res, out, errOut := run(t, sb, limited(kind))
+				require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+			}
+		}
+	}
+	sessions(4) // caches and spares settle
+	hits, before := sb.spares.hits.Load(), count()
+	sessions(30)
+	require.GreaterOrEqual(t, sb.spares.hits.Load()-hits, int64(30), "the plugin processes were launched on the spares")
+	assert.LessOrEqual(t, count()-before, 4, "descriptors kept after 30 sessions (before %d)", before)
+}

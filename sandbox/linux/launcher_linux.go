@@ -930,6 +930,9 @@ func (ls *launchers) has(name string) bool {
 // afresh); the run's decision record is written when p.recorded says so.
 func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch, sp *spare) (*os.Process, error) {
 	defer l.inflight.Done()
+	// A return before the parked thread is taken (takeParked) lets it go: the caller
+	// drops the spare, and nothing else would release it.
+	defer sp.releasePark()
 	dirfd := -1
 	if spec.Dir != nil {
 		dirfd = int(spec.Dir.Fd())
@@ -1156,7 +1159,12 @@ func (s *Sandbox) launchFromThread(spec *sandbox.Spec, p *process, tl *threadLau
 	}
 	launchOn := sp
 	if sp != nil && sp.bare {
-		launchOn = nil // groups only: the launch thread joins them itself
+		// Groups only: the launch thread joins them itself. A launcher thread parked in
+		// them (for a command; this is the session's plugin process, or a command the
+		// launcher did not take) is let go first: it would stay in the run's groups and
+		// its socket in fledge for as long as both live.
+		sp.releasePark()
+		launchOn = nil
 	}
 	var err error
 	p.proc, err = tl.start(launchOn)
@@ -1237,6 +1245,14 @@ func (pk *launcherPark) release() {
 		threadGone(pk.exit, leaveWait)
 		_ = pk.exit.Close()
 		pk.exit = nil
+	}
+}
+
+// releasePark lets a launcher thread parked in sp's groups go unused and waits for its
+// death (nothing when none is parked, or a run took it: takeParked).
+func (sp *spare) releasePark() {
+	if sp != nil && sp.park != nil {
+		sp.park.release()
 	}
 }
 
