@@ -1160,10 +1160,12 @@ func (s *Sandbox) launchFromThread(spec *sandbox.Spec, p *process, tl *threadLau
 	launchOn := sp
 	if sp != nil && sp.bare {
 		// Groups only: the launch thread joins them itself. A launcher thread parked in
-		// them (for a command; this is the session's plugin process, or a command the
-		// launcher did not take) is let go first: it would stay in the run's groups and
-		// its socket in fledge for as long as both live.
-		sp.releasePark()
+		// them (for a command; this is the session's plugin process) is let go: it would
+		// stay in the run's groups and its socket in fledge for as long as both live. It
+		// dies while the run launches; the run waits for that before it touches the groups.
+		if sp.park != nil {
+			p.letGo = sp.park.letGo()
+		}
 		launchOn = nil
 	}
 	var err error
@@ -1246,6 +1248,18 @@ func (pk *launcherPark) release() {
 		_ = pk.exit.Close()
 		pk.exit = nil
 	}
+}
+
+// letGo closes the parked thread's socket, which ends the thread, without waiting for its
+// death: its pidfd is the caller's, to wait on before it touches the groups (nil: none).
+func (pk *launcherPark) letGo() *os.File {
+	if pk.sock >= 0 {
+		unix.Close(pk.sock)
+		pk.sock = -1
+	}
+	exit := pk.exit
+	pk.exit = nil
+	return exit
 }
 
 // releasePark lets a launcher thread parked in sp's groups go unused and waits for its
