@@ -236,3 +236,61 @@ func TestLauncherRunsKeepNoDescriptors(t *testing.T) {
 	require.GreaterOrEqual(t, sb.launchers.served.Load()-served, int64(50), "the runs went through the launcher")
 	assert.LessOrEqual(t, count()-before, 4, "descriptors kept after 60 runs (before %d)", before)
 }
+
+// TestParkedThreadOfUnusedSpareKeepsNoDescriptors: a launcher thread parked ahead in the
+// next run's v1 groups, when that run does not go through the launcher, is let go and
+// leaves no descriptor of fledge behind and no group on disk: the next plugin session's
+// own process (in a sandbox shared across sessions, as fledge serve and make bench have
+// it), launched from a thread of fledge; a command the launcher is not sent (a working
+// directory without a grant: its view is built afresh). Its socket was once kept, one per
+// session, and the thread stayed in the run's groups, which were then left behind
+// (newSandbox's cleanup checks they are gone).
+func TestParkedThreadOfUnusedSpareKeepsNoDescriptors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		next func(spec *sandbox.Spec, outside *os.File)
+	}{
+		{"plugin process", func(spec *sandbox.Spec, _ *os.File) { spec.Kind = sandbox.KindPlugin }},
+		{"command with a view built afresh", func(spec *sandbox.Spec, outside *os.File) {
+			spec.Dir, spec.DirPath = outside, outside.Name()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := newSandbox(t, Options{Launch: LaunchThread})
+			testutil.SkipUnlessSupported(t, len(sb.cg.v1) > 0, "no v1 cgroup controllers: runs have no groups to park a thread in")
+			e := newEnv(t)
+			withLauncher(t, sb, e)
+			outside, err := os.Open(e.outside) // a directory no grant covers
+			require.NoError(t, err)
+			t.Cleanup(func() { outside.Close() })
+			count := func() int {
+				d, err := os.ReadDir("/proc/self/fd")
+				require.NoError(t, err)
+				return len(d)
+			}
+			limited := func() *sandbox.Spec {
+				// Limits give the run v1 groups, where a launcher thread is parked ahead.
+				spec := e.spec(`true`)
+				spec.Limits.MemoryBytes, spec.Limits.Pids = 1<<30, 256
+				return spec
+			}
+			sessions := func(n int) {
+				for range n {
+					// A command through the launcher (the next run's spare gets a
+					// parked thread), then a run that does not go through it.
+					res, out, errOut := run(t, sb, limited())
+					require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+					spec := limited()
+					tc.next(spec, outside)
+					res, out, errOut = run(t, sb, spec)
+					require.Equal(t, 0, res.ExitCode, "%s%s", out, errOut)
+				}
+			}
+			sessions(4) // caches and spares settle
+			hits, before := sb.spares.hits.Load(), count()
+			sessions(30)
+			require.GreaterOrEqual(t, sb.spares.hits.Load()-hits, int64(30), "the runs were launched on the spares")
+			assert.LessOrEqual(t, count()-before, 4, "descriptors kept after 30 sessions (before %d)", before)
+		})
+	}
+}

@@ -930,6 +930,9 @@ func (ls *launchers) has(name string) bool {
 // afresh); the run's decision record is written when p.recorded says so.
 func (s *Sandbox) launchVia(l *launcher, spec *sandbox.Spec, p *process, pol *stub.Policy, sys *syscall.SysProcAttr, tl *threadLaunch, sp *spare) (*os.Process, error) {
 	defer l.inflight.Done()
+	// A return before the parked thread is taken (takeParked) lets it go: the caller
+	// drops the spare, and nothing else would release it.
+	defer sp.releasePark()
 	dirfd := -1
 	if spec.Dir != nil {
 		dirfd = int(spec.Dir.Fd())
@@ -1156,7 +1159,14 @@ func (s *Sandbox) launchFromThread(spec *sandbox.Spec, p *process, tl *threadLau
 	}
 	launchOn := sp
 	if sp != nil && sp.bare {
-		launchOn = nil // groups only: the launch thread joins them itself
+		// Groups only: the launch thread joins them itself. A launcher thread parked in
+		// them (for a command; this is the session's plugin process) is let go: it would
+		// stay in the run's groups and its socket in fledge for as long as both live. It
+		// dies while the run launches; the run waits for that before it touches the groups.
+		if sp.park != nil {
+			p.letGo = sp.park.letGo()
+		}
+		launchOn = nil
 	}
 	var err error
 	p.proc, err = tl.start(launchOn)
@@ -1237,6 +1247,26 @@ func (pk *launcherPark) release() {
 		threadGone(pk.exit, leaveWait)
 		_ = pk.exit.Close()
 		pk.exit = nil
+	}
+}
+
+// letGo closes the parked thread's socket, which ends the thread, without waiting for its
+// death: its pidfd is the caller's, to wait on before it touches the groups (nil: none).
+func (pk *launcherPark) letGo() *os.File {
+	if pk.sock >= 0 {
+		unix.Close(pk.sock)
+		pk.sock = -1
+	}
+	exit := pk.exit
+	pk.exit = nil
+	return exit
+}
+
+// releasePark lets a launcher thread parked in sp's groups go unused and waits for its
+// death (nothing when none is parked, or a run took it: takeParked).
+func (sp *spare) releasePark() {
+	if sp != nil && sp.park != nil {
+		sp.park.release()
 	}
 }
 

@@ -991,7 +991,11 @@ type process struct {
 	// (its pidfd) tells its death; it is closed at cleanup.
 	left       chan struct{}
 	launchExit *os.File
-	tmpl       *viewTemplate // the view template the run was launched from (nil: none)
+	// letGo is the pidfd of a session launcher's thread that was parked in the run's v1
+	// groups and let go unused (launchFromThread): it dies in them while the run starts,
+	// and whatever touches the groups waits for its death first (nil: none).
+	letGo *os.File
+	tmpl  *viewTemplate // the view template the run was launched from (nil: none)
 	// holder is the pid namespace the run was launched into (nil: none), held until cleanup.
 	holder *pidHolder
 	// status is an init stub's status pipe (userView): proc is the stub, the program's
@@ -1074,6 +1078,9 @@ const leaveWait = 5 * time.Second
 // awaitLeft waits until the launch thread left the run's v1 groups: a freezer kill must not
 // freeze a thread of fledge, and a group with a task in it cannot be removed.
 func (p *process) awaitLeft() {
+	if p.letGo != nil {
+		threadGone(p.letGo, leaveWait)
+	}
 	if p.left == nil {
 		return
 	}
@@ -1098,6 +1105,10 @@ func (p *process) awaitLeft() {
 func (p *process) closeLaunchExit() {
 	if p.launchExit != nil {
 		_ = p.launchExit.Close()
+	}
+	if p.letGo != nil {
+		_ = p.letGo.Close()
+		p.letGo = nil
 	}
 }
 
