@@ -108,6 +108,16 @@ func (rn *runNotify) prepare(tl *threadLaunch, inAnswer bool, trace bool) error 
 	if err != nil {
 		return err
 	}
+	// The receiver reads through a descriptor of its own, which it closes: finish and
+	// abort close pair[0] (after a shutdown that ends the receiver's wait), and a number
+	// closed under a receiver not yet scheduled could be a later run's socket by the time it
+	// reads (that run's listener taken, its refusal records waited for 30 s).
+	r, err := unix.FcntlInt(uintptr(fds[0]), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return err
+	}
 	rn.pair = [2]int{fds[0], fds[1]}
 	if tl != nil {
 		tl.listenerTo = fds[1]
@@ -116,6 +126,7 @@ func (rn *runNotify) prepare(tl *threadLaunch, inAnswer bool, trace bool) error 
 	// its filter (traced ones) wait on the listener, so it must be served before the
 	// launch returns.
 	go func(r int) {
+		defer unix.Close(r)
 		buf := make([]byte, 1)
 		oob := make([]byte, unix.CmsgSpace(4))
 		for {
@@ -138,7 +149,7 @@ func (rn *runNotify) prepare(tl *threadLaunch, inAnswer bool, trace bool) error 
 			}
 			return
 		}
-	}(fds[0])
+	}(r)
 	return nil
 }
 
@@ -240,6 +251,9 @@ func (rn *runNotify) abort() {
 	}
 	for i, fd := range rn.pair {
 		if fd >= 0 {
+			if i == 0 {
+				_ = unix.Shutdown(fd, unix.SHUT_RDWR) // the receiver's own descriptor reads EOF
+			}
 			unix.Close(fd)
 			rn.pair[i] = -1
 		}
@@ -279,6 +293,7 @@ func (rn *runNotify) add(n kernel.Notice) {
 // closed, and the true counts reported.
 func (rn *runNotify) finish() {
 	if rn.pair[0] >= 0 {
+		_ = unix.Shutdown(rn.pair[0], unix.SHUT_RDWR) // the receiver's own descriptor reads EOF
 		unix.Close(rn.pair[0])
 		rn.pair[0] = -1
 	}
